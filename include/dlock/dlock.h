@@ -1,0 +1,281 @@
+/*
+ * dlock.h - the one public header of libdlock, distributed locks for C.
+ *
+ * Model
+ * -----
+ * A client (dlock_client_t) is a connection to one coordination service
+ * (today: Redis). It owns a small pool of command connections and one
+ * background thread that holds the pub/sub connection (wake-ups), renews
+ * watchdog leases and reconnects. A lock handle (dlock_lock_t) names one lock
+ * on that service. Locks are owned per thread, as a pthread mutex is: the
+ * thread that acquired a lock releases it, and acquiring again from the same
+ * thread counts up (reentrancy). The owner written to the service is
+ * "<client-id>:<thread-id>", the layout Redisson uses, so dlock and Redisson
+ * processes exclude each other on the same name.
+ *
+ * Errors
+ * ------
+ * Every function that can fail returns 0 (DLOCK_OK) or a negative DLOCK_E*
+ * code. Codes are never renumbered; new ones are only added. A human-readable
+ * detail of the last failure on the calling thread is available from
+ * dlock_last_error() (thread-local, so a client shared between threads never
+ * mixes up two threads' messages). The library never prints, aborts, exits
+ * or raises signals, whatever the input or the server does.
+ *
+ * Threads
+ * -------
+ * Options objects are not thread-safe (build them on one thread). A client
+ * and its lock handles may be used from any number of threads at once.
+ * Callbacks run on the client's background thread with no library mutex
+ * held; they may call any dlock function except dlock_client_free() and
+ * dlock_lock_free() of the client that called them.
+ *
+ * Durations are int64_t milliseconds.
+ */
+#ifndef DLOCK_DLOCK_H
+#define DLOCK_DLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLOCK_STATIC)
+#define DLOCK_EXTERN
+#elif defined(__GNUC__)
+#define DLOCK_EXTERN __attribute__((visibility("default")))
+#else
+#define DLOCK_EXTERN
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_HEX                                                      \
+  ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) |                  \
+   DLOCK_VERSION_PATCH)
+
+/* DLOCK_VERSION_HEX of the library actually linked. Any thread. */
+DLOCK_EXTERN unsigned dlock_version(void);
+/* "MAJOR.MINOR.PATCH" of the library linked; static storage. Any thread. */
+DLOCK_EXTERN const char *dlock_version_string(void);
+
+/* ----------------------------------------------------------------- errors */
+
+/* X(name, value, message). Values are stable forever. */
+#define DLOCK_ERRNO_MAP(X)                                                     \
+  X(EINVAL, -1, "invalid argument")                                            \
+  X(ENOMEM, -2, "out of memory")                                               \
+  X(EBUSY, -3, "lock is held by another owner")                                \
+  X(ETIMEDOUT, -4, "timed out waiting for the lock")                           \
+  X(ENOTOWNER, -5, "lock is not held by this owner")                           \
+  X(ELOST, -6, "lock was lost (lease expired or key removed)")                 \
+  X(EUNAVAILABLE, -7, "backend unreachable")                                   \
+  X(EIOTIMEOUT, -8, "backend did not answer in time")                          \
+  X(EAUTH, -9, "authentication refused by the backend")                        \
+  X(EPROTO, -10, "unexpected reply from the backend")                          \
+  X(EURL, -11, "malformed backend URL")                                        \
+  X(EWRONGTYPE, -12, "key holds a value of another type")                      \
+  X(ESERVER, -13, "backend reported an error")                                 \
+  X(ENOTSUP, -14, "not supported")                                             \
+  X(ECLOSED, -15, "client is closed or was created in another process")        \
+  X(EBADHANDLE, -16, "handle is not live (freed or corrupted)")
+
+typedef enum dlock_err {
+  DLOCK_OK = 0,
+#define DLOCK__ERR_ENUM(name, value, msg) DLOCK_##name = (value),
+  DLOCK_ERRNO_MAP(DLOCK__ERR_ENUM)
+#undef DLOCK__ERR_ENUM
+} dlock_err_t;
+
+/* Static message for a code ("unknown error" for codes not in the table). */
+DLOCK_EXTERN const char *dlock_strerror(int err);
+/* Static name for a code, e.g. "DLOCK_EBUSY" ("DLOCK_OK" for 0). */
+DLOCK_EXTERN const char *dlock_err_name(int err);
+/* Detail of the last failed call made by this thread, e.g.
+ * "redis://127.0.0.1:6380: connection refused". Valid until this thread's
+ * next dlock call. Never NULL; "" when nothing failed yet. Passwords are
+ * never included. */
+DLOCK_EXTERN const char *dlock_last_error(void);
+
+/* -------------------------------------------------------------- constants */
+
+/* Longest lock name, in bytes. Names are arbitrary non-empty byte strings
+ * without NUL of 1..DLOCK_NAME_MAX bytes. */
+#define DLOCK_NAME_MAX 1024
+/* wait_ms: wait without a deadline. 0 means try once. */
+#define DLOCK_WAIT_FOREVER (-1)
+/* lease_ms: no fixed lease; the watchdog keeps the lock alive until release. */
+#define DLOCK_LEASE_WATCHDOG (-1)
+
+/* ---------------------------------------------------------------- options */
+
+typedef struct dlock_options dlock_options_t;
+
+/* Why a held lock was lost (argument of the lost callback). */
+typedef enum dlock_lost_reason {
+  /* renewal found the key gone or owned by someone else */
+  DLOCK_LOST_GONE = 1,
+  /* the backend could not be reached for longer than the lease */
+  DLOCK_LOST_UNREACHABLE = 2
+} dlock_lost_reason_t;
+
+/* Called once per lost hold, on the background thread, with no library
+ * mutex held. `name` is valid only during the call. */
+typedef void (*dlock_lost_fn)(void *userdata, const char *name,
+                              uint64_t thread_id, dlock_lost_reason_t reason);
+
+typedef enum dlock_log_level {
+  DLOCK_LOG_ERROR = 0,
+  DLOCK_LOG_WARN = 1,
+  DLOCK_LOG_INFO = 2,
+  DLOCK_LOG_DEBUG = 3
+} dlock_log_level_t;
+
+/* Log sink. May be called from any thread that calls into the library and
+ * from the background thread; must be thread-safe. `msg` is valid only
+ * during the call. */
+typedef void (*dlock_log_fn)(void *userdata, dlock_log_level_t level,
+                             const char *msg);
+
+/* Creates an options object with defaults: connect timeout 5000 ms, command
+ * timeout 5000 ms, watchdog 30000 ms, idle pool 8, no callbacks.
+ * Free with dlock_options_free(). Not thread-safe. */
+DLOCK_EXTERN int dlock_options_new(dlock_options_t **out);
+/* Accepts NULL. */
+DLOCK_EXTERN void dlock_options_free(dlock_options_t *opts);
+/* TCP/Unix connect plus handshake (AUTH, SELECT, CLIENT SETNAME), > 0. */
+DLOCK_EXTERN int dlock_options_set_connect_timeout(dlock_options_t *opts,
+                                                   int64_t ms);
+/* Bound on one round trip with the server, > 0. */
+DLOCK_EXTERN int dlock_options_set_command_timeout(dlock_options_t *opts,
+                                                   int64_t ms);
+/* Lease used when acquiring with DLOCK_LEASE_WATCHDOG; the background thread
+ * renews it every third of its length. >= 3 ms. Default 30000 (Redisson's). */
+DLOCK_EXTERN int dlock_options_set_watchdog_timeout(dlock_options_t *opts,
+                                                    int64_t ms);
+/* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
+DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
+                                               const char *name);
+/* ACL user and password, overriding those in the URL. Either may be NULL
+ * (user NULL = the default user). Copied. */
+DLOCK_EXTERN int dlock_options_set_credentials(dlock_options_t *opts,
+                                               const char *user,
+                                               const char *password);
+/* How many idle command connections the client keeps (1..1024). */
+DLOCK_EXTERN int dlock_options_set_pool_size(dlock_options_t *opts, int n);
+DLOCK_EXTERN int dlock_options_set_lost_callback(dlock_options_t *opts,
+                                                 dlock_lost_fn fn,
+                                                 void *userdata);
+DLOCK_EXTERN int dlock_options_set_log_callback(dlock_options_t *opts,
+                                                dlock_log_fn fn, void *userdata,
+                                                dlock_log_level_t max_level);
+
+/* ----------------------------------------------------------------- client */
+
+typedef struct dlock_client dlock_client_t;
+
+/* Creates a client for `url` and checks it by connecting once (so a wrong
+ * address or password is reported here, not at the first lock).
+ *   redis://[[user]:password@]host[:port][/db]   (default port 6379, db 0)
+ *   redis://[::1]:6379/0                          (IPv6 literal)
+ *   unix:///path/to/redis.sock[?db=N]
+ * User and password may be percent-encoded. `opts` may be NULL (defaults)
+ * and is copied: it may be freed right after the call. On success *out owns
+ * a client to be freed with dlock_client_free(); on failure *out is NULL.
+ * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
+ * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM. */
+DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
+                                  const dlock_options_t *opts);
+/* Stops the background thread and closes every connection. Locks still held
+ * are not released: watchdog leases stop being renewed and expire on the
+ * server. Every lock handle of the client must be freed first (handles left
+ * over are freed here). Accepts NULL. Must not be called from a callback. */
+DLOCK_EXTERN void dlock_client_free(dlock_client_t *client);
+/* The client id (a random UUID, 36 characters). Lives as long as the client. */
+DLOCK_EXTERN const char *dlock_client_id(const dlock_client_t *client);
+/* One round trip (PING) to the server. */
+DLOCK_EXTERN int dlock_client_ping(dlock_client_t *client);
+/* The calling thread's id, the "<thread-id>" part of an owner (Linux TID). */
+DLOCK_EXTERN uint64_t dlock_thread_id(void);
+
+/* --------------------------------------------------------- reentrant lock */
+
+typedef struct dlock_lock dlock_lock_t;
+
+/* A handle on the reentrant lock `name` (Redisson RLock layout). Creating a
+ * handle does not touch the server. Handles are cheap; several handles on the
+ * same name in one client share their state. Any thread. */
+DLOCK_EXTERN int dlock_lock_new(dlock_client_t *client, const char *name,
+                                dlock_lock_t **out);
+/* Frees the handle (accepts NULL). Holds taken through it stay on the server
+ * and, when no other handle on the same name remains, are no longer renewed
+ * (they expire after their lease). */
+DLOCK_EXTERN void dlock_lock_free(dlock_lock_t *lock);
+/* The lock's name (owned by the handle). */
+DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock_t *lock);
+
+/* Acquires the lock for the calling thread.
+ *   wait_ms:  0 = try once (DLOCK_EBUSY if held), > 0 = wait at most that
+ *             long (DLOCK_ETIMEDOUT), DLOCK_WAIT_FOREVER = no deadline.
+ *   lease_ms: > 0 = fixed lease, the lock expires after it unless released;
+ *             DLOCK_LEASE_WATCHDOG = the client's watchdog timeout, renewed
+ *             in the background until release.
+ * Re-acquiring from the owning thread counts up and resets the lease.
+ * Waiting is woken by the release message the holder publishes; it never
+ * polls the server. Backend errors are returned at once (a wait does not
+ * hide them). */
+DLOCK_EXTERN int dlock_lock_acquire(dlock_lock_t *lock, int64_t wait_ms,
+                                    int64_t lease_ms);
+/* Releases one hold of the calling thread. 0 when released (or the count
+ * went down), DLOCK_ENOTOWNER when this thread holds no hold,
+ * DLOCK_ELOST when this thread held it but the lease ran out or the key was
+ * removed (the hold is forgotten; the lock may belong to someone else now).
+ * Safe to retry after a lost reply: the release is idempotent on the server. */
+DLOCK_EXTERN int dlock_lock_release(dlock_lock_t *lock);
+/* The same for an explicit owner thread id (hand-offs between threads: one
+ * thread acquires with owner X, another releases with owner X). */
+DLOCK_EXTERN int dlock_lock_acquire_as(dlock_lock_t *lock, uint64_t thread_id,
+                                       int64_t wait_ms, int64_t lease_ms);
+DLOCK_EXTERN int dlock_lock_release_as(dlock_lock_t *lock, uint64_t thread_id);
+
+/* Deletes the lock whoever holds it and wakes its waiters. *was_locked (may
+ * be NULL) tells whether there was anything to delete. */
+DLOCK_EXTERN int dlock_lock_force_release(dlock_lock_t *lock, bool *was_locked);
+
+/* Queries; each is one round trip and reports the server's truth. */
+DLOCK_EXTERN int dlock_lock_is_locked(dlock_lock_t *lock, bool *out);
+DLOCK_EXTERN int dlock_lock_is_held_by_thread(dlock_lock_t *lock, bool *out);
+/* The calling thread's reentry count (0 when it holds nothing). */
+DLOCK_EXTERN int dlock_lock_hold_count(dlock_lock_t *lock, int64_t *out);
+/* Remaining lease in ms; -2 when the lock is free, -1 when the key has no
+ * expiry (not set by dlock or Redisson). */
+DLOCK_EXTERN int dlock_lock_remaining_lease(dlock_lock_t *lock, int64_t *out);
+
+/* A snapshot of the lock's state on the server, for status displays. */
+typedef struct dlock_holder {
+  const char *owner; /* "<client-id>:<thread-id>" as written on the server */
+  int64_t count;     /* reentry count */
+} dlock_holder_t;
+
+typedef struct dlock_lock_state {
+  const char *name;
+  const char *kind;       /* "reentrant", or "free" when nobody holds it */
+  int64_t ttl_ms;         /* as dlock_lock_remaining_lease() */
+  size_t nholders;
+  dlock_holder_t *holders; /* nholders entries */
+} dlock_lock_state_t;
+
+/* Reads the state; *out is freed with dlock_lock_state_free(). */
+DLOCK_EXTERN int dlock_lock_state(dlock_lock_t *lock, dlock_lock_state_t **out);
+DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_DLOCK_H */
