@@ -1,0 +1,105 @@
+/*
+ * harness.h - private redis-server instances for dlock's tests.
+ *
+ * A test starts its own redis-server on a free 127.0.0.1 port, in its own
+ * mkdtemp directory, with no persistence unless it asks for it. The harness
+ * stops every server it started when the process exits (atexit), when it is
+ * sent SIGINT/SIGTERM/SIGHUP, and - through PR_SET_PDEATHSIG - when the test
+ * dies any other way (crash, ctest timeout).
+ *
+ * Threads: start/restart/up should be called from the main thread (the
+ * server's death signal is tied to the thread that forked it). The other
+ * calls may be made from any thread; th_redis_cmd() serialises on one cached
+ * connection per server, th_redis_connect() gives a thread its own.
+ *
+ * Only the process that started a server ever stops it: a forked child that
+ * calls exit() leaves its parent's servers alone.
+ */
+#ifndef DLOCK_TEST_HARNESS_H
+#define DLOCK_TEST_HARNESS_H
+
+#include <hiredis.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct th_server {
+  pid_t pid;       /* 0 while the server is down */
+  int port;        /* stays the same across restarts */
+  char dir[256];   /* the server's temp dir (config, log, data) */
+  char url[64];    /* "redis://127.0.0.1:PORT" */
+  char **conf;     /* extra config lines, copied */
+  size_t nconf;
+  char *user;      /* credentials the harness uses itself (may be NULL) */
+  char *password;
+  pthread_mutex_t mu; /* guards ctx */
+  redisContext *ctx;  /* th_redis_cmd()'s cached connection */
+} th_server_t;
+
+/* Starts redis-server with the default config plus `extra` (NULL-terminated
+ * array of config lines, may be NULL; later lines override earlier ones).
+ * A "requirepass X" line makes the harness AUTH with X. Waits until the
+ * server answers (at most 10 s). Returns NULL (after printing why) on
+ * failure. */
+th_server_t *th_server_start(const char *const *extra);
+/* Stops the server (SIGTERM, SIGKILL after 5 s), removes its dir, frees s.
+ * Accepts NULL. */
+void th_server_stop(th_server_t *s);
+/* Credentials the harness itself uses on its connections (ACL setups). */
+void th_server_set_auth(th_server_t *s, const char *user, const char *password);
+
+/* Graceful stop, keeping the dir (and any data in it); the port stays ours
+ * in the sense that th_server_up() reuses it. 0 or -1. */
+int th_server_down(th_server_t *s);
+/* SIGKILL and reap; the server is down afterwards. 0 or -1. */
+int th_server_kill9(th_server_t *s);
+/* Starts the server again on the same port, dir and config, and waits until
+ * it answers. 0 or -1. */
+int th_server_up(th_server_t *s);
+/* th_server_down() then th_server_up(). */
+int th_server_restart(th_server_t *s);
+/* SIGSTOP / SIGCONT. 0 or -1. */
+int th_server_pause(th_server_t *s);
+int th_server_resume(th_server_t *s);
+
+/* Runs one command on the harness's cached connection (reconnecting once if
+ * that connection went stale). Returns the reply (free it with
+ * freeReplyObject) or NULL when the server could not be reached. */
+redisReply *th_redis_cmd(th_server_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Integer reply of a command, or INT64_MIN on any other reply/failure. */
+int64_t th_redis_int(th_server_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* String/status reply as a malloc'd string (free it), NULL otherwise. */
+char *th_redis_str(th_server_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* A new connection of the caller's own (authenticated, 5 s timeouts), or
+ * NULL. Free with redisFree(). */
+redisContext *th_redis_connect(th_server_t *s);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0). */
+int th_free_port(void);
+/* Monotonic milliseconds. */
+int64_t th_now_ms(void);
+/* Sleeps ms milliseconds (for short poll loops only). */
+void th_sleep_ms(int64_t ms);
+
+/* Polls `cond` every 5 ms until it holds or timeout_ms passes; sets `ok`. */
+#define TH_WAIT_FOR(ok, cond, timeout_ms)                                      \
+  do {                                                                         \
+    int64_t th_deadline_ = th_now_ms() + (timeout_ms);                         \
+    for (;;) {                                                                 \
+      if (cond) {                                                              \
+        (ok) = true;                                                           \
+        break;                                                                 \
+      }                                                                        \
+      if (th_now_ms() >= th_deadline_) {                                       \
+        (ok) = false;                                                          \
+        break;                                                                 \
+      }                                                                        \
+      th_sleep_ms(5);                                                          \
+    }                                                                          \
+  } while (0)
+
+#endif /* DLOCK_TEST_HARNESS_H */
