@@ -1,0 +1,15 @@
+# Embeds Lua scripts into a C file with their SHA1 (what EVALSHA needs).
+# Invoked as: cmake -DOUT=file.c -DSCRIPTS="a.lua;b.lua" -P embed_scripts.cmake
+string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
+set(body "/* Generated from the .lua files in src/redis/scripts; do not edit. */\n#include \"redis/scripts.h\"\n\n")
+foreach(path ${SCRIPTS})
+  get_filename_component(name ${path} NAME_WE)
+  file(READ ${path} hex HEX)
+  file(SHA1 ${path} sha)
+  file(SIZE ${path} size)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND body "static const char ${name}_body[] = {${bytes} 0};\n")
+  string(APPEND body "const dlock__script dlock__script_${name} = {\"${name}\", ${name}_body, ${size}, \"${sha}\"};\n\n")
+endforeach()
+file(WRITE ${OUT}.tmp "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${OUT}.tmp ${OUT})

@@ -1,0 +1,93 @@
+/*
+ * backend.h - the one interface between the core and a coordination service.
+ *
+ * The core (client, locks, waiters, renewer) never builds a backend command;
+ * it calls these operations. A backend keeps its own connections: a pool for
+ * caller threads (which may call any lock_* operation concurrently) and one
+ * watch connection used only by the client's background thread.
+ *
+ * Return conventions: 0 or a positive outcome as documented, negative
+ * DLOCK_E* on failure with the thread's error detail set.
+ */
+#ifndef DLOCK_CORE_BACKEND_H
+#define DLOCK_CORE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/options.h"
+#include "core/url.h"
+#include "dlock/dlock.h"
+
+/* One entry of a batched renewal: the lease of `name` held by `owner`. */
+typedef struct dlock__renewal {
+  const char *name;
+  const char *owner;
+  int result; /* out: 1 renewed, 0 gone (lock lost) */
+} dlock__renewal;
+
+typedef enum dlock__lock_query {
+  DLOCK__Q_LOCKED,    /* 1 if anyone holds it */
+  DLOCK__Q_HELD,      /* 1 if `owner` holds it */
+  DLOCK__Q_COUNT,     /* owner's reentry count */
+  DLOCK__Q_REMAINING  /* lease left: ms, -1 no expiry, -2 free */
+} dlock__lock_query;
+
+/* Watch events, delivered on the background thread. */
+typedef enum dlock__watch_event {
+  DLOCK__W_MESSAGE,     /* payload published on channel */
+  DLOCK__W_SUBSCRIBED,  /* the channel is now watched */
+  DLOCK__W_UNSUBSCRIBED /* the channel is no longer watched */
+} dlock__watch_event;
+
+typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev,
+                                const char *channel, size_t chlen,
+                                const char *payload, size_t plen);
+
+/* Release outcomes. */
+#define DLOCK__REL_DOWN 0     /* count went down, still held */
+#define DLOCK__REL_FREED 1    /* fully released, waiters notified */
+#define DLOCK__REL_NOTOWNER 2 /* owner holds nothing */
+
+typedef struct dlock__backend_ops {
+  const char *name;
+  /* Opens the backend for ep, checking it with one round trip. */
+  int (*open)(void **be, const dlock__endpoint *ep,
+              const struct dlock_options *opts);
+  void (*close)(void *be);
+  int (*ping)(void *be);
+
+  /* The wake channel of a reentrant lock (fresh string, caller frees). */
+  char *(*lock_channel)(void *be, const char *name);
+  /* 1 acquired (or re-entered); 0 held by another, *pttl = ms it has left
+   * (-1 no expiry). */
+  int (*lock_acquire)(void *be, const char *name, const char *owner,
+                      int64_t lease_ms, int64_t *pttl);
+  /* DLOCK__REL_*; request_id makes a retried release idempotent. */
+  int (*lock_release)(void *be, const char *name, const char *owner,
+                      int64_t lease_ms, const char *request_id);
+  int (*lock_force_release)(void *be, const char *name, bool *deleted);
+  /* Renews every item in as few round trips as the backend allows. A
+   * failure of the whole batch is returned; item results are then unset. */
+  int (*lock_renew)(void *be, dlock__renewal *items, size_t n,
+                    int64_t lease_ms);
+  int (*lock_query)(void *be, const char *name, const char *owner,
+                    dlock__lock_query q, int64_t *out);
+  int (*lock_state)(void *be, const char *name, dlock_lock_state_t **out);
+
+  /* Watching (pub/sub); background thread only. */
+  int (*watch_connect)(void *be, int64_t deadline);
+  void (*watch_disconnect)(void *be);
+  int (*watch_fd)(void *be); /* -1 when not connected */
+  bool (*watch_want_write)(void *be);
+  int (*watch_flush)(void *be);
+  int (*watch_subscribe)(void *be, bool subscribe, const char *const *chans,
+                         const size_t *lens, size_t n);
+  /* Reads what arrived and reports events; <0 when the connection died. */
+  int (*watch_read)(void *be, dlock__watch_fn fn, void *ud);
+} dlock__backend_ops;
+
+extern const dlock__backend_ops dlock__redis_backend;
+
+#endif

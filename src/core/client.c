@@ -1,0 +1,364 @@
+/*
+ * client.c - the client: creation, teardown, and its background thread.
+ *
+ * The background thread owns the pub/sub (watch) connection and the renewer.
+ * It sleeps in poll() on the wake pipe, the watch socket and the next timer
+ * (renewal due, reconnect backoff, channel linger) and does, each turn:
+ *   1. (re)connect the watch connection when channels are wanted, with
+ *      exponential backoff (first retry at once, then 50 ms doubling to 2 s);
+ *   2. send SUBSCRIBE/UNSUBSCRIBE for channels that changed;
+ *   3. deliver what the watch connection read;
+ *   4. run the renewer when a lease is due.
+ * It never holds client->mu across I/O or callbacks. All signals are blocked
+ * in it, so the application's signal handlers never run on it.
+ *
+ * Fork: a child process inherits no background thread, so every call on a
+ * client created before fork() returns DLOCK_ECLOSED in the child; the
+ * child's dlock_client_free() only closes descriptors and frees memory.
+ */
+#include "core/client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/holds.h"
+#include "core/waiters.h"
+
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+
+/* ------------------------------------------------------------------ fork */
+
+static _Atomic unsigned fork_generation;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) { atomic_fetch_add(&fork_generation, 1); }
+static void register_fork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+static unsigned fork_gen(void) {
+  pthread_once(&fork_once, register_fork);
+  return atomic_load(&fork_generation);
+}
+
+int dlock__client_check(const struct dlock_client *c, const char *fn) {
+  if (!c)
+    return dlock__seterr(DLOCK_EINVAL, "%s: client is NULL", fn);
+  if (c->magic != DLOCK__CLIENT_MAGIC)
+    return dlock__seterr(DLOCK_EBADHANDLE, "%s: client handle is not live",
+                         fn);
+  if (c->fork_gen != fork_gen())
+    return dlock__seterr(DLOCK_ECLOSED,
+                         "%s: client was created before fork(); create a new "
+                         "client in this process",
+                         fn);
+  return 0;
+}
+
+/* -------------------------------------------------------------- helpers */
+
+void dlock__client_poke(struct dlock_client *c) {
+  char b = 1;
+  ssize_t n = write(c->wake_wr, &b, 1); /* full pipe: already poked */
+  (void)n;
+}
+
+void dlock__log(struct dlock_client *c, dlock_log_level_t level,
+                const char *fmt, ...) {
+  if (!c->opts.log_fn || level > c->opts.log_level)
+    return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  c->opts.log_fn(c->opts.log_ud, level, msg);
+}
+
+void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
+                  size_t len) {
+  snprintf(buf, len, "%s:%llu", c->id, (unsigned long long)tid);
+}
+
+/* -------------------------------------------------- background thread */
+
+static void on_watch_event(void *ud, dlock__watch_event ev, const char *ch,
+                           size_t chlen, const char *payload, size_t plen) {
+  struct dlock_client *c = ud;
+  pthread_mutex_lock(&c->mu);
+  dlock__chans_on_event_locked(c, ev, ch, chlen, payload, plen);
+  pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct bg_state {
+  int64_t retry_at; /* next watch connect attempt */
+  int64_t backoff;
+  int64_t linger_at;
+} bg_state;
+
+static void watch_down(struct dlock_client *c, bg_state *s, const char *why) {
+  c->ops->watch_disconnect(c->be);
+  pthread_mutex_lock(&c->mu);
+  bool was_up = c->watch_up;
+  c->watch_up = false;
+  if (was_up) /* subscriptions are gone and messages may have been lost */
+    dlock__chans_on_disconnect_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  if (was_up) {
+    dlock__log(c, DLOCK_LOG_WARN, "pub/sub connection lost (%s); waiters "
+               "retry and it reconnects", why);
+    s->retry_at = dlock__now_ms(); /* first reconnect at once */
+    s->backoff = BACKOFF_MIN_MS;
+  } else {
+    s->retry_at = dlock__now_ms() + s->backoff;
+    s->backoff = s->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+                                                 : s->backoff * 2;
+  }
+}
+
+/* Connects the watch connection if channels are wanted and it is time. */
+static void watch_maintain(struct dlock_client *c, bg_state *s, int64_t now) {
+  pthread_mutex_lock(&c->mu);
+  bool wanted = dlock__chans_wanted_locked(c);
+  bool up = c->watch_up;
+  pthread_mutex_unlock(&c->mu);
+  if (up || !wanted || now < s->retry_at)
+    return;
+  int rc = c->ops->watch_connect(
+      c->be, dlock__deadline_after(c->opts.connect_timeout_ms));
+  if (rc) {
+    dlock__log(c, DLOCK_LOG_INFO, "pub/sub connect failed: %s",
+               dlock_last_error());
+    watch_down(c, s, "connect failed");
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  c->watch_up = true;
+  pthread_mutex_unlock(&c->mu);
+  s->backoff = BACKOFF_MIN_MS;
+}
+
+/* Sends the subscription changes and notes the next linger deadline. */
+static void watch_sync(struct dlock_client *c, bg_state *s, int64_t now) {
+  const char **subs, **unsubs;
+  size_t *sl, *ul, ns, nu;
+  pthread_mutex_lock(&c->mu);
+  if (!c->watch_up) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  s->linger_at =
+      dlock__chans_collect_locked(c, now, &subs, &sl, &ns, &unsubs, &ul, &nu);
+  pthread_mutex_unlock(&c->mu);
+  int rc = 0;
+  if (ns)
+    rc = c->ops->watch_subscribe(c->be, true, subs, sl, ns);
+  if (!rc && nu)
+    rc = c->ops->watch_subscribe(c->be, false, unsubs, ul, nu);
+  dlock__free((void *)subs);
+  dlock__free(sl);
+  dlock__free((void *)unsubs);
+  dlock__free(ul);
+  if (rc)
+    watch_down(c, s, dlock_last_error());
+}
+
+static void drain_pipe(int fd) {
+  char buf[256];
+  for (int i = 0; i < 64; i++) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < (ssize_t)sizeof buf)
+      return;
+  }
+}
+
+static void *bg_main(void *arg) {
+  struct dlock_client *c = arg;
+  bg_state s = {.retry_at = 0, .backoff = BACKOFF_MIN_MS,
+                .linger_at = DLOCK__NEVER};
+  for (;;) {
+    int64_t now = dlock__now_ms();
+    pthread_mutex_lock(&c->mu);
+    bool stop = c->stopping;
+    int64_t renew_due = c->renew_due;
+    bool wanted = dlock__chans_wanted_locked(c);
+    bool up = c->watch_up;
+    pthread_mutex_unlock(&c->mu);
+    if (stop)
+      break;
+
+    if (renew_due <= now) {
+      dlock__renewer_run(c);
+      continue;
+    }
+    watch_maintain(c, &s, now);
+    watch_sync(c, &s, now);
+
+    /* sleep until something happens or a timer is due */
+    int64_t until = renew_due;
+    if (s.linger_at < until)
+      until = s.linger_at;
+    if (wanted && !up && s.retry_at < until)
+      until = s.retry_at;
+    struct pollfd p[2];
+    p[0].fd = c->wake_rd;
+    p[0].events = POLLIN;
+    p[1].fd = c->ops->watch_fd(c->be);
+    p[1].events = (short)(POLLIN | (c->ops->watch_want_write(c->be)
+                                        ? POLLOUT : 0));
+    int nfds = p[1].fd >= 0 ? 2 : 1;
+    int r = poll(p, (nfds_t)nfds, dlock__poll_timeout(until));
+    if (r < 0 && errno != EINTR)
+      dlock__log(c, DLOCK_LOG_ERROR, "poll: %s", strerror(errno));
+    if (r <= 0)
+      continue;
+    if (p[0].revents)
+      drain_pipe(c->wake_rd);
+    if (nfds == 2 && p[1].revents) {
+      int rc = 0;
+      if (p[1].revents & POLLOUT)
+        rc = c->ops->watch_flush(c->be);
+      if (!rc && (p[1].revents & (POLLIN | POLLERR | POLLHUP)))
+        rc = c->ops->watch_read(c->be, on_watch_event, c);
+      if (rc)
+        watch_down(c, &s, dlock_last_error());
+    }
+  }
+  c->ops->watch_disconnect(c->be);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ public API */
+
+static void client_destroy(struct dlock_client *c) {
+  if (c->be)
+    c->ops->close(c->be);
+  pthread_mutex_lock(&c->mu);
+  struct dlock_lock *l = c->locks;
+  while (l) {
+    struct dlock_lock *next = l->next;
+    l->magic = DLOCK__DEAD_MAGIC;
+    dlock__free(l->name);
+    dlock__free(l->channel);
+    dlock__free(l);
+    l = next;
+  }
+  dlock__holds_free_all_locked(c);
+  dlock__chans_free_all_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  if (c->wake_rd >= 0)
+    close(c->wake_rd);
+  if (c->wake_wr >= 0)
+    close(c->wake_wr);
+  pthread_mutex_destroy(&c->mu);
+  dlock__endpoint_clear(&c->ep);
+  dlock__options_clear(&c->opts);
+  c->magic = DLOCK__DEAD_MAGIC;
+  dlock__free(c);
+}
+
+int dlock_client_new(dlock_client_t **out, const char *url,
+                     const dlock_options_t *opts) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_client_new: out is NULL");
+  *out = NULL;
+  if (!url)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_client_new: url is NULL");
+  struct dlock_client *c = dlock__calloc(1, sizeof *c);
+  if (!c)
+    return DLOCK_ENOMEM;
+  c->magic = DLOCK__CLIENT_MAGIC;
+  c->fork_gen = fork_gen();
+  c->wake_rd = c->wake_wr = -1;
+  c->renew_due = DLOCK__NEVER;
+  c->ops = &dlock__redis_backend;
+  pthread_mutex_init(&c->mu, NULL);
+  dlock__map_init(&c->holds);
+  dlock__map_init(&c->chans);
+  int rc = dlock__options_copy(&c->opts, opts);
+  if (rc) {
+    dlock__options_defaults(&c->opts);
+    client_destroy(c);
+    return rc;
+  }
+  int fds[2];
+  if ((rc = dlock__url_parse(url, &c->ep)) || (rc = dlock__uuid(c->id)))
+    goto failed;
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {
+    rc = dlock__seterr(DLOCK_ENOMEM, "pipe: %s", strerror(errno));
+    goto failed;
+  }
+  c->wake_rd = fds[0];
+  c->wake_wr = fds[1];
+  if ((rc = c->ops->open(&c->be, &c->ep, &c->opts)))
+    goto failed;
+  /* start the background thread with every signal blocked */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(&c->bg, NULL, bg_main, c);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (err) {
+    rc = dlock__seterr(DLOCK_ENOMEM, "cannot start the background thread: %s",
+                       strerror(err));
+    goto failed;
+  }
+  *out = c;
+  return 0;
+failed:
+  client_destroy(c);
+  return rc;
+}
+
+void dlock_client_free(dlock_client_t *c) {
+  if (!c || c->magic != DLOCK__CLIENT_MAGIC)
+    return;
+  if (c->fork_gen != fork_gen()) {
+    /* forked child: no background thread here; close and free only */
+    client_destroy(c);
+    return;
+  }
+  pthread_mutex_lock(&c->mu);
+  c->stopping = true;
+  /* wake every waiter so that none sleeps on a dying client */
+  size_t cur;
+  for (dlock__map_entry *e = dlock__map_first(&c->chans, &cur); e;
+       e = dlock__map_next(&c->chans, e, &cur)) {
+    dlock__chan *ch = e->value;
+    for (dlock__waiter *w = ch->head; w; w = w->next)
+      pthread_cond_signal(&w->cond);
+  }
+  pthread_mutex_unlock(&c->mu);
+  dlock__client_poke(c);
+  pthread_join(c->bg, NULL);
+  client_destroy(c);
+}
+
+const char *dlock_client_id(const dlock_client_t *c) {
+  if (dlock__client_check(c, "dlock_client_id"))
+    return "";
+  return c->id;
+}
+
+int dlock_client_ping(dlock_client_t *c) {
+  int rc = dlock__client_check(c, "dlock_client_ping");
+  return rc ? rc : c->ops->ping(c->be);
+}
+
+unsigned dlock_version(void) { return DLOCK_VERSION_HEX; }
+
+const char *dlock_version_string(void) {
+#define DLOCK__STR2(x) #x
+#define DLOCK__STR(x) DLOCK__STR2(x)
+  return DLOCK__STR(DLOCK_VERSION_MAJOR) "." DLOCK__STR(
+      DLOCK_VERSION_MINOR) "." DLOCK__STR(DLOCK_VERSION_PATCH);
+}

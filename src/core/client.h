@@ -1,0 +1,64 @@
+/*
+ * client.h - the client object shared by the core modules.
+ *
+ * Lock order: client->mu is the only core mutex (backends have their own,
+ * never held while calling back into the core). It is never held across
+ * network I/O or user callbacks.
+ */
+#ifndef DLOCK_CORE_CLIENT_H
+#define DLOCK_CORE_CLIENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+#include "core/id.h"
+#include "core/map.h"
+#include "core/options.h"
+#include "core/url.h"
+
+#define DLOCK__CLIENT_MAGIC 0x444c434bu /* "DLCK" */
+#define DLOCK__LOCK_MAGIC 0x444c4c4bu   /* "DLLK" */
+#define DLOCK__DEAD_MAGIC 0xdeadd10cu
+
+struct dlock_lock {
+  uint32_t magic;
+  struct dlock_client *client;
+  char *name;
+  char *channel; /* the backend's wake channel for this lock */
+  struct dlock_lock *prev, *next; /* client's list of handles, under mu */
+};
+
+struct dlock_client {
+  uint32_t magic;
+  unsigned fork_gen; /* dlock__fork_gen() at creation */
+  char id[DLOCK__UUID_LEN + 1];
+  struct dlock_options opts;
+  dlock__endpoint ep;
+  const dlock__backend_ops *ops;
+  void *be;
+
+  pthread_t bg;
+  int wake_rd, wake_wr; /* pipe that interrupts the background poll() */
+
+  pthread_mutex_t mu;
+  /* --- everything below is protected by mu --- */
+  bool stopping;
+  struct dlock_lock *locks; /* handles, for cleanup */
+  dlock__map holds;         /* (name, tid) -> dlock__hold */
+  int64_t renew_due;        /* earliest next renewal, DLOCK__NEVER if none */
+  dlock__map chans;         /* channel -> dlock__chan */
+  bool watch_up;            /* pub/sub connection established */
+};
+
+/* Validates a client pointer for a public call (magic, fork). */
+int dlock__client_check(const struct dlock_client *c, const char *fn);
+/* Interrupts the background thread's poll(). Any thread, mu held or not. */
+void dlock__client_poke(struct dlock_client *c);
+void dlock__log(struct dlock_client *c, dlock_log_level_t level,
+                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* "<client-id>:<tid>" into buf (at least 64 bytes). */
+void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
+                  size_t len);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * error.c - the error table (from DLOCK_ERRNO_MAP) and per-thread detail.
+ */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DLOCK__ERRBUF 512
+static _Thread_local char errbuf[DLOCK__ERRBUF];
+
+const char *dlock_strerror(int err) {
+  switch (err) {
+  case 0:
+    return "success";
+#define X(name, value, msg)                                                    \
+  case value:                                                                  \
+    return msg;
+    DLOCK_ERRNO_MAP(X)
+#undef X
+  default:
+    return "unknown error";
+  }
+}
+
+const char *dlock_err_name(int err) {
+  switch (err) {
+  case 0:
+    return "DLOCK_OK";
+#define X(name, value, msg)                                                    \
+  case value:                                                                  \
+    return "DLOCK_" #name;
+    DLOCK_ERRNO_MAP(X)
+#undef X
+  default:
+    return "DLOCK_E?";
+  }
+}
+
+const char *dlock_last_error(void) { return errbuf; }
+
+int dlock__seterr(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int dlock__preferr(int code, const char *fmt, ...) {
+  char prefix[256];
+  char old[DLOCK__ERRBUF];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  memcpy(old, errbuf, sizeof old);
+  const char *rest = old[0] ? old : dlock_strerror(code);
+  size_t plen = strlen(prefix);
+  /* "<prefix>: <rest>", cut to the buffer */
+  memcpy(errbuf, prefix, plen);
+  memcpy(errbuf + plen, ": ", 2);
+  size_t room = sizeof errbuf - plen - 3;
+  size_t rlen = strnlen(rest, room);
+  memcpy(errbuf + plen + 2, rest, rlen);
+  errbuf[plen + 2 + rlen] = '\0';
+  return code;
+}

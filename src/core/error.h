@@ -1,0 +1,21 @@
+/*
+ * error.h - error codes and the per-thread error detail.
+ *
+ * Internal functions return 0 or a negative DLOCK_E* code, and whoever first
+ * detects a failure writes its detail with dlock__seterr(), which returns the
+ * code so that `return dlock__seterr(DLOCK_EINVAL, "...")` reads naturally.
+ * The detail buffer is thread-local: a client shared between threads never
+ * mixes two threads' messages. Messages must never include a password.
+ */
+#ifndef DLOCK_CORE_ERROR_H
+#define DLOCK_CORE_ERROR_H
+
+#include "dlock/dlock.h"
+
+int dlock__seterr(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefixes the current detail with "<prefix>: " and returns code. */
+int dlock__preferr(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,20 @@
+/*
+ * id.h - identities: client UUIDs, request ids and thread ids.
+ *
+ * Random bytes come from getrandom(2) only (never rand()): client ids and
+ * request ids are what separate one owner from another on the server.
+ */
+#ifndef DLOCK_CORE_ID_H
+#define DLOCK_CORE_ID_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DLOCK__UUID_LEN 36
+
+/* Fills buf with n random bytes; 0 or DLOCK_E*. */
+int dlock__random_bytes(void *buf, size_t n);
+/* Writes a random (version 4) UUID in text form plus NUL (37 bytes). */
+int dlock__uuid(char out[DLOCK__UUID_LEN + 1]);
+
+#endif

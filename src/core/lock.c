@@ -1,0 +1,382 @@
+/*
+ * lock.c - the reentrant lock (public dlock_lock_* API).
+ *
+ * Acquire: one attempt; if held and the caller will wait, register as a
+ * waiter on the lock's channel, wait for the subscription, then loop:
+ * attempt, and if still held sleep until woken by a release message, a
+ * pub/sub reconnect, the holder's remaining lease (a safety net for a lost
+ * message, never a poll interval), or the deadline. When this client
+ * already watches the channel the first attempt is already "after the
+ * subscription" and the loop starts sleeping at once, so a contended
+ * acquisition costs the attempts it needs and nothing more.
+ *
+ * Backend errors end the wait at once: a wait never hides an unreachable
+ * server behind its deadline.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/holds.h"
+#include "core/waiters.h"
+
+static int check_lock(const dlock_lock_t *l, const char *fn) {
+  if (!l)
+    return dlock__seterr(DLOCK_EINVAL, "%s: lock is NULL", fn);
+  if (l->magic != DLOCK__LOCK_MAGIC)
+    return dlock__seterr(DLOCK_EBADHANDLE, "%s: lock handle is not live", fn);
+  return dlock__client_check(l->client, fn);
+}
+
+static int check_name(const char *name, const char *fn) {
+  if (!name)
+    return dlock__seterr(DLOCK_EINVAL, "%s: name is NULL", fn);
+  size_t n = strnlen(name, DLOCK_NAME_MAX + 1);
+  if (n == 0)
+    return dlock__seterr(DLOCK_EINVAL, "%s: name is empty", fn);
+  if (n > DLOCK_NAME_MAX)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: name is longer than %d bytes", fn,
+                         DLOCK_NAME_MAX);
+  return 0;
+}
+
+int dlock_lock_new(dlock_client_t *c, const char *name, dlock_lock_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
+  *out = NULL;
+  int rc = dlock__client_check(c, "dlock_lock_new");
+  if (!rc)
+    rc = check_name(name, "dlock_lock_new");
+  if (rc)
+    return rc;
+  dlock_lock_t *l = dlock__calloc(1, sizeof *l);
+  if (!l || !(l->name = dlock__strdup(name)) ||
+      !(l->channel = c->ops->lock_channel(c->be, name))) {
+    if (l)
+      dlock__free(l->name);
+    dlock__free(l);
+    return DLOCK_ENOMEM;
+  }
+  l->magic = DLOCK__LOCK_MAGIC;
+  l->client = c;
+  pthread_mutex_lock(&c->mu);
+  l->next = c->locks;
+  if (c->locks)
+    c->locks->prev = l;
+  c->locks = l;
+  pthread_mutex_unlock(&c->mu);
+  *out = l;
+  return 0;
+}
+
+/* Forgets the holds of `name` unless another handle still names it. */
+static void drop_orphan_holds_locked(struct dlock_client *c, const char *name) {
+  for (dlock_lock_t *o = c->locks; o; o = o->next)
+    if (strcmp(o->name, name) == 0)
+      return;
+  size_t cur;
+  dlock__map_entry *e = dlock__map_first(&c->holds, &cur);
+  while (e) {
+    dlock__hold *h = e->value;
+    e = dlock__map_next(&c->holds, e, &cur);
+    if (strcmp(h->name, name) == 0)
+      dlock__hold_remove_locked(c, h);
+  }
+}
+
+void dlock_lock_free(dlock_lock_t *l) {
+  if (!l || l->magic != DLOCK__LOCK_MAGIC)
+    return;
+  struct dlock_client *c = l->client;
+  l->magic = DLOCK__DEAD_MAGIC;
+  if (c->magic == DLOCK__CLIENT_MAGIC) {
+    pthread_mutex_lock(&c->mu);
+    if (l->prev)
+      l->prev->next = l->next;
+    else
+      c->locks = l->next;
+    if (l->next)
+      l->next->prev = l->prev;
+    drop_orphan_holds_locked(c, l->name);
+    pthread_mutex_unlock(&c->mu);
+  }
+  dlock__free(l->name);
+  dlock__free(l->channel);
+  dlock__free(l);
+}
+
+const char *dlock_lock_name(const dlock_lock_t *l) {
+  if (!l || l->magic != DLOCK__LOCK_MAGIC)
+    return "";
+  return l->name;
+}
+
+static int record_acquired(dlock_lock_t *l, uint64_t tid, int64_t lease,
+                           bool watchdog) {
+  struct dlock_client *c = l->client;
+  pthread_mutex_lock(&c->mu);
+  int rc = dlock__hold_acquired_locked(c, l->name, tid, lease, watchdog);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static int busy_error(const dlock_lock_t *l, int code, int64_t pttl) {
+  if (code == DLOCK_EBUSY)
+    return dlock__seterr(code,
+                         "lock '%.200s' is held by another owner (%" PRId64
+                         " ms of lease left)",
+                         l->name, pttl);
+  return dlock__seterr(code, "timed out waiting for lock '%.200s'", l->name);
+}
+
+/* The wait loop, after a first failed attempt. */
+static int wait_and_acquire(dlock_lock_t *l, const char *owner, int64_t lease,
+                            int64_t deadline, int64_t pttl) {
+  struct dlock_client *c = l->client;
+  dlock__waiter w;
+  int rc = dlock__waiter_begin(c, &w, l->channel);
+  if (rc)
+    return rc;
+  /* Not yet watching: wait for the subscription, then attempt again. */
+  pthread_mutex_lock(&c->mu);
+  bool watching = w.chan->state == DLOCK__CH_SUBBED;
+  pthread_mutex_unlock(&c->mu);
+  bool attempt_now = false;
+  if (!watching) {
+    int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
+    if (sub_deadline > deadline)
+      sub_deadline = deadline;
+    dlock__waiter_await_subscription(c, &w, sub_deadline);
+    attempt_now = true;
+  }
+  for (;;) {
+    if (attempt_now) {
+      rc = c->ops->lock_acquire(c->be, l->name, owner, lease, &pttl);
+      if (rc != 0)
+        break; /* acquired (1) or error (<0) */
+    }
+    attempt_now = true;
+    int64_t now = dlock__now_ms();
+    if (now >= deadline) {
+      rc = busy_error(l, DLOCK_ETIMEDOUT, pttl);
+      break;
+    }
+    /* Safety net for a lost message: never sleep past the holder's lease.
+     * pttl < 0: the key has no expiry (or vanished): sleep to the deadline
+     * unless woken. */
+    int64_t until = deadline;
+    if (pttl >= 0) {
+      int64_t lease_end = now + (pttl > 0 ? pttl : 1);
+      if (lease_end < until)
+        until = lease_end;
+    }
+    pthread_mutex_lock(&c->mu);
+    bool stopping = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    if (stopping) {
+      rc = dlock__seterr(DLOCK_ECLOSED, "client is being freed");
+      break;
+    }
+    dlock__waiter_sleep(c, &w, until);
+  }
+  dlock__waiter_end(c, &w);
+  return rc;
+}
+
+static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                   int64_t lease_ms, const char *fn) {
+  int rc = check_lock(l, fn);
+  if (rc)
+    return rc;
+  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
+  if (lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: lease must be > 0 or DLOCK_LEASE_WATCHDOG", fn);
+  if (tid == 0)
+    return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
+  struct dlock_client *c = l->client;
+  bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
+  int64_t lease = watchdog ? c->opts.watchdog_ms : lease_ms;
+  int64_t deadline = dlock__deadline_after(wait_ms);
+  char owner[64];
+  dlock__owner(c, tid, owner, sizeof owner);
+
+  int64_t pttl = -1;
+  rc = c->ops->lock_acquire(c->be, l->name, owner, lease, &pttl);
+  if (rc == 0) {
+    if (wait_ms == 0)
+      return busy_error(l, DLOCK_EBUSY, pttl);
+    rc = wait_and_acquire(l, owner, lease, deadline, pttl);
+  }
+  if (rc < 0)
+    return rc == DLOCK_EWRONGTYPE
+               ? dlock__seterr(rc,
+                               "lock '%.200s': the key holds a value of "
+                               "another type (not a lock)",
+                               l->name)
+               : rc;
+  return record_acquired(l, tid, lease, watchdog);
+}
+
+int dlock_lock_acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms) {
+  return acquire(l, dlock_thread_id(), wait_ms, lease_ms,
+                 "dlock_lock_acquire");
+}
+
+int dlock_lock_acquire_as(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                          int64_t lease_ms) {
+  return acquire(l, tid, wait_ms, lease_ms, "dlock_lock_acquire_as");
+}
+
+static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
+  int rc = check_lock(l, fn);
+  if (rc)
+    return rc;
+  if (tid == 0)
+    return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
+  struct dlock_client *c = l->client;
+  char owner[64], req[DLOCK__UUID_LEN + 1];
+  dlock__owner(c, tid, owner, sizeof owner);
+
+  /* reuse the request id of an earlier unsure release of this hold */
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h = dlock__hold_find_locked(c, l->name, tid);
+  int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
+  if (h && h->release_id[0])
+    memcpy(req, h->release_id, sizeof req);
+  else
+    req[0] = '\0';
+  pthread_mutex_unlock(&c->mu);
+  if (!req[0] && (rc = dlock__uuid(req)))
+    return rc;
+
+  int out = c->ops->lock_release(c->be, l->name, owner, lease, req);
+
+  pthread_mutex_lock(&c->mu);
+  h = dlock__hold_find_locked(c, l->name, tid);
+  if (out < 0) {
+    if (h && out != DLOCK_EWRONGTYPE)
+      memcpy(h->release_id, req, sizeof req); /* a retry reuses it */
+    rc = out;
+  } else if (out == DLOCK__REL_NOTOWNER) {
+    if (h) {
+      dlock__hold_remove_locked(c, h);
+      rc = dlock__seterr(DLOCK_ELOST,
+                         "lock '%.200s' was lost before release (lease "
+                         "expired or key removed)",
+                         l->name);
+    } else {
+      rc = dlock__seterr(DLOCK_ENOTOWNER,
+                         "lock '%.200s' is not held by this owner (%s)",
+                         l->name, owner);
+    }
+  } else if (h && h->lost) {
+    dlock__hold_remove_locked(c, h);
+    rc = dlock__seterr(DLOCK_ELOST,
+                       "lock '%.200s' was reported lost before this release",
+                       l->name);
+  } else if (out == DLOCK__REL_FREED) {
+    if (h)
+      dlock__hold_remove_locked(c, h);
+    rc = 0;
+  } else { /* DLOCK__REL_DOWN */
+    if (h) {
+      h->release_id[0] = '\0';
+      if (h->count > 1)
+        h->count--;
+    }
+    rc = 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int dlock_lock_release(dlock_lock_t *l) {
+  return release(l, dlock_thread_id(), "dlock_lock_release");
+}
+
+int dlock_lock_release_as(dlock_lock_t *l, uint64_t tid) {
+  return release(l, tid, "dlock_lock_release_as");
+}
+
+int dlock_lock_force_release(dlock_lock_t *l, bool *was_locked) {
+  int rc = check_lock(l, "dlock_lock_force_release");
+  if (rc)
+    return rc;
+  bool deleted = false;
+  rc = l->client->ops->lock_force_release(l->client->be, l->name, &deleted);
+  if (!rc && was_locked)
+    *was_locked = deleted;
+  return rc;
+}
+
+static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
+                 const char *fn) {
+  int rc = check_lock(l, fn);
+  if (rc)
+    return rc;
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
+  char owner[64];
+  dlock__owner(l->client, dlock_thread_id(), owner, sizeof owner);
+  rc = l->client->ops->lock_query(l->client->be, l->name, owner, q, out);
+  if (rc == DLOCK_EWRONGTYPE)
+    rc = dlock__seterr(rc, "%s: key '%.200s' holds a value of another type",
+                       fn, l->name);
+  return rc;
+}
+
+int dlock_lock_is_locked(dlock_lock_t *l, bool *out) {
+  int64_t v = 0;
+  int rc = out ? query(l, DLOCK__Q_LOCKED, &v, "dlock_lock_is_locked")
+               : dlock__seterr(DLOCK_EINVAL, "dlock_lock_is_locked: out is "
+                                             "NULL");
+  if (!rc)
+    *out = v > 0;
+  return rc;
+}
+
+int dlock_lock_is_held_by_thread(dlock_lock_t *l, bool *out) {
+  int64_t v = 0;
+  int rc = out ? query(l, DLOCK__Q_HELD, &v, "dlock_lock_is_held_by_thread")
+               : dlock__seterr(DLOCK_EINVAL, "dlock_lock_is_held_by_thread: "
+                                             "out is NULL");
+  if (!rc)
+    *out = v > 0;
+  return rc;
+}
+
+int dlock_lock_hold_count(dlock_lock_t *l, int64_t *out) {
+  return query(l, DLOCK__Q_COUNT, out, "dlock_lock_hold_count");
+}
+
+int dlock_lock_remaining_lease(dlock_lock_t *l, int64_t *out) {
+  return query(l, DLOCK__Q_REMAINING, out, "dlock_lock_remaining_lease");
+}
+
+int dlock_lock_state(dlock_lock_t *l, dlock_lock_state_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_lock_state: out is NULL");
+  *out = NULL;
+  int rc = check_lock(l, "dlock_lock_state");
+  if (rc)
+    return rc;
+  return l->client->ops->lock_state(l->client->be, l->name, out);
+}
+
+void dlock_lock_state_free(dlock_lock_state_t *st) {
+  if (!st)
+    return;
+  for (size_t i = 0; st->holders && i < st->nholders; i++)
+    dlock__free((void *)st->holders[i].owner);
+  dlock__free(st->holders);
+  dlock__free((void *)st->name);
+  dlock__free(st);
+}

@@ -1,0 +1,135 @@
+/*
+ * map.c - chained hash map (see map.h). FNV-1a hashing, doubling at load 1.
+ */
+#include "map.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+
+static size_t hash_bytes(const void *key, size_t klen) {
+  const unsigned char *p = key;
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < klen; i++) {
+    h ^= p[i];
+    h *= 1099511628211ULL;
+  }
+  return (size_t)(h ^ (h >> 29));
+}
+
+void dlock__map_init(dlock__map *m) { memset(m, 0, sizeof *m); }
+
+void dlock__map_clear(dlock__map *m) {
+  for (size_t i = 0; i < m->nbuckets; i++) {
+    dlock__map_entry *e = m->buckets[i];
+    while (e) {
+      dlock__map_entry *n = e->next;
+      dlock__free(e);
+      e = n;
+    }
+  }
+  dlock__free(m->buckets);
+  dlock__map_init(m);
+}
+
+static dlock__map_entry **find_slot(const dlock__map *m, const void *key,
+                                    size_t klen, size_t h) {
+  dlock__map_entry **pp = &m->buckets[h & (m->nbuckets - 1)];
+  while (*pp) {
+    if ((*pp)->hash == h && (*pp)->klen == klen &&
+        memcmp((*pp)->key, key, klen) == 0)
+      return pp;
+    pp = &(*pp)->next;
+  }
+  return pp;
+}
+
+void *dlock__map_get(const dlock__map *m, const void *key, size_t klen) {
+  if (!m->nbuckets)
+    return NULL;
+  dlock__map_entry **pp = find_slot(m, key, klen, hash_bytes(key, klen));
+  return *pp ? (*pp)->value : NULL;
+}
+
+static int grow(dlock__map *m) {
+  size_t n = m->nbuckets ? m->nbuckets * 2 : 16;
+  dlock__map_entry **b = dlock__calloc(n, sizeof *b);
+  if (!b)
+    return DLOCK_ENOMEM;
+  for (size_t i = 0; i < m->nbuckets; i++) {
+    dlock__map_entry *e = m->buckets[i];
+    while (e) {
+      dlock__map_entry *next = e->next;
+      e->next = b[e->hash & (n - 1)];
+      b[e->hash & (n - 1)] = e;
+      e = next;
+    }
+  }
+  dlock__free(m->buckets);
+  m->buckets = b;
+  m->nbuckets = n;
+  return 0;
+}
+
+int dlock__map_put(dlock__map *m, const void *key, size_t klen, void *value) {
+  if (m->count >= m->nbuckets) {
+    int rc = grow(m);
+    if (rc)
+      return rc;
+  }
+  size_t h = hash_bytes(key, klen);
+  dlock__map_entry **pp = find_slot(m, key, klen, h);
+  if (*pp) {
+    (*pp)->value = value;
+    return 0;
+  }
+  dlock__map_entry *e = dlock__calloc(1, sizeof *e + klen + 1);
+  if (!e)
+    return DLOCK_ENOMEM;
+  e->hash = h;
+  e->klen = klen;
+  e->value = value;
+  memcpy(e->key, key, klen);
+  *pp = e;
+  m->count++;
+  return 0;
+}
+
+void *dlock__map_del(dlock__map *m, const void *key, size_t klen) {
+  if (!m->nbuckets)
+    return NULL;
+  dlock__map_entry **pp = find_slot(m, key, klen, hash_bytes(key, klen));
+  dlock__map_entry *e = *pp;
+  if (!e)
+    return NULL;
+  void *v = e->value;
+  *pp = e->next;
+  dlock__free(e);
+  m->count--;
+  return v;
+}
+
+static dlock__map_entry *scan(const dlock__map *m, size_t from,
+                              size_t *cursor) {
+  for (size_t i = from; i < m->nbuckets; i++) {
+    if (m->buckets[i]) {
+      *cursor = i;
+      return m->buckets[i];
+    }
+  }
+  *cursor = m->nbuckets;
+  return NULL;
+}
+
+dlock__map_entry *dlock__map_first(const dlock__map *m, size_t *cursor) {
+  return scan(m, 0, cursor);
+}
+
+dlock__map_entry *dlock__map_next(const dlock__map *m, dlock__map_entry *e,
+                                  size_t *cursor) {
+  if (e->next)
+    return e->next;
+  return scan(m, *cursor + 1, cursor);
+}

@@ -1,0 +1,192 @@
+/*
+ * options.c - dlock_options_t: defaults, validated setters, deep copy.
+ */
+#include "options.h"
+
+#include <string.h>
+
+#include "alloc.h"
+#include "error.h"
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define DEFAULT_COMMAND_TIMEOUT_MS 5000
+#define DEFAULT_WATCHDOG_MS 30000
+#define DEFAULT_POOL_SIZE 8
+/* A day: longer timeouts are almost certainly a unit mistake. */
+#define MAX_TIMEOUT_MS (24LL * 3600 * 1000)
+
+void dlock__options_defaults(struct dlock_options *o) {
+  memset(o, 0, sizeof *o);
+  o->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+  o->command_timeout_ms = DEFAULT_COMMAND_TIMEOUT_MS;
+  o->watchdog_ms = DEFAULT_WATCHDOG_MS;
+  o->pool_size = DEFAULT_POOL_SIZE;
+  o->log_level = DLOCK_LOG_WARN;
+}
+
+static void free_secret(char *s) {
+  if (s) {
+    memset(s, 0, strlen(s));
+    dlock__free(s);
+  }
+}
+
+void dlock__options_clear(struct dlock_options *o) {
+  dlock__free(o->client_name);
+  dlock__free(o->user);
+  free_secret(o->password);
+  dlock__options_defaults(o);
+}
+
+static int dup_opt(char **dst, const char *src) {
+  *dst = NULL;
+  if (!src)
+    return 0;
+  *dst = dlock__strdup(src);
+  return *dst ? 0 : DLOCK_ENOMEM;
+}
+
+int dlock__options_copy(struct dlock_options *dst,
+                        const struct dlock_options *src) {
+  if (!src) {
+    dlock__options_defaults(dst);
+    return 0;
+  }
+  *dst = *src;
+  dst->client_name = dst->user = dst->password = NULL;
+  if (dup_opt(&dst->client_name, src->client_name) ||
+      dup_opt(&dst->user, src->user) ||
+      dup_opt(&dst->password, src->password)) {
+    dlock__options_clear(dst);
+    return DLOCK_ENOMEM;
+  }
+  return 0;
+}
+
+int dlock_options_new(dlock_options_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_options_new: out is NULL");
+  *out = dlock__calloc(1, sizeof **out);
+  if (!*out)
+    return DLOCK_ENOMEM;
+  dlock__options_defaults(*out);
+  return 0;
+}
+
+void dlock_options_free(dlock_options_t *opts) {
+  if (!opts)
+    return;
+  dlock__options_clear(opts);
+  dlock__free(opts);
+}
+
+static int check_ms(const char *what, int64_t ms, int64_t min) {
+  if (ms < min || ms > MAX_TIMEOUT_MS)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s must be from %lld to %lld ms (got %lld)", what,
+                         (long long)min, (long long)MAX_TIMEOUT_MS,
+                         (long long)ms);
+  return 0;
+}
+
+#define NEED_OPTS(fn)                                                          \
+  do {                                                                         \
+    if (!opts)                                                                 \
+      return dlock__seterr(DLOCK_EINVAL, fn ": opts is NULL");                 \
+  } while (0)
+
+int dlock_options_set_connect_timeout(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_connect_timeout");
+  int rc = check_ms("connect timeout", ms, 1);
+  if (!rc)
+    opts->connect_timeout_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_command_timeout(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_command_timeout");
+  int rc = check_ms("command timeout", ms, 1);
+  if (!rc)
+    opts->command_timeout_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_watchdog_timeout(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_watchdog_timeout");
+  int rc = check_ms("watchdog timeout", ms, 3);
+  if (!rc)
+    opts->watchdog_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_client_name(dlock_options_t *opts, const char *name) {
+  NEED_OPTS("dlock_options_set_client_name");
+  char *copy = NULL;
+  if (name) {
+    size_t n = strlen(name);
+    if (n == 0 || n > 256)
+      return dlock__seterr(DLOCK_EINVAL,
+                           "client name must be 1 to 256 bytes");
+    for (size_t i = 0; i < n; i++) {
+      unsigned char ch = (unsigned char)name[i];
+      if (ch <= ' ' || ch >= 0x7f)
+        return dlock__seterr(DLOCK_EINVAL,
+                             "client name must be printable ASCII without "
+                             "spaces");
+    }
+    if (!(copy = dlock__strdup(name)))
+      return DLOCK_ENOMEM;
+  }
+  dlock__free(opts->client_name);
+  opts->client_name = copy;
+  return 0;
+}
+
+int dlock_options_set_credentials(dlock_options_t *opts, const char *user,
+                                  const char *password) {
+  NEED_OPTS("dlock_options_set_credentials");
+  char *u = NULL, *p = NULL;
+  if ((user && !*user) || (password && !*password))
+    return dlock__seterr(DLOCK_EINVAL,
+                         "user and password must be NULL or non-empty");
+  if (user && !password)
+    return dlock__seterr(DLOCK_EINVAL, "a user needs a password");
+  if (dup_opt(&u, user) || dup_opt(&p, password)) {
+    dlock__free(u);
+    free_secret(p);
+    return DLOCK_ENOMEM;
+  }
+  dlock__free(opts->user);
+  free_secret(opts->password);
+  opts->user = u;
+  opts->password = p;
+  opts->credentials_set = true;
+  return 0;
+}
+
+int dlock_options_set_pool_size(dlock_options_t *opts, int n) {
+  NEED_OPTS("dlock_options_set_pool_size");
+  if (n < 1 || n > 1024)
+    return dlock__seterr(DLOCK_EINVAL, "pool size must be from 1 to 1024");
+  opts->pool_size = n;
+  return 0;
+}
+
+int dlock_options_set_lost_callback(dlock_options_t *opts, dlock_lost_fn fn,
+                                    void *userdata) {
+  NEED_OPTS("dlock_options_set_lost_callback");
+  opts->lost_fn = fn;
+  opts->lost_ud = userdata;
+  return 0;
+}
+
+int dlock_options_set_log_callback(dlock_options_t *opts, dlock_log_fn fn,
+                                   void *userdata, dlock_log_level_t max_level) {
+  NEED_OPTS("dlock_options_set_log_callback");
+  if ((int)max_level < DLOCK_LOG_ERROR || (int)max_level > DLOCK_LOG_DEBUG)
+    return dlock__seterr(DLOCK_EINVAL, "log level out of range");
+  opts->log_fn = fn;
+  opts->log_ud = userdata;
+  opts->log_level = max_level;
+  return 0;
+}

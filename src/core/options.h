@@ -1,0 +1,35 @@
+/*
+ * options.h - the options object (public dlock_options_t) and its defaults.
+ *
+ * A client copies the options at creation (dlock__options_copy), so the
+ * caller may free or reuse its object at once.
+ */
+#ifndef DLOCK_CORE_OPTIONS_H
+#define DLOCK_CORE_OPTIONS_H
+
+#include "dlock/dlock.h"
+
+struct dlock_options {
+  int64_t connect_timeout_ms;
+  int64_t command_timeout_ms;
+  int64_t watchdog_ms;
+  int pool_size;
+  char *client_name;
+  bool credentials_set;
+  char *user;
+  char *password;
+  dlock_lost_fn lost_fn;
+  void *lost_ud;
+  dlock_log_fn log_fn;
+  void *log_ud;
+  dlock_log_level_t log_level;
+};
+
+void dlock__options_defaults(struct dlock_options *o);
+/* Deep copy of src (or defaults when src is NULL) into dst. */
+int dlock__options_copy(struct dlock_options *dst,
+                        const struct dlock_options *src);
+/* Frees what dst owns (not dst itself). */
+void dlock__options_clear(struct dlock_options *o);
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * conn.h - one connection to a RESP server: socket, deadlines, parser.
+ *
+ * A conn is a non-blocking socket (TCP or Unix) behind a small transport
+ * table (plain today; TLS plugs in as a second table on the same path), an
+ * output buffer of formatted commands and a hiredis redisReader for replies.
+ *
+ * Two ways to drive it:
+ *  - blocking with a deadline: dlock__conn_exec() flushes what was appended
+ *    and reads N replies, waiting in poll() until the deadline;
+ *  - non-blocking: dlock__conn_write_some() / dlock__conn_read_some() /
+ *    dlock__conn_take_reply() and dlock__conn_fd(), so that one thread can
+ *    write to several servers at once and gather replies with one poll()
+ *    (Redlock, Cluster fan-out, and the pub/sub listener use this).
+ *
+ * A conn is used by one thread at a time (the pool hands it out). Any I/O
+ * or protocol failure marks it broken; a broken conn is only good for
+ * dlock__conn_close().
+ */
+#ifndef DLOCK_NET_CONN_H
+#define DLOCK_NET_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hiredis/hiredis.h>
+
+#include "core/url.h"
+
+typedef struct dlock__conn dlock__conn;
+
+/* Connects to ep before deadline (monotonic ms). Errors:
+ * DLOCK_EUNAVAILABLE (refused, unknown host, ...), DLOCK_EIOTIMEOUT. */
+int dlock__conn_connect(dlock__conn **out, const dlock__endpoint *ep,
+                        int64_t deadline);
+void dlock__conn_close(dlock__conn *c);
+
+/* Appends one command (argument vector) to the output buffer. */
+int dlock__conn_append(dlock__conn *c, int argc, const char **argv,
+                       const size_t *argvlen);
+/* Flushes the output, then reads n replies into replies[0..n) (each to be
+ * freed with freeReplyObject). On failure no reply is returned and the conn
+ * is broken. */
+int dlock__conn_exec(dlock__conn *c, int64_t deadline, size_t n,
+                     redisReply **replies);
+
+/* Non-blocking primitives. write_some: 0 when all is written or it would
+ * block (check dlock__conn_want_write), <0 on error. read_some: reads what
+ * the socket has, 0 or <0 (closed, error). take_reply: 1 and *out when a
+ * whole reply is buffered, 0 when none, <0 on a protocol error. */
+int dlock__conn_write_some(dlock__conn *c);
+bool dlock__conn_want_write(const dlock__conn *c);
+int dlock__conn_read_some(dlock__conn *c);
+int dlock__conn_take_reply(dlock__conn *c, redisReply **out);
+int dlock__conn_fd(const dlock__conn *c);
+bool dlock__conn_broken(const dlock__conn *c);
+/* True when the peer already closed or reset the connection (checked
+ * without blocking); used before reusing an idle pooled conn. */
+bool dlock__conn_peer_closed(dlock__conn *c);
+/* "host:port" or the socket path, for messages. */
+const char *dlock__conn_peer(const dlock__conn *c);
+
+#endif

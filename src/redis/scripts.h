@@ -1,0 +1,24 @@
+/*
+ * scripts.h - the Lua scripts of the Redis backend, embedded at build time
+ * from the .lua files in src/redis/scripts (cmake/embed_scripts.cmake) with the SHA1
+ * that EVALSHA needs.
+ */
+#ifndef DLOCK_REDIS_SCRIPTS_H
+#define DLOCK_REDIS_SCRIPTS_H
+
+#include <stddef.h>
+
+typedef struct dlock__script {
+  const char *name;
+  const char *body;
+  size_t len;
+  const char *sha; /* 40 hex digits */
+} dlock__script;
+
+extern const dlock__script dlock__script_lock_acquire;
+extern const dlock__script dlock__script_lock_release;
+extern const dlock__script dlock__script_lock_force_release;
+extern const dlock__script dlock__script_lock_renew;
+extern const dlock__script dlock__script_lock_state;
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * watch.c - the Redis pub/sub connection of a client (background thread).
+ *
+ * One connection per client, opened lazily when the first waiter needs a
+ * channel and kept while channels are subscribed. The background thread
+ * owns it completely: it writes SUBSCRIBE/UNSUBSCRIBE (non-blocking, the
+ * rest flushed when poll() says writable) and reads push messages, turning
+ * them into dlock__watch_event callbacks. Any failure closes it; the core
+ * then wakes every waiter (messages may have been lost) and reconnects.
+ */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "redis/redis.h"
+
+int dlock__redis_watch_connect(void *be, int64_t deadline) {
+  dlock__redis *r = be;
+  (void)deadline; /* the dial uses the connect timeout */
+  dlock__redis_watch_disconnect(r);
+  return dlock__redis_dial(r, false, &r->watch);
+}
+
+void dlock__redis_watch_disconnect(void *be) {
+  dlock__redis *r = be;
+  dlock__conn_close(r->watch);
+  r->watch = NULL;
+}
+
+int dlock__redis_watch_fd(void *be) {
+  dlock__redis *r = be;
+  return r->watch ? dlock__conn_fd(r->watch) : -1;
+}
+
+bool dlock__redis_watch_want_write(void *be) {
+  dlock__redis *r = be;
+  return r->watch && dlock__conn_want_write(r->watch);
+}
+
+int dlock__redis_watch_flush(void *be) {
+  dlock__redis *r = be;
+  if (!r->watch)
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
+  return dlock__conn_write_some(r->watch);
+}
+
+#define SUB_BATCH 256
+
+int dlock__redis_watch_subscribe(void *be, bool subscribe,
+                                 const char *const *chans, const size_t *lens,
+                                 size_t n) {
+  dlock__redis *r = be;
+  if (!r->watch)
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
+  const char *argv[SUB_BATCH + 1];
+  size_t argl[SUB_BATCH + 1];
+  for (size_t at = 0; at < n; at += SUB_BATCH) {
+    size_t k = n - at < SUB_BATCH ? n - at : SUB_BATCH;
+    argv[0] = subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
+    argl[0] = strlen(argv[0]);
+    for (size_t i = 0; i < k; i++) {
+      argv[i + 1] = chans[at + i];
+      argl[i + 1] = lens[at + i];
+    }
+    int rc = dlock__conn_append(r->watch, (int)k + 1, argv, argl);
+    if (rc)
+      return rc;
+  }
+  return dlock__conn_write_some(r->watch);
+}
+
+static bool str_is(const redisReply *e, const char *s) {
+  return e->type == REDIS_REPLY_STRING && e->len == strlen(s) &&
+         memcmp(e->str, s, e->len) == 0;
+}
+
+int dlock__redis_watch_read(void *be, dlock__watch_fn fn, void *ud) {
+  dlock__redis *r = be;
+  if (!r->watch)
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
+  int rc = dlock__conn_read_some(r->watch);
+  /* deliver what was parsed even when the read then failed */
+  for (int guard = 0; guard < 100000; guard++) {
+    redisReply *m = NULL;
+    int t = dlock__conn_take_reply(r->watch, &m);
+    if (t < 0)
+      return t;
+    if (t == 0)
+      break;
+    if (m->type == REDIS_REPLY_ERROR) {
+      int e = dlock__redis_error(m, "pub/sub");
+      freeReplyObject(m);
+      return e;
+    }
+    if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+        m->element[1]->type == REDIS_REPLY_STRING) {
+      const redisReply *kind = m->element[0], *ch = m->element[1],
+                       *pl = m->element[2];
+      if (str_is(kind, "message") && pl->type == REDIS_REPLY_STRING)
+        fn(ud, DLOCK__W_MESSAGE, ch->str, ch->len, pl->str, pl->len);
+      else if (str_is(kind, "subscribe"))
+        fn(ud, DLOCK__W_SUBSCRIBED, ch->str, ch->len, NULL, 0);
+      else if (str_is(kind, "unsubscribe"))
+        fn(ud, DLOCK__W_UNSUBSCRIBED, ch->str, ch->len, NULL, 0);
+    }
+    freeReplyObject(m);
+  }
+  return rc;
+}
