@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what dlock needs to build and test on Debian 12, if anything is
+# missing. Needs root (or sudo) only when something must be installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
+      redis-server redis-tools)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The full test suite, as CI runs it: installs what is missing, builds with
+# warnings as errors, runs every test under AddressSanitizer+UBSan, then in
+# a normal build. Each test starts its own redis-server on a free loopback
+# port and stops it. Usage: ./scripts/test.sh [extra ctest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+
+run_suite() { # build-dir, cmake args...
+  local dir=$1; shift
+  cmake -S . -B "$dir" -DDLOCK_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  (cd "$dir" && ctest --output-on-failure -j"$jobs" "${CTEST_ARGS[@]}")
+}
+CTEST_ARGS=("$@")
+
+echo "== ASan+UBSan build =="
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_ASAN=ON -DDLOCK_UBSAN=ON
+echo "== Release build =="
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
