@@ -1,0 +1,70 @@
+/*
+ * args.h - the dlock command's argument parser (see args.c).
+ *
+ * The parser is pure: it reads argv, fills a struct and, on a usage error,
+ * writes a one-line message into a caller buffer. It never prints, exits,
+ * allocates or touches the environment, so it can be fuzzed on its own.
+ */
+#ifndef DLOCK_CLI_ARGS_H
+#define DLOCK_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* sysexits.h values the command's contract (CLI.md) promises. */
+#define CLI_EX_USAGE 64
+#define CLI_EX_UNAVAILABLE 69
+#define CLI_EX_SOFTWARE 70
+#define CLI_EX_TEMPFAIL 75
+
+enum cli_mode {
+  CLI_MODE_RUN,          /* NAME COMMAND... or NAME -c CMD */
+  CLI_MODE_HOLD,         /* NAME alone: hold until SIGINT/SIGTERM */
+  CLI_MODE_STATUS,       /* --status NAME */
+  CLI_MODE_FORCE_UNLOCK, /* --force-unlock NAME */
+  CLI_MODE_HELP,
+  CLI_MODE_VERSION
+};
+
+enum cli_on_lost { CLI_LOST_TERM, CLI_LOST_KILL, CLI_LOST_IGNORE };
+
+struct cli_opts {
+  enum cli_mode mode;
+  const char *name;          /* the lock name (points into argv) */
+  char *url;                 /* -u argument (points into argv), or NULL */
+  char *const *command;      /* COMMAND ARG... (NULL-terminated argv tail) */
+  const char *shell_command; /* -c CMD, or NULL */
+  const char *password_file; /* --password-file, or NULL */
+  int64_t wait_ms;           /* -1 = forever, 0 = -n, else -w */
+  int64_t lease_ms;          /* -1 = watchdog lease, else -l */
+  int64_t watchdog_ms;       /* 0 = the library's default */
+  int64_t kill_after_ms;     /* --kill-after, default 10000 */
+  int conflict_exit;         /* -E, default 1 */
+  enum cli_on_lost on_lost;  /* --on-lost, default term */
+  int verbose;               /* number of -v */
+  bool json;                 /* --json */
+};
+
+/* Longest number of seconds any option accepts (about 31 years). */
+#define CLI_SECS_MAX 1000000000LL
+
+/*
+ * Parses argv[1..argc-1]; argv[argc] must be NULL (as for main()). Returns 0
+ * and fills *o, or returns CLI_EX_USAGE and writes a one-line message
+ * (without the "dlock: " prefix, printable ASCII only) into err[errlen].
+ * Pointers stored in *o point into argv.
+ */
+int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
+              size_t errlen);
+
+/* Parses decimal seconds ("5", "0.25", ".5", "2.") into milliseconds,
+ * rounding a fraction of a millisecond up. 0 on success; -1 when not a
+ * number, -2 when negative, -3 when above CLI_SECS_MAX. */
+int cli_parse_secs(const char *s, int64_t *ms);
+
+/* Copies at most `max` bytes of `s` into out[outlen] as printable ASCII
+ * (other bytes as \xHH), NUL-terminated, with "..." when cut. */
+void cli_printable(const char *s, size_t max, char *out, size_t outlen);
+
+#endif /* DLOCK_CLI_ARGS_H */

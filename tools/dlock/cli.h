@@ -1,0 +1,59 @@
+/*
+ * cli.h - what the parts of the dlock command share once argv is parsed:
+ * the resolved backend, the secrets never to print, the library options,
+ * and the helpers that turn a library error into one stderr line and an
+ * exit status (report.c), run a command under the lock (run.c), and show
+ * or break a lock (status.c).
+ */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include <stddef.h>
+
+#include <dlock/dlock.h>
+
+#include "args.h"
+
+#define CLI_MAX_SECRETS 4
+
+struct cli_ctx {
+  const struct cli_opts *o;
+  const char *url;        /* the backend URL in use */
+  const char *url_shown;  /* the same with the password as "***" */
+  const char *secrets[CLI_MAX_SECRETS]; /* never printed */
+  size_t nsecrets;
+  dlock_options_t *dopts; /* library options (owned by main) */
+  char name_shown[160];   /* NAME as printable ASCII, bounded */
+};
+
+/* Prints "dlock: <formatted>\n" to stderr on one line, secrets hidden.
+ * `c` may be NULL (nothing to hide yet). Thread-safe. */
+void cli_msg(const struct cli_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The exit status for a library error code (CLI.md): 69 for the backend's
+ * refusals, 64 for a bad URL or argument, 70 for the rest. */
+int cli_exit_for(int err);
+
+/* Prints one line for a failed library call made by THIS thread
+ * (dlock_last_error() is per thread), with a hint on what to do, and returns
+ * the exit status. `subject` (may be NULL) leads the line when the library's
+ * detail does not already name the backend. */
+int cli_lib_error(const struct cli_ctx *c, const char *subject, int err);
+
+/* Connects and makes the handle for NAME. 0, or an exit status after an
+ * error line. */
+int cli_connect(const struct cli_ctx *c, dlock_client_t **client,
+                dlock_lock_t **lock);
+
+/* Monotonic clock in milliseconds. */
+int64_t cli_now_ms(void);
+
+/* run.c: RUN and HOLD modes; returns the exit status. */
+int cli_run(struct cli_ctx *c);
+
+/* status.c: --status and --force-unlock; return the exit status. */
+int cli_status(struct cli_ctx *c);
+int cli_force_unlock(struct cli_ctx *c);
+
+#endif /* DLOCK_CLI_H */

@@ -1,0 +1,271 @@
+/*
+ * main.c - the dlock command: flock(1) for a fleet (CLI.md is the contract).
+ *
+ * Design note. main() turns argv and the environment into a cli_ctx and
+ * hands it to one of three modes: run/hold (run.c), status/force-unlock
+ * (status.c). Parsing lives in args.c (pure, fuzzable); this file does the
+ * parts that touch the outside world before any thread exists: the backend
+ * URL ($DLOCK_URL, default redis://127.0.0.1:6379), the password (URL, or
+ * --password-file, or $DLOCK_PASSWORD), scrubbing the URL's password out of
+ * argv in place so `ps` cannot show it, and the library options. Every
+ * secret is recorded in the context so that no message prints it.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <dlock/dlock.h>
+
+#include "args.h"
+#include "cli.h"
+#include "url.h"
+
+#define DEFAULT_URL "redis://127.0.0.1:6379"
+#define PASSWORD_MAX 4096
+
+static const char usage_text[] =
+    "Usage: dlock [options] NAME COMMAND [ARG...]\n"
+    "       dlock [options] NAME -c 'SHELL COMMAND'\n"
+    "       dlock [options] NAME                 hold until SIGINT/SIGTERM\n"
+    "       dlock [options] --status NAME        who holds it (exit 0 held, "
+    "1 free)\n"
+    "       dlock [options] --force-unlock NAME  administrator's release\n"
+    "\n"
+    "Run a command while holding a distributed lock on Redis, so that it runs\n"
+    "on one machine at a time. Redisson's lock layout: Java processes using\n"
+    "Redisson's RLock on the same NAME exclude dlock and vice versa.\n"
+    "\n"
+    "Options:\n"
+    "  -u, --url URL            backend (default: $DLOCK_URL, else\n"
+    "                           " DEFAULT_URL ")\n"
+    "  -x, --exclusive          exclusive lock (the default)\n"
+    "  -n, --nonblock           fail at once if the lock is held\n"
+    "  -w, --wait SECS          wait at most SECS (decimals allowed; alias\n"
+    "      --timeout SECS       --timeout); default: wait forever\n"
+    "  -E, --conflict-exit-code N\n"
+    "                           exit status when -n or -w gives up (default "
+    "1)\n"
+    "  -l, --lease SECS         fixed lease, never renewed: the lock expires\n"
+    "                           after SECS even if the command still runs\n"
+    "      --watchdog SECS      renewed lease (default 30; renewed every "
+    "third)\n"
+    "      --on-lost ACTION     if the lock is lost while the command runs:\n"
+    "                           term (default: SIGTERM, then SIGKILL after\n"
+    "                           --kill-after), kill, or ignore\n"
+    "      --kill-after SECS    grace between SIGTERM and SIGKILL (default "
+    "10)\n"
+    "  -c, --command CMD        run CMD with /bin/sh -c\n"
+    "  -v, --verbose            report time waited, owner, renewals, loss\n"
+    "                           (-vv: library debug messages too)\n"
+    "      --status             show the lock: kind, holders, lease left\n"
+    "      --json               with --status: one JSON object\n"
+    "      --force-unlock       delete the lock whoever holds it\n"
+    "      --password-file FILE read the password from FILE's first line\n"
+    "  -h, --help               this text\n"
+    "      --version            version of dlock and libdlock\n"
+    "\n"
+    "Not available yet (later lock kinds; they exit 64 today): -s/--shared,\n"
+    "-F/--fair, -N/--limit, --all, several -u (Redlock), rediss:// (TLS).\n"
+    "\n"
+    "URLs: redis://[[user]:password@]host[:port][/db], "
+    "unix:///path/redis.sock.\n"
+    "A password is never printed and is hidden from ps.\n"
+    "\n"
+    "Environment:\n"
+    "  DLOCK_URL       backend when -u is not given\n"
+    "  DLOCK_PASSWORD  password when neither the URL nor --password-file has "
+    "one\n"
+    "  The command gets DLOCK_NAME (the lock's name). DLOCK_TOKEN, a fencing\n"
+    "  token that grows with every grant, comes with fenced locks.\n"
+    "\n"
+    "SIGINT, SIGTERM and SIGHUP are forwarded to the command; the lock is\n"
+    "released after it exits.\n"
+    "\n"
+    "Exit status: the command's (128+S if killed by signal S); 1 (or -E) when\n"
+    "-n/-w gave up; 64 usage error; 69 backend unreachable, auth refused or\n"
+    "timed out; 70 internal error; 75 lock lost and the command terminated.\n";
+
+static void on_log(void *userdata, dlock_log_level_t level, const char *msg) {
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  const char *ln = (unsigned)level < 4 ? names[level] : "log";
+  cli_msg(userdata, "[%s] %s", ln, msg);
+}
+
+/* First line of FILE (without CR/LF) into a fresh string, or NULL with
+ * errno set (EINVAL for an empty password). */
+static char *read_password_file(const char *path) {
+  char *buf = malloc(PASSWORD_MAX + 1);
+  size_t n = 0, i;
+  int fd;
+  if (buf == NULL)
+    return NULL;
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    free(buf);
+    return NULL;
+  }
+  while (n < PASSWORD_MAX) {
+    ssize_t k = read(fd, buf + n, PASSWORD_MAX - n);
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k < 0) {
+      int e = errno;
+      close(fd);
+      free(buf);
+      errno = e;
+      return NULL;
+    }
+    if (k == 0)
+      break;
+    n += (size_t)k;
+    if (memchr(buf, '\n', n) != NULL)
+      break;
+  }
+  close(fd);
+  for (i = 0; i < n && buf[i] != '\n' && buf[i] != '\0'; i++)
+    ;
+  if (i > 0 && buf[i - 1] == '\r')
+    i--;
+  buf[i] = '\0';
+  if (i == 0) {
+    free(buf);
+    errno = EINVAL;
+    return NULL;
+  }
+  return buf;
+}
+
+int main(int argc, char **argv) {
+  struct cli_opts o;
+  struct cli_ctx c;
+  char err[512];
+  char *url = NULL, *shown = NULL, *url_secret = NULL, *url_pw = NULL;
+  char *file_pw = NULL, *user = NULL;
+  const char *env_pw = NULL, *pw = NULL, *env_url;
+  size_t off, len;
+  int rc;
+
+  if (cli_parse(argc, argv, &o, err, sizeof err) != 0) {
+    fprintf(stderr, "dlock: %s\n", err);
+    return CLI_EX_USAGE;
+  }
+  if (o.mode == CLI_MODE_HELP) {
+    fputs(usage_text, stdout);
+    return fflush(stdout) == 0 ? 0 : CLI_EX_SOFTWARE;
+  }
+  if (o.mode == CLI_MODE_VERSION) {
+    printf("dlock %d.%d.%d (libdlock %s)\n", DLOCK_VERSION_MAJOR,
+           DLOCK_VERSION_MINOR, DLOCK_VERSION_PATCH, dlock_version_string());
+    return fflush(stdout) == 0 ? 0 : CLI_EX_SOFTWARE;
+  }
+
+  memset(&c, 0, sizeof c);
+  c.o = &o;
+  cli_printable(o.name, 120, c.name_shown, sizeof c.name_shown);
+
+  /* The backend, and its secret out of argv. */
+  env_url = getenv("DLOCK_URL");
+  url = strdup(o.url != NULL                         ? o.url
+               : env_url != NULL && env_url[0] != '\0' ? env_url
+                                                       : DEFAULT_URL);
+  if (url == NULL) {
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EX_SOFTWARE;
+  }
+  if (o.url != NULL && cli_url_secret_span(o.url, &off, &len))
+    memset(o.url + off, '*', len);
+  shown = cli_url_redact(url);
+  if (cli_url_secret_span(url, &off, &len))
+    url_secret = strndup(url + off, len);
+  url_pw = cli_url_password(url);
+  if (shown == NULL) {
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EX_SOFTWARE;
+  }
+  c.url = url;
+  c.url_shown = shown;
+  c.secrets[c.nsecrets++] = url_secret;
+  c.secrets[c.nsecrets++] = url_pw;
+
+  if (cli_url_is_tls(url)) {
+    cli_msg(&c, "%s: rediss:// (TLS) is not available yet; use redis:// "
+                "over a trusted network or a tunnel",
+            shown);
+    return CLI_EX_USAGE;
+  }
+
+  /* The password: the URL's, or --password-file, or $DLOCK_PASSWORD. */
+  env_pw = getenv("DLOCK_PASSWORD");
+  if (env_pw != NULL && env_pw[0] != '\0')
+    c.secrets[c.nsecrets++] = env_pw;
+  if (o.password_file != NULL) {
+    char pf[160];
+    cli_printable(o.password_file, 120, pf, sizeof pf);
+    if (cli_url_has_password(url)) {
+      cli_msg(&c, "the URL has a password and --password-file gives "
+                  "another: keep one");
+      return CLI_EX_USAGE;
+    }
+    file_pw = read_password_file(o.password_file);
+    if (file_pw == NULL) {
+      cli_msg(&c, "--password-file %s: %s", pf,
+              errno == EINVAL ? "empty first line" : strerror(errno));
+      return CLI_EX_USAGE;
+    }
+    c.secrets[c.nsecrets++] = file_pw;
+    pw = file_pw;
+  } else if (!cli_url_has_password(url) && env_pw != NULL &&
+             env_pw[0] != '\0') {
+    pw = env_pw;
+  }
+
+  /* Library options. */
+  if (dlock_options_new(&c.dopts) != 0) {
+    cli_msg(&c, "out of memory");
+    return CLI_EX_SOFTWARE;
+  }
+  if (o.watchdog_ms > 0 &&
+      dlock_options_set_watchdog_timeout(c.dopts, o.watchdog_ms) != 0) {
+    cli_msg(&c, "--watchdog: the library refused %lld ms",
+            (long long)o.watchdog_ms);
+    return CLI_EX_USAGE;
+  }
+  if (pw != NULL) {
+    user = cli_url_user(url);
+    if (dlock_options_set_credentials(c.dopts, user, pw) != 0) {
+      cli_msg(&c, "the library refused the credentials");
+      return CLI_EX_USAGE;
+    }
+  }
+  dlock_options_set_client_name(c.dopts, "dlock-cli");
+  if (o.verbose > 0)
+    dlock_options_set_log_callback(
+        c.dopts, on_log, &c, o.verbose > 1 ? DLOCK_LOG_DEBUG : DLOCK_LOG_INFO);
+
+  switch (o.mode) {
+  case CLI_MODE_STATUS:
+    rc = cli_status(&c);
+    break;
+  case CLI_MODE_FORCE_UNLOCK:
+    rc = cli_force_unlock(&c);
+    break;
+  default:
+    rc = cli_run(&c);
+    break;
+  }
+
+  dlock_options_free(c.dopts);
+  free(user);
+  free(file_pw);
+  free(url_pw);
+  free(url_secret);
+  free(shown);
+  free(url);
+  fflush(stdout);
+  return rc;
+}

@@ -1,0 +1,124 @@
+/*
+ * report.c - one stderr line per failure, and the exit status that goes
+ * with it (CLI.md "Exit status").
+ *
+ * Design note. Every line the command prints about the backend passes
+ * through cli_redact_text() with the secrets main() collected (the URL's
+ * password raw and decoded, DLOCK_PASSWORD, the password file's content), so
+ * a password can only reach the terminal if the library itself put it in
+ * a message in some form we cannot recognise. Lines are built in a buffer
+ * and written with one fputs so that lines from the background thread (log
+ * callback) and the main thread do not interleave mid-line. The library's
+ * detail text is per thread, so a failure is reported by the thread that
+ * made the call.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "url.h"
+
+int64_t cli_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void emit(const struct cli_ctx *c, const char *text) {
+  char line[2048];
+  size_t n;
+  memcpy(line, "dlock: ", 7);
+  cli_redact_text(text, c ? c->secrets : NULL, c ? c->nsecrets : 0, line + 7,
+                  sizeof line - 8);
+  n = strlen(line);
+  line[n] = '\n';
+  line[n + 1] = '\0';
+  fputs(line, stderr);
+}
+
+void cli_msg(const struct cli_ctx *c, const char *fmt, ...) {
+  char text[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  emit(c, text);
+}
+
+int cli_exit_for(int err) {
+  switch (err) {
+  case DLOCK_EUNAVAILABLE:
+  case DLOCK_EIOTIMEOUT:
+  case DLOCK_EAUTH:
+  case DLOCK_ESERVER:
+  case DLOCK_EPROTO:
+  case DLOCK_EWRONGTYPE:
+  case DLOCK_ENOTSUP:
+    return CLI_EX_UNAVAILABLE;
+  case DLOCK_EURL:
+  case DLOCK_EINVAL:
+    return CLI_EX_USAGE;
+  default:
+    return CLI_EX_SOFTWARE;
+  }
+}
+
+static const char *hint_for(int err) {
+  switch (err) {
+  case DLOCK_EUNAVAILABLE:
+    return " (is redis-server running?)";
+  case DLOCK_EIOTIMEOUT:
+    return " (no answer in time: is the address right and the server "
+           "healthy?)";
+  case DLOCK_EAUTH:
+    return " (check the password: in the URL, DLOCK_PASSWORD or "
+           "--password-file)";
+  case DLOCK_EURL:
+    return " (expected redis://[[user]:password@]host[:port][/db] or "
+           "unix:///path/redis.sock)";
+  case DLOCK_EWRONGTYPE:
+    return " (that key is not a lock: choose another NAME)";
+  case DLOCK_ENOMEM:
+    return "";
+  default:
+    return "";
+  }
+}
+
+int cli_lib_error(const struct cli_ctx *c, const char *subject, int err) {
+  const char *detail = dlock_last_error();
+  const char *lead = subject;
+  if (detail == NULL || detail[0] == '\0')
+    detail = dlock_strerror(err);
+  /* The library's detail usually starts with the URL already. */
+  if (lead == NULL && strstr(detail, "://") == NULL && c != NULL)
+    lead = c->url_shown;
+  if (lead != NULL)
+    cli_msg(c, "%s: %s%s", lead, detail, hint_for(err));
+  else
+    cli_msg(c, "%s%s", detail, hint_for(err));
+  return cli_exit_for(err);
+}
+
+int cli_connect(const struct cli_ctx *c, dlock_client_t **client,
+                dlock_lock_t **lock) {
+  int err;
+  *client = NULL;
+  *lock = NULL;
+  err = dlock_client_new(client, c->url, c->dopts);
+  if (err != 0)
+    return cli_lib_error(c, NULL, err);
+  err = dlock_lock_new(*client, c->o->name, lock);
+  if (err != 0) {
+    int rc = cli_lib_error(c, c->name_shown, err);
+    dlock_client_free(*client);
+    *client = NULL;
+    return rc;
+  }
+  return 0;
+}

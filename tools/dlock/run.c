@@ -1,0 +1,534 @@
+/*
+ * run.c - running a command while holding the lock (RUN mode), or holding
+ * it until told to stop (HOLD mode). This is dlock's process supervision.
+ *
+ * Design note.
+ * - One event loop on the main thread waits in poll() on two descriptors and
+ *   nothing else: a signalfd (SIGINT, SIGTERM, SIGHUP, SIGCHLD) and an event
+ *   pipe. It never wakes on a timer except for a deadline it has set itself
+ *   (--kill-after, or the end of a fixed lease for a -v note).
+ * - The four signals are blocked before any thread exists, so the library's
+ *   background thread and our worker inherit the mask and the signals reach
+ *   only the signalfd. The child gets the original mask back (posix_spawn
+ *   attributes), so it sees signals exactly as dlock's caller set them up;
+ *   a signal its caller ignored (nohup) stays ignored for both.
+ * - The wait for the lock runs on a worker thread (connect + acquire), so
+ *   SIGINT/SIGTERM still act while the library blocks. Locks are owned per
+ *   thread, so the worker acquires "as" the main thread's id and the main
+ *   thread releases with the same id. A signal during the wait ends dlock by
+ *   that same signal (nothing is held yet; a grant racing with the signal
+ *   expires with its watchdog lease, as after a crash).
+ * - The library reports a lost lock on its background thread; the callback
+ *   only writes one byte to the event pipe (non-blocking, never stalls the
+ *   library). The worker announces the end of its acquire the same way.
+ * - Signals are forwarded to the child, except one the terminal sent to our
+ *   whole process group (si_code SI_KERNEL) while the child is in that group:
+ *   it has already received it, and a second copy would make a program that
+ *   counts Ctrl-C (a REPL) quit.
+ * - Exit status: the child's (128+S when killed by S), 75 when --on-lost
+ *   terminated it, the -E status when -n/-w gave up.
+ */
+#define _GNU_SOURCE
+
+#include "cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct run {
+  struct cli_ctx *c;
+  int sigfd;
+  int evr, evw; /* event pipe: 'A' acquire finished, 'G'/'U' lock lost */
+  sigset_t oldmask;
+  bool pipe_was_default; /* SIGPIPE had SIG_DFL before we ignored it */
+  uint64_t owner;        /* thread id the lock is held as */
+  /* Written by the worker before it sends 'A'; read after the join. */
+  dlock_client_t *client;
+  dlock_lock_t *lock;
+  int acquire_err;
+  bool failed;   /* no lock: worker_rc is the exit status */
+  int worker_rc;
+  int64_t t_start, t_acquired;
+  /* Main thread only. */
+  pid_t child;
+  bool lost;  /* the library reported the hold lost */
+  bool acted; /* --on-lost signalled the child */
+};
+
+enum ev_kind { EV_SIGNAL, EV_DONE, EV_LOST, EV_TIMEOUT, EV_ERROR };
+
+struct event {
+  enum ev_kind kind;
+  int signo;
+  int code;  /* si_code of a signal */
+  char lost; /* 'G' gone, 'U' unreachable */
+};
+
+static void on_lost(void *userdata, const char *name, uint64_t thread_id,
+                    dlock_lost_reason_t reason) {
+  struct run *r = userdata;
+  char b = reason == DLOCK_LOST_UNREACHABLE ? 'U' : 'G';
+  ssize_t n;
+  (void)name;
+  (void)thread_id;
+  do
+    n = write(r->evw, &b, 1);
+  while (n < 0 && errno == EINTR);
+}
+
+static void *worker(void *arg) {
+  struct run *r = arg;
+  const struct cli_opts *o = r->c->o;
+  int rc = cli_connect(r->c, &r->client, &r->lock);
+  char b = 'A';
+  ssize_t n;
+  if (rc != 0) {
+    r->failed = true;
+    r->worker_rc = rc;
+  } else {
+    if (o->verbose)
+      cli_msg(r->c, "connected to %s as client %s; acquiring '%s'",
+              r->c->url_shown, dlock_client_id(r->client), r->c->name_shown);
+    r->acquire_err =
+        dlock_lock_acquire_as(r->lock, r->owner, o->wait_ms, o->lease_ms);
+    r->failed = r->acquire_err != 0;
+    if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
+      r->worker_rc = o->conflict_exit;
+    else if (r->acquire_err != 0)
+      r->worker_rc = cli_lib_error(r->c, r->c->name_shown, r->acquire_err);
+  }
+  r->t_acquired = cli_now_ms();
+  do
+    n = write(r->evw, &b, 1);
+  while (n < 0 && errno == EINTR);
+  return NULL;
+}
+
+/* Waits for the next event, or until deadline_ms (monotonic; -1: none). */
+static void next_event(struct run *r, int64_t deadline_ms, struct event *ev) {
+  for (;;) {
+    struct pollfd p[2];
+    int timeout = -1, n;
+    if (deadline_ms >= 0) {
+      int64_t left = deadline_ms - cli_now_ms();
+      if (left <= 0) {
+        ev->kind = EV_TIMEOUT;
+        return;
+      }
+      timeout = left > INT_MAX ? INT_MAX : (int)left;
+    }
+    p[0].fd = r->sigfd;
+    p[0].events = POLLIN;
+    p[1].fd = r->evr;
+    p[1].events = POLLIN;
+    p[0].revents = p[1].revents = 0;
+    n = poll(p, 2, timeout);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      ev->kind = EV_ERROR;
+      return;
+    }
+    if (p[0].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      ssize_t k = read(r->sigfd, &si, sizeof si);
+      if (k == (ssize_t)sizeof si) {
+        ev->kind = EV_SIGNAL;
+        ev->signo = (int)si.ssi_signo;
+        ev->code = si.ssi_code;
+        return;
+      }
+      if (k < 0 && errno != EAGAIN && errno != EINTR) {
+        ev->kind = EV_ERROR;
+        return;
+      }
+    }
+    if (p[1].revents & POLLIN) {
+      char b;
+      ssize_t k = read(r->evr, &b, 1);
+      if (k == 1) {
+        ev->kind = b == 'A' ? EV_DONE : EV_LOST;
+        ev->lost = b;
+        return;
+      }
+      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+        ev->kind = EV_ERROR;
+        return;
+      }
+    }
+    if ((p[0].revents | p[1].revents) & (POLLERR | POLLNVAL)) {
+      ev->kind = EV_ERROR;
+      return;
+    }
+  }
+}
+
+static bool is_stop_signal(int signo) {
+  return signo == SIGINT || signo == SIGTERM || signo == SIGHUP;
+}
+
+/* Ends dlock by `signo`, as if we had not caught it (the shell then sees
+ * the usual 128+S and a script loop stops on Ctrl-C). */
+static void die_by_signal(int signo) {
+  sigset_t one;
+  fflush(stderr);
+  signal(signo, SIG_DFL);
+  sigemptyset(&one);
+  sigaddset(&one, signo);
+  /* Only this thread unblocks it, so raise() is delivered here. */
+  pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+  raise(signo);
+  _exit(128 + signo);
+}
+
+static const char *lost_reason(char b) {
+  return b == 'U' ? "the backend was unreachable for longer than the lease"
+                  : "its key was removed or taken by another owner";
+}
+
+static double secs(int64_t ms) { return (double)ms / 1000.0; }
+
+/* Releases the hold and frees the client. Problems are reported, never
+ * turned into the exit status: the command's outcome is what matters, and
+ * the lease expires by itself. */
+static void release_and_close(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  int err = dlock_lock_release_as(r->lock, r->owner);
+  if (err == 0) {
+    if (c->o->verbose)
+      cli_msg(c, "released '%s'", c->name_shown);
+  } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
+    if (c->o->verbose || !r->lost)
+      cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
+              c->o->lease_ms > 0 ? "its fixed lease had run out"
+                                 : "the lock was lost");
+  } else {
+    char subject[256];
+    snprintf(subject, sizeof subject, "releasing '%s'", c->name_shown);
+    cli_lib_error(c, subject, err);
+    cli_msg(c, "'%s' will expire by itself when its lease runs out",
+            c->name_shown);
+  }
+  dlock_lock_free(r->lock);
+  dlock_client_free(r->client);
+  r->lock = NULL;
+  r->client = NULL;
+}
+
+static int spawn_child(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  posix_spawnattr_t at;
+  sigset_t def;
+  char *sh_argv[4];
+  int err;
+  const char *what;
+
+  if (posix_spawnattr_init(&at) != 0) {
+    cli_msg(c, "cannot start the command: out of memory");
+    return CLI_EX_SOFTWARE;
+  }
+  sigemptyset(&def);
+  if (r->pipe_was_default)
+    sigaddset(&def, SIGPIPE);
+  posix_spawnattr_setsigmask(&at, &r->oldmask);
+  posix_spawnattr_setsigdefault(&at, &def);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  if (c->o->shell_command != NULL) {
+    sh_argv[0] = "sh";
+    sh_argv[1] = "-c";
+    sh_argv[2] = (char *)c->o->shell_command;
+    sh_argv[3] = NULL;
+    what = "/bin/sh";
+    err = posix_spawn(&r->child, "/bin/sh", NULL, &at, sh_argv, environ);
+  } else {
+    what = c->o->command[0];
+    err = posix_spawnp(&r->child, what, NULL, &at, c->o->command, environ);
+  }
+  posix_spawnattr_destroy(&at);
+  if (err == 0)
+    return 0;
+  {
+    char shown[160];
+    cli_printable(what, 120, shown, sizeof shown);
+    if (err == ENOENT) {
+      cli_msg(c, "%s: command not found", shown);
+      return 127;
+    }
+    if (err == EACCES || err == ENOEXEC || err == EISDIR || err == ENOTDIR ||
+        err == ELOOP || err == ENAMETOOLONG) {
+      cli_msg(c, "%s: %s", shown, strerror(err));
+      return 126;
+    }
+    cli_msg(c, "cannot start %s: %s", shown, strerror(err));
+    return CLI_EX_SOFTWARE;
+  }
+}
+
+/* Reports a lost hold and applies --on-lost. */
+static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
+  const struct cli_ctx *c = r->c;
+  const struct cli_opts *o = c->o;
+  r->lost = true;
+  if (r->child <= 0) {
+    cli_msg(c, "lost lock '%s': %s%s", c->name_shown, lost_reason(reason),
+            o->on_lost == CLI_LOST_IGNORE ? "; --on-lost ignore: still waiting"
+                                          : "");
+    return;
+  }
+  switch (o->on_lost) {
+  case CLI_LOST_TERM:
+    cli_msg(c,
+            "lost lock '%s': %s; sending SIGTERM to the command (SIGKILL in "
+            "%.3g s)",
+            c->name_shown, lost_reason(reason), secs(o->kill_after_ms));
+    kill(r->child, SIGTERM);
+    r->acted = true;
+    *kill_deadline = cli_now_ms() + o->kill_after_ms;
+    break;
+  case CLI_LOST_KILL:
+    cli_msg(c, "lost lock '%s': %s; killing the command", c->name_shown,
+            lost_reason(reason));
+    kill(r->child, SIGKILL);
+    r->acted = true;
+    break;
+  case CLI_LOST_IGNORE:
+    cli_msg(c,
+            "lost lock '%s': %s; --on-lost ignore: the command keeps running "
+            "without the lock",
+            c->name_shown, lost_reason(reason));
+    break;
+  }
+}
+
+/* HOLD mode: keep the lock until SIGINT/SIGTERM/SIGHUP. */
+static int hold(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  int64_t lease_end =
+      c->o->lease_ms > 0 ? r->t_acquired + c->o->lease_ms : -1;
+  int64_t unused = -1;
+  if (c->o->verbose)
+    cli_msg(c, "holding '%s' until SIGINT or SIGTERM", c->name_shown);
+  for (;;) {
+    struct event ev;
+    next_event(r, lease_end, &ev);
+    switch (ev.kind) {
+    case EV_SIGNAL:
+      if (is_stop_signal(ev.signo)) {
+        release_and_close(r);
+        return 0;
+      }
+      break;
+    case EV_LOST:
+      handle_lost(r, ev.lost, &unused);
+      if (c->o->on_lost != CLI_LOST_IGNORE) {
+        release_and_close(r);
+        return CLI_EX_TEMPFAIL;
+      }
+      break;
+    case EV_TIMEOUT:
+      if (c->o->verbose)
+        cli_msg(c, "the fixed lease of '%s' has run out; it is free now",
+                c->name_shown);
+      lease_end = -1;
+      break;
+    case EV_DONE:
+      break;
+    case EV_ERROR:
+      cli_msg(c, "internal error: waiting for events: %s", strerror(errno));
+      release_and_close(r);
+      return CLI_EX_SOFTWARE;
+    }
+  }
+}
+
+/* RUN mode: start the command and supervise it until it exits. */
+static int supervise(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  const struct cli_opts *o = c->o;
+  int64_t kill_deadline = -1, t_spawn;
+  int64_t lease_end = o->lease_ms > 0 ? r->t_acquired + o->lease_ms : -1;
+  int status = 0, rc;
+
+  rc = spawn_child(r);
+  if (rc != 0) {
+    release_and_close(r);
+    return rc;
+  }
+  t_spawn = cli_now_ms();
+  for (;;) {
+    struct event ev;
+    int64_t deadline = kill_deadline;
+    if (lease_end >= 0 && (deadline < 0 || lease_end < deadline))
+      deadline = lease_end;
+    next_event(r, deadline, &ev);
+    if (ev.kind == EV_SIGNAL && ev.signo == SIGCHLD) {
+      pid_t w;
+      do
+        w = waitpid(r->child, &status, WNOHANG);
+      while (w < 0 && errno == EINTR);
+      if (w == r->child || (w < 0 && errno == ECHILD))
+        break;
+    } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
+      bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();
+      if (!from_tty)
+        kill(r->child, ev.signo);
+      if (o->verbose)
+        cli_msg(c, "%s %s to the command",
+                from_tty ? "the terminal sent" : "forwarded",
+                strsignal(ev.signo));
+    } else if (ev.kind == EV_LOST) {
+      handle_lost(r, ev.lost, &kill_deadline);
+    } else if (ev.kind == EV_TIMEOUT) {
+      int64_t now = cli_now_ms();
+      if (kill_deadline >= 0 && now >= kill_deadline) {
+        cli_msg(c, "the command outlived --kill-after; sending SIGKILL");
+        kill(r->child, SIGKILL);
+        kill_deadline = -1;
+      }
+      if (lease_end >= 0 && now >= lease_end) {
+        if (o->verbose)
+          cli_msg(c,
+                  "the fixed lease of '%s' has run out; the command goes on "
+                  "without the lock",
+                  c->name_shown);
+        lease_end = -1;
+      }
+    } else if (ev.kind == EV_ERROR) {
+      cli_msg(c, "internal error: waiting for the command: %s",
+              strerror(errno));
+      kill(r->child, SIGKILL);
+      waitpid(r->child, &status, 0);
+      release_and_close(r);
+      return CLI_EX_SOFTWARE;
+    }
+  }
+
+  if (WIFEXITED(status))
+    rc = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status))
+    rc = 128 + WTERMSIG(status);
+  else
+    rc = CLI_EX_SOFTWARE;
+  if (o->verbose) {
+    if (WIFSIGNALED(status))
+      cli_msg(c, "the command was killed by %s after %.3f s",
+              strsignal(WTERMSIG(status)), secs(cli_now_ms() - t_spawn));
+    else
+      cli_msg(c, "the command exited with status %d after %.3f s", rc,
+              secs(cli_now_ms() - t_spawn));
+  }
+  release_and_close(r);
+  return r->acted ? CLI_EX_TEMPFAIL : rc;
+}
+
+static int setup(struct run *r) {
+  sigset_t set;
+  struct sigaction sa;
+  int fds[2];
+
+  /* A SIGCHLD ignored by our caller would make the kernel reap the child
+   * before we can read its status. */
+  signal(SIGCHLD, SIG_DFL);
+  /* A closed stderr must not kill us while we hold the lock. */
+  if (sigaction(SIGPIPE, NULL, &sa) == 0)
+    r->pipe_was_default = sa.sa_handler == SIG_DFL;
+  signal(SIGPIPE, SIG_IGN);
+
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGCHLD);
+  if (pthread_sigmask(SIG_BLOCK, &set, &r->oldmask) != 0)
+    return -1;
+  r->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (r->sigfd < 0)
+    return -1;
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+    return -1;
+  r->evr = fds[0];
+  r->evw = fds[1];
+  return 0;
+}
+
+int cli_run(struct cli_ctx *c) {
+  struct run r;
+  pthread_t th;
+  int rc;
+
+  memset(&r, 0, sizeof r);
+  r.c = c;
+  r.sigfd = r.evr = r.evw = -1;
+
+  /* The environment is changed before any thread exists. The token of an
+   * outer dlock would be wrong for this lock, so it does not leak in. */
+  if (setenv("DLOCK_NAME", c->o->name, 1) != 0) {
+    cli_msg(c, "cannot set DLOCK_NAME: %s", strerror(errno));
+    return CLI_EX_SOFTWARE;
+  }
+  unsetenv("DLOCK_TOKEN");
+  if (setup(&r) != 0) {
+    cli_msg(c, "internal error: setting up signals: %s", strerror(errno));
+    return CLI_EX_SOFTWARE;
+  }
+  if (dlock_options_set_lost_callback(c->dopts, on_lost, &r) != 0) {
+    cli_msg(c, "internal error: cannot set the lost-lock callback");
+    return CLI_EX_SOFTWARE;
+  }
+  r.owner = dlock_thread_id();
+  r.t_start = cli_now_ms();
+  if (pthread_create(&th, NULL, worker, &r) != 0) {
+    cli_msg(c, "internal error: cannot start a thread");
+    return CLI_EX_SOFTWARE;
+  }
+
+  /* Waiting for the lock. */
+  for (;;) {
+    struct event ev;
+    next_event(&r, -1, &ev);
+    if (ev.kind == EV_DONE)
+      break;
+    if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo))
+      die_by_signal(ev.signo);
+    if (ev.kind == EV_ERROR) {
+      cli_msg(c, "internal error: waiting for the lock: %s", strerror(errno));
+      return CLI_EX_SOFTWARE;
+    }
+    /* SIGCHLD (none of ours yet) and early lost notes: nothing to do. */
+  }
+  pthread_join(th, NULL);
+
+  if (r.failed) {
+    if (c->o->verbose && (r.acquire_err == DLOCK_EBUSY ||
+                          r.acquire_err == DLOCK_ETIMEDOUT))
+      cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
+              c->name_shown, secs(r.t_acquired - r.t_start));
+    dlock_lock_free(r.lock);
+    dlock_client_free(r.client);
+    return r.worker_rc;
+  }
+  if (c->o->verbose)
+    cli_msg(c, "acquired '%s' after %.3f s as %s:%llu (%s)", c->name_shown,
+            secs(r.t_acquired - r.t_start), dlock_client_id(r.client),
+            (unsigned long long)r.owner,
+            c->o->lease_ms > 0 ? "fixed lease" : "watchdog renews the lease");
+
+  if (c->o->mode == CLI_MODE_HOLD)
+    rc = hold(&r);
+  else
+    rc = supervise(&r);
+  return rc;
+}

@@ -1,0 +1,173 @@
+/*
+ * url.c - finding and hiding the secret in a backend URL.
+ *
+ * Design note. The library parses URLs for real; the command only needs to
+ * locate the userinfo so that a password is never printed back (CLI.md) and
+ * so that argv can be scrubbed in place (`ps` must not show it). The rule is
+ * deliberately conservative: the userinfo runs from "://" to the LAST '@'
+ * (host, port and db never contain '@', a password may), and a lone userinfo
+ * without ':' is hidden as well. For unix:// a path right after "://" means
+ * there is no userinfo. Hiding too much in a message costs nothing; hiding
+ * too little leaks a credential. Everything here is pure and bounded.
+ */
+#include "url.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Locates the userinfo: [*start, *end) in url. */
+static bool userinfo(const char *url, size_t *start, size_t *end) {
+  const char *sep = strstr(url, "://");
+  const char *rest, *at;
+  if (sep == NULL)
+    return false;
+  rest = sep + 3;
+  if (*rest == '/')
+    return false; /* unix:///path: no authority at all */
+  at = strrchr(rest, '@');
+  if (at == NULL)
+    return false;
+  *start = (size_t)(rest - url);
+  *end = (size_t)(at - url);
+  return true;
+}
+
+bool cli_url_secret_span(const char *url, size_t *off, size_t *len) {
+  size_t s, e;
+  const char *colon;
+  if (!userinfo(url, &s, &e))
+    return false;
+  colon = memchr(url + s, ':', e - s);
+  if (colon != NULL)
+    s = (size_t)(colon - url) + 1;
+  if (e <= s)
+    return false;
+  *off = s;
+  *len = e - s;
+  return true;
+}
+
+bool cli_url_has_password(const char *url) {
+  size_t s, e;
+  const char *colon;
+  if (!userinfo(url, &s, &e))
+    return false;
+  colon = memchr(url + s, ':', e - s);
+  return colon != NULL && (size_t)(colon - url) + 1 < e;
+}
+
+char *cli_url_redact(const char *url) {
+  size_t off, len, n = strlen(url);
+  char *out;
+  if (!cli_url_secret_span(url, &off, &len)) {
+    out = malloc(n + 1);
+    if (out != NULL)
+      memcpy(out, url, n + 1);
+    return out;
+  }
+  out = malloc(n - len + 4);
+  if (out == NULL)
+    return NULL;
+  memcpy(out, url, off);
+  memcpy(out + off, "***", 3);
+  memcpy(out + off + 3, url + off + len, n - off - len + 1);
+  return out;
+}
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
+/* Percent-decodes [s, s+n) into a fresh string. */
+static char *decode(const char *s, size_t n) {
+  char *out = malloc(n + 1);
+  size_t i, o = 0;
+  if (out == NULL)
+    return NULL;
+  for (i = 0; i < n; i++) {
+    int h, l;
+    if (s[i] == '%' && i + 2 < n &&
+        (h = hexval(s[i + 1])) >= 0 && (l = hexval(s[i + 2])) >= 0 &&
+        (h | l) != 0) { /* %00 would cut the string: kept literally */
+      out[o++] = (char)(h * 16 + l);
+      i += 2;
+    } else {
+      out[o++] = s[i];
+    }
+  }
+  out[o] = '\0';
+  return out;
+}
+
+char *cli_url_user(const char *url) {
+  size_t s, e;
+  const char *colon;
+  if (!userinfo(url, &s, &e))
+    return NULL;
+  colon = memchr(url + s, ':', e - s);
+  if (colon != NULL)
+    e = (size_t)(colon - url);
+  if (e <= s)
+    return NULL;
+  return decode(url + s, e - s);
+}
+
+char *cli_url_password(const char *url) {
+  size_t s, e;
+  const char *colon;
+  if (!userinfo(url, &s, &e))
+    return NULL;
+  colon = memchr(url + s, ':', e - s);
+  if (colon == NULL || (size_t)(colon - url) + 1 >= e)
+    return NULL;
+  s = (size_t)(colon - url) + 1;
+  return decode(url + s, e - s);
+}
+
+bool cli_url_is_tls(const char *url) {
+  static const char tls[] = "rediss://";
+  size_t i;
+  for (i = 0; tls[i] != '\0'; i++) {
+    char c = url[i];
+    if (c >= 'A' && c <= 'Z')
+      c = (char)(c - 'A' + 'a');
+    if (c != tls[i])
+      return false;
+  }
+  return true;
+}
+
+void cli_redact_text(const char *in, const char *const *secrets, size_t n,
+                     char *out, size_t outlen) {
+  size_t o = 0;
+  if (outlen == 0)
+    return;
+  while (*in != '\0' && o + 1 < outlen) {
+    size_t k, hit = 0;
+    for (k = 0; k < n; k++) {
+      size_t sl;
+      if (secrets[k] == NULL || secrets[k][0] == '\0')
+        continue;
+      sl = strlen(secrets[k]);
+      if (sl > hit && strncmp(in, secrets[k], sl) == 0)
+        hit = sl;
+    }
+    if (hit > 0) {
+      if (o + 4 > outlen)
+        break;
+      memcpy(out + o, "***", 3);
+      o += 3;
+      in += hit;
+      continue;
+    }
+    out[o++] = ((unsigned char)*in < 0x20 || *in == 0x7f) ? ' ' : *in;
+    in++;
+  }
+  out[o] = '\0';
+}

@@ -1,0 +1,42 @@
+/*
+ * url.h - what the dlock command needs to know about backend URLs: where the
+ * secret sits (to hide it in messages and in argv), the user name (to pair
+ * with a password from elsewhere), and the scheme. Pure functions.
+ */
+#ifndef DLOCK_CLI_URL_H
+#define DLOCK_CLI_URL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The secret part of the URL's userinfo: the password after "user:", or the
+ * whole userinfo when it has no ':' (some clients read a lone userinfo as a
+ * password, so it is hidden too). False when the URL has no userinfo or the
+ * secret is empty. */
+bool cli_url_secret_span(const char *url, size_t *off, size_t *len);
+
+/* True when the URL carries a password ("user:password@" with a non-empty
+ * password). */
+bool cli_url_has_password(const char *url);
+
+/* The URL with its secret replaced by "***"; malloc'd, NULL when out of
+ * memory. */
+char *cli_url_redact(const char *url);
+
+/* The percent-decoded user name of the URL (the part before ':' in the
+ * userinfo, or a lone userinfo); malloc'd; NULL when there is none. */
+char *cli_url_user(const char *url);
+
+/* The percent-decoded password of the URL, or NULL; malloc'd. */
+char *cli_url_password(const char *url);
+
+/* True for "rediss://" (TLS), matched without regard to case. */
+bool cli_url_is_tls(const char *url);
+
+/* Copies `in` to out[outlen] on one line: every occurrence of any of the
+ * `n` non-empty `secrets` becomes "***", control bytes become spaces.
+ * Always NUL-terminates (cuts when out is too small). */
+void cli_redact_text(const char *in, const char *const *secrets, size_t n,
+                     char *out, size_t outlen);
+
+#endif /* DLOCK_CLI_URL_H */
