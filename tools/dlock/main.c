@@ -236,7 +236,16 @@ int main(int argc, char **argv) {
     return CLI_EX_USAGE;
   }
   if (pw != NULL) {
+    /* "redis://alice@host" + a password from elsewhere: the user goes with
+     * the password through the options, the URL loses its userinfo. */
+    char *bare = cli_url_without_userinfo(url);
     user = cli_url_user(url);
+    if (bare == NULL) {
+      cli_msg(&c, "out of memory");
+      return CLI_EX_SOFTWARE;
+    }
+    free(url);
+    c.url = url = bare;
     if (dlock_options_set_credentials(c.dopts, user, pw) != 0) {
       cli_msg(&c, "the library refused the credentials");
       return CLI_EX_USAGE;

@@ -93,15 +93,29 @@ static const char *hint_for(int err) {
 int cli_lib_error(const struct cli_ctx *c, const char *subject, int err) {
   const char *detail = dlock_last_error();
   const char *lead = subject;
+  const char *hint = hint_for(err);
   if (detail == NULL || detail[0] == '\0')
     detail = dlock_strerror(err);
-  /* The library's detail usually starts with the URL already. */
-  if (lead == NULL && strstr(detail, "://") == NULL && c != NULL)
+  /* The library's detail usually starts with the URL, without its
+   * userinfo; ours shows the user and "***" for the password, so that the
+   * user sees which credentials were used. */
+  if (lead == NULL && c != NULL) {
+    const char *sep = strstr(detail, "://");
+    const char *colon = strstr(detail, ": ");
     lead = c->url_shown;
+    if (sep != NULL && colon != NULL && sep < colon &&
+        strcspn(detail, " ") > (size_t)(sep - detail))
+      detail = colon + 2; /* the library's URL, without userinfo */
+    else
+      detail += cli_url_peer_prefix(c->url, detail); /* "host:port: " */
+  }
+  /* The library may already say what to do, in parentheses. */
+  if (detail[0] != '\0' && detail[strlen(detail) - 1] == ')')
+    hint = "";
   if (lead != NULL)
-    cli_msg(c, "%s: %s%s", lead, detail, hint_for(err));
+    cli_msg(c, "%s: %s%s", lead, detail, hint);
   else
-    cli_msg(c, "%s%s", detail, hint_for(err));
+    cli_msg(c, "%s%s", detail, hint);
   return cli_exit_for(err);
 }
 

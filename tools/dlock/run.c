@@ -211,7 +211,9 @@ static void release_and_close(struct run *r) {
     if (c->o->verbose)
       cli_msg(c, "released '%s'", c->name_shown);
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
-    if (c->o->verbose || !r->lost)
+    /* Expected after a fixed lease ran out or a reported loss; worth a
+     * line only when nothing told the user yet. */
+    if (c->o->lease_ms > 0 ? c->o->verbose > 0 : !r->lost || c->o->verbose)
       cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "the lock was lost");

@@ -130,6 +130,51 @@ char *cli_url_password(const char *url) {
   return decode(url + s, e - s);
 }
 
+char *cli_url_without_userinfo(const char *url) {
+  size_t s, e, n = strlen(url);
+  char *out = malloc(n + 1);
+  if (out == NULL)
+    return NULL;
+  if (!userinfo(url, &s, &e)) {
+    memcpy(out, url, n + 1);
+    return out;
+  }
+  memcpy(out, url, s);
+  memcpy(out + s, url + e + 1, n - e); /* skips "userinfo@" */
+  return out;
+}
+
+size_t cli_url_peer_prefix(const char *url, const char *detail) {
+  const char *sep = strstr(url, "://"), *hp, *at;
+  size_t hlen, k;
+  if (sep == NULL || sep[3] == '/')
+    return 0;
+  hp = sep + 3;
+  hlen = strcspn(hp, "/?");
+  at = NULL;
+  for (k = 0; k < hlen; k++)
+    if (hp[k] == '@')
+      at = hp + k;
+  if (at != NULL) {
+    hlen -= (size_t)(at + 1 - hp);
+    hp = at + 1;
+  }
+  if (hlen == 0 || strncmp(detail, hp, hlen) != 0)
+    return 0;
+  k = hlen;
+  if (detail[k] == ':' && memchr(hp, ':', hlen) == NULL) {
+    /* "host" in the URL, "host:6379" in the message */
+    size_t d = k + 1;
+    while (detail[d] >= '0' && detail[d] <= '9')
+      d++;
+    if (d > k + 1)
+      k = d;
+  }
+  if (detail[k] == ':' && detail[k + 1] == ' ')
+    return k + 2;
+  return 0;
+}
+
 bool cli_url_is_tls(const char *url) {
   static const char tls[] = "rediss://";
   size_t i;

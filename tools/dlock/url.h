@@ -30,6 +30,17 @@ char *cli_url_user(const char *url);
 /* The percent-decoded password of the URL, or NULL; malloc'd. */
 char *cli_url_password(const char *url);
 
+/* The URL without its "userinfo@" part; malloc'd, NULL when out of memory.
+ * For a password that comes from elsewhere: the library wants either a
+ * complete user:password in the URL or none. */
+char *cli_url_without_userinfo(const char *url);
+
+/* When `detail` (a library message) starts with the URL's own address,
+ * "host:port: " (the port may be the default one the URL leaves out), the
+ * number of bytes of that prefix; else 0. Lets a message that leads with
+ * the URL avoid naming the address twice. */
+size_t cli_url_peer_prefix(const char *url, const char *detail);
+
 /* True for "rediss://" (TLS), matched without regard to case. */
 bool cli_url_is_tls(const char *url);
 

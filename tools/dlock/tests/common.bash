@@ -104,16 +104,17 @@ exited() {
   [ -z "$st" ] || [ "$st" = Z ]
 }
 
-# wait_exit PID MS: waits at most MS for a background child; prints its exit
-# status, or "timeout" (and kills it) when it is still running.
+# wait_exit PID MS: waits at most MS for a background child and sets ST to
+# its exit status, or to "timeout" (and kills it) when it is still running.
+# (Not usable in $(...): a subshell cannot wait for its parent's children.)
 wait_exit() {
   if wait_until "$2" exited "$1"; then
     wait "$1"
-    echo $?
+    ST=$?
   else
     kill -KILL "$1" 2>/dev/null
     wait "$1" 2>/dev/null
-    echo timeout
+    ST=timeout
   fi
 }
 

@@ -52,6 +52,7 @@ run_bg p "$DLOCK" -l 0.3 cli-lease sh -c 'echo ready >"$0"; i=0
 expect_true "fixed-lease holder started" wait_until 10000 test -e "$T/lease"
 expect_true "fixed lease expires by itself while the command runs" wait_until 5000 is_free cli-lease
 touch "$T/lease.go"
-expect "fixed-lease run exits 0" 0 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "fixed-lease run exits 0" 0 "$ST"
 
 finish

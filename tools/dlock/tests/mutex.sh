@@ -20,8 +20,8 @@ for i in $(seq $N); do
 done
 bad=0
 for p in "${pids[@]}"; do
-  st=$(wait_exit "$p" 60000)
-  [ "$st" = 0 ] || { fail "a dlock exited with $st"; bad=1; }
+  wait_exit "$p" 60000
+  [ "$ST" = 0 ] || { fail "a dlock exited with $ST"; bad=1; }
 done
 expect "all $N invocations exit 0" 0 "$bad"
 expect "counter after $N locked increments" "$N" "$($REDIS_CLI GET cli:counter)"

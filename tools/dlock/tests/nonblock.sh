@@ -41,8 +41,10 @@ run_bg waiter "$DLOCK" -v -w 20 cli-nb touch "$T/ran4" 2>"$T/waiter.err"
 expect_true "waiter connected" wait_until 10000 grep -q acquiring "$T/waiter.err"
 t0=$(now_ms)
 kill -TERM "$holder"
-expect "holder exits 0 on SIGTERM" 0 "$(wait_exit "$holder" 10000)"
-expect "waiter exits 0" 0 "$(wait_exit "$waiter" 10000)"
+wait_exit "$holder" 10000
+expect "holder exits 0 on SIGTERM" 0 "$ST"
+wait_exit "$waiter" 10000
+expect "waiter exits 0" 0 "$ST"
 el=$(($(now_ms) - t0))
 expect_true "waiter ran its command" test -e "$T/ran4"
 expect_true "waiter woke within 2 s of the release (${el} ms)" test "$el" -lt 2000

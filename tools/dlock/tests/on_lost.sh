@@ -15,7 +15,8 @@ run_bg p "$DLOCK" --watchdog 0.6 cli-lost sh -c \
 expect_true "term: command started" wait_until 10000 test -e "$f.ready"
 t0=$(now_ms)
 $REDIS_CLI DEL cli-lost >/dev/null
-expect "term: dlock exits 75" 75 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "term: dlock exits 75" 75 "$ST"
 el=$(($(now_ms) - t0))
 expect_true "term: noticed within 3 s (${el} ms)" test "$el" -lt 3000
 expect "term: the command got SIGTERM" TERM "$(cat "$f.got" 2>/dev/null)"
@@ -28,7 +29,8 @@ run_bg p "$DLOCK" --watchdog 0.6 --on-lost kill cli-lost sh -c \
 expect_true "kill: command started" wait_until 10000 test -e "$f.ready"
 child=$(cat "$f.ready")
 $REDIS_CLI DEL cli-lost >/dev/null
-expect "kill: dlock exits 75" 75 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "kill: dlock exits 75" 75 "$ST"
 expect_true "kill: the command is gone" test ! -e "/proc/$child"
 expect_true "kill: no SIGTERM first" test ! -e "$f.got"
 
@@ -40,7 +42,8 @@ expect_true "kill-after: command started" wait_until 10000 test -e "$f.ready"
 $REDIS_CLI DEL cli-lost >/dev/null
 expect_true "kill-after: loss noticed" wait_until 5000 grep -q "lost lock" "$f.err"
 t0=$(now_ms)
-expect "kill-after: dlock exits 75" 75 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "kill-after: dlock exits 75" 75 "$ST"
 el=$(($(now_ms) - t0))
 expect_true "kill-after: SIGKILL came after about 0.5 s (${el} ms)" \
   test "$el" -ge 300 -a "$el" -lt 5000
@@ -54,12 +57,14 @@ $REDIS_CLI DEL cli-lost >/dev/null
 expect_true "ignore: loss reported" wait_until 5000 grep -q "lost lock" "$f.err"
 expect_true "ignore: command still running" test -e "/proc/$(cat "$f.ready")"
 touch "$f.go"
-expect "ignore: dlock exits with the command's status" 4 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "ignore: dlock exits with the command's status" 4 "$ST"
 
 # hold mode: a lost lock ends dlock with 75.
 run_bg p "$DLOCK" --watchdog 0.6 cli-lost 2>"$T/hold.err"
 expect_true "hold: holds" wait_until 10000 is_held cli-lost
 $REDIS_CLI DEL cli-lost >/dev/null
-expect "hold: dlock exits 75" 75 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "hold: dlock exits 75" 75 "$ST"
 
 finish

@@ -63,7 +63,8 @@ expect "server agrees" 1 "$(cli EXISTS cli-pw2)"
 DLOCK_PASSWORD=$PW "$DLOCK" -u "$base" --status --json cli-pw2 >"$T/st.json" 2>&1
 expect_no_grep "status output has no password" "$PW" "$T/st.json"
 kill -TERM "$p"
-expect "holder exits 0" 0 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "holder exits 0" 0 "$ST"
 expect "released" 0 "$(cli EXISTS cli-pw2)"
 
 finish

@@ -29,7 +29,8 @@ for sig in TERM HUP INT; do
   expect_true "$sig: command started" wait_until 10000 test -e "$f.ready"
   expect_true "$sig: lock held while the command runs" is_held cli-sig
   kill -s $sig "$p"
-  expect "$sig: dlock exits with the command's status" 5 "$(wait_exit "$p" 10000)"
+  wait_exit "$p" 10000
+  expect "$sig: dlock exits with the command's status" 5 "$ST"
   expect "$sig: the command received it" $sig "$(cat "$f.got" 2>/dev/null)"
   expect_true "$sig: lock released after the command exited" is_free cli-sig
 done
@@ -38,20 +39,23 @@ done
 run_bg p "$DLOCK" cli-sig sh -c 'echo ready >"$0"; exec sleep 30' "$T/plain"
 expect_true "plain command started" wait_until 10000 test -e "$T/plain"
 kill -TERM "$p"
-expect "command killed by forwarded SIGTERM gives 143" 143 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "command killed by forwarded SIGTERM gives 143" 143 "$ST"
 expect_true "lock released" is_free cli-sig
 
 # Hold mode: SIGTERM and SIGINT release and exit 0.
 run_bg p "$DLOCK" cli-hold
 expect_true "hold mode holds" wait_until 10000 is_held cli-hold
 kill -TERM "$p"
-expect "hold mode exits 0 on SIGTERM" 0 "$(wait_exit "$p" 10000)"
+wait_exit "$p" 10000
+expect "hold mode exits 0 on SIGTERM" 0 "$ST"
 expect_true "hold mode released on SIGTERM" is_free cli-hold
 if [ ${#with_int[@]} -gt 0 ]; then
   run_bg p "${with_int[@]}" "$DLOCK" cli-hold
   expect_true "hold mode holds (2)" wait_until 10000 is_held cli-hold
   kill -INT "$p"
-  expect "hold mode exits 0 on SIGINT" 0 "$(wait_exit "$p" 10000)"
+  wait_exit "$p" 10000
+  expect "hold mode exits 0 on SIGINT" 0 "$ST"
   expect_true "hold mode released on SIGINT" is_free cli-hold
 fi
 
@@ -62,11 +66,13 @@ expect_true "holder holds cli-wait" wait_until 10000 is_held cli-wait
 run_bg w "$DLOCK" -v cli-wait touch "$T/waiter-ran" 2>"$T/w.err"
 expect_true "waiter is waiting" wait_until 10000 grep -q acquiring "$T/w.err"
 kill -TERM "$w"
-expect "waiter killed while waiting: 143" 143 "$(wait_exit "$w" 10000)"
+wait_exit "$w" 10000
+expect "waiter killed while waiting: 143" 143 "$ST"
 expect_true "waiter's command never ran" test ! -e "$T/waiter-ran"
 expect_true "holder still holds" is_held cli-wait
 kill -TERM "$holder"
-expect "holder exits 0" 0 "$(wait_exit "$holder" 10000)"
+wait_exit "$holder" 10000
+expect "holder exits 0" 0 "$ST"
 expect_true "free at the end" is_free cli-wait
 
 finish
