@@ -11,7 +11,8 @@
  *   background thread and our worker inherit the mask and the signals reach
  *   only the signalfd. The child gets the original mask back (posix_spawn
  *   attributes), so it sees signals exactly as dlock's caller set them up;
- *   a signal its caller ignored (nohup) stays ignored for both.
+ *   a stop signal the caller ignored (nohup, a script's background job) is
+ *   left out of the set and stays ignored for both.
  * - The wait for the lock runs on a worker thread (connect + acquire), so
  *   SIGINT/SIGTERM still act while the library blocks. Locks are owned per
  *   thread, so the worker acquires "as" the main thread's id and the main
@@ -437,9 +438,11 @@ static int supervise(struct run *r) {
 }
 
 static int setup(struct run *r) {
+  static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
   sigset_t set;
   struct sigaction sa;
   int fds[2];
+  size_t k;
 
   /* A SIGCHLD ignored by our caller would make the kernel reap the child
    * before we can read its status. */
@@ -449,10 +452,13 @@ static int setup(struct run *r) {
     r->pipe_was_default = sa.sa_handler == SIG_DFL;
   signal(SIGPIPE, SIG_IGN);
 
+  /* A stop signal our caller set to SIG_IGN (nohup, a background job of a
+   * script) stays ignored, for us and for the child: Linux queues a blocked
+   * signal even when it is ignored, so it must stay out of the set. */
   sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
+  for (k = 0; k < sizeof stops / sizeof stops[0]; k++)
+    if (sigaction(stops[k], NULL, &sa) != 0 || sa.sa_handler != SIG_IGN)
+      sigaddset(&set, stops[k]);
   sigaddset(&set, SIGCHLD);
   if (pthread_sigmask(SIG_BLOCK, &set, &r->oldmask) != 0)
     return -1;

@@ -70,6 +70,14 @@ wait_exit "$w" 10000
 expect "waiter killed while waiting: 143" 143 "$ST"
 expect_true "waiter's command never ran" test ! -e "$T/waiter-ran"
 expect_true "holder still holds" is_held cli-wait
+# SIGINT ignored by our caller (a script's background job, as here) stays
+# ignored: INT then TERM to a waiting dlock ends it by TERM, not INT.
+run_bg w "$DLOCK" -v cli-wait true 2>"$T/w2.err"
+expect_true "second waiter is waiting" wait_until 10000 grep -q acquiring "$T/w2.err"
+kill -INT "$w"
+kill -TERM "$w"
+wait_exit "$w" 10000
+expect "an ignored SIGINT stays ignored (ended by SIGTERM: 143)" 143 "$ST"
 kill -TERM "$holder"
 wait_exit "$holder" 10000
 expect "holder exits 0" 0 "$ST"
