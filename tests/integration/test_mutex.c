@@ -1,0 +1,222 @@
+/*
+ * test_mutex.c - mutual exclusion between threads and between processes.
+ *
+ * Design note: every worker increments a counter in Redis with a GET, a
+ * sched_yield() and a SET - deliberately not atomic - while holding the
+ * lock. Any overlap of two holders loses an increment, so the final count
+ * equals the number of increments only if the lock excluded. Threads also
+ * check an in-process "inside" counter. Each worker thread has its own
+ * hiredis connection for the counter. The process case re-executes this
+ * binary as `test_mutex --child PORT THREADS ITERS` (fork+exec, so each
+ * child builds its own client from scratch); the parent waits for them with
+ * a bounded poll on waitpid.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "itest.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define NAME "mutex"
+#define COUNTER "mutex-counter"
+/* each acquire may wait this long; a stuck lock fails with ETIMEDOUT rather
+ * than hanging until the ctest timeout */
+#define ACQ_WAIT_MS 30000
+
+typedef struct worker {
+  dlock_lock_t *lock; /* shared handle, or NULL: own client + handle */
+  th_server_t *srv;
+  int port;
+  int iters;
+  atomic_int *inside;
+  pthread_t th;
+} worker_t;
+
+static redisContext *counter_conn(int port) {
+  struct timeval tv = {.tv_sec = 5, .tv_usec = 0};
+  redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+  CHECK(c && !c->err);
+  redisSetTimeout(c, tv);
+  return c;
+}
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  dlock_client_t *own = NULL;
+  dlock_lock_t *l = w->lock;
+  if (!l) {
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", w->port);
+    dlock_options_t *o = NULL;
+    CHECK_OK(dlock_options_new(&o));
+    CHECK_OK(dlock_options_set_command_timeout(o, 5000));
+    CHECK_OK(dlock_client_new(&own, url, o));
+    dlock_options_free(o);
+    CHECK_OK(dlock_lock_new(own, NAME, &l));
+  }
+  redisContext *rc = counter_conn(w->port);
+  for (int i = 0; i < w->iters; i++) {
+    CHECK_OK(dlock_lock_acquire(l, ACQ_WAIT_MS, DLOCK_LEASE_WATCHDOG));
+    if (w->inside)
+      CHECKF(atomic_fetch_add(w->inside, 1) == 0,
+             "two threads inside the lock at once");
+    redisReply *r = redisCommand(rc, "GET " COUNTER);
+    CHECK(r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL));
+    long long v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    sched_yield();
+    r = redisCommand(rc, "SET " COUNTER " %lld", v + 1);
+    CHECK(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    if (w->inside)
+      atomic_fetch_sub(w->inside, 1);
+    CHECK_OK(dlock_lock_release(l));
+  }
+  redisFree(rc);
+  if (own) {
+    dlock_lock_free(l);
+    dlock_client_free(own);
+  }
+  return NULL;
+}
+
+static void run_threads(int port, dlock_lock_t *shared, int nthreads,
+                        int iters) {
+  worker_t w[16];
+  atomic_int inside = 0;
+  CHECK(nthreads <= 16);
+  for (int i = 0; i < nthreads; i++) {
+    w[i] = (worker_t){.lock = shared,
+                      .port = port,
+                      .iters = iters,
+                      .inside = &inside};
+    CHECK(pthread_create(&w[i].th, NULL, worker_main, &w[i]) == 0);
+  }
+  for (int i = 0; i < nthreads; i++)
+    pthread_join(w[i].th, NULL);
+}
+
+static int64_t counter(th_server_t *s) {
+  char *v = th_redis_str(s, "GET " COUNTER);
+  CHECK(v);
+  int64_t n = strtoll(v, NULL, 10);
+  free(v);
+  return n;
+}
+
+static void t_threads_one_client(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, NAME);
+  int64_t t0 = th_now_ms();
+  run_threads(s->port, l, 8, 50);
+  printf("8 threads x 50 in one client: %lld ms\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_INT(counter(s), ==, 8 * 50);
+  CHECK(!it_exists(s, NAME));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_threads_many_clients(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  int64_t t0 = th_now_ms();
+  run_threads(s->port, NULL, 8, 50);
+  printf("8 threads x 50, a client each: %lld ms\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_INT(counter(s), ==, 8 * 50);
+  CHECK(!it_exists(s, NAME));
+  th_server_stop(s);
+}
+
+/* child: PORT THREADS ITERS; one client shared by its threads */
+static int child_main(int port, int nthreads, int iters) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, NULL));
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, NAME, &l));
+  run_threads(port, l, nthreads, iters);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return 0;
+}
+
+#define NPROC 4
+#define PROC_THREADS 2
+#define PROC_ITERS 50
+
+static void t_processes(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  char port[16], threads[16], iters[16];
+  snprintf(port, sizeof port, "%d", s->port);
+  snprintf(threads, sizeof threads, "%d", PROC_THREADS);
+  snprintf(iters, sizeof iters, "%d", PROC_ITERS);
+  pid_t pids[NPROC];
+  int64_t t0 = th_now_ms();
+  fflush(stdout);
+  fflush(stderr);
+  for (int i = 0; i < NPROC; i++) {
+    pids[i] = fork();
+    CHECK(pids[i] >= 0);
+    if (pids[i] == 0) {
+      char *argv[] = {"test_mutex", "--child", port, threads, iters, NULL};
+      execv("/proc/self/exe", argv);
+      _exit(127);
+    }
+  }
+  int done = 0, failed = 0;
+  int64_t deadline = th_now_ms() + 90000;
+  while (done < NPROC && th_now_ms() < deadline) {
+    for (int i = 0; i < NPROC; i++) {
+      if (pids[i] <= 0)
+        continue;
+      int st;
+      pid_t r = waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i]) {
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+          fprintf(stderr, "child %d failed (status 0x%x)\n", (int)r, st);
+          failed++;
+        }
+        pids[i] = 0;
+        done++;
+      }
+    }
+    th_sleep_ms(10);
+  }
+  for (int i = 0; i < NPROC; i++) {
+    if (pids[i] > 0) {
+      kill(pids[i], SIGKILL);
+      waitpid(pids[i], NULL, 0);
+    }
+  }
+  CHECKF(done == NPROC, "%d of %d children still running after 90 s",
+         NPROC - done, NPROC);
+  CHECK_INT(failed, ==, 0);
+  printf("%d processes x %d threads x %d: %lld ms\n", NPROC, PROC_THREADS,
+         PROC_ITERS, (long long)(th_now_ms() - t0));
+  CHECK_INT(counter(s), ==, NPROC * PROC_THREADS * PROC_ITERS);
+  CHECK(!it_exists(s, NAME));
+  th_server_stop(s);
+}
+
+static const check_case_t cases[] = {
+    {"threads_one_client", t_threads_one_client},
+    {"threads_many_clients", t_threads_many_clients},
+    {"processes", t_processes},
+};
+
+int main(int argc, char **argv) {
+  if (argc == 5 && strcmp(argv[1], "--child") == 0)
+    return child_main(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+  return check_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+}

@@ -1,0 +1,565 @@
+/*
+ * test_reentrant.c - the reentrant lock as a user sees it.
+ *
+ * Design note: every case starts its own redis-server and checks both the
+ * library's answers and the server's state (HGET/PTTL/EXISTS through the
+ * harness's own connection): re-entry counts, ownership per thread, fixed
+ * lease expiry and the ELOST that follows, wait timeouts, explicit-owner
+ * hand-offs, force release waking a waiter, the state snapshot, client ids,
+ * and handles sharing state. Threads: the main thread plus short-lived
+ * helper threads; every wait is bounded.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "itest.h"
+
+#include <ctype.h>
+
+#define WD DLOCK_LEASE_WATCHDOG
+
+static void t_reentry(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "reentry");
+  CHECK_STR(dlock_lock_name(l), "reentry");
+  char owner[128];
+  it_owner(c, dlock_thread_id(), owner, sizeof owner);
+
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  int64_t n = -1;
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 3);
+  CHECK_INT(it_hget_int(s, "reentry", owner), ==, 3);
+  CHECK_INT(th_redis_int(s, "HLEN reentry"), ==, 1);
+  bool b = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(l, &b));
+  CHECK(b);
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(b);
+
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 2);
+  CHECK_INT(it_hget_int(s, "reentry", owner), ==, 2);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(it_hget_int(s, "reentry", owner), ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(!it_exists(s, "reentry"));
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 0);
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(!b);
+  CHECK_OK(dlock_lock_is_held_by_thread(l, &b));
+  CHECK(!b);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_reentry_resets_lease(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "relse");
+  CHECK_OK(dlock_lock_acquire(l, 0, 1000));
+  int64_t pttl = th_redis_int(s, "PTTL relse");
+  CHECK_INT(pttl, >, 0);
+  CHECK_INT(pttl, <=, 1000);
+  CHECK_OK(dlock_lock_acquire(l, 0, 20000));
+  pttl = th_redis_int(s, "PTTL relse");
+  CHECK_INT(pttl, >, 10000);
+  CHECK_INT(pttl, <=, 20000);
+  int64_t rem = 0;
+  CHECK_OK(dlock_lock_remaining_lease(l, &rem));
+  CHECK_INT(rem, >, 10000);
+  CHECK_INT(rem, <=, 20000);
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 2);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(it_exists(s, "relse"));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(!it_exists(s, "relse"));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* Another thread of the same client is another owner. */
+typedef struct other_thread {
+  dlock_lock_t *lock;
+  int release_rc, acquire_rc, count_rc, held_rc, locked_rc;
+  int64_t count;
+  bool held, locked;
+} other_thread_t;
+
+static void *other_main(void *arg) {
+  other_thread_t *o = arg;
+  o->release_rc = dlock_lock_release(o->lock);
+  o->count_rc = dlock_lock_hold_count(o->lock, &o->count);
+  o->held_rc = dlock_lock_is_held_by_thread(o->lock, &o->held);
+  o->locked_rc = dlock_lock_is_locked(o->lock, &o->locked);
+  o->acquire_rc = dlock_lock_acquire(o->lock, 0, WD);
+  return NULL;
+}
+
+static void t_not_owner_thread(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "notowner");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  other_thread_t o = {.lock = l, .count = -1, .held = true};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, other_main, &o) == 0);
+  pthread_join(th, NULL);
+  CHECK_RC(o.release_rc, DLOCK_ENOTOWNER);
+  CHECK_OK(o.count_rc);
+  CHECK_INT(o.count, ==, 0);
+  CHECK_OK(o.held_rc);
+  CHECK(!o.held);
+  CHECK_OK(o.locked_rc);
+  CHECK(o.locked);
+  CHECK_RC(o.acquire_rc, DLOCK_EBUSY);
+  /* the failed release by the other thread changed nothing */
+  char owner[128];
+  it_owner(c, dlock_thread_id(), owner, sizeof owner);
+  CHECK_INT(it_hget_int(s, "notowner", owner), ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(!it_exists(s, "notowner"));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_lease_expiry(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "lease");
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_acquire(l, 0, 300));
+  int64_t pttl = th_redis_int(s, "PTTL lease");
+  CHECK_INT(pttl, >, 0);
+  CHECK_INT(pttl, <=, 300);
+  bool gone;
+  TH_WAIT_FOR(gone, !it_exists(s, "lease"), 3000);
+  CHECK(gone);
+  int64_t took = th_now_ms() - t0;
+  CHECK_INT(took, >=, 250);
+  bool b = true;
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(!b);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  /* the hold is forgotten after ELOST */
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  int64_t n = -1;
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 0);
+  /* and the lock works again */
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_lease_expiry_then_other_owner(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = it_lock(a, "lease2"), *lb = it_lock(b, "lease2");
+  CHECK_OK(dlock_lock_acquire(la, 0, 300));
+  bool ok;
+  TH_WAIT_FOR(ok, !it_exists(s, "lease2"), 3000);
+  CHECK(ok);
+  CHECK_OK(dlock_lock_acquire(lb, 0, WD));
+  char bo[128];
+  it_owner(b, dlock_thread_id(), bo, sizeof bo);
+  CHECK_INT(it_hget_int(s, "lease2", bo), ==, 1);
+  /* A's release must report the loss and leave B's hold alone */
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  CHECK_INT(it_hget_int(s, "lease2", bo), ==, 1);
+  CHECK_INT(th_redis_int(s, "HLEN lease2"), ==, 1);
+  bool held = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(lb, &held));
+  CHECK(held);
+  CHECK_OK(dlock_lock_is_held_by_thread(la, &held));
+  CHECK(!held);
+  CHECK_OK(dlock_lock_release(lb));
+  CHECK(!it_exists(s, "lease2"));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+static void t_wait_timeout(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = it_lock(a, "wto"), *lb = it_lock(b, "wto");
+  CHECK_OK(dlock_lock_acquire(lb, 0, WD));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire(la, 400, WD), DLOCK_ETIMEDOUT);
+  int64_t took = th_now_ms() - t0;
+  printf("wait 400 ms timed out after %lld ms\n", (long long)took);
+  CHECK_INT(took, >=, 350);
+  CHECK_INT(took, <=, 400 + 1500);
+  /* with a fixed lease too */
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire(la, 300, 10000), DLOCK_ETIMEDOUT);
+  took = th_now_ms() - t0;
+  CHECK_INT(took, >=, 250);
+  CHECK_INT(took, <=, 300 + 1500);
+  /* the timed-out waiter holds nothing and the holder is untouched */
+  int64_t n = -1;
+  CHECK_OK(dlock_lock_hold_count(la, &n));
+  CHECK_INT(n, ==, 0);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ENOTOWNER);
+  char bo[128];
+  it_owner(b, dlock_thread_id(), bo, sizeof bo);
+  CHECK_INT(it_hget_int(s, "wto", bo), ==, 1);
+  CHECK_OK(dlock_lock_release(lb));
+  /* free now: a waiting acquire succeeds at once */
+  t0 = th_now_ms();
+  CHECK_OK(dlock_lock_acquire(la, 5000, WD));
+  CHECK_INT(th_now_ms() - t0, <, 1000);
+  CHECK_OK(dlock_lock_release(la));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+static void t_wait_zero_busy(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = it_lock(a, "busy"), *lb = it_lock(b, "busy");
+  CHECK_OK(dlock_lock_acquire(lb, 0, WD));
+  for (int i = 0; i < 20; i++) {
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_lock_acquire(la, 0, WD), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_acquire(la, 0, 5000), DLOCK_EBUSY);
+    CHECK_INT(th_now_ms() - t0, <, 1000);
+  }
+  CHECK_INT(th_redis_int(s, "HLEN busy"), ==, 1);
+  CHECK_OK(dlock_lock_release(lb));
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  CHECK_OK(dlock_lock_release(la));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+static void t_acquire_as(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s), *other = it_client(s);
+  dlock_lock_t *l = it_lock(c, "as"), *lo = it_lock(other, "as");
+  char owner[128];
+  it_owner(c, 777, owner, sizeof owner);
+  CHECK_OK(dlock_lock_acquire_as(l, 777, 0, WD));
+  CHECK_INT(it_hget_int(s, "as", owner), ==, 1);
+  CHECK_OK(dlock_lock_acquire_as(l, 777, 0, WD));
+  CHECK_INT(it_hget_int(s, "as", owner), ==, 2);
+  /* the calling thread is not owner 777 */
+  int64_t n = -1;
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 0);
+  bool held = true;
+  CHECK_OK(dlock_lock_is_held_by_thread(l, &held));
+  CHECK(!held);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_lock_release_as(l, 778), DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_lock_acquire(l, 0, WD), DLOCK_EBUSY);
+  /* the same thread id in another client is another owner */
+  CHECK_RC(dlock_lock_acquire_as(lo, 777, 0, WD), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release_as(lo, 777), DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_lock_release_as(l, 777));
+  CHECK_INT(it_hget_int(s, "as", owner), ==, 1);
+  CHECK_OK(dlock_lock_release_as(l, 777));
+  CHECK(!it_exists(s, "as"));
+  CHECK_RC(dlock_lock_release_as(l, 777), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_lock_free(lo);
+  dlock_client_free(c);
+  dlock_client_free(other);
+  th_server_stop(s);
+}
+
+typedef struct handoff {
+  dlock_lock_t *lock;
+  uint64_t id;
+  int rc;
+} handoff_t;
+
+static void *handoff_acquire(void *arg) {
+  handoff_t *h = arg;
+  h->rc = dlock_lock_acquire_as(h->lock, h->id, 0, WD);
+  return NULL;
+}
+
+static void *handoff_release(void *arg) {
+  handoff_t *h = arg;
+  h->rc = dlock_lock_release_as(h->lock, h->id);
+  return NULL;
+}
+
+static void t_acquire_as_handoff(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = 600};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "handoff");
+  handoff_t h = {.lock = l, .id = 4242, .rc = -999};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, handoff_acquire, &h) == 0);
+  pthread_join(th, NULL);
+  CHECK_OK(h.rc);
+  char owner[128];
+  it_owner(c, 4242, owner, sizeof owner);
+  CHECK_INT(it_hget_int(s, "handoff", owner), ==, 1);
+  /* the acquiring thread is gone; the watchdog keeps the hold alive for
+   * more than two leases */
+  int64_t end = th_now_ms() + 1500;
+  for (int i = 0; i < 100 && th_now_ms() < end; i++) {
+    int64_t pttl = th_redis_int(s, "PTTL handoff");
+    CHECKF(pttl > 0, "PTTL %lld after the acquiring thread exited",
+           (long long)pttl);
+    th_sleep_ms(100);
+  }
+  h.rc = -999;
+  CHECK(pthread_create(&th, NULL, handoff_release, &h) == 0);
+  pthread_join(th, NULL);
+  CHECK_OK(h.rc);
+  CHECK(!it_exists(s, "handoff"));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_force_release_wakes_waiter(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *admin = it_client(s);
+  dlock_lock_t *la = it_lock(a, "force"), *lb = it_lock(b, "force"),
+               *lx = it_lock(admin, "force");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  it_async_t w;
+  it_async_start(&w, lb, DLOCK_WAIT_FOREVER, WD, false);
+  CHECK(it_wait_subscribers(s, "force", 1, 5000));
+  CHECK(!atomic_load(&w.done));
+  bool was = false;
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_force_release(lx, &was));
+  CHECK(was);
+  CHECKF(it_async_wait(&w, 2000), "waiter not woken by force release");
+  CHECK_OK(w.rc);
+  printf("waiter acquired %lld ms after force release\n",
+         (long long)(w.t_done - t0));
+  char wo[128];
+  it_owner(b, w.tid, wo, sizeof wo);
+  CHECK_INT(it_hget_int(s, "force", wo), ==, 1);
+  /* the old holder learns it lost the lock */
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  CHECK_INT(it_hget_int(s, "force", wo), ==, 1);
+  CHECK_OK(it_async_finish(&w));
+  CHECK(!it_exists(s, "force"));
+  was = true;
+  CHECK_OK(dlock_lock_force_release(lx, &was));
+  CHECK(!was);
+  CHECK_OK(dlock_lock_force_release(lx, NULL));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_lock_free(lx);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(admin);
+  th_server_stop(s);
+}
+
+static void t_state(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "st");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  dlock_lock_state_t *st = NULL;
+  CHECK_OK(dlock_lock_state(l, &st));
+  CHECK(st);
+  CHECK_STR(st->name, "st");
+  CHECK_STR(st->kind, "reentrant");
+  CHECK_INT(st->ttl_ms, >, 20000);
+  CHECK_INT(st->ttl_ms, <=, 30000);
+  CHECK_INT(st->nholders, ==, 1);
+  char owner[128];
+  it_owner(c, dlock_thread_id(), owner, sizeof owner);
+  CHECK_STR(st->holders[0].owner, owner);
+  CHECK_INT(st->holders[0].count, ==, 2);
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_release(l));
+
+  st = NULL;
+  CHECK_OK(dlock_lock_state(l, &st));
+  CHECK(st);
+  CHECK_STR(st->name, "st");
+  CHECK_STR(st->kind, "free");
+  CHECK_INT(st->nholders, ==, 0);
+  CHECK_INT(st->ttl_ms, ==, -2);
+  dlock_lock_state_free(st);
+
+  /* a holder written by someone else (Redisson layout) */
+  redisReply *r = th_redis_cmd(s, "HSET st %s 3", "abc:1");
+  CHECK(r && r->type == REDIS_REPLY_INTEGER);
+  freeReplyObject(r);
+  CHECK_INT(th_redis_int(s, "PEXPIRE st 9000"), ==, 1);
+  st = NULL;
+  CHECK_OK(dlock_lock_state(l, &st));
+  CHECK_STR(st->kind, "reentrant");
+  CHECK_INT(st->nholders, ==, 1);
+  CHECK_STR(st->holders[0].owner, "abc:1");
+  CHECK_INT(st->holders[0].count, ==, 3);
+  CHECK_INT(st->ttl_ms, >, 0);
+  CHECK_INT(st->ttl_ms, <=, 9000);
+  dlock_lock_state_free(st);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static bool is_uuid(const char *u) {
+  if (!u || strlen(u) != 36)
+    return false;
+  for (int i = 0; i < 36; i++) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (u[i] != '-')
+        return false;
+    } else if (!isxdigit((unsigned char)u[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+static void t_client_identity(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_client_name(o, "dlock-test-client"));
+  dlock_client_t *a = NULL, *b = NULL;
+  CHECK_OK(dlock_client_new(&a, s->url, o));
+  CHECK_OK(dlock_client_new(&b, s->url, NULL));
+  dlock_options_free(o);
+  const char *ia = dlock_client_id(a), *ib = dlock_client_id(b);
+  CHECKF(is_uuid(ia), "client id \"%s\" is not a UUID", ia ? ia : "(null)");
+  CHECKF(is_uuid(ib), "client id \"%s\" is not a UUID", ib ? ib : "(null)");
+  CHECK(strcmp(ia, ib) != 0);
+  /* a random (version 4, RFC 4122 variant) UUID */
+  CHECKF(ia[14] == '4' && strchr("89abAB", ia[19]),
+         "client id \"%s\" is not a version-4 UUID", ia);
+  CHECK_OK(dlock_client_ping(a));
+  CHECK_OK(dlock_client_ping(b));
+  /* the id stays the same for the client's life */
+  CHECK_STR(dlock_client_id(a), ia);
+  char *list = th_redis_str(s, "CLIENT LIST");
+  CHECK(list);
+  CHECKF(strstr(list, "name=dlock-test-client "),
+         "no connection named dlock-test-client in CLIENT LIST:\n%s", list);
+  free(list);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+static void t_handles_share_state(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = 600};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *h1 = it_lock(c, "shared"), *h2 = it_lock(c, "shared");
+  CHECK_OK(dlock_lock_acquire(h1, 0, WD));
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(h2, &n));
+  CHECK_INT(n, ==, 1);
+  CHECK_OK(dlock_lock_acquire(h2, 0, WD));
+  CHECK_OK(dlock_lock_hold_count(h1, &n));
+  CHECK_INT(n, ==, 2);
+  CHECK_OK(dlock_lock_release(h2));
+  CHECK_OK(dlock_lock_release(h2));
+  CHECK(!it_exists(s, "shared"));
+  CHECK_OK(dlock_lock_hold_count(h1, &n));
+  CHECK_INT(n, ==, 0);
+
+  /* freeing one handle keeps the hold renewed while another handle lives */
+  CHECK_OK(dlock_lock_acquire(h1, 0, WD));
+  dlock_lock_free(h1);
+  int64_t end = th_now_ms() + 1500;
+  for (int i = 0; i < 100 && th_now_ms() < end; i++) {
+    CHECKF(th_redis_int(s, "PTTL shared") > 0,
+           "hold expired although a handle on the name remains");
+    th_sleep_ms(100);
+  }
+  CHECK_OK(dlock_lock_release(h2));
+  CHECK(!it_exists(s, "shared"));
+  dlock_lock_free(h2);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_remaining_lease_values(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "rl");
+  int64_t v = 0;
+  CHECK_OK(dlock_lock_remaining_lease(l, &v));
+  CHECK_INT(v, ==, -2);
+  CHECK_INT(th_redis_int(s, "HSET rl %s 1", "x:1"), ==, 1);
+  CHECK_OK(dlock_lock_remaining_lease(l, &v));
+  CHECK_INT(v, ==, -1);
+  CHECK_INT(th_redis_int(s, "DEL rl"), ==, 1);
+  CHECK_OK(dlock_lock_acquire(l, 0, 5000));
+  CHECK_OK(dlock_lock_remaining_lease(l, &v));
+  CHECK_INT(v, >, 0);
+  CHECK_INT(v, <=, 5000);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_remaining_lease(l, &v));
+  CHECK_INT(v, ==, -2);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static const check_case_t cases[] = {
+    {"reentry", t_reentry},
+    {"reentry_resets_lease", t_reentry_resets_lease},
+    {"not_owner_thread", t_not_owner_thread},
+    {"lease_expiry", t_lease_expiry},
+    {"lease_expiry_then_other_owner", t_lease_expiry_then_other_owner},
+    {"wait_timeout", t_wait_timeout},
+    {"wait_zero_busy", t_wait_zero_busy},
+    {"acquire_as", t_acquire_as},
+    {"acquire_as_handoff", t_acquire_as_handoff},
+    {"force_release_wakes_waiter", t_force_release_wakes_waiter},
+    {"state", t_state},
+    {"client_identity", t_client_identity},
+    {"handles_share_state", t_handles_share_state},
+    {"remaining_lease_values", t_remaining_lease_values},
+};
+
+CHECK_MAIN(cases)

@@ -1,0 +1,191 @@
+/*
+ * test_watchdog.c - watchdog renewal and lost-lock detection.
+ *
+ * Design note: clients use a short watchdog (600 ms, renewed about every
+ * 200 ms) so that "several leases" fit in about two seconds. The cases watch
+ * the key's PTTL from the harness connection and try to take the lock from a
+ * second client; lost-lock cases remove or replace the key behind the
+ * holder's back and wait (condition variable, bounded) for the lost callback,
+ * which runs on the client's background thread.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "itest.h"
+
+#define WD DLOCK_LEASE_WATCHDOG
+#define WATCHDOG_MS 600
+
+static void t_keepalive(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_lost_t lost;
+  it_lost_init(&lost);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
+                         .lost = it_lost_cb,
+                         .lost_ud = &lost};
+  dlock_client_t *a = it_client_cfg(s, &cfg), *b = it_client(s);
+  dlock_lock_t *la = it_lock(a, "wd"), *lb = it_lock(b, "wd");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  int64_t pttl = th_redis_int(s, "PTTL wd");
+  CHECK_INT(pttl, >, 0);
+  CHECK_INT(pttl, <=, WATCHDOG_MS);
+  /* hold for more than three leases */
+  int64_t start = th_now_ms(), min_pttl = WATCHDOG_MS;
+  int samples = 0;
+  for (int i = 0; i < 200 && th_now_ms() - start < 2000; i++) {
+    pttl = th_redis_int(s, "PTTL wd");
+    CHECKF(pttl > 0 && pttl <= WATCHDOG_MS,
+           "PTTL %lld after %lld ms of holding", (long long)pttl,
+           (long long)(th_now_ms() - start));
+    if (pttl < min_pttl)
+      min_pttl = pttl;
+    if (i % 5 == 0)
+      CHECK_RC(dlock_lock_acquire(lb, 0, WD), DLOCK_EBUSY);
+    samples++;
+    th_sleep_ms(50);
+  }
+  printf("%d samples over %lld ms, lowest PTTL %lld ms\n", samples,
+         (long long)(th_now_ms() - start), (long long)min_pttl);
+  CHECK_INT(th_now_ms() - start, >=, 2000);
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(la, &n));
+  CHECK_INT(n, ==, 1);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK(!it_exists(s, "wd"));
+  CHECK_INT(it_lost_count(&lost), ==, 0);
+  CHECK_OK(dlock_lock_acquire(lb, 0, WD));
+  CHECK_OK(dlock_lock_release(lb));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+static void t_lost_gone(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_lost_t lost;
+  it_lost_init(&lost);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
+                         .lost = it_lost_cb,
+                         .lost_ud = &lost};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "gone");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  uint64_t me = dlock_thread_id();
+  int64_t t0 = th_now_ms();
+  CHECK_INT(th_redis_int(s, "DEL gone"), ==, 1);
+  CHECKF(it_lost_wait(&lost, 1, 3000), "no lost callback within 3 s");
+  int64_t after = lost.at_ms - t0;
+  printf("lost callback %lld ms after DEL\n", (long long)after);
+  /* about one renewal interval (200 ms), with slack for a loaded machine */
+  CHECK_INT(after, <, WATCHDOG_MS / 3 + 1000);
+  pthread_mutex_lock(&lost.mu);
+  CHECK_STR(lost.name, "gone");
+  CHECK_INT(lost.tid, ==, me);
+  CHECK_INT(lost.reason, ==, DLOCK_LOST_GONE);
+  pthread_mutex_unlock(&lost.mu);
+  /* renewal never recreates the key */
+  CHECK(!it_exists(s, "gone"));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  CHECK_INT(it_lost_count(&lost), ==, 1);
+  /* the lock can be taken again and renews normally */
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(it_lost_count(&lost), ==, 1);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_lost_stolen(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_lost_t lost;
+  it_lost_init(&lost);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
+                         .lost = it_lost_cb,
+                         .lost_ud = &lost};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "stolen");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  int64_t t0 = th_now_ms();
+  /* someone else now owns it (as if our lease had run out) */
+  redisReply *r = th_redis_cmd(
+      s, "EVAL %s 1 stolen %s",
+      "redis.call('del', KEYS[1]); redis.call('hset', KEYS[1], ARGV[1], 1);"
+      "return redis.call('pexpire', KEYS[1], 30000)",
+      "other-owner:1");
+  CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+  freeReplyObject(r);
+  CHECKF(it_lost_wait(&lost, 1, 3000), "no lost callback within 3 s");
+  CHECK_INT(lost.at_ms - t0, <, WATCHDOG_MS / 3 + 1000);
+  CHECK_INT(lost.reason, ==, DLOCK_LOST_GONE);
+  /* our renewals did not touch the new owner's lease */
+  CHECK_INT(th_redis_int(s, "PTTL stolen"), >, 20000);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_INT(it_hget_int(s, "stolen", "other-owner:1"), ==, 1);
+  CHECK_INT(th_redis_int(s, "HLEN stolen"), ==, 1);
+  CHECK_RC(dlock_lock_acquire(l, 0, WD), DLOCK_EBUSY);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_free_client_stops_renewal(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "abandoned");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  dlock_lock_free(l);
+  int64_t t0 = th_now_ms();
+  dlock_client_free(c);
+  /* not released, no longer renewed: it expires after one lease */
+  CHECK(it_exists(s, "abandoned") || th_now_ms() - t0 > WATCHDOG_MS);
+  bool gone;
+  TH_WAIT_FOR(gone, !it_exists(s, "abandoned"), 3000);
+  CHECKF(gone, "abandoned lock still renewed after dlock_client_free");
+  CHECK_INT(th_now_ms() - t0, <=, WATCHDOG_MS + 1000);
+  th_server_stop(s);
+}
+
+static void t_fixed_lease_not_renewed(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "fixed");
+  dlock_lock_t *w = it_lock(c, "watched");
+  CHECK_OK(dlock_lock_acquire(w, 0, WD)); /* keeps the renewer busy */
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_acquire(l, 0, 800));
+  bool gone;
+  TH_WAIT_FOR(gone, !it_exists(s, "fixed"), 3000);
+  CHECKF(gone, "fixed-lease lock renewed past its lease");
+  int64_t took = th_now_ms() - t0;
+  CHECK_INT(took, >=, 700);
+  CHECK_INT(took, <=, 800 + 1000);
+  CHECK(it_exists(s, "watched"));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_OK(dlock_lock_release(w));
+  dlock_lock_free(l);
+  dlock_lock_free(w);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static const check_case_t cases[] = {
+    {"keepalive", t_keepalive},
+    {"lost_gone", t_lost_gone},
+    {"lost_stolen", t_lost_stolen},
+    {"free_client_stops_renewal", t_free_client_stops_renewal},
+    {"fixed_lease_not_renewed", t_fixed_lease_not_renewed},
+};
+
+CHECK_MAIN(cases)
