@@ -14,6 +14,9 @@
 
 #include "itest.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #define WD DLOCK_LEASE_WATCHDOG
 
 /* ------------------------------------------------------- log capture */
@@ -407,6 +410,72 @@ static void t_password_never_in_errors(void) {
   th_server_stop(s);
 }
 
+/* A client used in a forked child answers ECLOSED and leaves the parent's
+ * connections and holds alone; the child can make its own client. */
+static void fork_child(th_server_t *s, dlock_client_t *c, dlock_lock_t *held) {
+  dlock_lock_t *l = NULL;
+  CHECK_RC(dlock_client_ping(c), DLOCK_ECLOSED);
+  int rc = dlock_lock_new(c, "child-lock", &l);
+  if (rc == 0) {
+    CHECK_RC(dlock_lock_acquire(l, 0, WD), DLOCK_ECLOSED);
+    dlock_lock_free(l);
+  } else {
+    CHECK_RC(rc, DLOCK_ECLOSED);
+  }
+  CHECK_RC(dlock_lock_acquire(held, 0, WD), DLOCK_ECLOSED);
+  CHECK_RC(dlock_lock_release(held), DLOCK_ECLOSED);
+  bool b;
+  CHECK_RC(dlock_lock_is_locked(held, &b), DLOCK_ECLOSED);
+  dlock_lock_free(held);
+  dlock_client_free(c);
+  /* a fresh client in the child works */
+  dlock_client_t *mine = it_client(s);
+  l = it_lock(mine, "child-lock");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(mine);
+  fflush(stdout);
+  _exit(0);
+}
+
+static void t_used_after_fork(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = 600};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "forked");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0)
+    fork_child(s, c, l);
+  int st = 0;
+  bool ok;
+  TH_WAIT_FOR(ok, waitpid(pid, &st, WNOHANG) == pid, 10000);
+  if (!ok) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  CHECKF(ok, "child using the parent's client hung");
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed (status 0x%x)",
+         st);
+  /* the parent's hold is intact and still renewed (lease 600 ms) */
+  int64_t end = th_now_ms() + 1000;
+  for (int i = 0; i < 50 && th_now_ms() < end; i++) {
+    CHECKF(it_exists(s, "forked"), "parent's hold lost after the child ran");
+    th_sleep_ms(50);
+  }
+  CHECK_OK(dlock_client_ping(c));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(!it_exists(s, "forked"));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"null_args", t_null_args},
     {"bad_wait_lease", t_bad_wait_lease},
@@ -419,6 +488,7 @@ static const check_case_t cases[] = {
     {"wrongtype", t_wrongtype},
     {"never_held", t_never_held},
     {"password_never_in_errors", t_password_never_in_errors},
+    {"used_after_fork", t_used_after_fork},
 };
 
 CHECK_MAIN(cases)

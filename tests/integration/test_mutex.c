@@ -114,10 +114,10 @@ static void t_threads_one_client(void) {
   dlock_client_t *c = it_client(s);
   dlock_lock_t *l = it_lock(c, NAME);
   int64_t t0 = th_now_ms();
-  run_threads(s->port, l, 8, 50);
-  printf("8 threads x 50 in one client: %lld ms\n",
+  run_threads(s->port, l, 8, 200);
+  printf("8 threads x 200 in one client: %lld ms\n",
          (long long)(th_now_ms() - t0));
-  CHECK_INT(counter(s), ==, 8 * 50);
+  CHECK_INT(counter(s), ==, 8 * 200);
   CHECK(!it_exists(s, NAME));
   dlock_lock_free(l);
   dlock_client_free(c);
@@ -128,11 +128,33 @@ static void t_threads_many_clients(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
   int64_t t0 = th_now_ms();
-  run_threads(s->port, NULL, 8, 50);
-  printf("8 threads x 50, a client each: %lld ms\n",
+  run_threads(s->port, NULL, 8, 200);
+  printf("8 threads x 200, a client each: %lld ms\n",
          (long long)(th_now_ms() - t0));
-  CHECK_INT(counter(s), ==, 8 * 50);
+  CHECK_INT(counter(s), ==, 8 * 200);
   CHECK(!it_exists(s, NAME));
+  th_server_stop(s);
+}
+
+/* One pooled connection for 8 threads: waiters must not sit on it. */
+static void t_threads_pool_of_one(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_pool_size(o, 1));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, s->url, o));
+  dlock_options_free(o);
+  dlock_lock_t *l = it_lock(c, NAME);
+  int64_t t0 = th_now_ms();
+  run_threads(s->port, l, 8, 100);
+  printf("8 threads x 100, pool of 1: %lld ms\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_INT(counter(s), ==, 8 * 100);
+  CHECK(!it_exists(s, NAME));
+  dlock_lock_free(l);
+  dlock_client_free(c);
   th_server_stop(s);
 }
 
@@ -152,7 +174,7 @@ static int child_main(int port, int nthreads, int iters) {
 
 #define NPROC 4
 #define PROC_THREADS 2
-#define PROC_ITERS 50
+#define PROC_ITERS 100
 
 static void t_processes(void) {
   th_server_t *s = th_server_start(NULL);
@@ -212,6 +234,7 @@ static void t_processes(void) {
 static const check_case_t cases[] = {
     {"threads_one_client", t_threads_one_client},
     {"threads_many_clients", t_threads_many_clients},
+    {"threads_pool_of_one", t_threads_pool_of_one},
     {"processes", t_processes},
 };
 

@@ -180,12 +180,79 @@ static void t_fixed_lease_not_renewed(void) {
   th_server_stop(s);
 }
 
+/* The lost callback may call back into the library (header: any function
+ * but the frees of its own client). */
+typedef struct reentrant_cb {
+  it_lost_t rec;
+  dlock_lock_t *lock;
+  int locked_rc, release_rc;
+  bool locked;
+} reentrant_cb_t;
+
+static void calling_cb(void *ud, const char *name, uint64_t tid,
+                       dlock_lost_reason_t reason) {
+  reentrant_cb_t *r = ud;
+  r->locked_rc = dlock_lock_is_locked(r->lock, &r->locked);
+  r->release_rc = dlock_lock_release_as(r->lock, tid);
+  it_lost_cb(&r->rec, name, tid, reason);
+}
+
+static void t_lost_callback_calls_library(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  reentrant_cb_t r = {.locked = true};
+  it_lost_init(&r.rec);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
+                         .lost = calling_cb,
+                         .lost_ud = &r};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "cbcall");
+  r.lock = l;
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_INT(th_redis_int(s, "DEL cbcall"), ==, 1);
+  CHECKF(it_lost_wait(&r.rec, 1, 3000),
+         "lost callback did not complete within 3 s");
+  CHECK_OK(r.locked_rc);
+  CHECK(!r.locked);
+  printf("release_as from the callback: %s\n", dlock_err_name(r.release_rc));
+  CHECK_RC_IN(r.release_rc, DLOCK_ELOST, DLOCK_ENOTOWNER);
+  /* the client still works */
+  CHECK_RC_IN(dlock_lock_release(l), DLOCK_ELOST, DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* dlock_client_free frees handles left over; their holds expire. */
+static void t_free_client_with_live_handles(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *a = it_lock(c, "left1"), *b = it_lock(c, "left2");
+  CHECK_OK(dlock_lock_acquire(a, 0, WD));
+  CHECK_OK(dlock_lock_acquire(b, 0, 60000));
+  (void)it_lock(c, "left3");
+  int64_t t0 = th_now_ms();
+  dlock_client_free(c);
+  CHECK_INT(th_now_ms() - t0, <, 3000);
+  bool gone;
+  TH_WAIT_FOR(gone, !it_exists(s, "left1"), 3000);
+  CHECKF(gone, "watchdog hold outlived its client");
+  CHECK_INT(th_redis_int(s, "PTTL left2"), >, 50000);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"keepalive", t_keepalive},
     {"lost_gone", t_lost_gone},
     {"lost_stolen", t_lost_stolen},
     {"free_client_stops_renewal", t_free_client_stops_renewal},
     {"fixed_lease_not_renewed", t_fixed_lease_not_renewed},
+    {"lost_callback_calls_library", t_lost_callback_calls_library},
+    {"free_client_with_live_handles", t_free_client_with_live_handles},
 };
 
 CHECK_MAIN(cases)
