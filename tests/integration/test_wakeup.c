@@ -18,6 +18,32 @@
 #define WD DLOCK_LEASE_WATCHDOG
 #define PROMPT_MS 2000
 
+/* Waits PROMPT_MS for the waiter; if it was not woken, prints what the
+ * server shows and how long the waiter really took (up to 35 s, past a
+ * 30 s PTTL poll), then fails. */
+static void expect_woken(th_server_t *s, it_async_t *w, const char *name,
+                         int64_t t_rel, const char *what) {
+  if (it_async_wait(w, PROMPT_MS))
+    return;
+  char ch[256];
+  it_channel(name, ch, sizeof ch);
+  char *list = th_redis_str(s, "CLIENT LIST TYPE pubsub");
+  fprintf(stderr,
+          "%s not woken within %d ms; subscribers of %s: %lld; pub/sub "
+          "connections:\n%s",
+          what, PROMPT_MS, ch, (long long)it_numsub(s, ch),
+          list ? list : "(none)\n");
+  free(list);
+  bool late = it_async_wait(w, 35000);
+  fprintf(stderr, "%s: %s\n", what,
+          late ? "acquired late" : "still waiting after 35 s");
+  if (late)
+    fprintf(stderr, "  rc %s, %lld ms after the release\n",
+            dlock_err_name(w->rc), (long long)(w->t_done - t_rel));
+  CHECKF(false, "%s not woken within %d ms of the release", what,
+         PROMPT_MS);
+}
+
 static void t_pubsub_wake(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
@@ -159,9 +185,8 @@ static void killed_case(bool wait_resubscribe) {
   CHECK(!atomic_load(&w.done));
   int64_t t_rel = th_now_ms();
   CHECK_OK(dlock_lock_release(la));
-  CHECKF(it_async_wait(&w, PROMPT_MS),
-         "waiter whose pub/sub connection was killed not woken within %d ms",
-         PROMPT_MS);
+  expect_woken(s, &w, "killed", t_rel,
+               "waiter whose pub/sub connection was killed");
   CHECK_OK(w.rc);
   printf("waiter acquired %lld ms after release\n",
          (long long)(w.t_done - t_rel));
@@ -173,7 +198,7 @@ static void killed_case(bool wait_resubscribe) {
   CHECK(it_wait_subscribers(s, "killed", 1, 5000));
   t_rel = th_now_ms();
   CHECK_OK(dlock_lock_release(la));
-  CHECKF(it_async_wait(&w, PROMPT_MS), "second waiter not woken");
+  expect_woken(s, &w, "killed", t_rel, "second waiter (after the kill)");
   CHECK_OK(w.rc);
   CHECK_OK(it_async_finish(&w));
   dlock_lock_free(la);
