@@ -17,8 +17,8 @@
  *   SIGINT/SIGTERM still act while the library blocks. Locks are owned per
  *   thread, so the worker acquires "as" the main thread's id and the main
  *   thread releases with the same id. A signal during the wait ends dlock by
- *   that same signal (nothing is held yet; a grant racing with the signal
- *   expires with its watchdog lease, as after a crash).
+ *   that same signal, unless the grant has already happened on the server
+ *   (see stop_while_waiting()).
  * - The library reports a lost lock on its background thread; the callback
  *   only writes one byte to the event pipe (non-blocking, never stalls the
  *   library). The worker announces the end of its acquire the same way.
@@ -56,7 +56,13 @@ struct run {
   sigset_t oldmask;
   bool pipe_was_default; /* SIGPIPE had SIG_DFL before we ignored it */
   uint64_t owner;        /* thread id the lock is held as */
-  /* Written by the worker before it sends 'A'; read after the join. */
+  /* mu guards stopping and published: the main thread sets stopping on a
+   * stop signal during the wait; the worker sets published (client and
+   * lock are usable by the main thread) unless stopping is already set. */
+  pthread_mutex_t mu;
+  bool stopping, published;
+  /* Written by the worker before it sends 'A'; read after the join (and,
+   * once published, the handles by the main thread too). */
   dlock_client_t *client;
   dlock_lock_t *lock;
   int acquire_err;
@@ -100,6 +106,16 @@ static void *worker(void *arg) {
     r->failed = true;
     r->worker_rc = rc;
   } else {
+    bool stop;
+    pthread_mutex_lock(&r->mu);
+    stop = r->stopping;
+    r->published = !stop;
+    pthread_mutex_unlock(&r->mu);
+    if (stop) { /* a stop signal came during the connect: no acquire */
+      r->failed = true;
+      r->worker_rc = CLI_EX_SOFTWARE;
+      goto done;
+    }
     if (o->verbose)
       cli_msg(r->c, "connected to %s as client %s; acquiring '%s'",
               r->c->url_shown, dlock_client_id(r->client), r->c->name_shown);
@@ -111,6 +127,7 @@ static void *worker(void *arg) {
     else if (r->acquire_err != 0)
       r->worker_rc = cli_lib_error(r->c, r->c->name_shown, r->acquire_err);
   }
+done:
   r->t_acquired = cli_now_ms();
   do
     n = write(r->evw, &b, 1);
@@ -183,7 +200,7 @@ static bool is_stop_signal(int signo) {
 
 /* Ends dlock by `signo`, as if we had not caught it (the shell then sees
  * the usual 128+S and a script loop stops on Ctrl-C). */
-static void die_by_signal(int signo) {
+static _Noreturn void die_by_signal(int signo) {
   sigset_t one;
   fflush(stderr);
   signal(signo, SIG_DFL);
@@ -314,6 +331,45 @@ static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
             c->name_shown, lost_reason(reason));
     break;
   }
+}
+
+/*
+ * A stop signal while the worker waits for the lock. The library cannot
+ * cancel a wait, so normally dlock just ends by the signal. But the grant
+ * may already have happened on the server, the worker not having told us
+ * yet: then the worker is about to return, so we let it, and release before
+ * ending (HOLD mode: exit 0, as for a signal after the grant). Only a grant
+ * still in flight at the moment of the check is left to expire with its
+ * lease, as after a crash.
+ */
+static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
+  bool published, held = false;
+  int64_t deadline;
+  pthread_mutex_lock(&r->mu);
+  r->stopping = true;
+  published = r->published;
+  pthread_mutex_unlock(&r->mu);
+  if (!published || dlock_lock_is_held_by_thread(r->lock, &held) != 0 ||
+      !held)
+    die_by_signal(signo);
+  /* Granted: the worker returns within a round trip or so. */
+  deadline = cli_now_ms() + 10000;
+  for (;;) {
+    struct event ev;
+    next_event(r, deadline, &ev);
+    if (ev.kind == EV_DONE)
+      break;
+    if (ev.kind == EV_TIMEOUT || ev.kind == EV_ERROR)
+      die_by_signal(signo);
+  }
+  pthread_join(th, NULL);
+  if (r->failed)
+    die_by_signal(signo);
+  release_and_close(r);
+  if (r->c->o->mode == CLI_MODE_HOLD)
+    return 0;
+  die_by_signal(signo);
+  return CLI_EX_SOFTWARE; /* not reached */
 }
 
 /* HOLD mode: keep the lock until SIGINT/SIGTERM/SIGHUP. */
@@ -496,6 +552,7 @@ int cli_run(struct cli_ctx *c) {
     cli_msg(c, "internal error: cannot set the lost-lock callback");
     return CLI_EX_SOFTWARE;
   }
+  pthread_mutex_init(&r.mu, NULL);
   r.owner = dlock_thread_id();
   r.t_start = cli_now_ms();
   if (pthread_create(&th, NULL, worker, &r) != 0) {
@@ -510,7 +567,7 @@ int cli_run(struct cli_ctx *c) {
     if (ev.kind == EV_DONE)
       break;
     if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo))
-      die_by_signal(ev.signo);
+      return stop_while_waiting(&r, th, ev.signo);
     if (ev.kind == EV_ERROR) {
       cli_msg(c, "internal error: waiting for the lock: %s", strerror(errno));
       return CLI_EX_SOFTWARE;

@@ -49,7 +49,7 @@ expect "a nested dlock is another owner (-n gives 1)" 1 $?
 # -l: a fixed lease; the lock expires while the command still runs.
 run_bg p "$DLOCK" -l 0.3 cli-lease sh -c 'echo ready >"$0"; i=0
   while [ ! -e "$0.go" ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i+1)); done' "$T/lease"
-expect_true "fixed-lease holder started" wait_until 10000 test -e "$T/lease"
+expect_true "fixed-lease holder started" wait_until 10000 test -s "$T/lease"
 expect_true "fixed lease expires by itself while the command runs" wait_until 5000 is_free cli-lease
 touch "$T/lease.go"
 wait_exit "$p" 10000

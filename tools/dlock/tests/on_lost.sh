@@ -12,7 +12,7 @@ waiter='echo $$ >"$0.ready"; i=0
 f=$T/term
 run_bg p "$DLOCK" --watchdog 0.6 cli-lost sh -c \
   'trap "echo TERM >\"$0.got\"; exit 3" TERM; '"$waiter" "$f" 2>"$f.err"
-expect_true "term: command started" wait_until 10000 test -e "$f.ready"
+expect_true "term: command started" wait_until 10000 test -s "$f.ready"
 t0=$(now_ms)
 $REDIS_CLI DEL cli-lost >/dev/null
 wait_exit "$p" 10000
@@ -26,7 +26,7 @@ expect_grep "term: loss reported" "lost lock 'cli-lost'" "$f.err"
 f=$T/kill
 run_bg p "$DLOCK" --watchdog 0.6 --on-lost kill cli-lost sh -c \
   'trap "echo TERM >\"$0.got\"" TERM; '"$waiter" "$f" 2>"$f.err"
-expect_true "kill: command started" wait_until 10000 test -e "$f.ready"
+expect_true "kill: command started" wait_until 10000 test -s "$f.ready"
 child=$(cat "$f.ready")
 $REDIS_CLI DEL cli-lost >/dev/null
 wait_exit "$p" 10000
@@ -38,7 +38,7 @@ expect_true "kill: no SIGTERM first" test ! -e "$f.got"
 f=$T/stubborn
 run_bg p "$DLOCK" --watchdog 0.6 --kill-after 0.5 cli-lost sh -c \
   'trap "" TERM; '"$waiter" "$f" 2>"$f.err"
-expect_true "kill-after: command started" wait_until 10000 test -e "$f.ready"
+expect_true "kill-after: command started" wait_until 10000 test -s "$f.ready"
 $REDIS_CLI DEL cli-lost >/dev/null
 expect_true "kill-after: loss noticed" wait_until 5000 grep -q "lost lock" "$f.err"
 t0=$(now_ms)
@@ -52,7 +52,7 @@ expect_grep "kill-after: SIGKILL reported" "SIGKILL" "$f.err"
 # ignore: the command keeps running and its status is dlock's.
 f=$T/ignore
 run_bg p "$DLOCK" --watchdog=0.6 --on-lost=ignore cli-lost sh -c "$waiter" "$f" 2>"$f.err"
-expect_true "ignore: command started" wait_until 10000 test -e "$f.ready"
+expect_true "ignore: command started" wait_until 10000 test -s "$f.ready"
 $REDIS_CLI DEL cli-lost >/dev/null
 expect_true "ignore: loss reported" wait_until 5000 grep -q "lost lock" "$f.err"
 expect_true "ignore: command still running" test -e "/proc/$(cat "$f.ready")"

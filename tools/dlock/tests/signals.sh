@@ -26,7 +26,7 @@ for sig in TERM HUP INT; do
   fi
   f=$T/$sig
   run_bg p "${pre[@]+"${pre[@]}"}" "$DLOCK" cli-sig sh -c "$trapper" "$f" $sig
-  expect_true "$sig: command started" wait_until 10000 test -e "$f.ready"
+  expect_true "$sig: command started" wait_until 10000 test -s "$f.ready"
   expect_true "$sig: lock held while the command runs" is_held cli-sig
   kill -s $sig "$p"
   wait_exit "$p" 10000
@@ -37,7 +37,7 @@ done
 
 # A command killed by the forwarded signal: 128+15.
 run_bg p "$DLOCK" cli-sig sh -c 'echo ready >"$0"; exec sleep 30' "$T/plain"
-expect_true "plain command started" wait_until 10000 test -e "$T/plain"
+expect_true "plain command started" wait_until 10000 test -s "$T/plain"
 kill -TERM "$p"
 wait_exit "$p" 10000
 expect "command killed by forwarded SIGTERM gives 143" 143 "$ST"

@@ -33,7 +33,7 @@ expect "free json: name" cli-st "$(json_get "$T/free.json" .name)"
 
 run_bg p "$DLOCK" --watchdog 0.6 cli-st sh -c 'echo ready >"$0"; i=0
   while [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done' "$T/ready" 2>"$T/holder.err"
-expect_true "holder running" wait_until 10000 test -e "$T/ready"
+expect_true "holder running" wait_until 10000 test -s "$T/ready"
 owner=$($REDIS_CLI HKEYS cli-st)
 "$DLOCK" --status cli-st >"$T/held.out"
 expect "--status on a held lock exits 0" 0 $?
