@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
   char *file_pw = NULL, *user = NULL;
   const char *env_pw = NULL, *pw = NULL, *env_url;
   size_t off, len;
-  int rc;
+  int rc = 0;
 
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) {
     fprintf(stderr, "dlock: %s\n", err);
@@ -175,7 +175,8 @@ int main(int argc, char **argv) {
                                                        : DEFAULT_URL);
   if (url == NULL) {
     fprintf(stderr, "dlock: out of memory\n");
-    return CLI_EX_SOFTWARE;
+    rc = CLI_EX_SOFTWARE;
+    goto out;
   }
   if (o.url != NULL && cli_url_secret_span(o.url, &off, &len))
     memset(o.url + off, '*', len);
@@ -185,7 +186,8 @@ int main(int argc, char **argv) {
   url_pw = cli_url_password(url);
   if (shown == NULL) {
     fprintf(stderr, "dlock: out of memory\n");
-    return CLI_EX_SOFTWARE;
+    rc = CLI_EX_SOFTWARE;
+    goto out;
   }
   c.url = url;
   c.url_shown = shown;
@@ -196,7 +198,8 @@ int main(int argc, char **argv) {
     cli_msg(&c, "%s: rediss:// (TLS) is not available yet; use redis:// "
                 "over a trusted network or a tunnel",
             shown);
-    return CLI_EX_USAGE;
+    rc = CLI_EX_USAGE;
+    goto out;
   }
 
   /* The password: the URL's, or --password-file, or $DLOCK_PASSWORD. */
@@ -209,13 +212,15 @@ int main(int argc, char **argv) {
     if (cli_url_has_password(url)) {
       cli_msg(&c, "the URL has a password and --password-file gives "
                   "another: keep one");
-      return CLI_EX_USAGE;
+      rc = CLI_EX_USAGE;
+      goto out;
     }
     file_pw = read_password_file(o.password_file);
     if (file_pw == NULL) {
       cli_msg(&c, "--password-file %s: %s", pf,
               errno == EINVAL ? "empty first line" : strerror(errno));
-      return CLI_EX_USAGE;
+      rc = CLI_EX_USAGE;
+      goto out;
     }
     c.secrets[c.nsecrets++] = file_pw;
     pw = file_pw;
@@ -227,13 +232,15 @@ int main(int argc, char **argv) {
   /* Library options. */
   if (dlock_options_new(&c.dopts) != 0) {
     cli_msg(&c, "out of memory");
-    return CLI_EX_SOFTWARE;
+    rc = CLI_EX_SOFTWARE;
+    goto out;
   }
   if (o.watchdog_ms > 0 &&
       dlock_options_set_watchdog_timeout(c.dopts, o.watchdog_ms) != 0) {
     cli_msg(&c, "--watchdog: the library refused %lld ms",
             (long long)o.watchdog_ms);
-    return CLI_EX_USAGE;
+    rc = CLI_EX_USAGE;
+    goto out;
   }
   if (pw != NULL) {
     /* "redis://alice@host" + a password from elsewhere: the user goes with
@@ -242,13 +249,15 @@ int main(int argc, char **argv) {
     user = cli_url_user(url);
     if (bare == NULL) {
       cli_msg(&c, "out of memory");
-      return CLI_EX_SOFTWARE;
+      rc = CLI_EX_SOFTWARE;
+      goto out;
     }
     free(url);
     c.url = url = bare;
     if (dlock_options_set_credentials(c.dopts, user, pw) != 0) {
       cli_msg(&c, "the library refused the credentials");
-      return CLI_EX_USAGE;
+      rc = CLI_EX_USAGE;
+      goto out;
     }
   }
   dlock_options_set_client_name(c.dopts, "dlock-cli");
@@ -268,6 +277,7 @@ int main(int argc, char **argv) {
     break;
   }
 
+out:
   dlock_options_free(c.dopts);
   free(user);
   free(file_pw);
