@@ -585,11 +585,19 @@ int cli_run(struct cli_ctx *c) {
     dlock_client_free(r.client);
     return r.worker_rc;
   }
-  if (c->o->verbose)
+  if (c->o->verbose) {
+    char how[96];
+    int64_t wd = c->o->watchdog_ms > 0 ? c->o->watchdog_ms : 30000;
+    if (c->o->lease_ms > 0)
+      snprintf(how, sizeof how, "fixed lease of %.3f s, never renewed",
+               secs(c->o->lease_ms));
+    else
+      snprintf(how, sizeof how, "lease %.3f s, renewed every %.3f s", secs(wd),
+               secs(wd / 3));
     cli_msg(c, "acquired '%s' after %.3f s as %s:%llu (%s)", c->name_shown,
             secs(r.t_acquired - r.t_start), dlock_client_id(r.client),
-            (unsigned long long)r.owner,
-            c->o->lease_ms > 0 ? "fixed lease" : "watchdog renews the lease");
+            (unsigned long long)r.owner, how);
+  }
 
   if (c->o->mode == CLI_MODE_HOLD)
     rc = hold(&r);
