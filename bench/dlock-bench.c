@@ -460,7 +460,7 @@ static int mode_worker(const config_t *c) {
   for (int t = 0; t < nt; t++)
     if (ws[t].late_ns > late)
       late = ws[t].late_ns;
-  if (late > 0)
+  if (late > 0 && c->have_start)
     fprintf(stderr,
             "dlock-bench: worker %d: reached the start instant %.1f ms "
             "late\n",
