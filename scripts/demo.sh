@@ -59,6 +59,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${sudo[@]+"${sudo[@]}"}" apt-get update -qq
   "${sudo[@]+"${sudo[@]}"}" apt-get install -y -qq --no-install-recommends \
     "${missing[@]}" >/dev/null
+  for tool in cmake make gcc pkg-config redis-server redis-cli; do
+    have "$tool" || die "$tool is still missing after apt-get install"
+  done
 fi
 
 # ----------------------------------------------------------------- 2. build
