@@ -224,14 +224,21 @@ static double secs(int64_t ms) { return (double)ms / 1000.0; }
  * the lease expires by itself. */
 static void release_and_close(struct run *r) {
   const struct cli_ctx *c = r->c;
-  int err = dlock_lock_release_as(r->lock, r->owner);
+  int err;
+  if (r->lost) {
+    /* Nothing left to release, and with an unreachable backend the attempt
+     * would only cost a command timeout. */
+    if (c->o->verbose)
+      cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
+    goto close;
+  }
+  err = dlock_lock_release_as(r->lock, r->owner);
   if (err == 0) {
     if (c->o->verbose)
       cli_msg(c, "released '%s'", c->name_shown);
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
-    /* Expected after a fixed lease ran out or a reported loss; worth a
-     * line only when nothing told the user yet. */
-    if (c->o->lease_ms > 0 ? c->o->verbose > 0 : !r->lost || c->o->verbose)
+    /* Expected after a fixed lease ran out: worth a line with -v only. */
+    if (c->o->lease_ms <= 0 || c->o->verbose > 0)
       cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "the lock was lost");
@@ -242,6 +249,7 @@ static void release_and_close(struct run *r) {
     cli_msg(c, "'%s' will expire by itself when its lease runs out",
             c->name_shown);
   }
+close:
   dlock_lock_free(r->lock);
   dlock_client_free(r->client);
   r->lock = NULL;

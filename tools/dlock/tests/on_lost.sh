@@ -67,4 +67,20 @@ $REDIS_CLI DEL cli-lost >/dev/null
 wait_exit "$p" 10000
 expect "hold: dlock exits 75" 75 "$ST"
 
+# The backend stops answering (server frozen with SIGSTOP): the lease cannot
+# be renewed, the lock is lost as "unreachable", dlock exits 75.
+if [ -n "${REDIS_PID:-}" ]; then
+  f=$T/frozen
+  run_bg p "$DLOCK" --watchdog 0.6 cli-frozen sh -c "$waiter" "$f" 2>"$f.err"
+  expect_true "frozen: command started" wait_until 10000 test -s "$f.ready"
+  t0=$(now_ms)
+  kill -STOP "$REDIS_PID"
+  wait_exit "$p" 20000
+  el=$(($(now_ms) - t0))
+  kill -CONT "$REDIS_PID"
+  expect "frozen: dlock exits 75 (after ${el} ms)" 75 "$ST"
+  expect_grep "frozen: reported as unreachable" "unreachable" "$f.err"
+  expect_true "frozen: one line on stderr" one_line "$f.err"
+fi
+
 finish
