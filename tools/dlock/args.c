@@ -196,8 +196,8 @@ static int opt_secs(const char *spelled, const char *value, int64_t min_ms,
                 "%s: '%s' is not a number of seconds (use e.g. 5 or 0.25)",
                 spelled, pv);
   if (rc == -2)
-    return fail(err, errlen, "%s: '%s' is negative; give seconds >= 0",
-                spelled, pv);
+    return fail(err, errlen, "%s: '%s' is negative; give seconds >= 0", spelled,
+                pv);
   if (rc == -3)
     return fail(err, errlen, "%s: '%s' is too large (at most %lld seconds)",
                 spelled, pv, (long long)CLI_SECS_MAX);
@@ -317,8 +317,7 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
 static const struct optdef *find_long(const char *name, size_t len) {
   size_t k;
   for (k = 0; k < NOPTDEFS; k++)
-    if (strlen(optdefs[k].lng) == len &&
-        memcmp(optdefs[k].lng, name, len) == 0)
+    if (strlen(optdefs[k].lng) == len && memcmp(optdefs[k].lng, name, len) == 0)
       return &optdefs[k];
   return NULL;
 }

@@ -18,8 +18,8 @@
 
 struct cli_ctx {
   const struct cli_opts *o;
-  const char *url;        /* the backend URL in use */
-  const char *url_shown;  /* the same with the password as "***" */
+  const char *url;       /* the backend URL in use */
+  const char *url_shown; /* the same with the password as "***" */
   const char *secrets[CLI_MAX_SECRETS]; /* never printed */
   size_t nsecrets;
   dlock_options_t *dopts; /* library options (owned by main) */

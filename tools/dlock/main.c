@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
 
   /* The backend, and its secret out of argv. */
   env_url = getenv("DLOCK_URL");
-  url = strdup(o.url != NULL                         ? o.url
+  url = strdup(o.url != NULL                           ? o.url
                : env_url != NULL && env_url[0] != '\0' ? env_url
                                                        : DEFAULT_URL);
   if (url == NULL) {
@@ -195,8 +195,9 @@ int main(int argc, char **argv) {
   c.secrets[c.nsecrets++] = url_pw;
 
   if (cli_url_is_tls(url)) {
-    cli_msg(&c, "%s: rediss:// (TLS) is not available yet; use redis:// "
-                "over a trusted network or a tunnel",
+    cli_msg(&c,
+            "%s: rediss:// (TLS) is not available yet; use redis:// "
+            "over a trusted network or a tunnel",
             shown);
     rc = CLI_EX_USAGE;
     goto out;

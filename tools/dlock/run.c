@@ -66,7 +66,7 @@ struct run {
   dlock_client_t *client;
   dlock_lock_t *lock;
   int acquire_err;
-  bool failed;   /* no lock: worker_rc is the exit status */
+  bool failed; /* no lock: worker_rc is the exit status */
   int worker_rc;
   int64_t t_start, t_acquired;
   /* Main thread only. */
@@ -357,8 +357,7 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
   r->stopping = true;
   published = r->published;
   pthread_mutex_unlock(&r->mu);
-  if (!published || dlock_lock_is_held_by_thread(r->lock, &held) != 0 ||
-      !held)
+  if (!published || dlock_lock_is_held_by_thread(r->lock, &held) != 0 || !held)
     die_by_signal(signo);
   /* Granted: the worker returns within a round trip or so. */
   deadline = cli_now_ms() + 10000;
@@ -383,8 +382,7 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
 /* HOLD mode: keep the lock until SIGINT/SIGTERM/SIGHUP. */
 static int hold(struct run *r) {
   const struct cli_ctx *c = r->c;
-  int64_t lease_end =
-      c->o->lease_ms > 0 ? r->t_acquired + c->o->lease_ms : -1;
+  int64_t lease_end = c->o->lease_ms > 0 ? r->t_acquired + c->o->lease_ms : -1;
   int64_t unused = -1;
   if (c->o->verbose)
     cli_msg(c, "holding '%s' until SIGINT or SIGTERM", c->name_shown);
@@ -585,8 +583,8 @@ int cli_run(struct cli_ctx *c) {
   pthread_join(th, NULL);
 
   if (r.failed) {
-    if (c->o->verbose && (r.acquire_err == DLOCK_EBUSY ||
-                          r.acquire_err == DLOCK_ETIMEDOUT))
+    if (c->o->verbose &&
+        (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
               c->name_shown, secs(r.t_acquired - r.t_start));
     dlock_lock_free(r.lock);

@@ -48,9 +48,9 @@ static void json_string(FILE *f, const char *s) {
     for (k = 1; k <= need; k++)
       if ((p[k] & 0xc0) != 0x80)
         break;
-    if (need > 0 && k > need &&
-        !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0) &&
-        !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90)) {
+    if (need > 0 && k > need && !(c == 0xe0 && p[1] < 0xa0) &&
+        !(c == 0xed && p[1] >= 0xa0) && !(c == 0xf0 && p[1] < 0x90) &&
+        !(c == 0xf4 && p[1] >= 0x90)) {
       fwrite(p, 1, need + 1, f);
       p += need + 1;
     } else {
@@ -74,8 +74,7 @@ static void print_plain(const struct cli_ctx *c, const dlock_lock_state_t *st,
   for (i = 0; held && i < st->nholders; i++) {
     cli_printable(st->holders[i].owner ? st->holders[i].owner : "?",
                   DLOCK_NAME_MAX, buf, cap);
-    printf("holder:  %s (count %lld)\n", buf,
-           (long long)st->holders[i].count);
+    printf("holder:  %s (count %lld)\n", buf, (long long)st->holders[i].count);
   }
   if (held) {
     if (st->ttl_ms >= 0)
@@ -119,8 +118,8 @@ int cli_status(struct cli_ctx *c) {
   if (err != 0) {
     rc = cli_lib_error(c, c->name_shown, err);
   } else {
-    held = st->nholders > 0 && st->kind != NULL &&
-           strcmp(st->kind, "free") != 0;
+    held =
+        st->nholders > 0 && st->kind != NULL && strcmp(st->kind, "free") != 0;
     if (c->o->json)
       print_json(c, st, held);
     else

@@ -92,8 +92,8 @@ static char *decode(const char *s, size_t n) {
     return NULL;
   for (i = 0; i < n; i++) {
     int h, l;
-    if (s[i] == '%' && i + 2 < n &&
-        (h = hexval(s[i + 1])) >= 0 && (l = hexval(s[i + 2])) >= 0 &&
+    if (s[i] == '%' && i + 2 < n && (h = hexval(s[i + 1])) >= 0 &&
+        (l = hexval(s[i + 2])) >= 0 &&
         (h | l) != 0) { /* %00 would cut the string: kept literally */
       out[o++] = (char)(h * 16 + l);
       i += 2;

@@ -33,7 +33,7 @@
 #define CHECK(cond)                                                            \
   do {                                                                         \
     if (!(cond)) {                                                             \
-      fprintf(stderr, "args_fuzz: %s:%d: check failed: %s\n", __FILE__,      \
+      fprintf(stderr, "args_fuzz: %s:%d: check failed: %s\n", __FILE__,        \
               __LINE__, #cond);                                                \
       abort();                                                                 \
     }                                                                          \
@@ -49,18 +49,81 @@ static uint64_t rnd(void) {
 }
 static size_t pick(size_t n) { return (size_t)(rnd() % n); }
 
-static const char *const vocab[] = {
-    "-u", "--url", "--url=redis://127.0.0.1:1", "redis://:pw@h:1/0", "-x",
-    "--exclusive", "-s", "--shared", "-F", "--fair", "-N", "--limit", "3",
-    "--all", "-n", "--nonblock", "-w", "--wait", "--wait=", "--timeout",
-    "--timeout=0.5", "-E", "--conflict-exit-code", "255", "256", "-1", "-l",
-    "--lease", "--watchdog", "--watchdog=0.003", "--on-lost", "term", "kill",
-    "ignore", "--on-lost=kill", "--kill-after", "-c", "--command", "-v",
-    "-vv", "--verbose", "--json", "--status", "--force-unlock",
-    "--password-file", "-h", "--help", "--version", "--", "-", "", "NAME",
-    "lock:{x}", "0", "0.", ".5", "1.0001", "99999999999", "1e3", "-.5",
-    "-nvx", "-w5", "-E7", "-nE3", "-uredis://x", "sh", "true", "--bogus",
-    "-q", "---", "--=", "=", "-c'x'", "rediss://h", "unix:///tmp/s"};
+static const char *const vocab[] = {"-u",
+                                    "--url",
+                                    "--url=redis://127.0.0.1:1",
+                                    "redis://:pw@h:1/0",
+                                    "-x",
+                                    "--exclusive",
+                                    "-s",
+                                    "--shared",
+                                    "-F",
+                                    "--fair",
+                                    "-N",
+                                    "--limit",
+                                    "3",
+                                    "--all",
+                                    "-n",
+                                    "--nonblock",
+                                    "-w",
+                                    "--wait",
+                                    "--wait=",
+                                    "--timeout",
+                                    "--timeout=0.5",
+                                    "-E",
+                                    "--conflict-exit-code",
+                                    "255",
+                                    "256",
+                                    "-1",
+                                    "-l",
+                                    "--lease",
+                                    "--watchdog",
+                                    "--watchdog=0.003",
+                                    "--on-lost",
+                                    "term",
+                                    "kill",
+                                    "ignore",
+                                    "--on-lost=kill",
+                                    "--kill-after",
+                                    "-c",
+                                    "--command",
+                                    "-v",
+                                    "-vv",
+                                    "--verbose",
+                                    "--json",
+                                    "--status",
+                                    "--force-unlock",
+                                    "--password-file",
+                                    "-h",
+                                    "--help",
+                                    "--version",
+                                    "--",
+                                    "-",
+                                    "",
+                                    "NAME",
+                                    "lock:{x}",
+                                    "0",
+                                    "0.",
+                                    ".5",
+                                    "1.0001",
+                                    "99999999999",
+                                    "1e3",
+                                    "-.5",
+                                    "-nvx",
+                                    "-w5",
+                                    "-E7",
+                                    "-nE3",
+                                    "-uredis://x",
+                                    "sh",
+                                    "true",
+                                    "--bogus",
+                                    "-q",
+                                    "---",
+                                    "--=",
+                                    "=",
+                                    "-c'x'",
+                                    "rediss://h",
+                                    "unix:///tmp/s"};
 #define NVOCAB (sizeof vocab / sizeof vocab[0])
 
 /* A random argument in buf (NUL-terminated). */
@@ -216,10 +279,10 @@ int main(int argc, char **argv) {
       check_url(args[1]);
     {
       /* A URL built from parts, with '@' and ':' in odd places. */
-      static const char *const parts[] = {"redis://", "unix://", "rediss://",
-                                          "u", ":", "@", "p@ss", "%41",
-                                          "h", ":6379", "/0", "?db=1", "/",
-                                          "[::1]", "", "*"};
+      static const char *const parts[] = {
+          "redis://", "unix://", "rediss://", "u",     ":",  "@",
+          "p@ss",     "%41",     "h",         ":6379", "/0", "?db=1",
+          "/",        "[::1]",   "",          "*"};
       char url[128] = "";
       int m = (int)pick(7), q;
       for (q = 0; q < m; q++)
@@ -236,8 +299,7 @@ int main(int argc, char **argv) {
       data[i] = (uint8_t)(pick(3) == 0 ? 0 : pick(256));
     one_case(data, size);
   }
-  printf("args_fuzz: %ld command lines and URLs, all invariants held\n",
-         iters);
+  printf("args_fuzz: %ld command lines and URLs, all invariants held\n", iters);
   return 0;
 }
 #endif
