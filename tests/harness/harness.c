@@ -16,8 +16,9 @@
  *   test's sockets open.
  * - Cleanup: a registry of live servers. atexit() stops them (only in the
  *   process that started them, so a forked child's exit() is harmless);
- *   SIGINT/SIGTERM/SIGHUP SIGKILL them from the handler (kill() only) and
- *   re-raise. Stopping is SIGTERM (+SIGCONT, in case it was paused), then
+ *   on SIGINT/SIGTERM/SIGHUP the handler SIGKILLs and reaps them and removes
+ *   their dirs with async-signal-safe calls only (kill, waitpid, openat,
+ *   getdents64, unlinkat), then re-raises. Stopping is SIGTERM (+SIGCONT, in case it was paused), then
  *   SIGKILL after a 5 s bound; the pid is always reaped.
  * - Locks: g_reg_mu guards the registry (never held across a wait);
  *   th_server_t.mu guards the cached hiredis connection of th_redis_cmd().
@@ -31,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -42,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +59,9 @@ static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static th_server_t *g_servers[TH_MAX_SERVERS]; /* guarded by g_reg_mu */
 /* Read by the signal handler: plain pids, written under g_reg_mu. */
 static volatile pid_t g_pids[TH_MAX_SERVERS];
+/* Server dirs, for the signal handler (written under g_reg_mu before the
+ * slot is used, cleared after). */
+static char g_dirs[TH_MAX_SERVERS][256];
 static pid_t g_owner_pid;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -74,12 +80,54 @@ static void th_atexit(void) {
   }
 }
 
+/* Async-signal-safe removal of a directory tree at most `depth` levels deep
+ * (a server dir holds files and appendonlydir/): open, getdents64,
+ * unlinkat only. */
+struct th_dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+static void rm_tree_at(int parent, const char *name, int depth) {
+  int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[4096] __attribute__((aligned(8)));
+    for (int rounds = 0; rounds < 1000; rounds++) {
+      long n = syscall(SYS_getdents64, fd, buf, sizeof buf);
+      if (n <= 0)
+        break;
+      for (long off = 0; off < n;) {
+        struct th_dirent64 *d = (struct th_dirent64 *)(buf + off);
+        off += d->d_reclen;
+        const char *e = d->d_name;
+        if (e[0] == '.' && (e[1] == '\0' || (e[1] == '.' && e[2] == '\0')))
+          continue;
+        if (d->d_type == DT_DIR) {
+          if (depth > 0)
+            rm_tree_at(fd, e, depth - 1);
+        } else {
+          unlinkat(fd, e, 0);
+        }
+      }
+    }
+    close(fd);
+  }
+  unlinkat(parent, name, AT_REMOVEDIR);
+}
+
 static void th_on_signal(int sig) {
   if (getpid() == g_owner_pid) {
     for (int i = 0; i < TH_MAX_SERVERS; i++) {
       pid_t p = g_pids[i];
-      if (p > 0)
+      if (p > 0) {
         kill(p, SIGKILL);
+        waitpid(p, NULL, 0);
+      }
+      if (g_dirs[i][0] == '/')
+        rm_tree_at(AT_FDCWD, g_dirs[i], 2);
     }
   }
   signal(sig, SIG_DFL);
@@ -107,6 +155,7 @@ static int reg_add(th_server_t *s) {
   pthread_mutex_lock(&g_reg_mu);
   for (int i = 0; i < TH_MAX_SERVERS; i++) {
     if (!g_servers[i]) {
+      snprintf(g_dirs[i], sizeof g_dirs[i], "%s", s->dir);
       g_servers[i] = s;
       rc = 0;
       break;
@@ -122,6 +171,7 @@ static void reg_remove(th_server_t *s) {
     if (g_servers[i] == s) {
       g_servers[i] = NULL;
       g_pids[i] = 0;
+      g_dirs[i][0] = '\0';
     }
   }
   pthread_mutex_unlock(&g_reg_mu);
