@@ -77,6 +77,7 @@ def analyse(records, nworkers, start_ns, end_ns, per_worker_lock=False):
     m["gap_p99_us"] = us(percentile(gaps, 99))
     m["gap_max_us"] = us(gaps[-1] if gaps else None)
     m["xhandoffs"] = len(xgaps)
+    m["xhandoffs_per_s"] = len(xgaps) / seconds if seconds > 0 else 0.0
     m["xgap_p50_us"] = us(percentile(xgaps, 50))
     m["xgap_p99_us"] = us(percentile(xgaps, 99))
     m["xgap_max_us"] = us(xgaps[-1] if xgaps else None)

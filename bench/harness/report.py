@@ -12,11 +12,11 @@ import subprocess
 
 import analysis
 
-RUN_COLS = ["acquisitions", "acq_per_s", "gap_p50_us", "gap_p99_us",
+RUN_COLS = ["acquisitions", "acq_per_s", "xhandoffs_per_s", "gap_p50_us", "gap_p99_us",
             "gap_max_us", "xgap_p50_us", "xgap_p99_us", "xgap_max_us",
             "worst_wait_ms", "overlaps", "jain", "scripts_per_acq",
             "server_calls_per_acq", "late_ms", "failed_workers"]
-MEDIAN_COLS = ["acq_per_s", "gap_p50_us", "gap_p99_us", "gap_max_us",
+MEDIAN_COLS = ["acq_per_s", "xhandoffs_per_s", "gap_p50_us", "gap_p99_us", "gap_max_us",
                "xgap_p50_us", "xgap_p99_us", "xgap_max_us", "worst_wait_ms",
                "jain", "scripts_per_acq", "server_calls_per_acq"]
 ACCT_COLS = ["client_cmds_per_acq", "client_scripts_per_acq",
@@ -74,6 +74,7 @@ def summarise(results, case_list, peers):
             xg = sorted(g for r in runs for g in r.get("_xgaps", []))
             s["cdf"] = [(q, v / 1e3) for q, v in
                         analysis.quantiles(xg, CDF_POINTS)] if xg else []
+            s["cdf_n"] = len(xg)
             out[(peer, case["id"])] = s
     return out
 
@@ -142,7 +143,8 @@ def targets(S, peers, limit_pairs, acct, renewal):
                         "dlock %s us; best peer %s %s us (ratio %.2f)" % (
                             fmt(dx), bx[1], fmt(bx[0]), dx / bx[0])))
     da = [a for a in acct if a["peer"] == "dlock" and a["case"] in (
-        "contended-h0", "contended-h1000", "threads-one")]
+        "contended-h0", "contended-h1000", "contended-h20000",
+        "threads-one")]
     if da:
         worst = max(da, key=lambda a: a.get("client_cmds_per_acq") or 0)
         figs = ", ".join("%s W=%d: %.2f" % (a["case"], a["procs"],
@@ -153,6 +155,19 @@ def targets(S, peers, limit_pairs, acct, renewal):
                     "any contention level, no polling",
                     worst["client_cmds_per_acq"] <= 3.0,
                     "commands sent per acquisition (MONITOR): " + figs))
+    long_ = {a["peer"]: a["client_cmds_per_acq"] for a in acct
+             if a["case"] == "contended-h20000"}
+    wl = [a["procs"] for a in acct if a["case"] == "contended-h20000"]
+    short = {a["peer"]: a["client_cmds_per_acq"] for a in acct
+             if a["case"] == "contended-h1000" and wl and
+             a["procs"] == wl[0]}
+    if "dlock" in short and "dlock" in long_:
+        r = long_["dlock"] / short["dlock"] if short["dlock"] else 0
+        out.append(("no polling: commands per acquisition do not grow with "
+                    "the hold time", r <= 1.25,
+                    "sent/acq at H=1 ms -> H=20 ms: " + ", ".join(
+                        "%s %.2f -> %.2f" % (p, short[p], long_[p])
+                        for p in peers if p in short and p in long_)))
     if renewal:
         ks = sorted(renewal, key=k_sort)
         lo, hi = ks[0], ks[-1]
@@ -218,8 +233,9 @@ def draw_plots(out, raw, S, case_list, peers, labels, limit_pairs, renewal):
         if col == "acq_per_s" and limit_pairs:
             extra = ("set arrow from -0.45,%g to 0.45,%g nohead dt 2 lw 2 "
                      "lc rgb 'black' front\n"
-                     "set label 'EVALSHA limit / 2' at 0.5,%g font ',9'\n" % (
-                         limit_pairs, limit_pairs, limit_pairs))
+                     "set label 'EVALSHA limit / 2' at -0.45,%g font ',9' "
+                     "offset 0,0.7\n" % (limit_pairs, limit_pairs,
+                                         limit_pairs * 1.0))
         gnuplot("""set terminal pngcairo size 1100,520 font 'Sans,10'
 set output '%s'
 set title '%s'
@@ -252,9 +268,11 @@ plot %s
                 for q, v in cdf:
                     f.write("%.6g %.6g\n" % (max(v, 0.1), q))
             if cdf:
+                n = S[(p, c["id"])]["cdf_n"]
                 lines.append("'%s' using 1:2 with steps lw 2 lc rgb '%s' "
                              "title %s" % (dat, colors[i % len(colors)],
-                                           quote(labels[p])))
+                                           quote("%s (n=%d)" % (labels[p],
+                                                                n))))
         if lines:
             parts.append("set title %s\nplot %s\n" % (
                 quote("cross-worker hand-off, " + c["label"]),
@@ -397,6 +415,8 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
         "contended-h0", "acq_per_s")
     row("contended (W=%d, H=1 ms), acquisitions/s" % env["workers"],
         "contended-h1000", "acq_per_s")
+    row("H=1 ms: hand-offs between workers per second", "contended-h1000",
+        "xhandoffs_per_s")
     row("H=1 ms: cross-worker hand-off p50, us", "contended-h1000",
         "xgap_p50_us")
     row("H=1 ms: cross-worker hand-off p99, us", "contended-h1000",
