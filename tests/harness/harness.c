@@ -312,8 +312,15 @@ static int write_conf(th_server_t *s) {
           "logfile %s/redis.log\n"
           "enable-debug-command local\n",
           s->port, s->dir, s->dir);
-  for (size_t i = 0; i < s->nconf; i++)
-    fprintf(f, "%s\n", s->conf[i]);
+  for (size_t i = 0; i < s->nconf; i++) {
+    /* "${dir}" stands for the server's directory */
+    const char *line = s->conf[i], *at;
+    while ((at = strstr(line, "${dir}")) != NULL) {
+      fprintf(f, "%.*s%s", (int)(at - line), line, s->dir);
+      line = at + 6;
+    }
+    fprintf(f, "%s\n", line);
+  }
   int rc = fclose(f) == 0 ? 0 : -1;
   return rc;
 }

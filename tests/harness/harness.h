@@ -39,7 +39,9 @@ typedef struct th_server {
 
 /* Starts redis-server with the default config plus `extra` (NULL-terminated
  * array of config lines, may be NULL; later lines override earlier ones).
- * A "requirepass X" line makes the harness AUTH with X. Waits until the
+ * "${dir}" in a line stands for the server's directory (e.g.
+ * "unixsocket ${dir}/redis.sock"). A "requirepass X" line makes the harness
+ * AUTH with X. Waits until the
  * server answers (at most 10 s). Returns NULL (after printing why) on
  * failure. */
 th_server_t *th_server_start(const char *const *extra);

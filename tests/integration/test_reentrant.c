@@ -28,8 +28,12 @@ static void t_reentry(void) {
   char owner[128];
   it_owner(c, dlock_thread_id(), owner, sizeof owner);
 
-  for (int i = 0; i < 3; i++)
-    CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  /* re-entry never waits, whatever the wait */
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD));
+  CHECK_OK(dlock_lock_acquire(l, 5000, 20000));
+  CHECK_INT(th_now_ms() - t0, <, 1000);
   int64_t n = -1;
   CHECK_OK(dlock_lock_hold_count(l, &n));
   CHECK_INT(n, ==, 3);
@@ -545,6 +549,38 @@ static void t_remaining_lease_values(void) {
   th_server_stop(s);
 }
 
+/* A wake-up that finds the lock still held (someone published "0" while it
+ * is held, or another waiter won) must not end the wait early. */
+static void t_spurious_wake_keeps_waiting(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = it_lock(a, "spur"), *lb = it_lock(b, "spur");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  it_async_t w;
+  it_async_start(&w, lb, 1500, WD, false);
+  CHECK(it_wait_subscribers(s, "spur", 1, 5000));
+  char ch[64];
+  it_channel("spur", ch, sizeof ch);
+  for (int i = 0; i < 5; i++) {
+    CHECK_INT(th_redis_int(s, "PUBLISH %s 0", ch), >=, 1);
+    th_sleep_ms(50);
+  }
+  CHECKF(it_async_wait(&w, 1500 + 1500), "waiter did not time out");
+  int64_t took = w.t_done - w.t_start;
+  printf("woken 5 times while held, gave up after %lld ms\n", (long long)took);
+  CHECK_RC(w.rc, DLOCK_ETIMEDOUT);
+  CHECK_INT(took, >=, 1400);
+  CHECK_INT(took, <=, 1500 + 1000);
+  CHECK_INT(it_async_finish(&w), ==, -999);
+  CHECK_OK(dlock_lock_release(la));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"reentry", t_reentry},
     {"reentry_resets_lease", t_reentry_resets_lease},
@@ -560,6 +596,7 @@ static const check_case_t cases[] = {
     {"client_identity", t_client_identity},
     {"handles_share_state", t_handles_share_state},
     {"remaining_lease_values", t_remaining_lease_values},
+    {"spurious_wake_keeps_waiting", t_spurious_wake_keeps_waiting},
 };
 
 CHECK_MAIN(cases)

@@ -335,6 +335,57 @@ static void t_paused_server(void) {
   th_server_stop(s);
 }
 
+static void t_connect_to_paused_server(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  CHECK_INT(th_server_pause(s), ==, 0);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 300));
+  CHECK_OK(dlock_options_set_command_timeout(o, 300));
+  dlock_client_t *c = (dlock_client_t *)o;
+  int64_t t0 = th_now_ms();
+  int rc = dlock_client_new(&c, s->url, o);
+  int64_t took = th_now_ms() - t0;
+  printf("client_new to a stopped server: %s after %lld ms\n",
+         dlock_err_name(rc), (long long)took);
+  CHECK_RC_IN(rc, DLOCK_EIOTIMEOUT, DLOCK_EUNAVAILABLE);
+  CHECK(c == NULL);
+  CHECK_INT(took, <, 300 + 1500);
+  CHECK_INT(th_server_resume(s), ==, 0);
+  CHECK_OK(dlock_client_new(&c, s->url, o));
+  CHECK_OK(dlock_client_ping(c));
+  dlock_client_free(c);
+  dlock_options_free(o);
+  th_server_stop(s);
+}
+
+/* A pause shorter than the lease (renewals time out meanwhile) must not
+ * lose the hold. */
+static void t_brief_pause_keeps_hold(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_lost_t lost;
+  it_lost_init(&lost);
+  dlock_client_t *c = small_client(s, 3000, &lost);
+  dlock_lock_t *l = it_lock(c, "brief");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_INT(th_server_pause(s), ==, 0);
+  th_sleep_ms(1200); /* the scenario: over one renewal interval, < lease */
+  CHECK_INT(th_server_resume(s), ==, 0);
+  int64_t p1 = th_redis_int(s, "PTTL brief");
+  CHECKF(p1 > 0, "hold gone after a 1.2 s pause (PTTL %lld)", (long long)p1);
+  bool renewed;
+  TH_WAIT_FOR(renewed, th_redis_int(s, "PTTL brief") > p1 + 100, 3000);
+  CHECKF(renewed, "no renewal within 3 s after the pause");
+  CHECK_INT(it_lost_count(&lost), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(!it_exists(s, "brief"));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"calls_while_down", t_calls_while_down},
     {"restart_during_wait", t_restart_during_wait},
@@ -344,6 +395,8 @@ static const check_case_t cases[] = {
     {"down_during_hold", t_down_during_hold},
     {"hold_survives_aof_restart", t_hold_survives_aof_restart},
     {"paused_server", t_paused_server},
+    {"connect_to_paused_server", t_connect_to_paused_server},
+    {"brief_pause_keeps_hold", t_brief_pause_keeps_hold},
 };
 
 CHECK_MAIN(cases)

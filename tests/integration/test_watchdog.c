@@ -245,6 +245,49 @@ static void t_free_client_with_live_handles(void) {
   th_server_stop(s);
 }
 
+/* More holds than one renewal batch (Redisson batches 100): all stay. */
+#define MANY 150
+static void t_many_locks_renewed(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_lost_t lost;
+  it_lost_init(&lost);
+  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
+                         .lost = it_lost_cb,
+                         .lost_ud = &lost};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l[MANY];
+  for (int i = 0; i < MANY; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "many-%d", i + 1);
+    l[i] = it_lock(c, name);
+    CHECK_OK(dlock_lock_acquire(l[i], 0, WD));
+  }
+  static const char min_pttl[] =
+      "local m = 1e12; for i = 1, tonumber(ARGV[1]) do "
+      "local p = redis.call('pttl', 'many-' .. i); "
+      "if p < m then m = p end end; return m";
+  int64_t start = th_now_ms(), lowest = WATCHDOG_MS;
+  for (int i = 0; i < 100 && th_now_ms() - start < 1800; i++) {
+    int64_t m = th_redis_int(s, "EVAL %s 0 %d", min_pttl, MANY);
+    CHECKF(m > 0, "a hold expired (lowest PTTL %lld) after %lld ms",
+           (long long)m, (long long)(th_now_ms() - start));
+    if (m < lowest)
+      lowest = m;
+    th_sleep_ms(50);
+  }
+  printf("%d holds over %lld ms, lowest PTTL %lld ms\n", MANY,
+         (long long)(th_now_ms() - start), (long long)lowest);
+  CHECK_INT(it_lost_count(&lost), ==, 0);
+  for (int i = 0; i < MANY; i++) {
+    CHECK_OK(dlock_lock_release(l[i]));
+    dlock_lock_free(l[i]);
+  }
+  CHECK_INT(it_lock_keys(s), ==, 0);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"keepalive", t_keepalive},
     {"lost_gone", t_lost_gone},
@@ -252,6 +295,7 @@ static const check_case_t cases[] = {
     {"free_client_stops_renewal", t_free_client_stops_renewal},
     {"fixed_lease_not_renewed", t_fixed_lease_not_renewed},
     {"lost_callback_calls_library", t_lost_callback_calls_library},
+    {"many_locks_renewed", t_many_locks_renewed},
     {"free_client_with_live_handles", t_free_client_with_live_handles},
 };
 
