@@ -269,6 +269,8 @@ typedef struct dlock_lock_state {
   int64_t ttl_ms;         /* as dlock_lock_remaining_lease() */
   size_t nholders;
   dlock_holder_t *holders; /* nholders entries */
+  size_t nwaiters;         /* dlock waiters queued for a hand-off */
+  const char **waiters;    /* their owners, oldest first (at most 100) */
 } dlock_lock_state_t;
 
 /* Reads the state; *out is freed with dlock_lock_state_free(). */

@@ -34,14 +34,24 @@ typedef enum dlock__lock_query {
   DLOCK__Q_REMAINING  /* lease left: ms, -1 no expiry, -2 free */
 } dlock__lock_query;
 
+/* A waiter's entry in the backend's wait queue, through which a release
+ * hands the lock straight to the oldest live waiter. */
+typedef struct dlock__queue_entry {
+  const char *member; /* "<client-id>:<tid>:<seq>:<lease ms>" */
+  int64_t ttl_ms;     /* the entry expires unless refreshed within this */
+  bool queued;        /* an earlier attempt of this wait already queued it */
+} dlock__queue_entry;
+
 /* Watch events, delivered on the background thread. */
 typedef enum dlock__watch_event {
   DLOCK__W_MESSAGE,     /* payload published on channel */
   DLOCK__W_SUBSCRIBED,  /* the channel is now watched */
-  DLOCK__W_UNSUBSCRIBED /* the channel is no longer watched */
+  DLOCK__W_UNSUBSCRIBED, /* the channel is no longer watched */
+  DLOCK__W_REFUSED       /* the server refused the pending subscriptions:
+                            code and payload = its message */
 } dlock__watch_event;
 
-typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev,
+typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev, int code,
                                 const char *channel, size_t chlen,
                                 const char *payload, size_t plen);
 
@@ -60,10 +70,20 @@ typedef struct dlock__backend_ops {
 
   /* The wake channel of a reentrant lock (fresh string, caller frees). */
   char *(*lock_channel)(void *be, const char *name);
-  /* 1 acquired (or re-entered); 0 held by another, *pttl = ms it has left
-   * (-1 no expiry). */
+  /* The channel on which releases hand this client a lock it queued for
+   * (payload "<tid>:<seq>"); NULL when the backend has no hand-off. */
+  char *(*lock_grant_channel)(void *be, const char *name,
+                              const char *client_id);
+  /* 1 acquired (or re-entered, or handed over while queued); 0 held by
+   * another, *pttl = ms it has left (-1 no expiry). With q, a failed
+   * attempt queues (or refreshes) the waiter's entry. */
   int (*lock_acquire)(void *be, const char *name, const char *owner,
-                      int64_t lease_ms, int64_t *pttl);
+                      int64_t lease_ms, const dlock__queue_entry *q,
+                      int64_t *pttl);
+  /* Removes a waiter's queue entry: 1 when the lock had already been
+   * handed to it (the caller owns it now), 0 otherwise. */
+  int (*lock_leave)(void *be, const char *name, const char *owner,
+                    const char *member);
   /* DLOCK__REL_*; request_id makes a retried release idempotent. */
   int (*lock_release)(void *be, const char *name, const char *owner,
                       int64_t lease_ms, const char *request_id);

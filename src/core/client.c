@@ -91,11 +91,14 @@ void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
 
 /* -------------------------------------------------- background thread */
 
-static void on_watch_event(void *ud, dlock__watch_event ev, const char *ch,
-                           size_t chlen, const char *payload, size_t plen) {
+static void on_watch_event(void *ud, dlock__watch_event ev, int code,
+                           const char *ch, size_t chlen, const char *payload,
+                           size_t plen) {
   struct dlock_client *c = ud;
+  if (ev == DLOCK__W_REFUSED)
+    dlock__log(c, DLOCK_LOG_ERROR, "%.*s", (int)plen, payload);
   pthread_mutex_lock(&c->mu);
-  dlock__chans_on_event_locked(c, ev, ch, chlen, payload, plen);
+  dlock__chans_on_event_locked(c, ev, code, ch, chlen, payload, plen);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -249,6 +252,7 @@ static void client_destroy(struct dlock_client *c) {
     l->magic = DLOCK__DEAD_MAGIC;
     dlock__free(l->name);
     dlock__free(l->channel);
+    dlock__free(l->grant);
     dlock__free(l);
     l = next;
   }
@@ -333,7 +337,7 @@ void dlock_client_free(dlock_client_t *c) {
   size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->chans, &cur); e;
        e = dlock__map_next(&c->chans, e, &cur)) {
-    dlock__chan *ch = e->value;
+    dlock__chan *ch = e->value; /* visited twice with a grant name: harmless */
     for (dlock__waiter *w = ch->head; w; w = w->next)
       pthread_cond_signal(&w->cond);
   }

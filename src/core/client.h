@@ -26,6 +26,7 @@ struct dlock_lock {
   struct dlock_client *client;
   char *name;
   char *channel; /* the backend's wake channel for this lock */
+  char *grant;   /* this client's hand-off channel for it, or NULL */
   struct dlock_lock *prev, *next; /* client's list of handles, under mu */
 };
 

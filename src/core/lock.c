@@ -1,19 +1,27 @@
 /*
  * lock.c - the reentrant lock (public dlock_lock_* API).
  *
- * Acquire: one attempt; if held and the caller will wait, register as a
- * waiter on the lock's channel, wait for the subscription, then loop:
- * attempt, and if still held sleep until woken by a release message, a
- * pub/sub reconnect, the holder's remaining lease (a safety net for a lost
- * message, never a poll interval), or the deadline. When this client
- * already watches the channel the first attempt is already "after the
- * subscription" and the loop starts sleeping at once, so a contended
- * acquisition costs the attempts it needs and nothing more.
+ * Acquire with a wait: register as a waiter on the lock's channels first
+ * (Redisson's channel, and this client's hand-off channel), then attempt.
+ * An attempt made while subscribed also queues the waiter on the server, so
+ * that a release hands it the lock directly: the release makes it the owner
+ * and tells it on the hand-off channel, and the waiter returns without
+ * another round trip. If the channels were not yet subscribed, the first
+ * attempt does not queue; the waiter waits for the subscription and
+ * attempts again (queuing then). Between attempts it sleeps until a grant, a
+ * release message on Redisson's channel (a Redisson holder, a force
+ * release), a pub/sub reconnect, the holder's remaining lease (a safety net
+ * for a crashed holder or a lost message, never a poll interval), the
+ * refresh of its queue entry, or its deadline. A waiter that gives up
+ * leaves the queue; if a release had handed it the lock just before, it
+ * keeps it. A contended acquisition thus costs one queuing attempt and the
+ * release that hands over: two round trips, with no herd of retries.
  *
  * Backend errors end the wait at once: a wait never hides an unreachable
  * server behind its deadline.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,9 +64,13 @@ int dlock_lock_new(dlock_client_t *c, const char *name, dlock_lock_t **out) {
     return rc;
   dlock_lock_t *l = dlock__calloc(1, sizeof *l);
   if (!l || !(l->name = dlock__strdup(name)) ||
-      !(l->channel = c->ops->lock_channel(c->be, name))) {
-    if (l)
+      !(l->channel = c->ops->lock_channel(c->be, name)) ||
+      (c->ops->lock_grant_channel &&
+       !(l->grant = c->ops->lock_grant_channel(c->be, name, c->id)))) {
+    if (l) {
       dlock__free(l->name);
+      dlock__free(l->channel);
+    }
     dlock__free(l);
     return DLOCK_ENOMEM;
   }
@@ -107,6 +119,7 @@ void dlock_lock_free(dlock_lock_t *l) {
   }
   dlock__free(l->name);
   dlock__free(l->channel);
+  dlock__free(l->grant);
   dlock__free(l);
 }
 
@@ -134,57 +147,123 @@ static int busy_error(const dlock_lock_t *l, int code, int64_t pttl) {
   return dlock__seterr(code, "timed out waiting for lock '%.200s'", l->name);
 }
 
-/* The wait loop, after a first failed attempt. */
-static int wait_and_acquire(dlock_lock_t *l, const char *owner, int64_t lease,
-                            int64_t deadline, int64_t pttl) {
-  struct dlock_client *c = l->client;
+/* A queue entry lives at most this long without a refresh; a waiter
+ * refreshes it (with its next attempt) after half of it. */
+#define QUEUE_ENTRY_MAX_MS 60000
+/* Grace past the waiter's deadline, so a hand-off at the last moment is
+ * still found by its leave. */
+#define QUEUE_ENTRY_GRACE_MS 2000
+
+static _Atomic uint64_t wait_seq; /* tells one wait from the next */
+
+typedef struct wait_ctx {
+  dlock_lock_t *l;
+  const char *owner;
+  int64_t lease;
+  int64_t deadline;
   dlock__waiter w;
-  int rc = dlock__waiter_begin(c, &w, l->channel);
-  if (rc)
+  dlock__queue_entry q;
+  char member[128];
+  int64_t refresh_at; /* when the queue entry wants refreshing */
+} wait_ctx;
+
+/* One attempt; queues (or refreshes) the entry when `queue`. */
+static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
+  struct dlock_client *c = x->l->client;
+  int64_t now = dlock__now_ms();
+  if (queue) {
+    int64_t left = x->deadline == DLOCK__NEVER ? QUEUE_ENTRY_MAX_MS
+                                               : x->deadline - now;
+    if (left > QUEUE_ENTRY_MAX_MS)
+      left = QUEUE_ENTRY_MAX_MS;
+    x->q.ttl_ms = (left > 0 ? left : 0) + QUEUE_ENTRY_GRACE_MS;
+  }
+  int rc = c->ops->lock_acquire(c->be, x->l->name, x->owner, x->lease,
+                                queue ? &x->q : NULL, pttl);
+  if (rc == 0 && queue) {
+    x->q.queued = true;
+    x->refresh_at = now + x->q.ttl_ms / 2;
+  }
+  return rc;
+}
+
+static int wait_loop(wait_ctx *x) {
+  struct dlock_client *c = x->l->client;
+  bool handoff = x->l->grant != NULL;
+  int64_t pttl = -1;
+  /* already watching (a lingering subscription): this attempt can queue */
+  bool subscribed = dlock__waiter_want(c, &x->w, true);
+  int rc = attempt(x, handoff && subscribed, &pttl);
+  if (rc != 0)
     return rc;
-  /* Not yet watching: wait for the subscription, then attempt again. */
-  pthread_mutex_lock(&c->mu);
-  bool watching = w.chan->state == DLOCK__CH_SUBBED;
-  pthread_mutex_unlock(&c->mu);
-  bool attempt_now = false;
-  if (!watching) {
+  if (!subscribed) {
+    dlock__waiter_want(c, &x->w, false);
     int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
-    if (sub_deadline > deadline)
-      sub_deadline = deadline;
-    dlock__waiter_await_subscription(c, &w, sub_deadline);
-    attempt_now = true;
+    if (sub_deadline > x->deadline)
+      sub_deadline = x->deadline;
+    subscribed = dlock__waiter_await_subscription(c, &x->w, sub_deadline);
+    if ((rc = dlock__waiter_error(c, &x->w)) != 0)
+      return rc;
+    if ((rc = attempt(x, handoff && subscribed, &pttl)) != 0)
+      return rc;
   }
   for (;;) {
-    if (attempt_now) {
-      rc = c->ops->lock_acquire(c->be, l->name, owner, lease, &pttl);
-      if (rc != 0)
-        break; /* acquired (1) or error (<0) */
-    }
-    attempt_now = true;
+    if (dlock__waiter_granted(c, &x->w))
+      return 1;
     int64_t now = dlock__now_ms();
-    if (now >= deadline) {
-      rc = busy_error(l, DLOCK_ETIMEDOUT, pttl);
-      break;
-    }
-    /* Safety net for a lost message: never sleep past the holder's lease.
-     * pttl < 0: the key has no expiry (or vanished): sleep to the deadline
-     * unless woken. */
-    int64_t until = deadline;
-    if (pttl >= 0) {
-      int64_t lease_end = now + (pttl > 0 ? pttl : 1);
-      if (lease_end < until)
-        until = lease_end;
-    }
+    if (now >= x->deadline)
+      return busy_error(x->l, DLOCK_ETIMEDOUT, pttl);
     pthread_mutex_lock(&c->mu);
     bool stopping = c->stopping;
     pthread_mutex_unlock(&c->mu);
-    if (stopping) {
-      rc = dlock__seterr(DLOCK_ECLOSED, "client is being freed");
-      break;
-    }
-    dlock__waiter_sleep(c, &w, until);
+    if (stopping)
+      return dlock__seterr(DLOCK_ECLOSED, "client is being freed");
+    /* Safety net for a crashed holder or a lost message: never sleep past
+     * the holder's lease. pttl < 0: the key has no expiry (or vanished):
+     * sleep to the deadline unless woken. */
+    int64_t until = x->deadline;
+    if (pttl >= 0 && now + (pttl > 0 ? pttl : 1) < until)
+      until = now + (pttl > 0 ? pttl : 1);
+    if (x->q.queued && x->refresh_at < until)
+      until = x->refresh_at;
+    dlock__waiter_sleep(c, &x->w, until);
+    if (dlock__waiter_granted(c, &x->w))
+      return 1;
+    if (!subscribed)
+      subscribed = dlock__waiter_subscribed(c, &x->w);
+    if ((rc = attempt(x, handoff && subscribed, &pttl)) != 0)
+      return rc;
   }
-  dlock__waiter_end(c, &w);
+}
+
+static int wait_and_acquire(dlock_lock_t *l, uint64_t tid, const char *owner,
+                            int64_t lease, int64_t deadline) {
+  struct dlock_client *c = l->client;
+  wait_ctx x;
+  memset(&x, 0, sizeof x);
+  x.l = l;
+  x.owner = owner;
+  x.lease = lease;
+  x.deadline = deadline;
+  uint64_t seq = atomic_fetch_add(&wait_seq, 1) + 1;
+  snprintf(x.member, sizeof x.member, "%s:%" PRIu64 ":%" PRId64, owner, seq,
+           lease);
+  x.q.member = x.member;
+  int rc = dlock__waiter_begin(c, &x.w, l->channel, l->grant, tid, seq);
+  if (rc)
+    return rc;
+  rc = wait_loop(&x);
+  if (rc != 1 && x.q.queued) {
+    /* leave the queue; a hand-off that raced with giving up is kept */
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    int left = c->ops->lock_leave(c->be, l->name, owner, x.member);
+    if (left == 1)
+      rc = 1;
+    else
+      dlock__seterr(rc, "%s", saved);
+  }
+  dlock__waiter_end(c, &x.w);
   return rc;
 }
 
@@ -204,16 +283,17 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   struct dlock_client *c = l->client;
   bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
   int64_t lease = watchdog ? c->opts.watchdog_ms : lease_ms;
-  int64_t deadline = dlock__deadline_after(wait_ms);
   char owner[64];
   dlock__owner(c, tid, owner, sizeof owner);
 
-  int64_t pttl = -1;
-  rc = c->ops->lock_acquire(c->be, l->name, owner, lease, &pttl);
-  if (rc == 0) {
-    if (wait_ms == 0)
+  if (wait_ms == 0) {
+    int64_t pttl = -1;
+    rc = c->ops->lock_acquire(c->be, l->name, owner, lease, NULL, &pttl);
+    if (rc == 0)
       return busy_error(l, DLOCK_EBUSY, pttl);
-    rc = wait_and_acquire(l, owner, lease, deadline, pttl);
+  } else {
+    rc = wait_and_acquire(l, tid, owner, lease,
+                          dlock__deadline_after(wait_ms));
   }
   if (rc < 0)
     return rc == DLOCK_EWRONGTYPE
@@ -377,6 +457,9 @@ void dlock_lock_state_free(dlock_lock_state_t *st) {
   for (size_t i = 0; st->holders && i < st->nholders; i++)
     dlock__free((void *)st->holders[i].owner);
   dlock__free(st->holders);
+  for (size_t i = 0; st->waiters && i < st->nwaiters; i++)
+    dlock__free((void *)st->waiters[i]);
+  dlock__free((void *)st->waiters);
   dlock__free((void *)st->name);
   dlock__free(st);
 }

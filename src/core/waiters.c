@@ -2,8 +2,10 @@
  * waiters.c - wait registry and channel subscriptions (see waiters.h).
  *
  * Invariants (under client->mu):
- *  - a channel with waiters is never freed; only the background thread
- *    frees channels, so it may use channel names after dropping mu;
+ *  - a channel with waiters is never freed; a channel the background thread
+ *    may be (un)subscribing (any state but UNSUB) is freed only by that
+ *    thread, so it may use channel names after dropping mu; an unused
+ *    channel in UNSUB state is freed by whoever sees it unused;
  *  - w->woken is set by a wake and cleared by the waiter that consumes it;
  *  - a channel in SUBBED state has had a confirmed SUBSCRIBE since the last
  *    pub/sub (re)connect.
@@ -14,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/clock.h"
+#include "core/error.h"
 
 /* How long an idle channel stays subscribed, so that a contended lock is not
  * re-subscribed for every wait. */
@@ -41,13 +44,69 @@ static void wake_one(dlock__chan *ch) {
 
 static void chan_free(struct dlock_client *c, dlock__chan *ch) {
   dlock__map_del(&c->chans, ch->name, ch->len);
+  if (ch->grant)
+    dlock__map_del(&c->chans, ch->grant, ch->glen);
   dlock__free(ch->name);
+  dlock__free(ch->grant);
+  dlock__free(ch->errmsg);
   dlock__free(ch);
 }
 
+static dlock__chan *chan_new(struct dlock_client *c, const char *channel,
+                             const char *grant) {
+  dlock__chan *ch = dlock__calloc(1, sizeof *ch);
+  if (!ch)
+    return NULL;
+  ch->len = strlen(channel);
+  ch->glen = grant ? strlen(grant) : 0;
+  ch->state = DLOCK__CH_UNSUB;
+  if (!(ch->name = dlock__strndup(channel, ch->len)) ||
+      (grant && !(ch->grant = dlock__strndup(grant, ch->glen))) ||
+      dlock__map_put(&c->chans, channel, ch->len, ch)) {
+    dlock__free(ch->name);
+    dlock__free(ch->grant);
+    dlock__free(ch);
+    return NULL;
+  }
+  if (grant && dlock__map_put(&c->chans, grant, ch->glen, ch)) {
+    dlock__map_del(&c->chans, channel, ch->len);
+    dlock__free(ch->name);
+    dlock__free(ch->grant);
+    dlock__free(ch);
+    return NULL;
+  }
+  return ch;
+}
+
+/* "<tid>:<seq>" -> the matching waiter of ch, marked granted and woken. */
+static void deliver_grant(dlock__chan *ch, const char *p, size_t n) {
+  uint64_t tid = 0, seq = 0;
+  size_t i = 0;
+  for (; i < n && i < 24 && p[i] >= '0' && p[i] <= '9'; i++)
+    tid = tid * 10 + (uint64_t)(p[i] - '0');
+  if (i == 0 || i >= n || p[i] != ':')
+    return;
+  size_t j = ++i;
+  for (; i < n && i - j < 24 && p[i] >= '0' && p[i] <= '9'; i++)
+    seq = seq * 10 + (uint64_t)(p[i] - '0');
+  if (i == j || i != n)
+    return;
+  for (dlock__waiter *w = ch->head; w; w = w->next) {
+    if (w->tid == tid && w->seq == seq) {
+      w->granted = true;
+      wake(w);
+      return;
+    }
+  }
+  /* no such waiter: it already left, and its leave found the grant */
+}
+
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
-                        const char *channel) {
+                        const char *channel, const char *grant, uint64_t tid,
+                        uint64_t seq) {
   memset(w, 0, sizeof *w);
+  w->tid = tid;
+  w->seq = seq;
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -56,19 +115,10 @@ int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
   size_t len = strlen(channel);
   pthread_mutex_lock(&c->mu);
   dlock__chan *ch = dlock__map_get(&c->chans, channel, len);
-  if (!ch) {
-    ch = dlock__calloc(1, sizeof *ch);
-    if (!ch || !(ch->name = dlock__strndup(channel, len)) ||
-        dlock__map_put(&c->chans, channel, len, ch)) {
-      if (ch)
-        dlock__free(ch->name);
-      dlock__free(ch);
-      pthread_mutex_unlock(&c->mu);
-      pthread_cond_destroy(&w->cond);
-      return DLOCK_ENOMEM;
-    }
-    ch->len = len;
-    ch->state = DLOCK__CH_UNSUB;
+  if (!ch && !(ch = chan_new(c, channel, grant))) {
+    pthread_mutex_unlock(&c->mu);
+    pthread_cond_destroy(&w->cond);
+    return DLOCK_ENOMEM;
   }
   w->chan = ch;
   w->prev = ch->tail;
@@ -78,11 +128,46 @@ int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
     ch->head = w;
   ch->tail = w;
   ch->nwaiters++;
-  bool poke = ch->state != DLOCK__CH_SUBBED;
   pthread_mutex_unlock(&c->mu);
-  if (poke)
-    dlock__client_poke(c);
   return 0;
+}
+
+bool dlock__waiter_want(struct dlock_client *c, dlock__waiter *w,
+                        bool only_if_subscribed) {
+  pthread_mutex_lock(&c->mu);
+  dlock__chan *ch = w->chan;
+  bool sub = ch->state == DLOCK__CH_SUBBED;
+  if ((sub || !only_if_subscribed) && !w->wants) {
+    w->wants = true;
+    ch->nwanting++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!sub && !only_if_subscribed)
+    dlock__client_poke(c);
+  return sub;
+}
+
+bool dlock__waiter_subscribed(struct dlock_client *c, dlock__waiter *w) {
+  pthread_mutex_lock(&c->mu);
+  bool ok = w->chan->state == DLOCK__CH_SUBBED;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
+
+int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w) {
+  pthread_mutex_lock(&c->mu);
+  int rc = w->chan->err;
+  if (rc)
+    dlock__seterr(rc, "%s", w->chan->errmsg ? w->chan->errmsg : "");
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w) {
+  pthread_mutex_lock(&c->mu);
+  bool g = w->granted;
+  pthread_mutex_unlock(&c->mu);
+  return g;
 }
 
 bool dlock__waiter_await_subscription(struct dlock_client *c,
@@ -90,7 +175,8 @@ bool dlock__waiter_await_subscription(struct dlock_client *c,
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&c->mu);
-  while (w->chan->state != DLOCK__CH_SUBBED && !c->stopping &&
+  while (w->chan->state != DLOCK__CH_SUBBED && !w->granted &&
+         !w->chan->err && !c->stopping &&
          dlock__now_ms() < deadline) {
     if (deadline == DLOCK__NEVER)
       pthread_cond_wait(&w->cond, &c->mu);
@@ -109,7 +195,8 @@ bool dlock__waiter_sleep(struct dlock_client *c, dlock__waiter *w,
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->woken && !c->stopping && dlock__now_ms() < until) {
+  while (!w->woken && !w->granted && !c->stopping &&
+         dlock__now_ms() < until) {
     if (until == DLOCK__NEVER)
       pthread_cond_wait(&w->cond, &c->mu);
     else
@@ -133,58 +220,115 @@ void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w) {
   else
     ch->tail = w->prev;
   ch->nwaiters--;
-  if (w->woken)
+  if (w->woken && !w->granted)
     wake_one(ch); /* pass an unconsumed wake on */
-  if (ch->nwaiters == 0)
+  if (w->wants && --ch->nwanting == 0) {
     ch->idle_since = dlock__now_ms();
+    ch->err = 0; /* the next waiter may try the subscription again */
+  }
+  if (ch->nwaiters == 0 && ch->nwanting == 0 && ch->state == DLOCK__CH_UNSUB)
+    chan_free(c, ch);
   pthread_mutex_unlock(&c->mu);
   pthread_cond_destroy(&w->cond);
 }
 
+static void refuse_pending(struct dlock_client *c, int code,
+                           const char *msg, size_t len);
+
 void dlock__chans_on_event_locked(struct dlock_client *c,
-                                  dlock__watch_event ev, const char *name,
-                                  size_t len, const char *payload,
-                                  size_t plen) {
+                                  dlock__watch_event ev, int code,
+                                  const char *name, size_t len,
+                                  const char *payload, size_t plen) {
+  if (ev == DLOCK__W_REFUSED) {
+    refuse_pending(c, code, payload, plen);
+    return;
+  }
   dlock__chan *ch = dlock__map_get(&c->chans, name, len);
   if (!ch)
     return;
+  bool is_grant = ch->grant && len == ch->glen &&
+                  memcmp(name, ch->grant, len) == 0;
   switch (ev) {
   case DLOCK__W_MESSAGE:
-    if (plen == 1 && payload[0] == '1')
+    if (is_grant)
+      deliver_grant(ch, payload, plen);
+    else if (plen == 1 && payload[0] == '1')
       wake_all(ch);
     else
       wake_one(ch);
     break;
   case DLOCK__W_SUBSCRIBED:
-    if (ch->state == DLOCK__CH_SUBBING) {
+    if (ch->state == DLOCK__CH_SUBBING && --ch->pending <= 0) {
       ch->state = DLOCK__CH_SUBBED;
       /* waiters registered before a reconnect retry now; new ones are
        * waiting for this state and retry anyway */
       wake_all(ch);
     }
     break;
+  case DLOCK__W_REFUSED:
+    break;
   case DLOCK__W_UNSUBSCRIBED:
-    if (ch->state == DLOCK__CH_UNSUBBING) {
+    if (ch->state == DLOCK__CH_UNSUBBING && --ch->pending <= 0) {
       ch->state = DLOCK__CH_UNSUB;
-      if (ch->nwaiters == 0)
+      if (ch->nwaiters == 0 && ch->nwanting == 0)
         chan_free(c, ch);
     }
     break;
   }
 }
 
-void dlock__chans_on_disconnect_locked(struct dlock_client *c) {
-  size_t cur;
-  dlock__map_entry *e = dlock__map_first(&c->chans, &cur);
-  while (e) {
+/* Channels are in the map under one or two names; these walks visit each
+ * channel once, under its main name, and collect first so that freeing a
+ * channel (two map entries) never disturbs the walk. */
+static size_t main_chans(struct dlock_client *c, dlock__chan ***out) {
+  size_t n = 0, cur;
+  *out = c->chans.count ? dlock__calloc(c->chans.count, sizeof **out) : NULL;
+  if (!*out)
+    return 0;
+  for (dlock__map_entry *e = dlock__map_first(&c->chans, &cur); e;
+       e = dlock__map_next(&c->chans, e, &cur)) {
     dlock__chan *ch = e->value;
-    e = dlock__map_next(&c->chans, e, &cur);
+    if (e->klen == ch->len && memcmp(e->key, ch->name, ch->len) == 0)
+      (*out)[n++] = ch;
+  }
+  return n;
+}
+
+/* The server refused a SUBSCRIBE: every channel still waiting for its
+ * confirmation fails, and its waiters are told (they return the error). */
+static void refuse_pending(struct dlock_client *c, int code,
+                           const char *msg, size_t len) {
+  dlock__chan **all;
+  size_t n = main_chans(c, &all);
+  for (size_t i = 0; i < n; i++) {
+    dlock__chan *ch = all[i];
+    if (ch->state != DLOCK__CH_SUBBING)
+      continue;
     ch->state = DLOCK__CH_UNSUB;
-    if (ch->nwaiters == 0)
+    ch->pending = 0;
+    ch->err = code ? code : DLOCK_ESERVER;
+    dlock__free(ch->errmsg);
+    ch->errmsg = dlock__asprintf(
+        "%.*s (the user needs pub/sub access to %s%s%s)", (int)len, msg,
+        ch->name, ch->grant ? " and " : "", ch->grant ? ch->grant : "");
+    wake_all(ch);
+  }
+  dlock__free(all);
+}
+
+void dlock__chans_on_disconnect_locked(struct dlock_client *c) {
+  dlock__chan **all;
+  size_t n = main_chans(c, &all);
+  for (size_t i = 0; i < n; i++) {
+    dlock__chan *ch = all[i];
+    ch->state = DLOCK__CH_UNSUB;
+    ch->pending = 0;
+    if (ch->nwaiters == 0 && ch->nwanting == 0)
       chan_free(c, ch);
     else
       wake_all(ch);
   }
+  dlock__free(all);
 }
 
 bool dlock__chans_wanted_locked(struct dlock_client *c) {
@@ -192,14 +336,14 @@ bool dlock__chans_wanted_locked(struct dlock_client *c) {
   for (dlock__map_entry *e = dlock__map_first(&c->chans, &cur); e;
        e = dlock__map_next(&c->chans, e, &cur)) {
     dlock__chan *ch = e->value;
-    if (ch->nwaiters > 0 || ch->state != DLOCK__CH_UNSUB)
+    if (ch->nwanting > 0 || ch->state != DLOCK__CH_UNSUB)
       return true;
   }
   return false;
 }
 
-static int push(const char ***arr, size_t **lens, size_t *n, size_t *cap,
-                dlock__chan *ch) {
+static int push1(const char ***arr, size_t **lens, size_t *n, size_t *cap,
+                 const char *name, size_t len) {
   if (*n == *cap) {
     size_t nc = *cap ? *cap * 2 : 16;
     const char **a = dlock__reallocarray((void *)*arr, nc, sizeof **arr);
@@ -212,50 +356,69 @@ static int push(const char ***arr, size_t **lens, size_t *n, size_t *cap,
     *lens = l;
     *cap = nc;
   }
-  (*arr)[*n] = ch->name;
-  (*lens)[*n] = ch->len;
+  (*arr)[*n] = name;
+  (*lens)[*n] = len;
   (*n)++;
   return 0;
+}
+
+/* Pushes the channel's names; returns how many (0 on failure). */
+static int push(const char ***arr, size_t **lens, size_t *n, size_t *cap,
+                dlock__chan *ch) {
+  size_t before = *n;
+  if (push1(arr, lens, n, cap, ch->name, ch->len))
+    return 0;
+  if (ch->grant && push1(arr, lens, n, cap, ch->grant, ch->glen)) {
+    *n = before;
+    return 0;
+  }
+  return (int)(*n - before);
 }
 
 int64_t dlock__chans_collect_locked(struct dlock_client *c, int64_t now,
                                     const char ***subs, size_t **sublens,
                                     size_t *nsubs, const char ***unsubs,
                                     size_t **unsublens, size_t *nunsubs) {
-  size_t capsub = 0, capunsub = 0, cur;
+  size_t capsub = 0, capunsub = 0;
   int64_t next = DLOCK__NEVER;
   *subs = *unsubs = NULL;
   *sublens = *unsublens = NULL;
   *nsubs = *nunsubs = 0;
-  dlock__map_entry *e = dlock__map_first(&c->chans, &cur);
-  while (e) {
-    dlock__chan *ch = e->value;
-    e = dlock__map_next(&c->chans, e, &cur);
-    if (ch->nwaiters > 0 && ch->state == DLOCK__CH_UNSUB) {
-      if (push(subs, sublens, nsubs, &capsub, ch) == 0)
+  dlock__chan **all;
+  size_t n = main_chans(c, &all);
+  for (size_t i = 0; i < n; i++) {
+    dlock__chan *ch = all[i];
+    if (ch->nwanting > 0 && ch->state == DLOCK__CH_UNSUB && !ch->err) {
+      int k = push(subs, sublens, nsubs, &capsub, ch);
+      if (k > 0) {
         ch->state = DLOCK__CH_SUBBING;
-    } else if (ch->nwaiters == 0 && ch->state == DLOCK__CH_SUBBED) {
+        ch->pending = k;
+      }
+    } else if (ch->nwanting == 0 && ch->state == DLOCK__CH_SUBBED) {
       int64_t expiry = ch->idle_since + CHAN_LINGER_MS;
       if (expiry <= now) {
-        if (push(unsubs, unsublens, nunsubs, &capunsub, ch) == 0)
+        int k = push(unsubs, unsublens, nunsubs, &capunsub, ch);
+        if (k > 0) {
           ch->state = DLOCK__CH_UNSUBBING;
+          ch->pending = k;
+        }
       } else if (expiry < next) {
         next = expiry;
       }
-    } else if (ch->nwaiters == 0 && ch->state == DLOCK__CH_UNSUB) {
+    } else if (ch->nwaiters == 0 && ch->nwanting == 0 &&
+               ch->state == DLOCK__CH_UNSUB) {
       chan_free(c, ch);
     }
   }
+  dlock__free(all);
   return next;
 }
 
 void dlock__chans_free_all_locked(struct dlock_client *c) {
-  size_t cur;
-  dlock__map_entry *e = dlock__map_first(&c->chans, &cur);
-  while (e) {
-    dlock__chan *ch = e->value;
-    e = dlock__map_next(&c->chans, e, &cur);
-    chan_free(c, ch);
-  }
+  dlock__chan **all;
+  size_t n = main_chans(c, &all);
+  for (size_t i = 0; i < n; i++)
+    chan_free(c, all[i]);
+  dlock__free(all);
   dlock__map_clear(&c->chans);
 }

@@ -12,6 +12,13 @@
  * this client; any other message wakes one, the oldest not already woken.
  * A waiter that leaves with an unconsumed wake passes it on.
  *
+ * Hand-off: a channel may have a companion grant channel (one per lock and
+ * client) on which a release announces that it made a queued waiter the
+ * owner, with payload "<tid>:<seq>". That waiter alone is woken, marked
+ * granted, and returns without another round trip. Both names are
+ * subscribed and unsubscribed together; the channel counts as subscribed
+ * when both are confirmed.
+ *
  * All functions take client->mu themselves unless named *_locked.
  */
 #ifndef DLOCK_CORE_WAITERS_H
@@ -35,22 +42,45 @@ typedef struct dlock__waiter dlock__waiter;
 typedef struct dlock__chan {
   char *name;
   size_t len;
+  char *grant; /* companion grant channel, or NULL */
+  size_t glen;
   dlock__chan_state state;
-  int nwaiters;
+  int pending; /* confirmations still expected in SUBBING / UNSUBBING */
+  int nwaiters;               /* registered waiters */
+  int nwanting;               /* of them, those that need the subscription */
   dlock__waiter *head, *tail; /* FIFO */
-  int64_t idle_since;         /* when the last waiter left */
+  int64_t idle_since;         /* when the last wanting waiter left */
+  int err;                    /* subscription refused: code, until unused */
+  char *errmsg;
 } dlock__chan;
 
 struct dlock__waiter {
   dlock__waiter *prev, *next;
   dlock__chan *chan;
   pthread_cond_t cond;
+  uint64_t tid, seq; /* match a grant's "<tid>:<seq>" */
   bool woken;
+  bool wants;   /* counted in chan->nwanting */
+  bool granted; /* a release handed this waiter the lock */
 };
 
-/* Caller side. */
+/* Caller side. grant may be NULL (no hand-off). Registering does not
+ * subscribe anything: an acquire that succeeds at once costs no SUBSCRIBE. */
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
-                        const char *channel);
+                        const char *channel, const char *grant, uint64_t tid,
+                        uint64_t seq);
+/* Asks for the channel's subscription and keeps it while this waiter is
+ * registered. With only_if_subscribed, does so only when the channel is
+ * already subscribed (atomically with that check). Returns whether it is
+ * subscribed now. */
+bool dlock__waiter_want(struct dlock_client *c, dlock__waiter *w,
+                        bool only_if_subscribed);
+/* True when the channel is subscribed (checked without waiting). */
+bool dlock__waiter_subscribed(struct dlock_client *c, dlock__waiter *w);
+/* 0, or the error (with detail set) if the server refused the channel. */
+int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w);
+/* True when a release handed this waiter the lock. */
+bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w);
 /* Waits until the channel is subscribed (true) or the deadline (false). */
 bool dlock__waiter_await_subscription(struct dlock_client *c,
                                       dlock__waiter *w, int64_t deadline);
@@ -61,7 +91,8 @@ void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w);
 
 /* Background side (mu held). */
 void dlock__chans_on_event_locked(struct dlock_client *c,
-                                  dlock__watch_event ev, const char *ch,
+                                  dlock__watch_event ev, int code,
+                                  const char *ch,
                                   size_t chlen, const char *payload,
                                   size_t plen);
 void dlock__chans_on_disconnect_locked(struct dlock_client *c);

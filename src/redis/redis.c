@@ -32,6 +32,9 @@
 #define RENEW_BATCH 500
 #define LOCK_CHANNEL_PREFIX "redisson_lock__channel"
 #define LATCH_PREFIX "redisson_unlock_latch"
+#define QUEUE_PREFIX "dlock_lock_queue"
+#define QUEUE_TIMEOUT_PREFIX "dlock_lock_queue_timeout"
+#define GRANT_PREFIX "dlock_lock_grant"
 
 /* ------------------------------------------------------------ utilities */
 
@@ -333,13 +336,48 @@ static char *redis_lock_channel(void *be, const char *name) {
   return dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
 }
 
+/* The per-lock key names of dlock's wait queue (same cluster slot). */
+typedef struct queue_keys {
+  char *queue, *timeouts;
+} queue_keys;
+
+static int queue_keys_make(queue_keys *k, const char *name) {
+  k->queue = dlock__redis_prefixed(QUEUE_PREFIX, name);
+  k->timeouts = dlock__redis_prefixed(QUEUE_TIMEOUT_PREFIX, name);
+  return k->queue && k->timeouts ? 0 : DLOCK_ENOMEM;
+}
+
+static void queue_keys_clear(queue_keys *k) {
+  dlock__free(k->queue);
+  dlock__free(k->timeouts);
+}
+
+static char *redis_lock_grant_channel(void *be, const char *name,
+                                      const char *client_id) {
+  (void)be;
+  char *prefix = dlock__redis_prefixed(GRANT_PREFIX, name);
+  char *ch = prefix ? dlock__asprintf("%s:%s", prefix, client_id) : NULL;
+  dlock__free(prefix);
+  return ch;
+}
+
 static int redis_lock_acquire(void *be, const char *name, const char *owner,
-                              int64_t lease_ms, int64_t *pttl) {
-  char lease[24];
+                              int64_t lease_ms, const dlock__queue_entry *q,
+                              int64_t *pttl) {
+  char lease[24], ttl[24];
   snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-  const char *argv[MAX_ARGS] = {0, 0, 0, name, lease, owner};
+  snprintf(ttl, sizeof ttl, "%" PRId64, q ? q->ttl_ms : 0);
+  queue_keys k;
+  int rc = queue_keys_make(&k, name);
   redisReply *rep = NULL;
-  int rc = script(be, &dlock__script_lock_acquire, 1, 6, argv, false, &rep);
+  if (!rc) {
+    const char *argv[MAX_ARGS] = {0,     0,     0,
+                                  name,  k.queue, k.timeouts,
+                                  lease, owner, q ? q->member : "",
+                                  ttl,   q && q->queued ? "1" : "0"};
+    rc = script(be, &dlock__script_lock_acquire, 3, 11, argv, false, &rep);
+  }
+  queue_keys_clear(&k);
   if (rc)
     return rc;
   if (rep->type == REDIS_REPLY_NIL) {
@@ -351,6 +389,26 @@ static int redis_lock_acquire(void *be, const char *name, const char *owner,
   *pttl = rep->integer;
   freeReplyObject(rep);
   return 0;
+}
+
+static int redis_lock_leave(void *be, const char *name, const char *owner,
+                            const char *member) {
+  queue_keys k;
+  int rc = queue_keys_make(&k, name);
+  redisReply *rep = NULL;
+  if (!rc) {
+    const char *argv[MAX_ARGS] = {0,          0,     0,     name, k.queue,
+                                  k.timeouts, owner, member};
+    rc = script(be, &dlock__script_lock_leave, 3, 8, argv, true, &rep);
+  }
+  queue_keys_clear(&k);
+  if (rc)
+    return rc;
+  if (rep->type != REDIS_REPLY_INTEGER)
+    return unexpected(rep, "lock leave");
+  rc = rep->integer == 1;
+  freeReplyObject(rep);
+  return rc;
 }
 
 static int redis_lock_release(void *be, const char *name, const char *owner,
@@ -366,15 +424,19 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   snprintf(latch_ms, sizeof latch_ms, "%" PRId64, latch);
   char *channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
   char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
+  char *grant = dlock__redis_prefixed(GRANT_PREFIX, name);
   char *latch_key =
       latch_prefix ? dlock__asprintf("%s:%s", latch_prefix, request_id) : NULL;
-  int rc = DLOCK_ENOMEM;
-  if (channel && latch_key) {
-    const char *argv[MAX_ARGS] = {0,   0,     0,     name,         channel,
-                                  latch_key, "0", lease, owner, r->publish,
-                                  latch_ms};
+  queue_keys k;
+  int rc = queue_keys_make(&k, name);
+  if (!rc && (!channel || !latch_key || !grant))
+    rc = DLOCK_ENOMEM;
+  if (!rc) {
+    const char *argv[MAX_ARGS] = {
+        0,     0,          0,     name,       channel,  latch_key, k.queue,
+        k.timeouts, "0", lease, owner, r->publish, latch_ms, grant};
     redisReply *rep = NULL;
-    rc = script(r, &dlock__script_lock_release, 3, 11, argv, true, &rep);
+    rc = script(r, &dlock__script_lock_release, 5, 14, argv, true, &rep);
     if (!rc) {
       if (rep->type == REDIS_REPLY_NIL)
         rc = DLOCK__REL_NOTOWNER;
@@ -383,9 +445,12 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
         rc = rep->integer == 1 ? DLOCK__REL_FREED : DLOCK__REL_DOWN;
       else
         rep = (rc = unexpected(rep, "lock release"), NULL);
-      freeReplyObject(rep);
+      if (rep)
+        freeReplyObject(rep);
     }
   }
+  queue_keys_clear(&k);
+  dlock__free(grant);
   dlock__free(channel);
   dlock__free(latch_prefix);
   dlock__free(latch_key);
@@ -530,17 +595,30 @@ static int redis_lock_query(void *be, const char *name, const char *owner,
   return 0;
 }
 
+static int state_fail(dlock_lock_state_t *st, redisReply *rep, int rc) {
+  dlock_lock_state_free(st);
+  freeReplyObject(rep);
+  return rc;
+}
+
 static int redis_lock_state(void *be, const char *name,
                             dlock_lock_state_t **out) {
-  const char *argv[MAX_ARGS] = {0, 0, 0, name};
+  queue_keys k;
+  int rc = queue_keys_make(&k, name);
   redisReply *rep = NULL;
-  int rc = script(be, &dlock__script_lock_state, 1, 4, argv, true, &rep);
+  if (!rc) {
+    const char *argv[MAX_ARGS] = {0, 0, 0, name, k.queue};
+    rc = script(be, &dlock__script_lock_state, 2, 5, argv, true, &rep);
+  }
+  queue_keys_clear(&k);
   if (rc)
     return rc;
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 2 ||
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
       rep->element[0]->type != REDIS_REPLY_STRING ||
       rep->element[1]->type != REDIS_REPLY_INTEGER ||
-      (rep->elements - 2) % 2 != 0)
+      rep->element[2]->type != REDIS_REPLY_ARRAY ||
+      rep->element[2]->elements % 2 != 0 ||
+      rep->element[3]->type != REDIS_REPLY_ARRAY)
     return unexpected(rep, "lock state");
   const char *type = rep->element[0]->str;
   if (strcmp(type, "none") != 0 && strcmp(type, "hash") != 0) {
@@ -550,30 +628,40 @@ static int redis_lock_state(void *be, const char *name,
     freeReplyObject(rep);
     return rc;
   }
-  size_t nh = (rep->elements - 2) / 2;
+  const redisReply *fields = rep->element[2], *queue = rep->element[3];
+  size_t nh = fields->elements / 2, nq = queue->elements;
   dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
   if (!st || !(st->holders = dlock__calloc(nh ? nh : 1, sizeof *st->holders)) ||
-      !(st->name = dlock__strdup(name))) {
-    dlock_lock_state_free(st);
-    freeReplyObject(rep);
-    return DLOCK_ENOMEM;
-  }
+      !(st->waiters = dlock__calloc(nq ? nq : 1, sizeof *st->waiters)) ||
+      !(st->name = dlock__strdup(name)))
+    return state_fail(st, rep, DLOCK_ENOMEM);
   st->kind = strcmp(type, "none") == 0 ? "free" : "reentrant";
   st->ttl_ms = rep->element[1]->integer;
   for (size_t i = 0; i < nh; i++) {
-    redisReply *f = rep->element[2 + 2 * i], *v = rep->element[3 + 2 * i];
+    const redisReply *f = fields->element[2 * i], *v = fields->element[2 * i + 1];
     if (f->type != REDIS_REPLY_STRING)
       continue;
     char *owner = dlock__strndup(f->str, f->len);
-    if (!owner) {
-      dlock_lock_state_free(st);
-      freeReplyObject(rep);
-      return DLOCK_ENOMEM;
-    }
+    if (!owner)
+      return state_fail(st, rep, DLOCK_ENOMEM);
     st->holders[st->nholders].owner = owner;
     st->holders[st->nholders].count =
         v->type == REDIS_REPLY_STRING ? strtoll(v->str, NULL, 10) : 0;
     st->nholders++;
+  }
+  for (size_t i = 0; i < nq; i++) {
+    const redisReply *m = queue->element[i];
+    if (m->type != REDIS_REPLY_STRING)
+      continue;
+    /* member "<client-id>:<tid>:<seq>:<lease>": the owner is the first two */
+    const char *c1 = memchr(m->str, ':', m->len);
+    const char *c2 = c1 ? memchr(c1 + 1, ':', m->len - (size_t)(c1 + 1 - m->str))
+                        : NULL;
+    size_t olen = c2 ? (size_t)(c2 - m->str) : m->len;
+    char *owner = dlock__strndup(m->str, olen);
+    if (!owner)
+      return state_fail(st, rep, DLOCK_ENOMEM);
+    st->waiters[st->nwaiters++] = owner;
   }
   freeReplyObject(rep);
   *out = st;
@@ -586,7 +674,9 @@ const dlock__backend_ops dlock__redis_backend = {
     .close = redis_close,
     .ping = redis_ping,
     .lock_channel = redis_lock_channel,
+    .lock_grant_channel = redis_lock_grant_channel,
     .lock_acquire = redis_lock_acquire,
+    .lock_leave = redis_lock_leave,
     .lock_release = redis_lock_release,
     .lock_force_release = redis_lock_force_release,
     .lock_renew = redis_lock_renew,

@@ -18,6 +18,7 @@ typedef struct dlock__script {
 extern const dlock__script dlock__script_lock_acquire;
 extern const dlock__script dlock__script_lock_release;
 extern const dlock__script dlock__script_lock_force_release;
+extern const dlock__script dlock__script_lock_leave;
 extern const dlock__script dlock__script_lock_renew;
 extern const dlock__script dlock__script_lock_state;
 

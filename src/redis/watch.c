@@ -89,20 +89,24 @@ int dlock__redis_watch_read(void *be, dlock__watch_fn fn, void *ud) {
     if (t == 0)
       break;
     if (m->type == REDIS_REPLY_ERROR) {
-      int e = dlock__redis_error(m, "pub/sub");
+      /* only SUBSCRIBE can be refused (ACL channel rules, NOPERM): the
+       * connection stays good, the pending channels fail */
+      int e = dlock__redis_error(m, "SUBSCRIBE refused");
+      const char *msg = dlock_last_error();
+      fn(ud, DLOCK__W_REFUSED, e, NULL, 0, msg, strlen(msg));
       freeReplyObject(m);
-      return e;
+      continue;
     }
     if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
         m->element[1]->type == REDIS_REPLY_STRING) {
       const redisReply *kind = m->element[0], *ch = m->element[1],
                        *pl = m->element[2];
       if (str_is(kind, "message") && pl->type == REDIS_REPLY_STRING)
-        fn(ud, DLOCK__W_MESSAGE, ch->str, ch->len, pl->str, pl->len);
+        fn(ud, DLOCK__W_MESSAGE, 0, ch->str, ch->len, pl->str, pl->len);
       else if (str_is(kind, "subscribe"))
-        fn(ud, DLOCK__W_SUBSCRIBED, ch->str, ch->len, NULL, 0);
+        fn(ud, DLOCK__W_SUBSCRIBED, 0, ch->str, ch->len, NULL, 0);
       else if (str_is(kind, "unsubscribe"))
-        fn(ud, DLOCK__W_UNSUBSCRIBED, ch->str, ch->len, NULL, 0);
+        fn(ud, DLOCK__W_UNSUBSCRIBED, 0, ch->str, ch->len, NULL, 0);
     }
     freeReplyObject(m);
   }

@@ -1,10 +1,41 @@
--- Reentrant lock acquire (Redisson RLock layout).
--- KEYS[1] lock name; ARGV[1] lease ms; ARGV[2] owner "<client-id>:<tid>".
--- Returns nil when acquired or re-entered, else the holder's PTTL.
+-- Reentrant lock acquire (Redisson RLock layout) with dlock's wait queue.
+-- KEYS[1] lock name; KEYS[2] queue   dlock_lock_queue:{name}   (member ->
+--   first enqueue time); KEYS[3] timeouts dlock_lock_queue_timeout:{name}
+--   (member -> expiry). Both are dlock's own keys; Redisson ignores them.
+-- ARGV[1] lease ms; ARGV[2] owner "<client-id>:<tid>";
+-- ARGV[3] queue member "<client-id>:<tid>:<seq>:<lease>" or '' (no queue);
+-- ARGV[4] entry lifetime ms; ARGV[5] '1' when this wait already queued.
+-- Returns nil when acquired (or granted while queued), else the PTTL.
+-- With ARGV[3] = '' this is exactly Redisson's acquire.
+local member = ARGV[3]
+if member ~= '' and ARGV[5] == '1'
+    and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  -- a release handed us the lock while we were queued (a waiter never holds
+  -- the lock it waits for, so the field can only be that grant)
+  redis.call('zrem', KEYS[2], member)
+  redis.call('zrem', KEYS[3], member)
+  return nil
+end
 if (redis.call('exists', KEYS[1]) == 0)
     or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
+  if member ~= '' then
+    redis.call('zrem', KEYS[2], member)
+    redis.call('zrem', KEYS[3], member)
+  end
   return nil
+end
+if member ~= '' then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local ttl = tonumber(ARGV[4])
+  redis.call('zadd', KEYS[2], 'NX', now, member)
+  redis.call('zadd', KEYS[3], now + ttl, member)
+  for i = 2, 3 do
+    if redis.call('pttl', KEYS[i]) < ttl then
+      redis.call('pexpire', KEYS[i], ttl)
+    end
+  end
 end
 return redis.call('pttl', KEYS[1])
