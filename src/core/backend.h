@@ -88,10 +88,11 @@ typedef struct dlock__backend_ops {
   int (*lock_release)(void *be, const char *name, const char *owner,
                       int64_t lease_ms, const char *request_id);
   int (*lock_force_release)(void *be, const char *name, bool *deleted);
-  /* Renews every item in as few round trips as the backend allows. A
-   * failure of the whole batch is returned; item results are then unset. */
+  /* Renews every item in as few round trips as the backend allows, giving
+   * up at `deadline` (monotonic ms). A failure of the whole batch is
+   * returned; item results are then unset. */
   int (*lock_renew)(void *be, dlock__renewal *items, size_t n,
-                    int64_t lease_ms);
+                    int64_t lease_ms, int64_t deadline);
   int (*lock_query)(void *be, const char *name, const char *owner,
                     dlock__lock_query q, int64_t *out);
   int (*lock_state)(void *be, const char *name, dlock_lock_state_t **out);

@@ -172,12 +172,25 @@ void dlock__renewer_run(struct dlock_client *c) {
   pthread_mutex_lock(&c->mu);
   int64_t sent = dlock__now_ms();
   size_t n = collect_due(c, sent, &items, &ren);
+  /* give up when the first of these leases runs out: past that, waiting
+   * longer for the server only delays telling the holder it lost it */
+  int64_t expiry = DLOCK__NEVER;
+  for (size_t i = 0; i < n; i++) {
+    dlock__hold *h = dlock__hold_find_locked(c, ren[i].name, items[i].tid);
+    if (h && h->last_ok + lease < expiry)
+      expiry = h->last_ok + lease;
+  }
   pthread_mutex_unlock(&c->mu);
+  if (expiry <= sent)
+    expiry = sent + 1;
 
-  int rc = n ? c->ops->lock_renew(c->be, ren, n, lease) : 0;
+  int rc = n ? c->ops->lock_renew(c->be, ren, n, lease, expiry) : 0;
   if (rc)
     dlock__log(c, DLOCK_LOG_WARN, "renewal of %zu lease(s) failed: %s", n,
                dlock_last_error());
+  else if (n)
+    dlock__log(c, DLOCK_LOG_DEBUG, "renewed %zu lease(s) in %lld ms", n,
+               (long long)(dlock__now_ms() - sent));
 
   lost_note *lost = n ? dlock__calloc(n, sizeof *lost) : NULL;
   size_t nlost = 0;

@@ -157,9 +157,7 @@ static int connect_unix(dlock__conn *c, const dlock__endpoint *ep,
 
 static int connect_tcp(dlock__conn *c, const dlock__endpoint *ep,
                        int64_t deadline) {
-  bool v6 = strchr(ep->host, ':') != NULL;
-  snprintf(c->peer, sizeof c->peer, v6 ? "[%s]:%d" : "%s:%d", ep->host,
-           ep->port);
+  snprintf(c->peer, sizeof c->peer, "%s", ep->display);
   char port[16];
   snprintf(port, sizeof port, "%d", ep->port);
   struct addrinfo hints, *res = NULL;

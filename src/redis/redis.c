@@ -81,9 +81,12 @@ static int append_cmd(dlock__conn *c, int argc, const char **argv) {
 
 /* ----------------------------------------------------------- handshake */
 
-int dlock__redis_dial(dlock__redis *r, bool select_db, dlock__conn **out) {
+int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
+                      dlock__conn **out) {
   *out = NULL;
   int64_t deadline = dlock__deadline_after(r->connect_timeout_ms);
+  if (until < deadline)
+    deadline = until;
   dlock__conn *c = NULL;
   int rc = dlock__conn_connect(&c, r->ep, deadline);
   if (rc)
@@ -132,7 +135,7 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, dlock__conn **out) {
 
 /* ---------------------------------------------------------------- pool */
 
-static int pool_get(dlock__redis *r, dlock__conn **out) {
+static int pool_get_until(dlock__redis *r, int64_t until, dlock__conn **out) {
   for (;;) {
     dlock__conn *c = NULL;
     pthread_mutex_lock(&r->pool_mu);
@@ -140,13 +143,17 @@ static int pool_get(dlock__redis *r, dlock__conn **out) {
       c = r->idle[--r->nidle];
     pthread_mutex_unlock(&r->pool_mu);
     if (!c)
-      return dlock__redis_dial(r, true, out);
+      return dlock__redis_dial(r, true, until, out);
     if (!dlock__conn_peer_closed(c)) {
       *out = c;
       return 0;
     }
     dlock__conn_close(c);
   }
+}
+
+static int pool_get(dlock__redis *r, dlock__conn **out) {
+  return pool_get_until(r, DLOCK__NEVER, out);
 }
 
 static void pool_put(dlock__redis *r, dlock__conn *c) {
@@ -313,7 +320,7 @@ static int redis_open(void **be, const dlock__endpoint *ep,
   if (!rc) {
     /* dial once so a bad address or password is reported now */
     dlock__conn *c = NULL;
-    rc = dlock__redis_dial(r, true, &c);
+    rc = dlock__redis_dial(r, true, DLOCK__NEVER, &c);
     if (!rc) {
       pool_put(r, c);
       rc = redis_ping(r);
@@ -508,7 +515,7 @@ static int renew_results(redisReply *rep, dlock__renewal *items, size_t n) {
 }
 
 static int redis_lock_renew(void *be, dlock__renewal *items, size_t n,
-                            int64_t lease_ms) {
+                            int64_t lease_ms, int64_t deadline) {
   dlock__redis *r = be;
   if (n == 0)
     return 0;
@@ -519,14 +526,18 @@ static int redis_lock_renew(void *be, dlock__renewal *items, size_t n,
   size_t *lens = dlock__calloc(4 + 2 * RENEW_BATCH, sizeof *lens);
   redisReply **rep = dlock__calloc(nb, sizeof *rep);
   dlock__conn *c = NULL;
-  int rc = (!argv || !lens || !rep) ? DLOCK_ENOMEM : pool_get(r, &c);
+  int64_t cmd_deadline = dlock__deadline_after(r->command_timeout_ms);
+  if (deadline > cmd_deadline)
+    deadline = cmd_deadline;
+  int rc = (!argv || !lens || !rep) ? DLOCK_ENOMEM
+                                    : pool_get_until(r, deadline, &c);
   for (size_t b = 0; !rc && b < nb; b++) {
     size_t k = n - b * RENEW_BATCH < RENEW_BATCH ? n - b * RENEW_BATCH
                                                  : RENEW_BATCH;
     rc = renew_append(c, items + b * RENEW_BATCH, k, lease, false, argv, lens);
   }
   if (!rc)
-    rc = roundtrip(r, c, nb, rep);
+    rc = dlock__conn_exec(c, deadline, nb, rep);
   for (size_t b = 0; !rc && b < nb; b++) {
     size_t k = n - b * RENEW_BATCH < RENEW_BATCH ? n - b * RENEW_BATCH
                                                  : RENEW_BATCH;
@@ -536,7 +547,7 @@ static int redis_lock_renew(void *be, dlock__renewal *items, size_t n,
       rc = renew_append(c, items + b * RENEW_BATCH, k, lease, true, argv,
                         lens);
       if (!rc)
-        rc = roundtrip(r, c, 1, &rep[b]);
+        rc = dlock__conn_exec(c, deadline, 1, &rep[b]);
     }
     if (!rc)
       rc = renew_results(rep[b], items + b * RENEW_BATCH, k);

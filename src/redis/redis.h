@@ -29,8 +29,10 @@ typedef struct dlock__redis {
   dlock__conn *watch; /* background thread only */
 } dlock__redis;
 
-/* Connects and runs the handshake (AUTH, SELECT, CLIENT SETNAME). */
-int dlock__redis_dial(dlock__redis *r, bool select_db, dlock__conn **out);
+/* Connects and runs the handshake (AUTH, SELECT, CLIENT SETNAME) within
+ * the connect timeout, or sooner when `deadline` (monotonic ms) is. */
+int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t deadline,
+                      dlock__conn **out);
 /* Maps an error reply to a code and detail ("<what>: <server message>"). */
 int dlock__redis_error(const redisReply *reply, const char *what);
 /* `prefix:{name}` (or `prefix:name` when name has a '{'). Caller frees. */

@@ -17,9 +17,8 @@
 
 int dlock__redis_watch_connect(void *be, int64_t deadline) {
   dlock__redis *r = be;
-  (void)deadline; /* the dial uses the connect timeout */
   dlock__redis_watch_disconnect(r);
-  return dlock__redis_dial(r, false, &r->watch);
+  return dlock__redis_dial(r, false, deadline, &r->watch);
 }
 
 void dlock__redis_watch_disconnect(void *be) {
