@@ -82,6 +82,11 @@ static void print_plain(const struct cli_ctx *c, const dlock_lock_state_t *st,
     else
       printf("lease:   none (the key has no expiry)\n");
   }
+  for (i = 0; i < st->nwaiters; i++) {
+    cli_printable(st->waiters[i] ? st->waiters[i] : "?", DLOCK_NAME_MAX, buf,
+                  cap);
+    printf("waiter:  %s (queued %zu)\n", buf, i + 1);
+  }
   free(buf);
 }
 
@@ -102,6 +107,12 @@ static void print_json(const struct cli_ctx *c, const dlock_lock_state_t *st,
     fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
     json_string(stdout, st->holders[i].owner ? st->holders[i].owner : "");
     printf(",\"count\":%lld}", (long long)st->holders[i].count);
+  }
+  fputs("],\"waiters\":[", stdout);
+  for (i = 0; i < st->nwaiters; i++) {
+    if (i)
+      fputc(',', stdout);
+    json_string(stdout, st->waiters[i] ? st->waiters[i] : "");
   }
   fputs("]}\n", stdout);
 }

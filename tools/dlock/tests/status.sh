@@ -51,6 +51,19 @@ expect_true "held json: 0 < lease_ms <= 600 ($lease)" test "$lease" -gt 0 -a "$l
 expect_true "owner looks like <uuid>:<thread>" \
   eval '[[ $owner =~ ^[0-9a-f-]{36}:[0-9]+$ ]]'
 
+# A waiter queues behind the holder and is listed, oldest first.
+run_bg wpid "$DLOCK" -w 20 cli-st true
+expect_true "a waiter is queued" wait_until 10000 \
+  sh -c "$REDIS_CLI ZCARD dlock_lock_queue:{cli-st} | grep -qx 1"
+"$DLOCK" --status cli-st >"$T/waiting.out"
+expect_grep "held: the queued waiter is listed" " (queued 1)" "$T/waiting.out"
+"$DLOCK" --status --json cli-st >"$T/waiting.json"
+wowner=$(json_get "$T/waiting.json" '.waiters[0]')
+expect_true "json: waiter is an owner id ($wowner)" \
+  eval '[[ $wowner =~ ^[0-9a-f-]{36}:[0-9]+$ && $wowner != "$owner" ]]'
+kill -TERM "$wpid" 2>/dev/null
+wait_exit "$wpid" 10000
+
 # --force-unlock breaks it; the holder notices and terminates its command.
 "$DLOCK" --force-unlock cli-st >"$T/fu.out"
 expect "--force-unlock exits 0" 0 $?
