@@ -33,8 +33,8 @@ check_fail(const char *file, int line, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
 #ifndef CHECK_NO_DLOCK
-  fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: \"%s\"\n", file,
-          line, msg, dlock_last_error());
+  fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: \"%s\"\n", file, line,
+          msg, dlock_last_error());
 #else
   fprintf(stderr, "%s:%d: CHECK failed: %s\n", file, line, msg);
 #endif

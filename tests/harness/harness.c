@@ -18,8 +18,9 @@
  *   process that started them, so a forked child's exit() is harmless);
  *   on SIGINT/SIGTERM/SIGHUP the handler SIGKILLs and reaps them and removes
  *   their dirs with async-signal-safe calls only (kill, waitpid, openat,
- *   getdents64, unlinkat), then re-raises. Stopping is SIGTERM (+SIGCONT, in case it was paused), then
- *   SIGKILL after a 5 s bound; the pid is always reaped.
+ *   getdents64, unlinkat), then re-raises. Stopping is SIGTERM (+SIGCONT, in
+ * case it was paused), then SIGKILL after a 5 s bound; the pid is always
+ * reaped.
  * - Locks: g_reg_mu guards the registry (never held across a wait);
  *   th_server_t.mu guards the cached hiredis connection of th_redis_cmd().
  */
@@ -30,9 +31,9 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -92,7 +93,8 @@ struct th_dirent64 {
 };
 
 static void rm_tree_at(int parent, const char *name, int depth) {
-  int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd =
+      openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
     char buf[4096] __attribute__((aligned(8)));
     for (int rounds = 0; rounds < 1000; rounds++) {
@@ -271,8 +273,7 @@ static void print_tail(const char *dir, const char *file) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   buf[n] = '\0';
   fclose(f);
-  fprintf(stderr, "harness: --- %s ---\n%s\nharness: --- end ---\n", path,
-          buf);
+  fprintf(stderr, "harness: --- %s ---\n%s\nharness: --- end ---\n", path, buf);
 }
 
 static bool file_contains(const char *dir, const char *file,
@@ -448,7 +449,8 @@ static redisContext *connect_ctx(th_server_t *s, int64_t connect_ms,
     redisFree(c);
     return NULL;
   }
-  struct timeval io = {.tv_sec = io_ms / 1000, .tv_usec = (io_ms % 1000) * 1000};
+  struct timeval io = {.tv_sec = io_ms / 1000,
+                       .tv_usec = (io_ms % 1000) * 1000};
   redisSetTimeout(c, io);
   return c;
 }
@@ -482,8 +484,8 @@ static int probe(th_server_t *s) {
     }
     if (ready) {
       r = redisCommand(c, "PING");
-      if (!r || (r->type == REDIS_REPLY_ERROR &&
-                 strncmp(r->str, "LOADING", 7) == 0))
+      if (!r ||
+          (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "LOADING", 7) == 0))
         ready = 0;
       if (r)
         freeReplyObject(r);
@@ -675,9 +677,9 @@ int th_server_resume(th_server_t *s) {
 static int auth_ctx(redisContext *c, const char *user, const char *password) {
   if (!user && !password)
     return 0;
-  redisReply *r = user ? redisCommand(c, "AUTH %s %s", user,
-                                      password ? password : "")
-                       : redisCommand(c, "AUTH %s", password);
+  redisReply *r =
+      user ? redisCommand(c, "AUTH %s %s", user, password ? password : "")
+           : redisCommand(c, "AUTH %s", password);
   int ok = r && r->type == REDIS_REPLY_STATUS;
   if (r)
     freeReplyObject(r);

@@ -25,13 +25,13 @@
 #include <sys/types.h>
 
 typedef struct th_server {
-  pid_t pid;       /* 0 while the server is down */
-  int port;        /* stays the same across restarts */
-  char dir[256];   /* the server's temp dir (config, log, data) */
-  char url[64];    /* "redis://127.0.0.1:PORT" */
-  char **conf;     /* extra config lines, copied */
+  pid_t pid;     /* 0 while the server is down */
+  int port;      /* stays the same across restarts */
+  char dir[256]; /* the server's temp dir (config, log, data) */
+  char url[64];  /* "redis://127.0.0.1:PORT" */
+  char **conf;   /* extra config lines, copied */
   size_t nconf;
-  char *user;      /* credentials the harness uses itself (may be NULL) */
+  char *user; /* credentials the harness uses itself (may be NULL) */
   char *password;
   pthread_mutex_t mu; /* guards ctx */
   redisContext *ctx;  /* th_redis_cmd()'s cached connection */

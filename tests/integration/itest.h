@@ -216,8 +216,8 @@ typedef struct it_async {
   pthread_t th;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  bool go_release; /* guarded by mu */
-  atomic_int done; /* acquire returned */
+  bool go_release;     /* guarded by mu */
+  atomic_int done;     /* acquire returned */
   atomic_int finished; /* thread is about to exit */
   int rc, release_rc;
   uint64_t tid;

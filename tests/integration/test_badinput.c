@@ -176,8 +176,8 @@ static void t_names(void) {
 static void t_unknown_host(void) {
   dlock_client_t *c;
   int64_t t0 = th_now_ms();
-  int rc = new_client("redis://no-such-host.invalid:6379", NULL, NULL, NULL,
-                      &c);
+  int rc =
+      new_client("redis://no-such-host.invalid:6379", NULL, NULL, NULL, &c);
   printf("unknown host: %s after %lld ms (\"%s\")\n", dlock_err_name(rc),
          (long long)(th_now_ms() - t0), dlock_last_error());
   CHECK_RC(rc, DLOCK_EUNAVAILABLE);
@@ -194,8 +194,8 @@ static void t_conn_refused(void) {
   int64_t t0 = th_now_ms();
   CHECK_RC(new_client(url, NULL, NULL, NULL, &c), DLOCK_EUNAVAILABLE);
   CHECK_INT(th_now_ms() - t0, <, 2000);
-  CHECKF(strstr(dlock_last_error(), addr),
-         "message does not name %s: \"%s\"", addr, dlock_last_error());
+  CHECKF(strstr(dlock_last_error(), addr), "message does not name %s: \"%s\"",
+         addr, dlock_last_error());
   printf("refused: \"%s\"\n", dlock_last_error());
 }
 

@@ -36,8 +36,8 @@ static void lock_lands_in(th_server_t *s, const char *url, int db,
   CHECK_OK(dlock_client_ping(c));
   dlock_lock_t *l = it_lock(c, name);
   CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  CHECKF(exists_in_db(s, db, name) == 1, "%s: lock %s not in db %d", url,
-         name, db);
+  CHECKF(exists_in_db(s, db, name) == 1, "%s: lock %s not in db %d", url, name,
+         db);
   for (int other = 0; other < 4; other++)
     if (other != db)
       CHECKF(exists_in_db(s, other, name) == 0, "%s: lock %s also in db %d",

@@ -90,10 +90,8 @@ static void run_threads(int port, dlock_lock_t *shared, int nthreads,
   atomic_int inside = 0;
   CHECK(nthreads <= 16);
   for (int i = 0; i < nthreads; i++) {
-    w[i] = (worker_t){.lock = shared,
-                      .port = port,
-                      .iters = iters,
-                      .inside = &inside};
+    w[i] = (worker_t){
+        .lock = shared, .port = port, .iters = iters, .inside = &inside};
     CHECK(pthread_create(&w[i].th, NULL, worker_main, &w[i]) == 0);
   }
   for (int i = 0; i < nthreads; i++)

@@ -58,8 +58,7 @@ static int64_t rs_acquire(th_server_t *s, const char *name, int64_t lease,
 }
 
 /* Redisson release: 1 released, 0 count went down, -1 not the owner. */
-static int64_t rs_release(th_server_t *s, const char *name,
-                          const char *owner) {
+static int64_t rs_release(th_server_t *s, const char *name, const char *owner) {
   char ch[256];
   it_channel(name, ch, sizeof ch);
   redisReply *r = th_redis_cmd(s, "EVAL %s 2 %s %s 0 30000 %s PUBLISH",

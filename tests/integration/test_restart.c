@@ -63,8 +63,8 @@ static void t_calls_while_down(void) {
   int64_t t0 = th_now_ms();
   int rc = dlock_lock_acquire(l, 0, WD);
   int64_t took = th_now_ms() - t0;
-  printf("acquire while down: %s after %lld ms (\"%s\")\n",
-         dlock_err_name(rc), (long long)took, dlock_last_error());
+  printf("acquire while down: %s after %lld ms (\"%s\")\n", dlock_err_name(rc),
+         (long long)took, dlock_last_error());
   CHECK_RC_IN(rc, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT);
   CHECK_INT(took, <, 2 * SMALL_MS + 1500);
   t0 = th_now_ms();

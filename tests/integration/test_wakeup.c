@@ -40,8 +40,7 @@ static void expect_woken(th_server_t *s, it_async_t *w, const char *name,
   if (late)
     fprintf(stderr, "  rc %s, %lld ms after the release\n",
             dlock_err_name(w->rc), (long long)(w->t_done - t_rel));
-  CHECKF(false, "%s not woken within %d ms of the release", what,
-         PROMPT_MS);
+  CHECKF(false, "%s not woken within %d ms of the release", what, PROMPT_MS);
 }
 
 static void t_pubsub_wake(void) {

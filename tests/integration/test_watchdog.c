@@ -22,9 +22,8 @@ static void t_keepalive(void) {
   CHECK(s);
   it_lost_t lost;
   it_lost_init(&lost);
-  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
-                         .lost = it_lost_cb,
-                         .lost_ud = &lost};
+  it_client_cfg_t cfg = {
+      .watchdog_ms = WATCHDOG_MS, .lost = it_lost_cb, .lost_ud = &lost};
   dlock_client_t *a = it_client_cfg(s, &cfg), *b = it_client(s);
   dlock_lock_t *la = it_lock(a, "wd"), *lb = it_lock(b, "wd");
   CHECK_OK(dlock_lock_acquire(la, 0, WD));
@@ -69,9 +68,8 @@ static void t_lost_gone(void) {
   CHECK(s);
   it_lost_t lost;
   it_lost_init(&lost);
-  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
-                         .lost = it_lost_cb,
-                         .lost_ud = &lost};
+  it_client_cfg_t cfg = {
+      .watchdog_ms = WATCHDOG_MS, .lost = it_lost_cb, .lost_ud = &lost};
   dlock_client_t *c = it_client_cfg(s, &cfg);
   dlock_lock_t *l = it_lock(c, "gone");
   CHECK_OK(dlock_lock_acquire(l, 0, WD));
@@ -107,9 +105,8 @@ static void t_lost_stolen(void) {
   CHECK(s);
   it_lost_t lost;
   it_lost_init(&lost);
-  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
-                         .lost = it_lost_cb,
-                         .lost_ud = &lost};
+  it_client_cfg_t cfg = {
+      .watchdog_ms = WATCHDOG_MS, .lost = it_lost_cb, .lost_ud = &lost};
   dlock_client_t *c = it_client_cfg(s, &cfg);
   dlock_lock_t *l = it_lock(c, "stolen");
   CHECK_OK(dlock_lock_acquire(l, 0, WD));
@@ -202,9 +199,8 @@ static void t_lost_callback_calls_library(void) {
   CHECK(s);
   reentrant_cb_t r = {.locked = true};
   it_lost_init(&r.rec);
-  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
-                         .lost = calling_cb,
-                         .lost_ud = &r};
+  it_client_cfg_t cfg = {
+      .watchdog_ms = WATCHDOG_MS, .lost = calling_cb, .lost_ud = &r};
   dlock_client_t *c = it_client_cfg(s, &cfg);
   dlock_lock_t *l = it_lock(c, "cbcall");
   r.lock = l;
@@ -252,9 +248,8 @@ static void t_many_locks_renewed(void) {
   CHECK(s);
   it_lost_t lost;
   it_lost_init(&lost);
-  it_client_cfg_t cfg = {.watchdog_ms = WATCHDOG_MS,
-                         .lost = it_lost_cb,
-                         .lost_ud = &lost};
+  it_client_cfg_t cfg = {
+      .watchdog_ms = WATCHDOG_MS, .lost = it_lost_cb, .lost_ud = &lost};
   dlock_client_t *c = it_client_cfg(s, &cfg);
   dlock_lock_t *l[MANY];
   for (int i = 0; i < MANY; i++) {
