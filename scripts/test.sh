@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The full test suite, as CI runs it: installs what is missing, builds with
-# warnings as errors, runs every test under AddressSanitizer+UBSan, then in
-# a normal build. Each test starts its own redis-server on a free loopback
+# warnings as errors, runs every test under AddressSanitizer+UBSan, then
+# under ThreadSanitizer, then in a normal build. Each test starts its own redis-server on a free loopback
 # port and stops it. Usage: ./scripts/test.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,5 +20,8 @@ echo "== ASan+UBSan build =="
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_ASAN=ON -DDLOCK_UBSAN=ON
+echo "== TSan build =="
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+  run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON
 echo "== Release build =="
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
