@@ -146,6 +146,21 @@ static inline int64_t it_lock_keys(th_server_t *s) {
   return n;
 }
 
+/* Waits (bounded) for a renewal of `name` after this call: a PTTL higher
+ * than the first sample minus the time since, by more than 100 ms. */
+static inline bool it_wait_renewed(th_server_t *s, const char *name,
+                                   int64_t timeout_ms) {
+  int64_t t1 = th_now_ms();
+  int64_t p1 = th_redis_int(s, "PTTL %s", name);
+  if (p1 <= 0)
+    return false;
+  bool ok;
+  TH_WAIT_FOR(ok,
+              th_redis_int(s, "PTTL %s", name) > p1 - (th_now_ms() - t1) + 100,
+              timeout_ms);
+  return ok;
+}
+
 /* ------------------------------------------------------- lost callback */
 
 typedef struct it_lost {
