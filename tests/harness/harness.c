@@ -21,6 +21,9 @@
  *   getdents64, unlinkat), then re-raises. Stopping is SIGTERM (+SIGCONT, in
  * case it was paused), then SIGKILL after a 5 s bound; the pid is always
  * reaped.
+ * - The fault proxy (th_proxy_*) is one poll() thread forwarding byte
+ *   pairs; the test flips atomic flags (drop replies, blackhole, reset) and
+ *   pokes it through a pipe.
  * - Locks: g_reg_mu guards the registry (never held across a wait);
  *   th_server_t.mu guards the cached hiredis connection of th_redis_cmd().
  */
@@ -37,8 +40,10 @@
 #include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -766,4 +771,187 @@ char *th_redis_str(th_server_t *s, const char *fmt, ...) {
   if (r)
     freeReplyObject(r);
   return v;
+}
+
+/* --------------------------------------------------------------- proxy */
+
+#define TH_PROXY_PAIRS 64
+
+struct th_proxy {
+  int listen_fd, wake[2], target;
+  char url[64];
+  atomic_bool drop, hole, reset, stop;
+  pthread_t th;
+  int cli[TH_PROXY_PAIRS], up[TH_PROXY_PAIRS]; /* -1 = unused; thread only */
+};
+
+static void proxy_close_pair(th_proxy_t *p, int i) {
+  if (p->cli[i] >= 0)
+    close(p->cli[i]);
+  if (p->up[i] >= 0)
+    close(p->up[i]);
+  p->cli[i] = p->up[i] = -1;
+}
+
+/* Copies what is readable on `from` to `to` (or drops it); -1 on EOF. */
+static int proxy_pump(int from, int to, bool drop) {
+  char buf[16384];
+  ssize_t n = read(from, buf, sizeof buf);
+  if (n <= 0)
+    return n < 0 && (errno == EINTR || errno == EAGAIN) ? 0 : -1;
+  if (drop)
+    return 0;
+  for (ssize_t off = 0; off < n;) {
+    ssize_t w = write(to, buf + off, (size_t)(n - off));
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return -1;
+    off += w;
+  }
+  return 0;
+}
+
+static void *proxy_main(void *arg) {
+  th_proxy_t *p = arg;
+  while (!atomic_load(&p->stop)) {
+    struct pollfd fds[2 + 2 * TH_PROXY_PAIRS];
+    int map[2 + 2 * TH_PROXY_PAIRS];
+    int n = 0;
+    bool hole = atomic_load(&p->hole);
+    if (atomic_exchange(&p->reset, false))
+      for (int i = 0; i < TH_PROXY_PAIRS; i++)
+        proxy_close_pair(p, i);
+    fds[n] = (struct pollfd){.fd = p->wake[0], .events = POLLIN};
+    map[n++] = -1;
+    fds[n] = (struct pollfd){.fd = p->listen_fd, .events = POLLIN};
+    map[n++] = -2;
+    for (int i = 0; i < TH_PROXY_PAIRS && !hole; i++) {
+      if (p->cli[i] < 0)
+        continue;
+      fds[n] = (struct pollfd){.fd = p->cli[i], .events = POLLIN};
+      map[n++] = 2 * i;
+      fds[n] = (struct pollfd){.fd = p->up[i], .events = POLLIN};
+      map[n++] = 2 * i + 1;
+    }
+    if (poll(fds, (nfds_t)n, 1000) < 0 && errno != EINTR)
+      break;
+    for (int k = 0; k < n; k++) {
+      if (!fds[k].revents)
+        continue;
+      if (map[k] == -1) {
+        char b[64];
+        while (read(p->wake[0], b, sizeof b) > 0) {
+        }
+      } else if (map[k] == -2) {
+        int c = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+          continue;
+        int slot = -1;
+        for (int i = 0; i < TH_PROXY_PAIRS && slot < 0; i++)
+          if (p->cli[i] < 0)
+            slot = i;
+        int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)p->target);
+        if (slot < 0 || u < 0 ||
+            connect(u, (struct sockaddr *)&a, sizeof a) != 0) {
+          close(c);
+          if (u >= 0)
+            close(u);
+          continue;
+        }
+        p->cli[slot] = c;
+        p->up[slot] = u;
+      } else {
+        int i = map[k] / 2;
+        bool from_up = map[k] % 2;
+        if (p->cli[i] < 0)
+          continue; /* closed earlier in this round */
+        int rc = from_up
+                     ? proxy_pump(p->up[i], p->cli[i], atomic_load(&p->drop))
+                     : proxy_pump(p->cli[i], p->up[i], false);
+        if (rc < 0)
+          proxy_close_pair(p, i);
+      }
+    }
+  }
+  for (int i = 0; i < TH_PROXY_PAIRS; i++)
+    proxy_close_pair(p, i);
+  return NULL;
+}
+
+static void proxy_poke(th_proxy_t *p) {
+  ssize_t rc = write(p->wake[1], "x", 1);
+  (void)rc;
+}
+
+th_proxy_t *th_proxy_start(int target_port) {
+  th_proxy_t *p = calloc(1, sizeof *p);
+  if (!p)
+    return NULL;
+  p->target = target_port;
+  for (int i = 0; i < TH_PROXY_PAIRS; i++)
+    p->cli[i] = p->up[i] = -1;
+  p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&a, sizeof a) ||
+      listen(p->listen_fd, 64) ||
+      getsockname(p->listen_fd, (struct sockaddr *)&a, &len) ||
+      pipe2(p->wake, O_CLOEXEC | O_NONBLOCK)) {
+    fprintf(stderr, "harness: proxy: %s\n", strerror(errno));
+    if (p->listen_fd >= 0)
+      close(p->listen_fd);
+    free(p);
+    return NULL;
+  }
+  snprintf(p->url, sizeof p->url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+  if (pthread_create(&p->th, NULL, proxy_main, p) != 0) {
+    close(p->listen_fd);
+    close(p->wake[0]);
+    close(p->wake[1]);
+    free(p);
+    return NULL;
+  }
+  return p;
+}
+
+int th_proxy_port(const th_proxy_t *p) {
+  return atoi(strrchr(p->url, ':') + 1);
+}
+
+const char *th_proxy_url(const th_proxy_t *p) { return p->url; }
+
+void th_proxy_drop_replies(th_proxy_t *p, bool on) {
+  atomic_store(&p->drop, on);
+  proxy_poke(p);
+}
+
+void th_proxy_blackhole(th_proxy_t *p, bool on) {
+  atomic_store(&p->hole, on);
+  proxy_poke(p);
+}
+
+void th_proxy_reset(th_proxy_t *p) {
+  atomic_store(&p->reset, true);
+  proxy_poke(p);
+}
+
+void th_proxy_stop(th_proxy_t *p) {
+  if (!p)
+    return;
+  atomic_store(&p->stop, true);
+  proxy_poke(p);
+  pthread_join(p->th, NULL);
+  close(p->listen_fd);
+  close(p->wake[0]);
+  close(p->wake[1]);
+  free(p);
 }

@@ -79,6 +79,27 @@ char *th_redis_str(th_server_t *s, const char *fmt, ...);
  * NULL. Free with redisFree(). */
 redisContext *th_redis_connect(th_server_t *s);
 
+/* ------------------------------------------------------ fault proxy */
+
+/* A TCP proxy on 127.0.0.1 in front of a server, for faults a real server
+ * will not produce on demand: replies that never arrive after the command
+ * ran (drop_replies), or a network that swallows everything in both
+ * directions (blackhole). One background thread; connections are accepted
+ * and forwarded until th_proxy_stop(). */
+typedef struct th_proxy th_proxy_t;
+th_proxy_t *th_proxy_start(int target_port);
+/* The proxy's port and "redis://127.0.0.1:PORT". */
+int th_proxy_port(const th_proxy_t *p);
+const char *th_proxy_url(const th_proxy_t *p);
+/* Server->client bytes are read and thrown away while set. */
+void th_proxy_drop_replies(th_proxy_t *p, bool on);
+/* Nothing is forwarded either way while set (bytes stay queued in the
+ * kernel and flow again once cleared). */
+void th_proxy_blackhole(th_proxy_t *p, bool on);
+/* Closes every proxied connection (both sides), like a network reset. */
+void th_proxy_reset(th_proxy_t *p);
+void th_proxy_stop(th_proxy_t *p);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0). */
 int th_free_port(void);
 /* Monotonic milliseconds. */

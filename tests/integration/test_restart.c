@@ -382,6 +382,44 @@ static void t_brief_pause_keeps_hold(void) {
   th_server_stop(s);
 }
 
+/* A release that timed out against a stopped server is retried once the
+ * server is back: it must count once, not twice, whether or not the first
+ * attempt ran (test_faults.release_reply_lost makes it run for sure). */
+static void t_release_retry_is_idempotent(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.connect_ms = 300, .command_ms = 300};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *l = it_lock(c, "idem");
+  char owner[128];
+  it_owner(c, dlock_thread_id(), owner, sizeof owner);
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_INT(it_hget_int(s, "idem", owner), ==, 2);
+  CHECK_INT(th_server_pause(s), ==, 0);
+  int rc = dlock_lock_release(l);
+  CHECK_INT(th_server_resume(s), ==, 0);
+  printf("release to a stopped server: %s\n", dlock_err_name(rc));
+  CHECK_RC(rc, DLOCK_EIOTIMEOUT);
+  /* the server runs the queued first attempt when it wakes up */
+  bool applied;
+  TH_WAIT_FOR(applied, it_hget_int(s, "idem", owner) == 1, 2000);
+  printf("first attempt %s on the server\n",
+         applied ? "took effect" : "did not take effect");
+  /* the retry must not count again */
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(it_hget_int(s, "idem", owner), ==, 1);
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(!it_exists(s, "idem"));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"calls_while_down", t_calls_while_down},
     {"restart_during_wait", t_restart_during_wait},
@@ -393,6 +431,7 @@ static const check_case_t cases[] = {
     {"paused_server", t_paused_server},
     {"connect_to_paused_server", t_connect_to_paused_server},
     {"brief_pause_keeps_hold", t_brief_pause_keeps_hold},
+    {"release_retry_is_idempotent", t_release_retry_is_idempotent},
 };
 
 CHECK_MAIN(cases)
