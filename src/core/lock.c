@@ -329,7 +329,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
   pthread_mutex_lock(&c->mu);
   dlock__hold *h = dlock__hold_find_locked(c, l->name, tid);
   int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
-  if (h && h->release_id[0])
+  bool h_had_id = h && h->release_id[0];
+  if (h_had_id)
     memcpy(req, h->release_id, sizeof req);
   else
     req[0] = '\0';
@@ -337,7 +338,17 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
   if (!req[0] && (rc = dlock__uuid(req)))
     return rc;
 
+  /* A release whose reply was lost is retried once with the same request
+   * id (so is a user's retry after an error: the id is kept in the hold).
+   * On a retry "not owner" means the first attempt released the lock. */
+  bool retry = h_had_id;
   int out = c->ops->lock_release(c->be, l->name, owner, lease, req);
+  if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
+    retry = true;
+    out = c->ops->lock_release(c->be, l->name, owner, lease, req);
+  }
+  if (out == DLOCK__REL_NOTOWNER && retry)
+    out = DLOCK__REL_FREED;
 
   pthread_mutex_lock(&c->mu);
   h = dlock__hold_find_locked(c, l->name, tid);

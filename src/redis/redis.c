@@ -12,9 +12,10 @@
  * Scripts go by EVALSHA; on NOSCRIPT (restarted or failed-over server) the
  * same connection resends them as EVAL, which also loads them again.
  *
- * Retrying: a request whose reply is lost is only re-sent when re-sending is
- * safe. Release is (its request-id latch returns the first outcome); acquire
- * is not (a second HINCRBY would count a hold twice), so it is not retried.
+ * Retrying: a request whose reply is lost is only re-sent here when
+ * re-sending is harmless (force release, queue leave, state). Acquire is
+ * never re-sent (a second HINCRBY would count a hold twice); release is
+ * retried by the core with the same request id (see lock.c).
  */
 #include "redis/redis.h"
 
@@ -443,7 +444,9 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
         0,     0,          0,     name,       channel,  latch_key, k.queue,
         k.timeouts, "0", lease, owner, r->publish, latch_ms, grant};
     redisReply *rep = NULL;
-    rc = script(r, &dlock__script_lock_release, 5, 14, argv, true, &rep);
+    /* no resend here: the core retries with the same request id, knowing
+     * that a retry answered "not owner" means the first one released */
+    rc = script(r, &dlock__script_lock_release, 5, 14, argv, false, &rep);
     if (!rc) {
       if (rep->type == REDIS_REPLY_NIL)
         rc = DLOCK__REL_NOTOWNER;

@@ -9,6 +9,11 @@
 -- appended per waiter).
 -- Returns nil (not the owner), 0 (count went down) or 1 (released).
 --
+-- The latch is written only when the count went down: a retried partial
+-- release must not count down twice. A full release writes none (a key per
+-- release would pile up at high rates); its retry finds the owner's field
+-- gone, which the client, knowing it retries, takes as released.
+--
 -- Hand-off: on a full release, expired queue entries are dropped and the
 -- oldest live waiter is made the owner (field = 1, its lease), then told on
 -- its client's grant channel with "<tid>:<seq>". PUBLISH counts receivers:
@@ -29,7 +34,6 @@ if left > 0 then
   return 0
 end
 redis.call('del', KEYS[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
 if redis.call('exists', KEYS[4]) == 1 then
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
