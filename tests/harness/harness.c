@@ -780,7 +780,7 @@ char *th_redis_str(th_server_t *s, const char *fmt, ...) {
 struct th_proxy {
   int listen_fd, wake[2], target;
   char url[64];
-  atomic_bool drop, hole, reset, stop;
+  atomic_bool drop, dropreq, hole, reset, stop;
   pthread_t th;
   int cli[TH_PROXY_PAIRS], up[TH_PROXY_PAIRS]; /* -1 = unused; thread only */
 };
@@ -871,9 +871,9 @@ static void *proxy_main(void *arg) {
         bool from_up = map[k] % 2;
         if (p->cli[i] < 0)
           continue; /* closed earlier in this round */
-        int rc = from_up
-                     ? proxy_pump(p->up[i], p->cli[i], atomic_load(&p->drop))
-                     : proxy_pump(p->cli[i], p->up[i], false);
+        int rc =
+            from_up ? proxy_pump(p->up[i], p->cli[i], atomic_load(&p->drop))
+                    : proxy_pump(p->cli[i], p->up[i], atomic_load(&p->dropreq));
         if (rc < 0)
           proxy_close_pair(p, i);
       }
@@ -931,6 +931,11 @@ const char *th_proxy_url(const th_proxy_t *p) { return p->url; }
 
 void th_proxy_drop_replies(th_proxy_t *p, bool on) {
   atomic_store(&p->drop, on);
+  proxy_poke(p);
+}
+
+void th_proxy_drop_requests(th_proxy_t *p, bool on) {
+  atomic_store(&p->dropreq, on);
   proxy_poke(p);
 }
 

@@ -83,7 +83,8 @@ redisContext *th_redis_connect(th_server_t *s);
 
 /* A TCP proxy on 127.0.0.1 in front of a server, for faults a real server
  * will not produce on demand: replies that never arrive after the command
- * ran (drop_replies), or a network that swallows everything in both
+ * ran (drop_replies), commands that never arrive (drop_requests), or a
+ * network that swallows everything in both
  * directions (blackhole). One background thread; connections are accepted
  * and forwarded until th_proxy_stop(). */
 typedef struct th_proxy th_proxy_t;
@@ -93,6 +94,9 @@ int th_proxy_port(const th_proxy_t *p);
 const char *th_proxy_url(const th_proxy_t *p);
 /* Server->client bytes are read and thrown away while set. */
 void th_proxy_drop_replies(th_proxy_t *p, bool on);
+/* Client->server bytes are read and thrown away while set (commands that
+ * never arrive; the connection stays up). */
+void th_proxy_drop_requests(th_proxy_t *p, bool on);
 /* Nothing is forwarded either way while set (bytes stay queued in the
  * kernel and flow again once cleared). */
 void th_proxy_blackhole(th_proxy_t *p, bool on);

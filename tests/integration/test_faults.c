@@ -248,12 +248,66 @@ static void t_reset_during_wait(void) {
   th_server_stop(s);
 }
 
+/* A waiter gives up while its commands do not get through, so its "leave
+ * the queue" never reaches the server. The holder then releases: the lock
+ * must not end up held for a whole lease by the waiter that left. */
+static void t_departed_waiter_lost_leave(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  th_proxy_t *p = th_proxy_start(s->port);
+  CHECK(p);
+  dlock_client_t *b = proxied_client(s, p, 0, NULL);
+  dlock_client_t *a = it_client(s), *c = it_client(s);
+  dlock_lock_t *la = it_lock(a, "left"), *lb = it_lock(b, "left"),
+               *lc = it_lock(c, "left");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  it_async_t w;
+  it_async_start(&w, lb, 1000, WD, false);
+  CHECK(it_wait_subscribers(s, "left", 1, 5000));
+  bool ok;
+  TH_WAIT_FOR(ok, th_redis_int(s, "ZCARD %s", "dlock_lock_queue:{left}") == 1,
+              2000);
+  printf("waiter %s in dlock's queue\n", ok ? "seen" : "not seen");
+  th_proxy_drop_requests(p, true);
+  CHECKF(it_async_wait(&w, 1000 + 4 * SMALL_MS + 2000),
+         "waiter did not give up");
+  printf("waiter gave up: %s (\"%s\")\n", dlock_err_name(w.rc), w.err);
+  CHECK(w.rc != DLOCK_OK);
+  CHECK_INT(it_async_finish(&w), ==, -999);
+  th_proxy_drop_requests(p, false);
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(la));
+  int rc = dlock_lock_acquire(lc, 5000, WD);
+  int64_t took = th_now_ms() - t_rel;
+  redisReply *r = th_redis_cmd(s, "HGETALL left");
+  printf("another client: %s %lld ms after the release (holder now %s, "
+         "PTTL %lld; the waiter that left was %s:%llu)\n",
+         dlock_err_name(rc), (long long)took,
+         r && r->elements ? r->element[0]->str : "none",
+         (long long)th_redis_int(s, "PTTL left"), dlock_client_id(b),
+         (unsigned long long)w.tid);
+  if (r)
+    freeReplyObject(r);
+  CHECK_OK(rc);
+  CHECK_INT(took, <, 2000);
+  CHECK_OK(dlock_lock_release(lc));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_lock_free(lc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  th_proxy_stop(p);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"release_reply_lost", t_release_reply_lost},
     {"acquire_reply_lost", t_acquire_reply_lost},
     {"partition_during_hold", t_partition_during_hold},
     {"partition_heals_during_wait", t_partition_heals_during_wait},
     {"reset_during_wait", t_reset_during_wait},
+    {"departed_waiter_lost_leave", t_departed_waiter_lost_leave},
 };
 
 CHECK_MAIN(cases)

@@ -117,6 +117,8 @@ static void t_threads_one_client(void) {
          (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, 8 * 200);
   CHECK(!it_exists(s, NAME));
+  /* nothing left behind but the counter (and expiring release latches) */
+  CHECK_INT(it_lock_keys(s), ==, 1);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_server_stop(s);
@@ -131,6 +133,8 @@ static void t_threads_many_clients(void) {
          (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, 8 * 200);
   CHECK(!it_exists(s, NAME));
+  /* nothing left behind but the counter (and expiring release latches) */
+  CHECK_INT(it_lock_keys(s), ==, 1);
   th_server_stop(s);
 }
 
@@ -151,6 +155,8 @@ static void t_threads_pool_of_one(void) {
          (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, 8 * 100);
   CHECK(!it_exists(s, NAME));
+  /* nothing left behind but the counter (and expiring release latches) */
+  CHECK_INT(it_lock_keys(s), ==, 1);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_server_stop(s);
@@ -226,6 +232,8 @@ static void t_processes(void) {
          PROC_ITERS, (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, NPROC * PROC_THREADS * PROC_ITERS);
   CHECK(!it_exists(s, NAME));
+  /* nothing left behind but the counter (and expiring release latches) */
+  CHECK_INT(it_lock_keys(s), ==, 1);
   th_server_stop(s);
 }
 

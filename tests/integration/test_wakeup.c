@@ -15,6 +15,9 @@
 
 #include "itest.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #define WD DLOCK_LEASE_WATCHDOG
 #define PROMPT_MS 2000
 
@@ -213,6 +216,174 @@ static void t_pubsub_killed_release_after_resubscribe(void) {
   killed_case(true);
 }
 
+/* dlock's own wait queue (a ZSET beside the lock; not part of Redisson's
+ * layout). Only used to order the setup of a case; -1 if absent. */
+static int64_t queued(th_server_t *s, const char *name) {
+  char key[256];
+  snprintf(key, sizeof key, "dlock_lock_queue:{%s}", name);
+  return th_redis_int(s, "ZCARD %s", key);
+}
+
+/* A waiter that gave up (deadline) is not handed the lock afterwards: the
+ * lock is free right after the holder's release. */
+static void t_timed_out_waiter_not_handed_lock(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
+  dlock_lock_t *la = it_lock(a, "gaveup"), *lb = it_lock(b, "gaveup"),
+               *lc = it_lock(c, "gaveup");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  for (int i = 0; i < 3; i++) /* three waits that give up, one by one */
+    CHECK_RC(dlock_lock_acquire(lb, 300, WD), DLOCK_ETIMEDOUT);
+  CHECK_OK(dlock_lock_release(la));
+  bool locked = true;
+  CHECK_OK(dlock_lock_is_locked(lc, &locked));
+  if (locked) {
+    redisReply *r = th_redis_cmd(s, "HGETALL gaveup");
+    fprintf(stderr, "held after release by %s\n",
+            r && r->elements ? r->element[0]->str : "?");
+    if (r)
+      freeReplyObject(r);
+  }
+  CHECKF(!locked, "the lock went to a waiter that had given up");
+  CHECK_OK(dlock_lock_acquire(lc, 0, WD));
+  CHECK_OK(dlock_lock_release(lc));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_lock_free(lc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* child: --waiter PORT NAME: waits for the lock forever (until killed) */
+static int waiter_child(int port, const char *name) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  dlock_client_t *c = NULL;
+  if (dlock_client_new(&c, url, NULL) != 0)
+    return 3;
+  dlock_lock_t *l = NULL;
+  if (dlock_lock_new(c, name, &l) != 0)
+    return 3;
+  int rc = dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD);
+  printf("child waiter returned %s\n", dlock_err_name(rc));
+  return 4; /* it was meant to be killed while waiting */
+}
+
+static pid_t spawn_waiter(th_server_t *s, const char *name) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", s->port);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    char *argv[] = {"test_wakeup", "--waiter", port, (char *)name, NULL};
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static void kill_and_reap(pid_t pid) {
+  kill(pid, SIGKILL);
+  int st;
+  bool ok;
+  TH_WAIT_FOR(ok, waitpid(pid, &st, WNOHANG) == pid, 5000);
+  CHECKF(ok, "waiter process %d did not die", (int)pid);
+}
+
+/* A waiting process is killed; the lock must not be handed to it. Another
+ * waiter queued behind it gets the lock promptly, and with nobody else
+ * waiting the lock is simply free. */
+static void t_killed_waiter_process_skipped(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *d = it_client(s);
+  dlock_lock_t *la = it_lock(a, "victim"), *ld = it_lock(d, "victim");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  pid_t child = spawn_waiter(s, "victim");
+  CHECK(it_wait_subscribers(s, "victim", 1, 5000));
+  bool ok;
+  TH_WAIT_FOR(ok, queued(s, "victim") == 1, 2000); /* best effort */
+  it_async_t w;
+  it_async_start(&w, ld, 20000, WD, false);
+  CHECK(it_wait_subscribers(s, "victim", 2, 5000));
+  TH_WAIT_FOR(ok, queued(s, "victim") == 2, 2000);
+  printf("dlock's queue %s both waiters\n", ok ? "shows" : "does not show");
+  kill_and_reap(child);
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(la));
+  expect_woken(s, &w, "victim", t_rel, "waiter behind a killed one");
+  CHECK_OK(w.rc);
+  printf("waiter behind the killed one acquired %lld ms after release\n",
+         (long long)(w.t_done - t_rel));
+  CHECK_OK(it_async_finish(&w));
+
+  /* only the killed waiter was queued */
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  child = spawn_waiter(s, "victim");
+  TH_WAIT_FOR(ok, queued(s, "victim") == 1, 5000);
+  printf("dlock's queue %s the waiter\n", ok ? "shows" : "does not show");
+  CHECK(it_wait_subscribers(s, "victim", 1, 5000));
+  kill_and_reap(child);
+  CHECK_OK(dlock_lock_release(la));
+  bool locked = true;
+  CHECK_OK(dlock_lock_is_locked(ld, &locked));
+  CHECKF(!locked, "the lock went to a killed waiter");
+  CHECK_OK(dlock_lock_acquire(ld, 0, WD));
+  CHECK_OK(dlock_lock_release(ld));
+  dlock_lock_free(la);
+  dlock_lock_free(ld);
+  dlock_client_free(a);
+  dlock_client_free(d);
+  th_server_stop(s);
+}
+
+/* A Redisson waiter (subscribed to the lock's channel) and dlock waiters
+ * on a dlock-held lock: dlock may serve its own waiters first, but once
+ * they are done the release message reaches Redisson. */
+static void t_redisson_waiter_woken_after_dlock_waiters(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = it_lock(a, "mixed"), *lb = it_lock(b, "mixed");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  char ch[64];
+  it_channel("mixed", ch, sizeof ch);
+  redisContext *sub = th_redis_connect(s);
+  CHECK(sub);
+  redisReply *r = redisCommand(sub, "SUBSCRIBE %s", ch);
+  CHECK(r && r->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(r);
+  it_async_t w;
+  it_async_start(&w, lb, 20000, WD, true); /* acquires, releases at once */
+  CHECK(it_wait_subscribers(s, "mixed", 2, 5000));
+  CHECK_OK(dlock_lock_release(la));
+  CHECKF(it_async_wait(&w, PROMPT_MS), "dlock waiter not served");
+  CHECK_OK(w.rc);
+  CHECK_OK(it_async_finish(&w));
+  /* the last release had no dlock waiter to serve: Redisson hears "0" */
+  struct timeval tv = {.tv_sec = PROMPT_MS / 1000, .tv_usec = 0};
+  redisSetTimeout(sub, tv);
+  void *v = NULL;
+  CHECKF(redisGetReply(sub, &v) == REDIS_OK && v,
+         "no release message for the Redisson waiter");
+  r = v;
+  CHECK(r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+  CHECK_STR(r->element[2]->str, "0");
+  freeReplyObject(r);
+  CHECK(!it_exists(s, "mixed"));
+  redisFree(sub);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"pubsub_wake", t_pubsub_wake},
     {"same_client_wake", t_same_client_wake},
@@ -220,6 +391,14 @@ static const check_case_t cases[] = {
     {"pubsub_killed_release_now", t_pubsub_killed_release_now},
     {"pubsub_killed_release_after_resubscribe",
      t_pubsub_killed_release_after_resubscribe},
+    {"timed_out_waiter_not_handed_lock", t_timed_out_waiter_not_handed_lock},
+    {"killed_waiter_process_skipped", t_killed_waiter_process_skipped},
+    {"redisson_waiter_woken_after_dlock_waiters",
+     t_redisson_waiter_woken_after_dlock_waiters},
 };
 
-CHECK_MAIN(cases)
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--waiter") == 0)
+    return waiter_child(atoi(argv[2]), argv[3]);
+  return check_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+}
