@@ -162,6 +162,113 @@ static void t_threads_pool_of_one(void) {
   th_server_stop(s);
 }
 
+/* A Redisson-like participant: acquire script (REDIS-LAYOUT.md); when held,
+ * wait for a message on the lock's channel for at most the PTTL it got
+ * back, as Redisson does; release script publishes "0". */
+static const char RS_ACQUIRE[] =
+    "if (redis.call('exists', KEYS[1]) == 0) or "
+    "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+static const char RS_RELEASE[] =
+    "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil; end; "
+    "local c = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
+    "if (c > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; end; "
+    "redis.call('del', KEYS[1]); redis.call(ARGV[4], KEYS[2], ARGV[1]); "
+    "return 1;";
+#define RS_OWNER "0d6c1a52-7a55-4a43-9f0e-5b9c1f0f4a21:1"
+
+typedef struct rs_worker {
+  int port, iters;
+  int64_t longest_wait_ms;
+  pthread_t th;
+} rs_worker_t;
+
+static void *rs_main(void *arg) {
+  rs_worker_t *w = arg;
+  redisContext *cmd = counter_conn(w->port), *sub = counter_conn(w->port);
+  char ch[64];
+  it_channel(NAME, ch, sizeof ch);
+  redisReply *r = redisCommand(sub, "SUBSCRIBE %s", ch);
+  CHECK(r && r->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(r);
+  for (int i = 0; i < w->iters; i++) {
+    int64_t t0 = th_now_ms();
+    for (int round = 0;; round++) {
+      CHECKF(round < 10000 && th_now_ms() - t0 < 60000,
+             "Redisson participant starved for %lld ms",
+             (long long)(th_now_ms() - t0));
+      r = redisCommand(cmd, "EVAL %s 1 %s 30000 %s", RS_ACQUIRE, NAME,
+                       RS_OWNER);
+      CHECK(r);
+      bool got = r->type == REDIS_REPLY_NIL;
+      int64_t pttl = r->type == REDIS_REPLY_INTEGER ? r->integer : 100;
+      CHECK(got || r->type == REDIS_REPLY_INTEGER);
+      freeReplyObject(r);
+      if (got)
+        break;
+      /* Redisson: sleep on the subscription at most the holder's PTTL */
+      if (pttl < 1)
+        pttl = 1;
+      struct timeval tv = {.tv_sec = pttl / 1000,
+                           .tv_usec = (pttl % 1000) * 1000};
+      redisSetTimeout(sub, tv);
+      void *v = NULL;
+      if (redisGetReply(sub, &v) == REDIS_OK && v) {
+        freeReplyObject(v);
+      } else {
+        /* timed out: hiredis marks the context failed; resubscribe */
+        redisFree(sub);
+        sub = counter_conn(w->port);
+        r = redisCommand(sub, "SUBSCRIBE %s", ch);
+        CHECK(r && r->type == REDIS_REPLY_ARRAY);
+        freeReplyObject(r);
+      }
+    }
+    if (th_now_ms() - t0 > w->longest_wait_ms)
+      w->longest_wait_ms = th_now_ms() - t0;
+    r = redisCommand(cmd, "GET " COUNTER);
+    CHECK(r);
+    long long v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    sched_yield();
+    r = redisCommand(cmd, "SET " COUNTER " %lld", v + 1);
+    CHECK(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = redisCommand(cmd, "EVAL %s 2 %s %s 0 30000 %s PUBLISH", RS_RELEASE,
+                     NAME, ch, RS_OWNER);
+    CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+    freeReplyObject(r);
+  }
+  redisFree(cmd);
+  redisFree(sub);
+  return NULL;
+}
+
+/* dlock threads and a Redisson participant on one lock: they exclude each
+ * other, and neither side starves the other. */
+static void t_mixed_with_redisson(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, NAME);
+  rs_worker_t rs = {.port = s->port, .iters = 50};
+  CHECK(pthread_create(&rs.th, NULL, rs_main, &rs) == 0);
+  int64_t t0 = th_now_ms();
+  run_threads(s->port, l, 4, 100);
+  pthread_join(rs.th, NULL);
+  printf("4 dlock threads x 100 + Redisson x 50: %lld ms; Redisson's "
+         "longest wait %lld ms\n",
+         (long long)(th_now_ms() - t0), (long long)rs.longest_wait_ms);
+  CHECK_INT(counter(s), ==, 4 * 100 + 50);
+  CHECK(!it_exists(s, NAME));
+  CHECK_INT(it_lock_keys(s), ==, 1);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* child: PORT THREADS ITERS; one client shared by its threads */
 static int child_main(int port, int nthreads, int iters) {
   char url[64];
@@ -242,6 +349,7 @@ static const check_case_t cases[] = {
     {"threads_many_clients", t_threads_many_clients},
     {"threads_pool_of_one", t_threads_pool_of_one},
     {"processes", t_processes},
+    {"mixed_with_redisson", t_mixed_with_redisson},
 };
 
 int main(int argc, char **argv) {

@@ -335,6 +335,83 @@ static void t_force_release_publishes(void) {
   th_server_stop(s);
 }
 
+/* dlock threads taking the lock in a loop, and a Redisson client wanting
+ * it once: REDIS-LAYOUT.md says the two wake each other. Redisson waits on
+ * the channel for at most the PTTL it got (here capped at 200 ms so the
+ * case stays short) and retries; it must get the lock within a few
+ * seconds, not only once every dlock thread has stopped. */
+typedef struct looper {
+  dlock_lock_t *lock;
+  atomic_int *stop;
+  long count;
+  pthread_t th;
+} looper_t;
+
+static void *looper_main(void *arg) {
+  looper_t *lp = arg;
+  int64_t end = th_now_ms() + 15000;
+  while (!atomic_load(lp->stop) && th_now_ms() < end) {
+    CHECK_OK(dlock_lock_acquire(lp->lock, 30000, WD));
+    lp->count++;
+    CHECK_OK(dlock_lock_release(lp->lock));
+  }
+  return NULL;
+}
+
+static void t_redisson_not_starved(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "busy");
+  atomic_int stop = 0;
+  looper_t lp[4];
+  for (int i = 0; i < 4; i++) {
+    lp[i] = (looper_t){.lock = l, .stop = &stop};
+    CHECK(pthread_create(&lp[i].th, NULL, looper_main, &lp[i]) == 0);
+  }
+  redisContext *sub = rs_subscribe(s, "busy");
+  int64_t t0 = th_now_ms();
+  int tries = 0, messages = 0;
+  bool got = false;
+  while (!got && th_now_ms() - t0 < 3000 && tries < 1000) {
+    int64_t pttl = rs_acquire(s, "busy", 30000, RS_OWNER);
+    tries++;
+    if (pttl == -1) {
+      got = true;
+      break;
+    }
+    int64_t wait = pttl < 200 ? (pttl > 0 ? pttl : 1) : 200;
+    struct timeval tv = {.tv_sec = 0, .tv_usec = wait * 1000};
+    redisSetTimeout(sub, tv);
+    void *v = NULL;
+    if (redisGetReply(sub, &v) == REDIS_OK && v) {
+      messages++;
+      freeReplyObject(v);
+    } else {
+      redisFree(sub); /* a timed-out hiredis context is dead */
+      sub = rs_subscribe(s, "busy");
+    }
+  }
+  int64_t took = th_now_ms() - t0;
+  if (got)
+    CHECK_INT(rs_release(s, "busy", RS_OWNER), ==, 1);
+  atomic_store(&stop, 1);
+  long total = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(lp[i].th, NULL);
+    total += lp[i].count;
+  }
+  printf("Redisson %s after %lld ms (%d tries, %d release messages); dlock "
+         "threads took the lock %ld times meanwhile\n",
+         got ? "got the lock" : "still waiting", (long long)took, tries,
+         messages, total);
+  CHECKF(got, "a Redisson client was starved for 3 s by dlock waiters");
+  redisFree(sub);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"redisson_blocks_dlock", t_redisson_blocks_dlock},
     {"redisson_release_wakes_dlock", t_redisson_release_wakes_dlock},
@@ -343,6 +420,7 @@ static const check_case_t cases[] = {
     {"dlock_release_wakes_redisson", t_dlock_release_wakes_redisson},
     {"braces_in_name", t_braces_in_name},
     {"force_release_publishes", t_force_release_publishes},
+    {"redisson_not_starved", t_redisson_not_starved},
 };
 
 CHECK_MAIN(cases)
