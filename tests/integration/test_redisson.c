@@ -341,6 +341,7 @@ static void t_force_release_publishes(void) {
  * case stays short) and retries; it must get the lock within a few
  * seconds, not only once every dlock thread has stopped. */
 typedef struct looper {
+  th_server_t *srv;
   dlock_lock_t *lock;
   atomic_int *stop;
   long count;
@@ -349,12 +350,19 @@ typedef struct looper {
 
 static void *looper_main(void *arg) {
   looper_t *lp = arg;
+  redisContext *work = th_redis_connect(lp->srv);
+  CHECK(work);
   int64_t end = th_now_ms() + 15000;
   while (!atomic_load(lp->stop) && th_now_ms() < end) {
     CHECK_OK(dlock_lock_acquire(lp->lock, 30000, WD));
     lp->count++;
+    /* a little work under the lock, so the other threads are queued */
+    redisReply *r = redisCommand(work, "INCR busy-work");
+    CHECK(r && r->type == REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
     CHECK_OK(dlock_lock_release(lp->lock));
   }
+  redisFree(work);
   return NULL;
 }
 
@@ -366,7 +374,7 @@ static void t_redisson_not_starved(void) {
   atomic_int stop = 0;
   looper_t lp[4];
   for (int i = 0; i < 4; i++) {
-    lp[i] = (looper_t){.lock = l, .stop = &stop};
+    lp[i] = (looper_t){.srv = s, .lock = l, .stop = &stop};
     CHECK(pthread_create(&lp[i].th, NULL, looper_main, &lp[i]) == 0);
   }
   redisContext *sub = rs_subscribe(s, "busy");
