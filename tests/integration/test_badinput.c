@@ -226,6 +226,21 @@ static void t_requirepass(void) {
   snprintf(url, sizeof url, "redis://:wrong-pw-77@127.0.0.1:%d", s->port);
   CHECK_OK(new_client(url, NULL, "s3cret-pw", &lc, &c));
   dlock_client_free(c);
+  /* the options copy the strings they are given */
+  {
+    char user[16] = "default", pass[16] = "s3cret-pw";
+    dlock_options_t *o = NULL;
+    CHECK_OK(dlock_options_new(&o));
+    CHECK_OK(dlock_options_set_credentials(o, user, pass));
+    CHECK_OK(dlock_options_set_client_name(o, "copied-name"));
+    memset(user, 'x', sizeof user - 1);
+    memset(pass, 'x', sizeof pass - 1);
+    c = NULL;
+    CHECK_OK(dlock_client_new(&c, s->url, o));
+    dlock_options_free(o); /* the client keeps its own copy */
+    CHECK_OK(dlock_client_ping(c));
+    dlock_client_free(c);
+  }
   /* a wrong password in the options */
   CHECK_RC(new_client(s->url, NULL, "wrong-pw-77", &lc, &c), DLOCK_EAUTH);
   no_secret("wrong-pw-77");
