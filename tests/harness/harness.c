@@ -24,6 +24,9 @@
  * - The fault proxy (th_proxy_*) is one poll() thread forwarding byte
  *   pairs; the test flips atomic flags (drop replies, blackhole, reset) and
  *   pokes it through a pipe.
+ * - Each server dir holds harness.pid (the test's pid); the first start in
+ *   a process removes dirs older than a minute whose test is gone (a test
+ *   killed by SIGKILL leaves its dir behind).
  * - Locks: g_reg_mu guards the registry (never held across a wait);
  *   th_server_t.mu guards the cached hiredis connection of th_redis_cmd().
  */
@@ -373,6 +376,10 @@ static int spawn(th_server_t *s) {
     sigaction(SIGINT, &dfl, NULL);
     sigaction(SIGHUP, &dfl, NULL);
     sigaction(SIGPIPE, &dfl, NULL);
+    /* its own process group: a signal to the test's group (Ctrl-C, a
+     * timeout) reaches the test, whose handler stops the server and
+     * removes its dir; the server never dies first */
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
       _exit(127);
@@ -548,6 +555,40 @@ static void free_server(th_server_t *s) {
 
 /* ------------------------------------------------------------ lifecycle */
 
+/* Removes server dirs left behind by harness processes that are gone (a
+ * test killed by SIGKILL, e.g. a ctest timeout, cannot clean up after
+ * itself). A dir counts as stale only with an owner file naming a pid that
+ * no longer exists and when older than a minute. Once per process. */
+static pthread_once_t g_sweep_once = PTHREAD_ONCE_INIT;
+static char g_tmp[160];
+
+static void sweep_stale_dirs(void) {
+  DIR *d = opendir(g_tmp);
+  if (!d)
+    return;
+  struct dirent *e;
+  for (int n = 0; n < 10000 && (e = readdir(d)) != NULL; n++) {
+    if (strncmp(e->d_name, "dlock-test-", 11) != 0)
+      continue;
+    char dir[512], owner[600];
+    snprintf(dir, sizeof dir, "%s/%s", g_tmp, e->d_name);
+    snprintf(owner, sizeof owner, "%s/harness.pid", dir);
+    struct stat st;
+    if (stat(owner, &st) != 0 || time(NULL) - st.st_mtime < 60)
+      continue;
+    FILE *f = fopen(owner, "r");
+    long pid = 0;
+    if (f) {
+      if (fscanf(f, "%ld", &pid) != 1)
+        pid = 0;
+      fclose(f);
+    }
+    if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+      nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  closedir(d);
+}
+
 th_server_t *th_server_start(const char *const *extra) {
   pthread_once(&g_once, th_init_once);
   th_server_t *s = calloc(1, sizeof *s);
@@ -574,11 +615,20 @@ th_server_t *th_server_start(const char *const *extra) {
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp || strlen(tmp) > 150)
     tmp = "/tmp";
+  snprintf(g_tmp, sizeof g_tmp, "%s", tmp);
+  pthread_once(&g_sweep_once, sweep_stale_dirs);
   snprintf(s->dir, sizeof s->dir, "%s/dlock-test-XXXXXX", tmp);
   if (!mkdtemp(s->dir)) {
     fprintf(stderr, "harness: mkdtemp %s: %s\n", s->dir, strerror(errno));
     free_server(s);
     return NULL;
+  }
+  char owner[300];
+  snprintf(owner, sizeof owner, "%s/harness.pid", s->dir);
+  FILE *of = fopen(owner, "w");
+  if (of) {
+    fprintf(of, "%ld\n", (long)getpid());
+    fclose(of);
   }
   if (reg_add(s) != 0) {
     fprintf(stderr, "harness: too many servers\n");
