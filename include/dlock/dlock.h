@@ -27,8 +27,10 @@
  * Options objects are not thread-safe (build them on one thread). A client
  * and its lock handles may be used from any number of threads at once.
  * Callbacks run on the client's background thread with no library mutex
- * held; they may call any dlock function except dlock_client_free() and
- * dlock_lock_free() of the client that called them.
+ * held. That thread also delivers wake-ups and renews leases, so a callback
+ * must return quickly: it may call non-blocking dlock functions (a try-once
+ * acquire, a release, a query) but must not wait for a lock, and must not
+ * call dlock_client_free() or dlock_lock_free() of its client.
  *
  * Durations are int64_t milliseconds.
  */
@@ -112,6 +114,8 @@ DLOCK_EXTERN const char *dlock_last_error(void);
 #define DLOCK_WAIT_FOREVER (-1)
 /* lease_ms: no fixed lease; the watchdog keeps the lock alive until release. */
 #define DLOCK_LEASE_WATCHDOG (-1)
+/* Longest fixed lease, in ms (366 days). */
+#define DLOCK_LEASE_MAX (366LL * 24 * 3600 * 1000)
 
 /* ---------------------------------------------------------------- options */
 
@@ -194,8 +198,11 @@ DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
 /* Stops the background thread and closes every connection. Locks still held
  * are not released: watchdog leases stop being renewed and expire on the
- * server. Every lock handle of the client must be freed first (handles left
- * over are freed here). Accepts NULL. Must not be called from a callback. */
+ * server. Calls in progress on other threads end first: a waiting acquire
+ * returns DLOCK_ECLOSED at its next step, and this function waits for them
+ * (each is bounded by its network timeouts). No call may start once it has
+ * begun. Lock handles left over are freed here. Accepts NULL. Must not be
+ * called from a callback. In a child process after fork() it only frees. */
 DLOCK_EXTERN void dlock_client_free(dlock_client_t *client);
 /* The client id (a random UUID, 36 characters). Lives as long as the client. */
 DLOCK_EXTERN const char *dlock_client_id(const dlock_client_t *client);
@@ -227,16 +234,31 @@ DLOCK_EXTERN const char *dlock_lock_name(const dlock_lock_t *lock);
  *             DLOCK_LEASE_WATCHDOG = the client's watchdog timeout, renewed
  *             in the background until release.
  * Re-acquiring from the owning thread counts up and resets the lease.
- * Waiting is woken by the release message the holder publishes; it never
- * polls the server. Backend errors are returned at once (a wait does not
- * hide them). */
+ *
+ * Waiting never polls the server. A waiting thread queues on the server and
+ * a release hands the lock straight to the oldest live dlock waiter (it
+ * becomes the owner and is told by a message), so waiters are served in
+ * arrival order with one round trip per hand-off. Redisson clients (and a
+ * dlock waiter whose client cannot subscribe to the hand-off channel) are
+ * not in that queue; they are woken by the releases that find no queued
+ * dlock waiter and, while any may be waiting, by one release in every 50 ms
+ * that is left open to a race instead of handed over, so they are never
+ * starved. A wait may return up to one command timeout after wait_ms (the
+ * last round trip is not cut short). Backend errors are returned at once (a
+ * wait does not hide them); if such an error leaves it unknown whether the
+ * lock was handed to this thread, the client settles it in the background
+ * (a lock handed over that nobody takes is released to the next waiter),
+ * and this thread's next acquire of the same lock claims it instead. */
 DLOCK_EXTERN int dlock_lock_acquire(dlock_lock_t *lock, int64_t wait_ms,
                                     int64_t lease_ms);
 /* Releases one hold of the calling thread. 0 when released (or the count
  * went down), DLOCK_ENOTOWNER when this thread holds no hold,
  * DLOCK_ELOST when this thread held it but the lease ran out or the key was
  * removed (the hold is forgotten; the lock may belong to someone else now).
- * Safe to retry after a lost reply: the release is idempotent on the server. */
+ * A release whose reply is lost is retried once by the library with the same
+ * request id, and a retry by the caller after an error reuses that id: a
+ * retry within 10 s (2 x (command + connect timeout), at most 60 s) gets the
+ * first attempt's outcome, and never releases twice. */
 DLOCK_EXTERN int dlock_lock_release(dlock_lock_t *lock);
 /* The same for an explicit owner thread id (hand-offs between threads: one
  * thread acquires with owner X, another releases with owner X). */

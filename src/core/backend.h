@@ -81,9 +81,9 @@ typedef struct dlock__backend_ops {
                       int64_t lease_ms, const dlock__queue_entry *q,
                       int64_t *pttl);
   /* Removes a waiter's queue entry: 1 when the lock had already been
-   * handed to it (the caller owns it now), 0 otherwise. */
+   * handed to it (the caller owns it now, with a fresh lease_ms), else 0. */
   int (*lock_leave)(void *be, const char *name, const char *owner,
-                    const char *member);
+                    const char *member, int64_t lease_ms);
   /* DLOCK__REL_*; request_id makes a retried release idempotent. */
   int (*lock_release)(void *be, const char *name, const char *owner,
                       int64_t lease_ms, const char *request_id);

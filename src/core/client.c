@@ -64,6 +64,33 @@ int dlock__client_check(const struct dlock_client *c, const char *fn) {
   return 0;
 }
 
+int dlock__call_begin(struct dlock_client *c, const char *fn) {
+  int rc = dlock__client_check(c, fn);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&c->mu);
+  if (c->stopping)
+    rc = dlock__seterr(DLOCK_ECLOSED, "%s: the client is being freed", fn);
+  else
+    c->calls++;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+void dlock__call_end(struct dlock_client *c) {
+  pthread_mutex_lock(&c->mu);
+  if (--c->calls == 0 && c->stopping)
+    pthread_cond_broadcast(&c->calls_done);
+  pthread_mutex_unlock(&c->mu);
+}
+
+bool dlock__client_stopping(struct dlock_client *c) {
+  pthread_mutex_lock(&c->mu);
+  bool s = c->stopping;
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
 /* -------------------------------------------------------------- helpers */
 
 void dlock__client_poke(struct dlock_client *c) {
@@ -91,41 +118,125 @@ void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
 
 /* -------------------------------------------------- background thread */
 
-static void on_watch_event(void *ud, dlock__watch_event ev, int code,
-                           const char *ch, size_t chlen, const char *payload,
-                           size_t plen) {
-  struct dlock_client *c = ud;
-  if (ev == DLOCK__W_REFUSED)
-    dlock__log(c, DLOCK_LOG_ERROR, "%.*s", (int)plen, payload);
-  pthread_mutex_lock(&c->mu);
-  dlock__chans_on_event_locked(c, ev, code, ch, chlen, payload, plen);
-  pthread_mutex_unlock(&c->mu);
-}
+/* One (UN)SUBSCRIBE command in flight. Redis answers commands in order:
+ * a SUBSCRIBE with k names gets k confirmations or one error, so the
+ * oldest command in flight is the one an answer belongs to. */
+typedef struct sub_cmd {
+  bool subscribe;
+  bool grants; /* a SUBSCRIBE of grant channels */
+  size_t left; /* confirmations still due */
+  size_t n;
+  const char **names;
+} sub_cmd;
 
 typedef struct bg_state {
+  struct dlock_client *c;
   int64_t retry_at; /* next watch connect attempt */
   int64_t backoff;
   int64_t linger_at;
+  bool proven; /* this watch connection confirmed a subscription */
+  sub_cmd *fifo;
+  size_t fifo_head, fifo_len, fifo_cap;
 } bg_state;
+
+static void fifo_clear(bg_state *s) {
+  for (size_t i = 0; i < s->fifo_len; i++)
+    dlock__free((void *)s->fifo[(s->fifo_head + i) % s->fifo_cap].names);
+  s->fifo_head = s->fifo_len = 0;
+}
+
+static int fifo_push(bg_state *s, bool subscribe, bool grants,
+                     const char *const *names, size_t n) {
+  if (s->fifo_len == s->fifo_cap) {
+    size_t nc = s->fifo_cap ? s->fifo_cap * 2 : 16;
+    sub_cmd *f = dlock__calloc(nc, sizeof *f);
+    if (!f)
+      return DLOCK_ENOMEM;
+    for (size_t i = 0; i < s->fifo_len; i++)
+      f[i] = s->fifo[(s->fifo_head + i) % s->fifo_cap];
+    dlock__free(s->fifo);
+    s->fifo = f;
+    s->fifo_head = 0;
+    s->fifo_cap = nc;
+  }
+  sub_cmd *cmd = &s->fifo[(s->fifo_head + s->fifo_len) % s->fifo_cap];
+  cmd->names = dlock__calloc(n, sizeof *cmd->names);
+  if (!cmd->names)
+    return DLOCK_ENOMEM;
+  memcpy((void *)cmd->names, names, n * sizeof *names);
+  cmd->subscribe = subscribe;
+  cmd->grants = grants;
+  cmd->left = cmd->n = n;
+  s->fifo_len++;
+  return 0;
+}
+
+static sub_cmd *fifo_front(bg_state *s) {
+  return s->fifo_len ? &s->fifo[s->fifo_head] : NULL;
+}
+
+static void fifo_pop(bg_state *s) {
+  dlock__free((void *)s->fifo[s->fifo_head].names);
+  s->fifo_head = (s->fifo_head + 1) % s->fifo_cap;
+  s->fifo_len--;
+}
+
+static void on_watch_event(void *ud, dlock__watch_event ev, int code,
+                           const char *ch, size_t chlen, const char *payload,
+                           size_t plen) {
+  bg_state *s = ud;
+  struct dlock_client *c = s->c;
+  sub_cmd *front = fifo_front(s);
+  if (ev == DLOCK__W_REFUSED) {
+    dlock__log(c, DLOCK_LOG_ERROR, "%.*s", (int)plen, payload);
+    if (!front)
+      return;
+    char msg[400];
+    snprintf(msg, sizeof msg, "%.*s", (int)plen, payload);
+    pthread_mutex_lock(&c->mu);
+    dlock__chans_refused_locked(c, code, msg, front->names, front->n,
+                                front->grants);
+    pthread_mutex_unlock(&c->mu);
+    fifo_pop(s);
+    return;
+  }
+  if ((ev == DLOCK__W_SUBSCRIBED || ev == DLOCK__W_UNSUBSCRIBED) && front) {
+    if (ev == DLOCK__W_SUBSCRIBED)
+      s->proven = true;
+    if (--front->left == 0)
+      fifo_pop(s);
+  }
+  pthread_mutex_lock(&c->mu);
+  dlock__chans_on_event_locked(c, ev, ch, chlen, payload, plen);
+  pthread_mutex_unlock(&c->mu);
+}
 
 static void watch_down(struct dlock_client *c, bg_state *s, const char *why) {
   c->ops->watch_disconnect(c->be);
+  fifo_clear(s);
   pthread_mutex_lock(&c->mu);
   bool was_up = c->watch_up;
   c->watch_up = false;
   if (was_up) /* subscriptions are gone and messages may have been lost */
     dlock__chans_on_disconnect_locked(c);
   pthread_mutex_unlock(&c->mu);
-  if (was_up) {
-    dlock__log(c, DLOCK_LOG_WARN, "pub/sub connection lost (%s); waiters "
-               "retry and it reconnects", why);
-    s->retry_at = dlock__now_ms(); /* first reconnect at once */
+  if (was_up)
+    dlock__log(c, DLOCK_LOG_WARN,
+               "pub/sub connection lost (%s); waiters retry and it "
+               "reconnects",
+               why);
+  if (was_up && s->proven) {
+    /* a connection that worked: reconnect at once */
+    s->retry_at = dlock__now_ms();
     s->backoff = BACKOFF_MIN_MS;
   } else {
+    /* never confirmed a subscription (refused, or accepted then dropped,
+     * as a full server does): back off, doubling */
     s->retry_at = dlock__now_ms() + s->backoff;
     s->backoff = s->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
                                                  : s->backoff * 2;
   }
+  s->proven = false;
 }
 
 /* Connects the watch connection if channels are wanted and it is time. */
@@ -147,30 +258,41 @@ static void watch_maintain(struct dlock_client *c, bg_state *s, int64_t now) {
   pthread_mutex_lock(&c->mu);
   c->watch_up = true;
   pthread_mutex_unlock(&c->mu);
-  s->backoff = BACKOFF_MIN_MS;
+}
+
+#define SUB_BATCH 256
+
+/* Sends one list as commands of at most SUB_BATCH names, noting each. */
+static int send_list(struct dlock_client *c, bg_state *s, bool subscribe,
+                     bool grants, const dlock__name_list *l) {
+  for (size_t at = 0; at < l->n; at += SUB_BATCH) {
+    size_t k = l->n - at < SUB_BATCH ? l->n - at : SUB_BATCH;
+    int rc = c->ops->watch_subscribe(c->be, subscribe, l->names + at,
+                                     l->lens + at, k);
+    if (!rc)
+      rc = fifo_push(s, subscribe, grants, l->names + at, k);
+    if (rc)
+      return rc;
+  }
+  return 0;
 }
 
 /* Sends the subscription changes and notes the next linger deadline. */
 static void watch_sync(struct dlock_client *c, bg_state *s, int64_t now) {
-  const char **subs, **unsubs;
-  size_t *sl, *ul, ns, nu;
+  dlock__chan_lists lists;
   pthread_mutex_lock(&c->mu);
   if (!c->watch_up) {
     pthread_mutex_unlock(&c->mu);
     return;
   }
-  s->linger_at =
-      dlock__chans_collect_locked(c, now, &subs, &sl, &ns, &unsubs, &ul, &nu);
+  s->linger_at = dlock__chans_collect_locked(c, now, &lists);
   pthread_mutex_unlock(&c->mu);
-  int rc = 0;
-  if (ns)
-    rc = c->ops->watch_subscribe(c->be, true, subs, sl, ns);
-  if (!rc && nu)
-    rc = c->ops->watch_subscribe(c->be, false, unsubs, ul, nu);
-  dlock__free((void *)subs);
-  dlock__free(sl);
-  dlock__free((void *)unsubs);
-  dlock__free(ul);
+  int rc = send_list(c, s, true, false, &lists.subs);
+  if (!rc)
+    rc = send_list(c, s, true, true, &lists.grants);
+  if (!rc)
+    rc = send_list(c, s, false, false, &lists.unsubs);
+  dlock__chans_lists_free(&lists);
   if (rc)
     watch_down(c, s, dlock_last_error());
 }
@@ -186,13 +308,17 @@ static void drain_pipe(int fd) {
 
 static void *bg_main(void *arg) {
   struct dlock_client *c = arg;
-  bg_state s = {.retry_at = 0, .backoff = BACKOFF_MIN_MS,
-                .linger_at = DLOCK__NEVER};
+  bg_state s;
+  memset(&s, 0, sizeof s);
+  s.c = c;
+  s.backoff = BACKOFF_MIN_MS;
+  s.linger_at = DLOCK__NEVER;
   for (;;) {
     int64_t now = dlock__now_ms();
     pthread_mutex_lock(&c->mu);
     bool stop = c->stopping;
     int64_t renew_due = c->renew_due;
+    int64_t unresolved_due = c->unresolved_due;
     bool wanted = dlock__chans_wanted_locked(c);
     bool up = c->watch_up;
     pthread_mutex_unlock(&c->mu);
@@ -203,11 +329,15 @@ static void *bg_main(void *arg) {
       dlock__renewer_run(c);
       continue;
     }
+    if (unresolved_due <= now) {
+      dlock__unresolved_run(c);
+      continue;
+    }
     watch_maintain(c, &s, now);
     watch_sync(c, &s, now);
 
     /* sleep until something happens or a timer is due */
-    int64_t until = renew_due;
+    int64_t until = renew_due < unresolved_due ? renew_due : unresolved_due;
     if (s.linger_at < until)
       until = s.linger_at;
     if (wanted && !up && s.retry_at < until)
@@ -231,21 +361,27 @@ static void *bg_main(void *arg) {
       if (p[1].revents & POLLOUT)
         rc = c->ops->watch_flush(c->be);
       if (!rc && (p[1].revents & (POLLIN | POLLERR | POLLHUP)))
-        rc = c->ops->watch_read(c->be, on_watch_event, c);
+        rc = c->ops->watch_read(c->be, on_watch_event, &s);
       if (rc)
         watch_down(c, &s, dlock_last_error());
     }
   }
   c->ops->watch_disconnect(c->be);
+  fifo_clear(&s);
+  dlock__free(s.fifo);
   return NULL;
 }
 
 /* ------------------------------------------------------------ public API */
 
-static void client_destroy(struct dlock_client *c) {
+/* Frees everything. `forked`: in a child after fork(), where client->mu
+ * may have been held by a thread that does not exist here; it is not
+ * touched (the child's copy of this client has no other user). */
+static void client_destroy(struct dlock_client *c, bool forked) {
   if (c->be)
     c->ops->close(c->be);
-  pthread_mutex_lock(&c->mu);
+  if (!forked)
+    pthread_mutex_lock(&c->mu);
   struct dlock_lock *l = c->locks;
   while (l) {
     struct dlock_lock *next = l->next;
@@ -258,12 +394,17 @@ static void client_destroy(struct dlock_client *c) {
   }
   dlock__holds_free_all_locked(c);
   dlock__chans_free_all_locked(c);
-  pthread_mutex_unlock(&c->mu);
+  dlock__unresolved_free_all_locked(c);
+  if (!forked) {
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->calls_done);
+    pthread_cond_destroy(&c->unresolved_cv);
+  }
   if (c->wake_rd >= 0)
     close(c->wake_rd);
   if (c->wake_wr >= 0)
     close(c->wake_wr);
-  pthread_mutex_destroy(&c->mu);
   dlock__endpoint_clear(&c->ep);
   dlock__options_clear(&c->opts);
   c->magic = DLOCK__DEAD_MAGIC;
@@ -284,14 +425,22 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   c->fork_gen = fork_gen();
   c->wake_rd = c->wake_wr = -1;
   c->renew_due = DLOCK__NEVER;
+  c->unresolved_due = DLOCK__NEVER;
   c->ops = &dlock__redis_backend;
   pthread_mutex_init(&c->mu, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&c->calls_done, &attr);
+  pthread_cond_init(&c->unresolved_cv, &attr);
+  pthread_condattr_destroy(&attr);
   dlock__map_init(&c->holds);
   dlock__map_init(&c->chans);
+  dlock__map_init(&c->unresolved);
   int rc = dlock__options_copy(&c->opts, opts);
   if (rc) {
     dlock__options_defaults(&c->opts);
-    client_destroy(c);
+    client_destroy(c, false);
     return rc;
   }
   int fds[2];
@@ -319,7 +468,7 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   *out = c;
   return 0;
 failed:
-  client_destroy(c);
+  client_destroy(c, false);
   return rc;
 }
 
@@ -328,7 +477,7 @@ void dlock_client_free(dlock_client_t *c) {
     return;
   if (c->fork_gen != fork_gen()) {
     /* forked child: no background thread here; close and free only */
-    client_destroy(c);
+    client_destroy(c, true);
     return;
   }
   pthread_mutex_lock(&c->mu);
@@ -341,10 +490,14 @@ void dlock_client_free(dlock_client_t *c) {
     for (dlock__waiter *w = ch->head; w; w = w->next)
       pthread_cond_signal(&w->cond);
   }
+  /* calls in progress see `stopping` at their next step; wait for them
+   * (each is bounded by its own network deadlines) before freeing */
+  while (c->calls > 0)
+    pthread_cond_wait(&c->calls_done, &c->mu);
   pthread_mutex_unlock(&c->mu);
   dlock__client_poke(c);
   pthread_join(c->bg, NULL);
-  client_destroy(c);
+  client_destroy(c, false);
 }
 
 const char *dlock_client_id(const dlock_client_t *c) {
@@ -354,8 +507,12 @@ const char *dlock_client_id(const dlock_client_t *c) {
 }
 
 int dlock_client_ping(dlock_client_t *c) {
-  int rc = dlock__client_check(c, "dlock_client_ping");
-  return rc ? rc : c->ops->ping(c->be);
+  int rc = dlock__call_begin(c, "dlock_client_ping");
+  if (rc)
+    return rc;
+  rc = c->ops->ping(c->be);
+  dlock__call_end(c);
+  return rc;
 }
 
 unsigned dlock_version(void) { return DLOCK_VERSION_HEX; }

@@ -50,10 +50,22 @@ struct dlock_client {
   int64_t renew_due;        /* earliest next renewal, DLOCK__NEVER if none */
   dlock__map chans;         /* channel -> dlock__chan */
   bool watch_up;            /* pub/sub connection established */
+  dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
+  int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
+  pthread_cond_t unresolved_cv; /* an unresolved wait stopped being busy */
+  int calls;                /* public calls in progress (see call_begin) */
+  pthread_cond_t calls_done; /* signalled when calls drops to 0 */
 };
 
 /* Validates a client pointer for a public call (magic, fork). */
 int dlock__client_check(const struct dlock_client *c, const char *fn);
+/* Brackets a public call that uses the network: dlock_client_free() waits
+ * for calls in progress to end (they see DLOCK_ECLOSED at their next step)
+ * instead of freeing what they use. */
+int dlock__call_begin(struct dlock_client *c, const char *fn);
+void dlock__call_end(struct dlock_client *c);
+/* True while dlock_client_free() is tearing the client down. */
+bool dlock__client_stopping(struct dlock_client *c);
 /* Interrupts the background thread's poll(). Any thread, mu held or not. */
 void dlock__client_poke(struct dlock_client *c);
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,

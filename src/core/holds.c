@@ -14,6 +14,7 @@
 #include "core/holds.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -39,12 +40,12 @@ dlock__hold *dlock__hold_find_locked(struct dlock_client *c, const char *name,
 static _Atomic uint64_t next_gen; /* shared by all clients */
 
 int dlock__hold_acquired_locked(struct dlock_client *c, const char *name,
-                                uint64_t tid, int64_t lease_ms,
-                                bool watchdog) {
+                                uint64_t tid, int64_t lease_ms, bool watchdog,
+                                int64_t since) {
   char key[KEY_MAX];
   size_t klen = hold_key(key, name, tid);
   dlock__hold *h = dlock__map_get(&c->holds, key, klen);
-  int64_t now = dlock__now_ms();
+  int64_t now = since;
   if (!h) {
     h = dlock__calloc(1, sizeof *h);
     if (!h || !(h->name = dlock__strdup(name)) ||
@@ -131,6 +132,13 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
     dlock__free(*ren);
     *items = NULL;
     *ren = NULL;
+    /* out of memory: try again a little later instead of spinning */
+    for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
+         e = dlock__map_next(&c->holds, e, &cur)) {
+      dlock__hold *h = e->value;
+      if (h->watchdog && !h->lost && h->next_renew <= horizon)
+        h->next_renew = now + 50;
+    }
     return 0;
   }
   size_t i = 0;
@@ -243,4 +251,217 @@ void dlock__renewer_run(struct dlock_client *c) {
   dlock__free(lost);
   dlock__free(items);
   dlock__free(ren);
+}
+
+/* ------------------------------------------------------ unresolved waits */
+
+#define UNRESOLVED_RETRY_MS 1000
+
+int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
+                                 uint64_t tid, uint64_t seq,
+                                 const char *member, int64_t lease_ms,
+                                 int64_t expires) {
+  char key[KEY_MAX];
+  size_t klen = hold_key(key, name, tid);
+  dlock__unresolved *u = dlock__map_get(&c->unresolved, key, klen);
+  if (u && u->busy)
+    return 0; /* being resolved: it covers the same queue entry */
+  if (!u) {
+    u = dlock__calloc(1, sizeof *u);
+    if (!u || !(u->name = dlock__strdup(name)) ||
+        dlock__map_put(&c->unresolved, key, klen, u)) {
+      if (u)
+        dlock__free(u->name);
+      dlock__free(u);
+      return DLOCK_ENOMEM;
+    }
+  }
+  u->tid = tid;
+  u->seq = seq;
+  snprintf(u->member, sizeof u->member, "%s", member);
+  u->lease_ms = lease_ms;
+  u->expires = expires;
+  u->next_try = dlock__now_ms() + UNRESOLVED_RETRY_MS;
+  u->grant_seen = false;
+  if (u->next_try < c->unresolved_due) {
+    c->unresolved_due = u->next_try;
+    dlock__client_poke(c);
+  }
+  return 0;
+}
+
+dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
+                                                 const char *name,
+                                                 uint64_t tid) {
+  if (c->unresolved.count == 0)
+    return NULL;
+  char key[KEY_MAX];
+  return dlock__map_get(&c->unresolved, key, hold_key(key, name, tid));
+}
+
+void dlock__unresolved_remove_locked(struct dlock_client *c,
+                                     dlock__unresolved *u) {
+  char key[KEY_MAX];
+  dlock__map_del(&c->unresolved, key, hold_key(key, u->name, u->tid));
+  dlock__free(u->name);
+  dlock__free(u);
+}
+
+void dlock__unresolved_grant_locked(struct dlock_client *c, uint64_t tid,
+                                    uint64_t seq) {
+  size_t cur;
+  for (dlock__map_entry *e = dlock__map_first(&c->unresolved, &cur); e;
+       e = dlock__map_next(&c->unresolved, e, &cur)) {
+    dlock__unresolved *u = e->value;
+    if (u->tid == tid && u->seq == seq) {
+      u->grant_seen = true;
+      c->unresolved_due = dlock__now_ms();
+      dlock__client_poke(c);
+      return;
+    }
+  }
+}
+
+void dlock__unresolved_free_all_locked(struct dlock_client *c) {
+  size_t cur;
+  for (dlock__map_entry *e = dlock__map_first(&c->unresolved, &cur); e;
+       e = dlock__map_next(&c->unresolved, e, &cur)) {
+    dlock__unresolved *u = e->value;
+    dlock__free(u->name);
+    dlock__free(u);
+  }
+  dlock__map_clear(&c->unresolved);
+}
+
+/* Marks u busy and copies what resolving it needs; mu held. */
+typedef struct resolve_job {
+  char *name;
+  uint64_t tid;
+  char member[128];
+  int64_t lease_ms;
+} resolve_job;
+
+static int job_take_locked(dlock__unresolved *u, resolve_job *j) {
+  if (!(j->name = dlock__strdup(u->name)))
+    return DLOCK_ENOMEM;
+  u->busy = true;
+  j->tid = u->tid;
+  memcpy(j->member, u->member, sizeof j->member);
+  j->lease_ms = u->lease_ms;
+  return 0;
+}
+
+/* Applies a resolution outcome; mu held. rc < 0 keeps it for a retry. */
+static void job_done_locked(struct dlock_client *c, resolve_job *j, int rc) {
+  dlock__unresolved *u = dlock__unresolved_find_locked(c, j->name, j->tid);
+  if (u) {
+    if (rc >= 0) {
+      dlock__unresolved_remove_locked(c, u);
+    } else {
+      u->busy = false;
+      u->grant_seen = false;
+      u->next_try = dlock__now_ms() + UNRESOLVED_RETRY_MS;
+      if (u->next_try < c->unresolved_due)
+        c->unresolved_due = u->next_try;
+    }
+  }
+  pthread_cond_broadcast(&c->unresolved_cv);
+  dlock__free(j->name);
+}
+
+int dlock__unresolved_resolve_own(struct dlock_client *c, const char *name,
+                                  uint64_t tid, int64_t lease_ms) {
+  resolve_job j;
+  pthread_mutex_lock(&c->mu);
+  dlock__unresolved *u = dlock__unresolved_find_locked(c, name, tid);
+  /* wait (bounded) while the background thread is resolving it */
+  int64_t deadline = dlock__deadline_after(c->opts.command_timeout_ms * 2);
+  struct timespec ts;
+  dlock__deadline_timespec(deadline, &ts);
+  while (u && u->busy && dlock__now_ms() < deadline) {
+    pthread_cond_timedwait(&c->unresolved_cv, &c->mu, &ts);
+    u = dlock__unresolved_find_locked(c, name, tid);
+  }
+  if (!u) {
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  if (u->busy) {
+    pthread_mutex_unlock(&c->mu);
+    return dlock__seterr(DLOCK_EIOTIMEOUT,
+                         "an earlier wait for '%.200s' is still being "
+                         "resolved",
+                         name);
+  }
+  int rc = job_take_locked(u, &j);
+  pthread_mutex_unlock(&c->mu);
+  if (rc)
+    return rc;
+  char owner[64];
+  dlock__owner(c, tid, owner, sizeof owner);
+  /* the caller wants the lock: a grant it never learned of is claimed with
+   * the caller's lease instead of being given away */
+  rc = c->ops->lock_leave(c->be, name, owner, j.member, lease_ms);
+  pthread_mutex_lock(&c->mu);
+  job_done_locked(c, &j, rc);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int64_t dlock__unresolved_run(struct dlock_client *c) {
+  enum { MAX_JOBS = 64 };
+  resolve_job jobs[MAX_JOBS];
+  size_t n = 0, cur;
+  pthread_mutex_lock(&c->mu);
+  int64_t now = dlock__now_ms();
+  dlock__map_entry *e = dlock__map_first(&c->unresolved, &cur);
+  while (e) {
+    dlock__unresolved *u = e->value;
+    e = dlock__map_next(&c->unresolved, e, &cur);
+    if (u->busy)
+      continue;
+    if (now > u->expires) {
+      dlock__unresolved_remove_locked(c, u); /* nothing can be pending */
+      continue;
+    }
+    if ((u->grant_seen || now >= u->next_try) && n < MAX_JOBS &&
+        job_take_locked(u, &jobs[n]) == 0)
+      n++;
+  }
+  pthread_mutex_unlock(&c->mu);
+
+  for (size_t i = 0; i < n; i++) {
+    resolve_job *j = &jobs[i];
+    char owner[64], req[DLOCK__UUID_LEN + 1];
+    dlock__owner(c, j->tid, owner, sizeof owner);
+    int rc = c->ops->lock_leave(c->be, j->name, owner, j->member, j->lease_ms);
+    if (rc == 1) {
+      /* handed a lock nobody waits for any more: release it, so it passes
+       * to the next waiter (its count is 1: a grant) */
+      rc = dlock__uuid(req);
+      if (rc == 0)
+        rc = c->ops->lock_release(c->be, j->name, owner, j->lease_ms, req);
+      dlock__log(c, DLOCK_LOG_INFO,
+                 "released '%.200s', handed to a wait that had ended: %s",
+                 j->name, rc < 0 ? dlock_last_error() : "done");
+    }
+    pthread_mutex_lock(&c->mu);
+    job_done_locked(c, j, rc < 0 ? rc : 0);
+    pthread_mutex_unlock(&c->mu);
+  }
+
+  pthread_mutex_lock(&c->mu);
+  int64_t due = DLOCK__NEVER;
+  for (e = dlock__map_first(&c->unresolved, &cur); e;
+       e = dlock__map_next(&c->unresolved, e, &cur)) {
+    dlock__unresolved *u = e->value;
+    int64_t t = u->grant_seen ? now : u->next_try;
+    if (u->expires < t)
+      t = u->expires;
+    if (!u->busy && t < due)
+      due = t;
+  }
+  c->unresolved_due = due;
+  pthread_mutex_unlock(&c->mu);
+  return due;
 }

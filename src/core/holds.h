@@ -34,17 +34,59 @@ typedef struct dlock__hold {
   char release_id[DLOCK__UUID_LEN + 1]; /* kept while a release is unsure */
 } dlock__hold;
 
+/* A wait that ended while it may still have been queued on the server,
+ * and whose leave could not be done (backend error): a release may yet
+ * hand it the lock. It is resolved by the same thread's next acquire of the
+ * lock (which then claims the grant instead of counting a second hold), or
+ * by the background thread when the grant message arrives or on a timer
+ * (it leaves the queue, and releases a grant so it passes on). */
+typedef struct dlock__unresolved {
+  char *name;
+  uint64_t tid;
+  uint64_t seq;
+  char member[128];
+  int64_t lease_ms;
+  int64_t expires; /* monotonic ms: past this nothing can be pending */
+  int64_t next_try;
+  bool grant_seen; /* a grant message for it arrived */
+  bool busy;       /* someone is resolving it (see unresolved_cv) */
+} dlock__unresolved;
+
 /* mu held for all *_locked calls. */
 dlock__hold *dlock__hold_find_locked(struct dlock_client *c, const char *name,
                                      uint64_t tid);
-/* Records a successful acquire (count up, lease, watchdog). */
+/* Records a successful acquire (count up, lease, watchdog). `since` is a
+ * monotonic time no later than the moment the server granted the lease. */
 int dlock__hold_acquired_locked(struct dlock_client *c, const char *name,
-                                uint64_t tid, int64_t lease_ms,
-                                bool watchdog);
+                                uint64_t tid, int64_t lease_ms, bool watchdog,
+                                int64_t since);
 void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h);
 void dlock__holds_free_all_locked(struct dlock_client *c);
 
+int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
+                                 uint64_t tid, uint64_t seq,
+                                 const char *member, int64_t lease_ms,
+                                 int64_t expires);
+dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
+                                                 const char *name,
+                                                 uint64_t tid);
+void dlock__unresolved_remove_locked(struct dlock_client *c,
+                                     dlock__unresolved *u);
+/* Caller thread, mu NOT held: resolves this thread's unresolved wait on
+ * `name`, if any, before a new acquire. 1 when it turned out to hold the
+ * lock (claimed now with lease_ms), 0 when nothing is pending, <0 on error
+ * (the wait stays unresolved). */
+int dlock__unresolved_resolve_own(struct dlock_client *c, const char *name,
+                                  uint64_t tid, int64_t lease_ms);
+/* A grant message nobody waits for: flags the matching unresolved wait. */
+void dlock__unresolved_grant_locked(struct dlock_client *c, uint64_t tid,
+                                    uint64_t seq);
+void dlock__unresolved_free_all_locked(struct dlock_client *c);
+
 /* Background thread, mu NOT held: renews what is due. */
 void dlock__renewer_run(struct dlock_client *c);
+/* Background thread, mu NOT held: resolves what is due; returns the next
+ * time it wants to run (DLOCK__NEVER when nothing is left). */
+int64_t dlock__unresolved_run(struct dlock_client *c);
 
 #endif

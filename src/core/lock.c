@@ -32,12 +32,19 @@
 #include "core/holds.h"
 #include "core/waiters.h"
 
-static int check_lock(const dlock_lock_t *l, const char *fn) {
+/* Validates the handle and enters a call on its client (see
+ * dlock__call_begin); every success is paired with call_end(l). */
+static int call_begin(const dlock_lock_t *l, const char *fn) {
   if (!l)
     return dlock__seterr(DLOCK_EINVAL, "%s: lock is NULL", fn);
   if (l->magic != DLOCK__LOCK_MAGIC)
     return dlock__seterr(DLOCK_EBADHANDLE, "%s: lock handle is not live", fn);
-  return dlock__client_check(l->client, fn);
+  return dlock__call_begin(l->client, fn);
+}
+
+static int call_end(const dlock_lock_t *l, int rc) {
+  dlock__call_end(l->client);
+  return rc;
 }
 
 static int check_name(const char *name, const char *fn) {
@@ -107,7 +114,11 @@ void dlock_lock_free(dlock_lock_t *l) {
   struct dlock_client *c = l->client;
   l->magic = DLOCK__DEAD_MAGIC;
   if (c->magic == DLOCK__CLIENT_MAGIC) {
-    pthread_mutex_lock(&c->mu);
+    /* in a forked child the mutex may be held by a thread that is not
+     * there: this copy of the client has no other user, so skip it */
+    bool forked = dlock__client_check(c, "dlock_lock_free") == DLOCK_ECLOSED;
+    if (!forked)
+      pthread_mutex_lock(&c->mu);
     if (l->prev)
       l->prev->next = l->next;
     else
@@ -115,7 +126,8 @@ void dlock_lock_free(dlock_lock_t *l) {
     if (l->next)
       l->next->prev = l->prev;
     drop_orphan_holds_locked(c, l->name);
-    pthread_mutex_unlock(&c->mu);
+    if (!forked)
+      pthread_mutex_unlock(&c->mu);
   }
   dlock__free(l->name);
   dlock__free(l->channel);
@@ -130,10 +142,11 @@ const char *dlock_lock_name(const dlock_lock_t *l) {
 }
 
 static int record_acquired(dlock_lock_t *l, uint64_t tid, int64_t lease,
-                           bool watchdog) {
+                           bool watchdog, int64_t since) {
   struct dlock_client *c = l->client;
   pthread_mutex_lock(&c->mu);
-  int rc = dlock__hold_acquired_locked(c, l->name, tid, lease, watchdog);
+  int rc = dlock__hold_acquired_locked(c, l->name, tid, lease, watchdog,
+                                       since);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -158,18 +171,28 @@ static _Atomic uint64_t wait_seq; /* tells one wait from the next */
 
 typedef struct wait_ctx {
   dlock_lock_t *l;
+  uint64_t tid, seq;
   const char *owner;
   int64_t lease;
   int64_t deadline;
   dlock__waiter w;
   dlock__queue_entry q;
   char member[128];
-  int64_t refresh_at; /* when the queue entry wants refreshing */
+  int64_t refresh_at;  /* when the queue entry wants refreshing */
+  int64_t queued_at;   /* when the first queuing attempt was sent */
+  int64_t since;       /* when the attempt that got the lock was sent */
+  int64_t entry_until; /* the queue entry cannot outlive this */
 } wait_ctx;
 
-/* One attempt; queues (or refreshes) the entry when `queue`. */
+/* One attempt; queues (or refreshes) the entry when `queue`. Once a wait
+ * may have queued, every later attempt carries its entry (subscribed or
+ * not), so that the server can tell a grant to it from a second hold and
+ * drop the entry when the lock is taken. */
 static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
   struct dlock_client *c = x->l->client;
+  queue = queue || x->q.queued;
+  if (dlock__client_stopping(c))
+    return dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
   int64_t now = dlock__now_ms();
   if (queue) {
     int64_t left = x->deadline == DLOCK__NEVER ? QUEUE_ENTRY_MAX_MS
@@ -177,34 +200,37 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     if (left > QUEUE_ENTRY_MAX_MS)
       left = QUEUE_ENTRY_MAX_MS;
     x->q.ttl_ms = (left > 0 ? left : 0) + QUEUE_ENTRY_GRACE_MS;
+    /* from now on the server may hold an entry, whatever the reply */
+    x->q.queued = true;
+    if (!x->queued_at)
+      x->queued_at = now;
+    x->entry_until = now + x->q.ttl_ms + x->lease;
   }
+  x->since = now;
   int rc = c->ops->lock_acquire(c->be, x->l->name, x->owner, x->lease,
                                 queue ? &x->q : NULL, pttl);
-  if (rc == 0 && queue) {
-    x->q.queued = true;
+  if (rc == 0 && queue)
     x->refresh_at = now + x->q.ttl_ms / 2;
-  }
   return rc;
 }
 
 static int wait_loop(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
-  bool handoff = x->l->grant != NULL;
   int64_t pttl = -1;
   /* already watching (a lingering subscription): this attempt can queue */
-  bool subscribed = dlock__waiter_want(c, &x->w, true);
-  int rc = attempt(x, handoff && subscribed, &pttl);
+  dlock__waiter_want(c, &x->w, true);
+  int rc = attempt(x, dlock__waiter_can_queue(c, &x->w), &pttl);
   if (rc != 0)
     return rc;
-  if (!subscribed) {
+  if (!dlock__waiter_subscribed(c, &x->w)) {
     dlock__waiter_want(c, &x->w, false);
     int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
     if (sub_deadline > x->deadline)
       sub_deadline = x->deadline;
-    subscribed = dlock__waiter_await_subscription(c, &x->w, sub_deadline);
+    dlock__waiter_await_subscription(c, &x->w, sub_deadline);
     if ((rc = dlock__waiter_error(c, &x->w)) != 0)
       return rc;
-    if ((rc = attempt(x, handoff && subscribed, &pttl)) != 0)
+    if ((rc = attempt(x, dlock__waiter_can_queue(c, &x->w), &pttl)) != 0)
       return rc;
   }
   for (;;) {
@@ -213,11 +239,6 @@ static int wait_loop(wait_ctx *x) {
     int64_t now = dlock__now_ms();
     if (now >= x->deadline)
       return busy_error(x->l, DLOCK_ETIMEDOUT, pttl);
-    pthread_mutex_lock(&c->mu);
-    bool stopping = c->stopping;
-    pthread_mutex_unlock(&c->mu);
-    if (stopping)
-      return dlock__seterr(DLOCK_ECLOSED, "client is being freed");
     /* Safety net for a crashed holder or a lost message: never sleep past
      * the holder's lease. pttl < 0: the key has no expiry (or vanished):
      * sleep to the deadline unless woken. */
@@ -229,80 +250,107 @@ static int wait_loop(wait_ctx *x) {
     dlock__waiter_sleep(c, &x->w, until);
     if (dlock__waiter_granted(c, &x->w))
       return 1;
-    if (!subscribed)
-      subscribed = dlock__waiter_subscribed(c, &x->w);
-    if ((rc = attempt(x, handoff && subscribed, &pttl)) != 0)
+    if ((rc = attempt(x, dlock__waiter_can_queue(c, &x->w), &pttl)) != 0)
       return rc;
   }
 }
 
-static int wait_and_acquire(dlock_lock_t *l, uint64_t tid, const char *owner,
-                            int64_t lease, int64_t deadline) {
-  struct dlock_client *c = l->client;
-  wait_ctx x;
-  memset(&x, 0, sizeof x);
-  x.l = l;
-  x.owner = owner;
-  x.lease = lease;
-  x.deadline = deadline;
-  uint64_t seq = atomic_fetch_add(&wait_seq, 1) + 1;
-  snprintf(x.member, sizeof x.member, "%s:%" PRIu64 ":%" PRId64, owner, seq,
-           lease);
-  x.q.member = x.member;
-  int rc = dlock__waiter_begin(c, &x.w, l->channel, l->grant, tid, seq);
+static int wait_and_acquire(wait_ctx *x) {
+  struct dlock_client *c = x->l->client;
+  x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
+  snprintf(x->member, sizeof x->member, "%s:%" PRIu64 ":%" PRId64, x->owner,
+           x->seq, x->lease);
+  x->q.member = x->member;
+  int rc = dlock__waiter_begin(c, &x->w, x->l->channel, x->l->grant, x->tid,
+                               x->seq);
   if (rc)
     return rc;
-  rc = wait_loop(&x);
-  if (rc != 1 && x.q.queued) {
+  rc = wait_loop(x);
+  if (rc != 1 && dlock__waiter_granted(c, &x->w)) {
+    /* handed over while the last step failed: the grant stands */
+    rc = 1;
+    x->since = x->queued_at;
+  } else if (rc == 1 && dlock__waiter_granted(c, &x->w)) {
+    /* the grant came with no attempt of ours: its lease started after our
+     * first queuing attempt, the earliest moment we can vouch for */
+    x->since = x->queued_at;
+  } else if (rc != 1 && x->q.queued) {
     /* leave the queue; a hand-off that raced with giving up is kept */
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    int left = c->ops->lock_leave(c->be, l->name, owner, x.member);
-    if (left == 1)
+    int64_t sent = dlock__now_ms();
+    int left = c->ops->lock_leave(c->be, x->l->name, x->owner, x->member,
+                                  x->lease);
+    if (left == 1) {
       rc = 1;
-    else
+      x->since = sent;
+    } else {
+      if (left < 0) {
+        /* the outcome of this wait is unknown: settle it later */
+        pthread_mutex_lock(&c->mu);
+        dlock__unresolved_add_locked(c, x->l->name, x->tid, x->seq,
+                                     x->member, x->lease, x->entry_until);
+        pthread_mutex_unlock(&c->mu);
+      }
       dlock__seterr(rc, "%s", saved);
+    }
   }
-  dlock__waiter_end(c, &x.w);
+  dlock__waiter_end(c, &x->w);
   return rc;
 }
 
 static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                    int64_t lease_ms, const char *fn) {
-  int rc = check_lock(l, fn);
-  if (rc)
-    return rc;
   if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
     return dlock__seterr(DLOCK_EINVAL,
                          "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
-  if (lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG)
+  if ((lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG) ||
+      lease_ms > DLOCK_LEASE_MAX)
     return dlock__seterr(DLOCK_EINVAL,
-                         "%s: lease must be > 0 or DLOCK_LEASE_WATCHDOG", fn);
+                         "%s: lease must be 1..DLOCK_LEASE_MAX ms or "
+                         "DLOCK_LEASE_WATCHDOG",
+                         fn);
   if (tid == 0)
     return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
+  int rc = call_begin(l, fn);
+  if (rc)
+    return rc;
   struct dlock_client *c = l->client;
   bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
   int64_t lease = watchdog ? c->opts.watchdog_ms : lease_ms;
   char owner[64];
   dlock__owner(c, tid, owner, sizeof owner);
+  int64_t since = dlock__now_ms();
 
-  if (wait_ms == 0) {
+  /* an earlier wait of this thread whose outcome is unknown comes first:
+   * if it was handed the lock, this acquire claims that grant */
+  rc = dlock__unresolved_resolve_own(c, l->name, tid, lease);
+  if (rc == 0 && wait_ms == 0) {
     int64_t pttl = -1;
+    since = dlock__now_ms();
     rc = c->ops->lock_acquire(c->be, l->name, owner, lease, NULL, &pttl);
     if (rc == 0)
-      return busy_error(l, DLOCK_EBUSY, pttl);
-  } else {
-    rc = wait_and_acquire(l, tid, owner, lease,
-                          dlock__deadline_after(wait_ms));
+      rc = busy_error(l, DLOCK_EBUSY, pttl);
+  } else if (rc == 0) {
+    wait_ctx x;
+    memset(&x, 0, sizeof x);
+    x.l = l;
+    x.tid = tid;
+    x.owner = owner;
+    x.lease = lease;
+    x.deadline = dlock__deadline_after(wait_ms);
+    rc = wait_and_acquire(&x);
+    since = x.since;
   }
   if (rc < 0)
-    return rc == DLOCK_EWRONGTYPE
-               ? dlock__seterr(rc,
-                               "lock '%.200s': the key holds a value of "
-                               "another type (not a lock)",
-                               l->name)
-               : rc;
-  return record_acquired(l, tid, lease, watchdog);
+    return call_end(l, rc == DLOCK_EWRONGTYPE
+                           ? dlock__seterr(rc,
+                                           "lock '%.200s': the key holds a "
+                                           "value of another type (not a "
+                                           "lock)",
+                                           l->name)
+                           : rc);
+  return call_end(l, record_acquired(l, tid, lease, watchdog, since));
 }
 
 int dlock_lock_acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms) {
@@ -316,11 +364,11 @@ int dlock_lock_acquire_as(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
 }
 
 static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
-  int rc = check_lock(l, fn);
-  if (rc)
-    return rc;
   if (tid == 0)
     return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
+  int rc = call_begin(l, fn);
+  if (rc)
+    return rc;
   struct dlock_client *c = l->client;
   char owner[64], req[DLOCK__UUID_LEN + 1];
   dlock__owner(c, tid, owner, sizeof owner);
@@ -336,7 +384,7 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
     req[0] = '\0';
   pthread_mutex_unlock(&c->mu);
   if (!req[0] && (rc = dlock__uuid(req)))
-    return rc;
+    return call_end(l, rc);
 
   /* A release whose reply was lost is retried once with the same request
    * id (so is a user's retry after an error: the id is kept in the hold).
@@ -386,7 +434,7 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
     rc = 0;
   }
   pthread_mutex_unlock(&c->mu);
-  return rc;
+  return call_end(l, rc);
 }
 
 int dlock_lock_release(dlock_lock_t *l) {
@@ -398,30 +446,30 @@ int dlock_lock_release_as(dlock_lock_t *l, uint64_t tid) {
 }
 
 int dlock_lock_force_release(dlock_lock_t *l, bool *was_locked) {
-  int rc = check_lock(l, "dlock_lock_force_release");
+  int rc = call_begin(l, "dlock_lock_force_release");
   if (rc)
     return rc;
   bool deleted = false;
   rc = l->client->ops->lock_force_release(l->client->be, l->name, &deleted);
   if (!rc && was_locked)
     *was_locked = deleted;
-  return rc;
+  return call_end(l, rc);
 }
 
 static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
                  const char *fn) {
-  int rc = check_lock(l, fn);
-  if (rc)
-    return rc;
   if (!out)
     return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
+  int rc = call_begin(l, fn);
+  if (rc)
+    return rc;
   char owner[64];
   dlock__owner(l->client, dlock_thread_id(), owner, sizeof owner);
   rc = l->client->ops->lock_query(l->client->be, l->name, owner, q, out);
   if (rc == DLOCK_EWRONGTYPE)
     rc = dlock__seterr(rc, "%s: key '%.200s' holds a value of another type",
                        fn, l->name);
-  return rc;
+  return call_end(l, rc);
 }
 
 int dlock_lock_is_locked(dlock_lock_t *l, bool *out) {
@@ -456,10 +504,10 @@ int dlock_lock_state(dlock_lock_t *l, dlock_lock_state_t **out) {
   if (!out)
     return dlock__seterr(DLOCK_EINVAL, "dlock_lock_state: out is NULL");
   *out = NULL;
-  int rc = check_lock(l, "dlock_lock_state");
+  int rc = call_begin(l, "dlock_lock_state");
   if (rc)
     return rc;
-  return l->client->ops->lock_state(l->client->be, l->name, out);
+  return call_end(l, l->client->ops->lock_state(l->client->be, l->name, out));
 }
 
 void dlock_lock_state_free(dlock_lock_state_t *st) {

@@ -17,6 +17,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/holds.h"
 
 /* How long an idle channel stays subscribed, so that a contended lock is not
  * re-subscribed for every wait. */
@@ -79,7 +80,8 @@ static dlock__chan *chan_new(struct dlock_client *c, const char *channel,
 }
 
 /* "<tid>:<seq>" -> the matching waiter of ch, marked granted and woken. */
-static void deliver_grant(dlock__chan *ch, const char *p, size_t n) {
+static void deliver_grant(struct dlock_client *c, dlock__chan *ch,
+                          const char *p, size_t n) {
   uint64_t tid = 0, seq = 0;
   size_t i = 0;
   for (; i < n && i < 24 && p[i] >= '0' && p[i] <= '9'; i++)
@@ -98,7 +100,10 @@ static void deliver_grant(dlock__chan *ch, const char *p, size_t n) {
       return;
     }
   }
-  /* no such waiter: it already left, and its leave found the grant */
+  /* no such waiter: it already took the lock (its attempt or leave found
+   * the grant), or it ended without learning the outcome of its wait: the
+   * latter is an unresolved wait, which the background thread settles */
+  dlock__unresolved_grant_locked(c, tid, seq);
 }
 
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
@@ -161,6 +166,14 @@ int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w) {
     dlock__seterr(rc, "%s", w->chan->errmsg ? w->chan->errmsg : "");
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w) {
+  pthread_mutex_lock(&c->mu);
+  bool ok = w->chan->state == DLOCK__CH_SUBBED && w->chan->grant &&
+            !w->chan->no_handoff;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
 }
 
 bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w) {
@@ -232,17 +245,10 @@ void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w) {
   pthread_cond_destroy(&w->cond);
 }
 
-static void refuse_pending(struct dlock_client *c, int code,
-                           const char *msg, size_t len);
-
 void dlock__chans_on_event_locked(struct dlock_client *c,
-                                  dlock__watch_event ev, int code,
-                                  const char *name, size_t len,
-                                  const char *payload, size_t plen) {
-  if (ev == DLOCK__W_REFUSED) {
-    refuse_pending(c, code, payload, plen);
-    return;
-  }
+                                  dlock__watch_event ev, const char *name,
+                                  size_t len, const char *payload,
+                                  size_t plen) {
   dlock__chan *ch = dlock__map_get(&c->chans, name, len);
   if (!ch)
     return;
@@ -251,7 +257,7 @@ void dlock__chans_on_event_locked(struct dlock_client *c,
   switch (ev) {
   case DLOCK__W_MESSAGE:
     if (is_grant)
-      deliver_grant(ch, payload, plen);
+      deliver_grant(c, ch, payload, plen);
     else if (plen == 1 && payload[0] == '1')
       wake_all(ch);
     else
@@ -294,26 +300,37 @@ static size_t main_chans(struct dlock_client *c, dlock__chan ***out) {
   return n;
 }
 
-/* The server refused a SUBSCRIBE: every channel still waiting for its
- * confirmation fails, and its waiters are told (they return the error). */
-static void refuse_pending(struct dlock_client *c, int code,
-                           const char *msg, size_t len) {
-  dlock__chan **all;
-  size_t n = main_chans(c, &all);
+/* The server refused one SUBSCRIBE command. For main channels the waits
+ * fail with the server's message; for grant channels the channel works on
+ * without hand-off (its waiters do not queue). */
+void dlock__chans_refused_locked(struct dlock_client *c, int code,
+                                 const char *msg, const char *const *names,
+                                 size_t n, bool grants) {
   for (size_t i = 0; i < n; i++) {
-    dlock__chan *ch = all[i];
-    if (ch->state != DLOCK__CH_SUBBING)
+    dlock__chan *ch = dlock__map_get(&c->chans, names[i], strlen(names[i]));
+    if (!ch || ch->state != DLOCK__CH_SUBBING)
       continue;
+    if (grants) {
+      ch->no_handoff = true;
+      if (--ch->pending <= 0) {
+        ch->state = DLOCK__CH_SUBBED;
+        wake_all(ch);
+      }
+      continue;
+    }
+    /* the grant channel's SUBSCRIBE, sent after this one, is answered on
+     * its own; stop counting on either */
     ch->state = DLOCK__CH_UNSUB;
     ch->pending = 0;
     ch->err = code ? code : DLOCK_ESERVER;
     dlock__free(ch->errmsg);
-    ch->errmsg = dlock__asprintf(
-        "%.*s (the user needs pub/sub access to %s%s%s)", (int)len, msg,
-        ch->name, ch->grant ? " and " : "", ch->grant ? ch->grant : "");
+    if (code == DLOCK_EAUTH)
+      ch->errmsg = dlock__asprintf(
+          "%s (the ACL user needs pub/sub access to %s)", msg, ch->name);
+    else
+      ch->errmsg = dlock__strdup(msg);
     wake_all(ch);
   }
-  dlock__free(all);
 }
 
 void dlock__chans_on_disconnect_locked(struct dlock_client *c) {
@@ -342,66 +359,64 @@ bool dlock__chans_wanted_locked(struct dlock_client *c) {
   return false;
 }
 
-static int push1(const char ***arr, size_t **lens, size_t *n, size_t *cap,
-                 const char *name, size_t len) {
-  if (*n == *cap) {
-    size_t nc = *cap ? *cap * 2 : 16;
-    const char **a = dlock__reallocarray((void *)*arr, nc, sizeof **arr);
+static int list_push(dlock__name_list *l, const char *name, size_t len) {
+  if (l->n == l->cap) {
+    size_t nc = l->cap ? l->cap * 2 : 16;
+    const char **a = dlock__reallocarray((void *)l->names, nc, sizeof *a);
     if (!a)
       return -1;
-    *arr = a;
-    size_t *l = dlock__reallocarray(*lens, nc, sizeof **lens);
-    if (!l)
+    l->names = a;
+    size_t *ls = dlock__reallocarray(l->lens, nc, sizeof *ls);
+    if (!ls)
       return -1;
-    *lens = l;
-    *cap = nc;
+    l->lens = ls;
+    l->cap = nc;
   }
-  (*arr)[*n] = name;
-  (*lens)[*n] = len;
-  (*n)++;
+  l->names[l->n] = name;
+  l->lens[l->n] = len;
+  l->n++;
   return 0;
 }
 
-/* Pushes the channel's names; returns how many (0 on failure). */
-static int push(const char ***arr, size_t **lens, size_t *n, size_t *cap,
-                dlock__chan *ch) {
-  size_t before = *n;
-  if (push1(arr, lens, n, cap, ch->name, ch->len))
-    return 0;
-  if (ch->grant && push1(arr, lens, n, cap, ch->grant, ch->glen)) {
-    *n = before;
-    return 0;
+void dlock__chans_lists_free(dlock__chan_lists *l) {
+  dlock__name_list *all[3] = {&l->subs, &l->grants, &l->unsubs};
+  for (int i = 0; i < 3; i++) {
+    dlock__free((void *)all[i]->names);
+    dlock__free(all[i]->lens);
   }
-  return (int)(*n - before);
+  memset(l, 0, sizeof *l);
 }
 
 int64_t dlock__chans_collect_locked(struct dlock_client *c, int64_t now,
-                                    const char ***subs, size_t **sublens,
-                                    size_t *nsubs, const char ***unsubs,
-                                    size_t **unsublens, size_t *nunsubs) {
-  size_t capsub = 0, capunsub = 0;
+                                    dlock__chan_lists *out) {
   int64_t next = DLOCK__NEVER;
-  *subs = *unsubs = NULL;
-  *sublens = *unsublens = NULL;
-  *nsubs = *nunsubs = 0;
+  memset(out, 0, sizeof *out);
   dlock__chan **all;
   size_t n = main_chans(c, &all);
   for (size_t i = 0; i < n; i++) {
     dlock__chan *ch = all[i];
     if (ch->nwanting > 0 && ch->state == DLOCK__CH_UNSUB && !ch->err) {
-      int k = push(subs, sublens, nsubs, &capsub, ch);
-      if (k > 0) {
-        ch->state = DLOCK__CH_SUBBING;
-        ch->pending = k;
+      size_t before = out->subs.n;
+      if (list_push(&out->subs, ch->name, ch->len))
+        continue;
+      if (ch->grant && list_push(&out->grants, ch->grant, ch->glen)) {
+        out->subs.n = before;
+        continue;
       }
+      ch->state = DLOCK__CH_SUBBING;
+      ch->pending = ch->grant ? 2 : 1;
+      ch->no_handoff = false;
     } else if (ch->nwanting == 0 && ch->state == DLOCK__CH_SUBBED) {
       int64_t expiry = ch->idle_since + CHAN_LINGER_MS;
       if (expiry <= now) {
-        int k = push(unsubs, unsublens, nunsubs, &capunsub, ch);
-        if (k > 0) {
-          ch->state = DLOCK__CH_UNSUBBING;
-          ch->pending = k;
+        size_t before = out->unsubs.n;
+        if (list_push(&out->unsubs, ch->name, ch->len) ||
+            (ch->grant && list_push(&out->unsubs, ch->grant, ch->glen))) {
+          out->unsubs.n = before;
+          continue;
         }
+        ch->state = DLOCK__CH_UNSUBBING;
+        ch->pending = ch->grant ? 2 : 1;
       } else if (expiry < next) {
         next = expiry;
       }

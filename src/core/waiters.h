@@ -52,6 +52,7 @@ typedef struct dlock__chan {
   int64_t idle_since;         /* when the last wanting waiter left */
   int err;                    /* subscription refused: code, until unused */
   char *errmsg;
+  bool no_handoff;            /* the grant channel was refused: no queuing */
 } dlock__chan;
 
 struct dlock__waiter {
@@ -79,6 +80,9 @@ bool dlock__waiter_want(struct dlock_client *c, dlock__waiter *w,
 bool dlock__waiter_subscribed(struct dlock_client *c, dlock__waiter *w);
 /* 0, or the error (with detail set) if the server refused the channel. */
 int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w);
+/* True when an attempt may queue for a hand-off now: subscribed, grant
+ * channel included. */
+bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w);
 /* True when a release handed this waiter the lock. */
 bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w);
 /* Waits until the channel is subscribed (true) or the deadline (false). */
@@ -91,19 +95,37 @@ void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w);
 
 /* Background side (mu held). */
 void dlock__chans_on_event_locked(struct dlock_client *c,
-                                  dlock__watch_event ev, int code,
-                                  const char *ch,
+                                  dlock__watch_event ev, const char *ch,
                                   size_t chlen, const char *payload,
                                   size_t plen);
+/* The server refused one SUBSCRIBE command for these names (main channels,
+ * or grant channels when `grants`). */
+void dlock__chans_refused_locked(struct dlock_client *c, int code,
+                                 const char *msg, const char *const *names,
+                                 size_t n, bool grants);
 void dlock__chans_on_disconnect_locked(struct dlock_client *c);
 bool dlock__chans_wanted_locked(struct dlock_client *c);
-/* Lists channels to (un)subscribe now, marking them as sent. Arrays are
- * allocated (caller frees the arrays, not the names: they live until the
- * background thread frees the channel). Returns the next linger deadline. */
+
+/* Channel names to send, in three lists: main channels to subscribe, their
+ * grant channels to subscribe (a separate command, so that a refused grant
+ * channel only disables hand-off), and names to unsubscribe. The arrays are
+ * allocated (free with dlock__chans_lists_free); the names live until the
+ * background thread frees the channel. */
+typedef struct dlock__name_list {
+  const char **names;
+  size_t *lens;
+  size_t n, cap;
+} dlock__name_list;
+
+typedef struct dlock__chan_lists {
+  dlock__name_list subs, grants, unsubs;
+} dlock__chan_lists;
+
+/* Fills the lists, marking channels as sent; returns the next linger
+ * deadline. */
 int64_t dlock__chans_collect_locked(struct dlock_client *c, int64_t now,
-                                    const char ***subs, size_t **sublens,
-                                    size_t *nsubs, const char ***unsubs,
-                                    size_t **unsublens, size_t *nunsubs);
+                                    dlock__chan_lists *out);
+void dlock__chans_lists_free(dlock__chan_lists *l);
 void dlock__chans_free_all_locked(struct dlock_client *c);
 
 #endif

@@ -36,6 +36,10 @@
 #define QUEUE_PREFIX "dlock_lock_queue"
 #define QUEUE_TIMEOUT_PREFIX "dlock_lock_queue_timeout"
 #define GRANT_PREFIX "dlock_lock_grant"
+#define YIELD_PREFIX "dlock_lock_yield"
+/* At most one release per this period leaves the lock to a race instead of
+ * handing it over, when outsiders may be waiting (lock_release.lua). */
+#define YIELD_PERIOD_MS "50"
 
 /* ------------------------------------------------------------ utilities */
 
@@ -400,14 +404,16 @@ static int redis_lock_acquire(void *be, const char *name, const char *owner,
 }
 
 static int redis_lock_leave(void *be, const char *name, const char *owner,
-                            const char *member) {
+                            const char *member, int64_t lease_ms) {
+  char lease[24];
+  snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
   queue_keys k;
   int rc = queue_keys_make(&k, name);
   redisReply *rep = NULL;
   if (!rc) {
-    const char *argv[MAX_ARGS] = {0,          0,     0,     name, k.queue,
-                                  k.timeouts, owner, member};
-    rc = script(be, &dlock__script_lock_leave, 3, 8, argv, true, &rep);
+    const char *argv[MAX_ARGS] = {0,          0,     0,      name, k.queue,
+                                  k.timeouts, owner, member, lease};
+    rc = script(be, &dlock__script_lock_leave, 3, 9, argv, true, &rep);
   }
   queue_keys_clear(&k);
   if (rc)
@@ -424,29 +430,34 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   dlock__redis *r = be;
   char lease[24], latch_ms[24];
   snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-  int64_t latch = r->command_timeout_ms * 2;
-  if (latch < 1000)
-    latch = 1000;
-  if (latch > 30000)
-    latch = 30000;
+  /* the latch must outlive the core's own retry (a reconnect plus a round
+   * trip) and a prompt retry by the user; see dlock_lock_release() */
+  int64_t latch = 2 * (r->command_timeout_ms + r->connect_timeout_ms);
+  if (latch < 10000)
+    latch = 10000;
+  if (latch > 60000)
+    latch = 60000;
   snprintf(latch_ms, sizeof latch_ms, "%" PRId64, latch);
   char *channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
   char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
   char *grant = dlock__redis_prefixed(GRANT_PREFIX, name);
+  char *yield = dlock__redis_prefixed(YIELD_PREFIX, name);
   char *latch_key =
       latch_prefix ? dlock__asprintf("%s:%s", latch_prefix, request_id) : NULL;
   queue_keys k;
   int rc = queue_keys_make(&k, name);
-  if (!rc && (!channel || !latch_key || !grant))
+  if (!rc && (!channel || !latch_key || !grant || !yield))
     rc = DLOCK_ENOMEM;
   if (!rc) {
-    const char *argv[MAX_ARGS] = {
-        0,     0,          0,     name,       channel,  latch_key, k.queue,
-        k.timeouts, "0", lease, owner, r->publish, latch_ms, grant};
+    const char *argv[MAX_ARGS] = {0,          0,     0,     name,
+                                  channel,    latch_key, k.queue,
+                                  k.timeouts, yield, "0",   lease,
+                                  owner,      r->publish, latch_ms,
+                                  grant,      YIELD_PERIOD_MS};
     redisReply *rep = NULL;
     /* no resend here: the core retries with the same request id, knowing
      * that a retry answered "not owner" means the first one released */
-    rc = script(r, &dlock__script_lock_release, 5, 14, argv, false, &rep);
+    rc = script(r, &dlock__script_lock_release, 6, 16, argv, false, &rep);
     if (!rc) {
       if (rep->type == REDIS_REPLY_NIL)
         rc = DLOCK__REL_NOTOWNER;
@@ -461,6 +472,7 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   }
   queue_keys_clear(&k);
   dlock__free(grant);
+  dlock__free(yield);
   dlock__free(channel);
   dlock__free(latch_prefix);
   dlock__free(latch_key);
@@ -475,7 +487,9 @@ static int redis_lock_force_release(void *be, const char *name,
     return DLOCK_ENOMEM;
   const char *argv[MAX_ARGS] = {0, 0, 0, name, channel, "0", r->publish};
   redisReply *rep = NULL;
-  int rc = script(r, &dlock__script_lock_force_release, 2, 7, argv, true,
+  /* never re-sent: if the first DEL ran and a waiter then took the lock,
+   * a second one would delete the new owner's lock */
+  int rc = script(r, &dlock__script_lock_force_release, 2, 7, argv, false,
                   &rep);
   dlock__free(channel);
   if (rc)

@@ -44,29 +44,29 @@ int dlock__redis_watch_flush(void *be) {
   return dlock__conn_write_some(r->watch);
 }
 
-#define SUB_BATCH 256
-
+/* One SUBSCRIBE or UNSUBSCRIBE command with the n names (the core keeps n
+ * small and counts on one command per call to match the answers). */
 int dlock__redis_watch_subscribe(void *be, bool subscribe,
                                  const char *const *chans, const size_t *lens,
                                  size_t n) {
   dlock__redis *r = be;
   if (!r->watch)
     return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
-  const char *argv[SUB_BATCH + 1];
-  size_t argl[SUB_BATCH + 1];
-  for (size_t at = 0; at < n; at += SUB_BATCH) {
-    size_t k = n - at < SUB_BATCH ? n - at : SUB_BATCH;
+  const char **argv = dlock__calloc(n + 1, sizeof *argv);
+  size_t *argl = dlock__calloc(n + 1, sizeof *argl);
+  int rc = DLOCK_ENOMEM;
+  if (argv && argl) {
     argv[0] = subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
     argl[0] = strlen(argv[0]);
-    for (size_t i = 0; i < k; i++) {
-      argv[i + 1] = chans[at + i];
-      argl[i + 1] = lens[at + i];
+    for (size_t i = 0; i < n; i++) {
+      argv[i + 1] = chans[i];
+      argl[i + 1] = lens[i];
     }
-    int rc = dlock__conn_append(r->watch, (int)k + 1, argv, argl);
-    if (rc)
-      return rc;
+    rc = dlock__conn_append(r->watch, (int)n + 1, argv, argl);
   }
-  return dlock__conn_write_some(r->watch);
+  dlock__free((void *)argv);
+  dlock__free(argl);
+  return rc ? rc : dlock__conn_write_some(r->watch);
 }
 
 static bool str_is(const redisReply *e, const char *s) {

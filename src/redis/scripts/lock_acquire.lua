@@ -4,16 +4,17 @@
 --   (member -> expiry). Both are dlock's own keys; Redisson ignores them.
 -- ARGV[1] lease ms; ARGV[2] owner "<client-id>:<tid>";
 -- ARGV[3] queue member "<client-id>:<tid>:<seq>:<lease>" or '' (no queue);
--- ARGV[4] entry lifetime ms; ARGV[5] '1' when this wait already queued.
--- Returns nil when acquired (or granted while queued), else the PTTL.
+-- ARGV[4] entry lifetime ms; ARGV[5] '1' when this wait may have queued.
+-- Returns nil when acquired (or handed over while queued), else the PTTL.
 -- With ARGV[3] = '' this is exactly Redisson's acquire.
 local member = ARGV[3]
 if member ~= '' and ARGV[5] == '1'
+    and redis.call('zscore', KEYS[2], member) == false
     and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  -- a release handed us the lock while we were queued (a waiter never holds
-  -- the lock it waits for, so the field can only be that grant)
-  redis.call('zrem', KEYS[2], member)
+  -- a release took our entry off the queue and made us the owner: claim
+  -- it (count stays 1) and start the lease now, whenever the grant was
   redis.call('zrem', KEYS[3], member)
+  redis.call('pexpire', KEYS[1], ARGV[1])
   return nil
 end
 if (redis.call('exists', KEYS[1]) == 0)

@@ -1,11 +1,14 @@
--- A queued waiter gives up (deadline, error, shutdown).
+-- A queued waiter gives up (deadline, error, shutdown), or the client
+-- resolves a wait whose outcome it could not learn.
 -- KEYS[1] lock name; KEYS[2] dlock_lock_queue:{name};
--- KEYS[3] dlock_lock_queue_timeout:{name}; ARGV[1] owner; ARGV[2] member.
--- Returns 1 when a release had already handed the lock to this waiter (the
--- caller then owns it), else 0.
+-- KEYS[3] dlock_lock_queue_timeout:{name}; ARGV[1] owner; ARGV[2] member;
+-- ARGV[3] lease ms.
+-- Returns 1 when a release had already handed the lock to this waiter: the
+-- caller owns it now, with a fresh lease. Otherwise 0.
 local removed = redis.call('zrem', KEYS[2], ARGV[2])
 redis.call('zrem', KEYS[3], ARGV[2])
 if removed == 0 and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[3])
   return 1
 end
 return 0

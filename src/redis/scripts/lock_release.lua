@@ -2,11 +2,12 @@
 -- hand-off to the oldest queued dlock waiter.
 -- KEYS[1] lock name; KEYS[2] wake channel redisson_lock__channel:{name};
 -- KEYS[3] latch redisson_unlock_latch:{name}:<request-id>;
--- KEYS[4] dlock_lock_queue:{name}; KEYS[5] dlock_lock_queue_timeout:{name}.
+-- KEYS[4] dlock_lock_queue:{name}; KEYS[5] dlock_lock_queue_timeout:{name};
+-- KEYS[6] dlock_lock_yield:{name} (when the last release yielded).
 -- ARGV[1] message ("0"); ARGV[2] lease ms; ARGV[3] owner;
 -- ARGV[4] publish command; ARGV[5] latch lifetime ms;
 -- ARGV[6] grant channel prefix dlock_lock_grant:{name} (":<client-id>" is
--- appended per waiter).
+-- appended per waiter); ARGV[7] yield period ms.
 -- Returns nil (not the owner), 0 (count went down) or 1 (released).
 --
 -- The latch is written only when the count went down: a retried partial
@@ -20,6 +21,12 @@
 -- 0 means that client is gone, so the grant is undone and the next waiter
 -- tried. With no waiter to hand to, "0" goes to Redisson's channel as
 -- Redisson itself does.
+--
+-- Yielding: Redisson clients (and anything else) waiting on the lock are
+-- not in dlock's queue. When Redisson's channel has more subscribers than
+-- there are distinct dlock clients queued, someone else may be waiting, and
+-- at most once per yield period the release publishes "0" for everyone to
+-- race instead of handing over, so a stream of hand-offs cannot starve them.
 local done = redis.call('get', KEYS[3])
 if done ~= false then
   return tonumber(done)
@@ -43,16 +50,34 @@ if redis.call('exists', KEYS[4]) == 1 then
     redis.call('zrem', KEYS[4], m)
     redis.call('zrem', KEYS[5], m)
   end
-  for _ = 1, 10 do
+  local yield = false
+  local last = tonumber(redis.call('get', KEYS[6]) or '0')
+  if now - last >= tonumber(ARGV[7]) then
+    local subs = redis.call('pubsub', 'numsub', KEYS[2])[2]
+    local seen, clients = {}, 0
+    for _, m in ipairs(redis.call('zrange', KEYS[4], 0, 99)) do
+      local cid = string.match(m, '^([^:]+):')
+      if cid and not seen[cid] then
+        seen[cid] = true
+        clients = clients + 1
+      end
+    end
+    if subs > clients then
+      yield = true
+      redis.call('set', KEYS[6], now, 'px', ARGV[7])
+    end
+  end
+  for _ = 1, (yield and 0 or 10) do
     local head = redis.call('zrange', KEYS[4], 0, 0)[1]
     if not head then
       break
     end
+    local expiry = tonumber(redis.call('zscore', KEYS[5], head) or '0')
     redis.call('zrem', KEYS[4], head)
     redis.call('zrem', KEYS[5], head)
     local cid, tid, seq, lease =
         string.match(head, '^([^:]+):(%d+):(%d+):(%d+)$')
-    if cid then
+    if cid and expiry > now then
       redis.call('hset', KEYS[1], cid .. ':' .. tid, 1)
       redis.call('pexpire', KEYS[1], lease)
       if redis.call(ARGV[4], ARGV[6] .. ':' .. cid, tid .. ':' .. seq) > 0 then
