@@ -146,6 +146,23 @@ static inline int64_t it_lock_keys(th_server_t *s) {
   return n;
 }
 
+/* Keys without an expiry (what a crashed or sloppy client would leave
+ * behind for good). -1 on failure. */
+static inline int64_t it_persistent_keys(th_server_t *s) {
+  redisReply *r = th_redis_cmd(s, "KEYS *");
+  if (!r || r->type != REDIS_REPLY_ARRAY) {
+    if (r)
+      freeReplyObject(r);
+    return -1;
+  }
+  int64_t n = 0;
+  for (size_t i = 0; i < r->elements; i++)
+    if (th_redis_int(s, "PTTL %s", r->element[i]->str) == -1)
+      n++;
+  freeReplyObject(r);
+  return n;
+}
+
 /* Waits (bounded) for a renewal of `name` after this call: a PTTL higher
  * than the first sample minus the time since, by more than 100 ms. */
 static inline bool it_wait_renewed(th_server_t *s, const char *name,

@@ -117,8 +117,8 @@ static void t_threads_one_client(void) {
          (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, 8 * 200);
   CHECK(!it_exists(s, NAME));
-  /* nothing left behind but the counter (and expiring release latches) */
-  CHECK_INT(it_lock_keys(s), ==, 1);
+  /* nothing left behind for good but the counter */
+  CHECK_INT(it_persistent_keys(s), ==, 1);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_server_stop(s);
@@ -133,8 +133,8 @@ static void t_threads_many_clients(void) {
          (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, 8 * 200);
   CHECK(!it_exists(s, NAME));
-  /* nothing left behind but the counter (and expiring release latches) */
-  CHECK_INT(it_lock_keys(s), ==, 1);
+  /* nothing left behind for good but the counter */
+  CHECK_INT(it_persistent_keys(s), ==, 1);
   th_server_stop(s);
 }
 
@@ -155,8 +155,8 @@ static void t_threads_pool_of_one(void) {
          (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, 8 * 100);
   CHECK(!it_exists(s, NAME));
-  /* nothing left behind but the counter (and expiring release latches) */
-  CHECK_INT(it_lock_keys(s), ==, 1);
+  /* nothing left behind for good but the counter */
+  CHECK_INT(it_persistent_keys(s), ==, 1);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_server_stop(s);
@@ -263,7 +263,7 @@ static void t_mixed_with_redisson(void) {
          (long long)(th_now_ms() - t0), (long long)rs.longest_wait_ms);
   CHECK_INT(counter(s), ==, 4 * 100 + 50);
   CHECK(!it_exists(s, NAME));
-  CHECK_INT(it_lock_keys(s), ==, 1);
+  CHECK_INT(it_persistent_keys(s), ==, 1);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_server_stop(s);
@@ -339,8 +339,8 @@ static void t_processes(void) {
          PROC_ITERS, (long long)(th_now_ms() - t0));
   CHECK_INT(counter(s), ==, NPROC * PROC_THREADS * PROC_ITERS);
   CHECK(!it_exists(s, NAME));
-  /* nothing left behind but the counter (and expiring release latches) */
-  CHECK_INT(it_lock_keys(s), ==, 1);
+  /* nothing left behind for good but the counter */
+  CHECK_INT(it_persistent_keys(s), ==, 1);
   th_server_stop(s);
 }
 
