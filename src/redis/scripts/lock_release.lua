@@ -53,7 +53,8 @@ if redis.call('exists', KEYS[4]) == 1 then
   local yield = false
   local last = tonumber(redis.call('get', KEYS[6]) or '0')
   if now - last >= tonumber(ARGV[7]) then
-    local subs = redis.call('pubsub', 'numsub', KEYS[2])[2]
+    local numsub = redis.pcall('pubsub', 'numsub', KEYS[2])
+    local subs = type(numsub) == 'table' and numsub[2] or 0
     local seen, clients = {}, 0
     for _, m in ipairs(redis.call('zrange', KEYS[4], 0, 99)) do
       local cid = string.match(m, '^([^:]+):')
@@ -80,12 +81,16 @@ if redis.call('exists', KEYS[4]) == 1 then
     if cid and expiry > now then
       redis.call('hset', KEYS[1], cid .. ':' .. tid, 1)
       redis.call('pexpire', KEYS[1], lease)
-      if redis.call(ARGV[4], ARGV[6] .. ':' .. cid, tid .. ':' .. seq) > 0 then
+      local heard = redis.pcall(ARGV[4], ARGV[6] .. ':' .. cid,
+                                tid .. ':' .. seq)
+      if type(heard) == 'number' and heard > 0 then
         return 1
       end
       redis.call('del', KEYS[1])
     end
   end
 end
-redis.call(ARGV[4], KEYS[2], ARGV[1])
+-- best effort: a publish the ACL refuses must not fail a release that has
+-- already happened (waiters then fall back to the lease bound)
+redis.pcall(ARGV[4], KEYS[2], ARGV[1])
 return 1
