@@ -472,24 +472,23 @@ static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
   return call_end(l, rc);
 }
 
-int dlock_lock_is_locked(dlock_lock_t *l, bool *out) {
+static int query_bool(dlock_lock_t *l, dlock__lock_query q, bool *out,
+                      const char *fn) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
   int64_t v = 0;
-  int rc = out ? query(l, DLOCK__Q_LOCKED, &v, "dlock_lock_is_locked")
-               : dlock__seterr(DLOCK_EINVAL, "dlock_lock_is_locked: out is "
-                                             "NULL");
+  int rc = query(l, q, &v, fn);
   if (!rc)
     *out = v > 0;
   return rc;
 }
 
+int dlock_lock_is_locked(dlock_lock_t *l, bool *out) {
+  return query_bool(l, DLOCK__Q_LOCKED, out, "dlock_lock_is_locked");
+}
+
 int dlock_lock_is_held_by_thread(dlock_lock_t *l, bool *out) {
-  int64_t v = 0;
-  int rc = out ? query(l, DLOCK__Q_HELD, &v, "dlock_lock_is_held_by_thread")
-               : dlock__seterr(DLOCK_EINVAL, "dlock_lock_is_held_by_thread: "
-                                             "out is NULL");
-  if (!rc)
-    *out = v > 0;
-  return rc;
+  return query_bool(l, DLOCK__Q_HELD, out, "dlock_lock_is_held_by_thread");
 }
 
 int dlock_lock_hold_count(dlock_lock_t *l, int64_t *out) {
