@@ -68,8 +68,8 @@ int bench_recs_write(const bench_recs_t *r, const char *path) {
     return -1;
   fputs("worker,acquire_ns,release_ns\n", f);
   for (size_t i = 0; i < r->n; i++)
-    fprintf(f, "%d,%lld,%lld\n", (int)r->v[i].worker,
-            (long long)r->v[i].acq_ns, (long long)r->v[i].rel_ns);
+    fprintf(f, "%d,%lld,%lld\n", (int)r->v[i].worker, (long long)r->v[i].acq_ns,
+            (long long)r->v[i].rel_ns);
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)
     return -1;
@@ -128,8 +128,8 @@ int bench_analyse(bench_recs_t *r, int nworkers, int64_t start_ns,
   int64_t last_end = INT64_MIN;
   for (size_t i = 0; i < r->n; i++) {
     const bench_rec_t *c = &r->v[i];
-    bool same_lock = i > 0 && (!per_worker_lock || r->v[i - 1].worker ==
-                                                       c->worker);
+    bool same_lock =
+        i > 0 && (!per_worker_lock || r->v[i - 1].worker == c->worker);
     if (!same_lock)
       last_end = INT64_MIN;
     if (same_lock) {
@@ -186,12 +186,11 @@ int bench_analyse(bench_recs_t *r, int nworkers, int64_t start_ns,
 }
 
 void bench_stats_header(FILE *f) {
-  fprintf(f, "%-28s %9s %11s %9s %9s %10s %9s %9s %10s %10s %8s %6s\n",
-          "case", "acquired", "acq/s", "gap p50", "gap p99", "gap max",
-          "xgap p50", "xgap p99", "xgap max", "worst wait", "overlaps",
-          "jain");
-  fprintf(f, "%-28s %9s %11s %9s %9s %10s %9s %9s %10s %10s %8s %6s\n", "",
-          "", "", "us", "us", "us", "us", "us", "us", "ms", "", "");
+  fprintf(f, "%-28s %9s %11s %9s %9s %10s %9s %9s %10s %10s %8s %6s\n", "case",
+          "acquired", "acq/s", "gap p50", "gap p99", "gap max", "xgap p50",
+          "xgap p99", "xgap max", "worst wait", "overlaps", "jain");
+  fprintf(f, "%-28s %9s %11s %9s %9s %10s %9s %9s %10s %10s %8s %6s\n", "", "",
+          "", "us", "us", "us", "us", "us", "us", "ms", "", "");
 }
 
 void bench_stats_print(FILE *f, const char *label, const bench_stats_t *s) {
@@ -201,6 +200,6 @@ void bench_stats_print(FILE *f, const char *label, const bench_stats_t *s) {
           label, s->n, s->per_sec, (double)s->gap_p50 / 1e3,
           (double)s->gap_p99 / 1e3, (double)s->gap_max / 1e3,
           (double)s->xgap_p50 / 1e3, (double)s->xgap_p99 / 1e3,
-          (double)s->xgap_max / 1e3, (double)s->worst_wait / 1e6,
-          s->overlaps, s->jain);
+          (double)s->xgap_max / 1e3, (double)s->worst_wait / 1e6, s->overlaps,
+          s->jain);
 }

@@ -42,13 +42,13 @@ int bench_recs_write(const bench_recs_t *r, const char *path);
 
 /* What the records of one run say. Durations in ns. */
 typedef struct bench_stats {
-  size_t n;           /* acquisitions */
-  int nworkers;       /* workers the run had (some may have none) */
-  double seconds;     /* run length used for rates */
-  double per_sec;     /* acquisitions per second */
-  size_t ngaps;       /* hand-offs (consecutive holds of one lock) */
+  size_t n;       /* acquisitions */
+  int nworkers;   /* workers the run had (some may have none) */
+  double seconds; /* run length used for rates */
+  double per_sec; /* acquisitions per second */
+  size_t ngaps;   /* hand-offs (consecutive holds of one lock) */
   int64_t gap_p50, gap_p99, gap_max;
-  size_t nxgaps;      /* hand-offs between different workers */
+  size_t nxgaps; /* hand-offs between different workers */
   int64_t xgap_p50, xgap_p99, xgap_max;
   int64_t worst_wait; /* longest time any worker waited for the lock */
   size_t overlaps;    /* holds that began before the previous one ended */

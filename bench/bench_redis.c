@@ -115,8 +115,8 @@ int bench_redis_open(const char *url, bench_redis_t **out, char *err,
     return -1;
   }
   if (!ctx || ctx->err) {
-    seterr(err, errlen, "cannot connect for INFO: ",
-           ctx ? ctx->errstr : "out of memory");
+    seterr(err, errlen,
+           "cannot connect for INFO: ", ctx ? ctx->errstr : "out of memory");
     if (ctx)
       redisFree(ctx);
     return -1;
@@ -206,8 +206,8 @@ long long bench_info_delta(const bench_info_t *a, const bench_info_t *b,
 }
 
 long long bench_info_scripts(const bench_info_t *a, const bench_info_t *b) {
-  static const char *const names[] = {"eval", "evalsha", "eval_ro",
-                                      "evalsha_ro", "fcall", "fcall_ro"};
+  static const char *const names[] = {"eval",       "evalsha", "eval_ro",
+                                      "evalsha_ro", "fcall",   "fcall_ro"};
   long long n = 0;
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     n += bench_info_delta(a, b, names[i]);

@@ -16,9 +16,9 @@ typedef struct bench_info {
     char name[64];
     long long calls;
   } cmds[BENCH_MAX_CMDS];
-  long long used_memory;  /* INFO memory used_memory */
-  long long reads;        /* INFO stats total_reads_processed */
-  long long keys;         /* sum of keys= over the keyspace lines */
+  long long used_memory; /* INFO memory used_memory */
+  long long reads;       /* INFO stats total_reads_processed */
+  long long keys;        /* sum of keys= over the keyspace lines */
 } bench_info_t;
 
 typedef struct bench_redis bench_redis_t;

@@ -146,9 +146,23 @@ static int parse_args(int argc, char **argv, config_t *c) {
     c->scenario = argv[1];
     first = 2;
   }
-  enum { O_URL = 1, O_NAME, O_HOLD, O_SECONDS, O_START, O_WORKER, O_RECORDS,
-         O_WORKERS, O_THREADS, O_DISTINCT, O_LOCKS, O_WATCHDOG, O_CYCLES,
-         O_CSV, O_HELP };
+  enum {
+    O_URL = 1,
+    O_NAME,
+    O_HOLD,
+    O_SECONDS,
+    O_START,
+    O_WORKER,
+    O_RECORDS,
+    O_WORKERS,
+    O_THREADS,
+    O_DISTINCT,
+    O_LOCKS,
+    O_WATCHDOG,
+    O_CYCLES,
+    O_CSV,
+    O_HELP
+  };
   static const struct option opts[] = {
       {"url", required_argument, NULL, O_URL},
       {"name", required_argument, NULL, O_NAME},
@@ -273,8 +287,8 @@ static void sleep_ms(int64_t ms) { sleep_until(now_ns() + ms * NS_PER_MS); }
 
 static FILE *csv_file;
 
-static void csv_row(const char *scenario, const char *kase,
-                    const char *metric, double value) {
+static void csv_row(const char *scenario, const char *kase, const char *metric,
+                    double value) {
   if (csv_file)
     fprintf(csv_file, "%s,%s,%s,%.6g\n", scenario, kase, metric, value);
 }
@@ -305,9 +319,9 @@ typedef struct worker {
   int64_t start_ns;
   int64_t end_ns;
   bench_recs_t recs;
-  int err;            /* first failure (0: none) */
+  int err; /* first failure (0: none) */
   char errmsg[256];
-  int64_t late_ns;    /* how late the worker reached the start instant */
+  int64_t late_ns; /* how late the worker reached the start instant */
 } worker_t;
 
 static void worker_fail(worker_t *w, const char *what, int rc) {
@@ -367,8 +381,7 @@ static void *worker_run(void *arg) {
 static int run_threads(worker_t *ws, int n) {
   int started = 0, rc = 0;
   for (; started < n; started++) {
-    if (pthread_create(&ws[started].thread, NULL, worker_run,
-                       &ws[started])) {
+    if (pthread_create(&ws[started].thread, NULL, worker_run, &ws[started])) {
       fprintf(stderr, "dlock-bench: cannot start thread %d\n", started);
       rc = -1;
       break;
@@ -581,9 +594,9 @@ static int scen_contended_one(const config_t *c, int64_t hold_us,
     cap = MAX_RECORDS;
   size_t slot_bytes = sizeof(slot_t) + cap * sizeof(bench_rec_t);
   slot_bytes = (slot_bytes + 4095) & ~(size_t)4095;
-  unsigned char *shm = mmap(NULL, slot_bytes * (size_t)W,
-                            PROT_READ | PROT_WRITE,
-                            MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  unsigned char *shm =
+      mmap(NULL, slot_bytes * (size_t)W, PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (shm == MAP_FAILED) {
     perror("dlock-bench: mmap");
     return -1;
@@ -748,8 +761,8 @@ static int scen_threads(const config_t *c) {
 }
 
 /* Acquires k watchdog locks NAME:tag:i on client; handles go to *out. */
-static int hold_many(const config_t *c, dlock_client_t *client,
-                     const char *tag, long k, dlock_lock_t ***out) {
+static int hold_many(const config_t *c, dlock_client_t *client, const char *tag,
+                     long k, dlock_lock_t ***out) {
   dlock_lock_t **locks = calloc((size_t)k, sizeof *locks);
   *out = locks;
   if (!locks)
@@ -836,8 +849,8 @@ static int scen_renewal(const config_t *c) {
       double reads = (double)(s.after.reads - s.before.reads - 1);
       double cpu_us = (cpu1 - cpu0) * 1e6;
       printf("%8ld %10.1f %12.2f %14.1f %12.2f %14.1f %10ld\n", k, cycles,
-             scripts / cycles, calls / cycles, reads / cycles,
-             cpu_us / cycles, lost);
+             scripts / cycles, calls / cycles, reads / cycles, cpu_us / cycles,
+             lost);
       char kase[32];
       snprintf(kase, sizeof kase, "K=%ld", k);
       csv_row("renewal", kase, "watchdog_ms", (double)c->watchdog_ms);
@@ -863,7 +876,7 @@ typedef struct mem {
 
 static mem_t mem_now(void) {
   mem_t m = {0, 0};
-#if defined(__GLIBC__) &&                                                     \
+#if defined(__GLIBC__) &&                                                      \
     (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   struct mallinfo2 mi = mallinfo2();
   m.heap = (long long)(mi.uordblks + mi.hblkhd);
@@ -912,8 +925,8 @@ static int scen_memory(const config_t *c) {
     csv_row("memory", kase, "client_heap_bytes_per_lock", heap);
     csv_row("memory", kase, "client_rss_bytes_per_lock", rss);
     if (s.ok) {
-      double srv = (double)(held.used_memory - s.before.used_memory) /
-                   (double)k;
+      double srv =
+          (double)(held.used_memory - s.before.used_memory) / (double)k;
       printf("  server bytes per held lock        %10.1f\n", srv);
       printf("  server keys per held lock         %10.2f\n",
              (double)(held.keys - s.before.keys) / (double)k);
@@ -922,8 +935,8 @@ static int scen_memory(const config_t *c) {
               (double)(held.keys - s.before.keys) / (double)k);
     }
     if (s.ok && s2.ok) {
-      double left = (double)(s2.after.used_memory - s.before.used_memory) /
-                    (double)k;
+      double left =
+          (double)(s2.after.used_memory - s.before.used_memory) / (double)k;
       double keys = (double)(s2.after.keys - s.before.keys) / (double)k;
       printf("  server bytes left per release     %10.1f (%.2f keys: "
              "unlock latches until they expire)\n",

@@ -287,8 +287,8 @@ typedef struct dlock_holder {
 
 typedef struct dlock_lock_state {
   const char *name;
-  const char *kind;       /* "reentrant", or "free" when nobody holds it */
-  int64_t ttl_ms;         /* as dlock_lock_remaining_lease() */
+  const char *kind; /* "reentrant", or "free" when nobody holds it */
+  int64_t ttl_ms;   /* as dlock_lock_remaining_lease() */
   size_t nholders;
   dlock_holder_t *holders; /* nholders entries */
   size_t nwaiters;         /* dlock waiters queued for a hand-off */

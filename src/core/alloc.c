@@ -19,8 +19,7 @@ void *dlock__calloc(size_t n, size_t size) {
   }
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p)
-    dlock__seterr(DLOCK_ENOMEM, "out of memory allocating %zu bytes",
-                  n * size);
+    dlock__seterr(DLOCK_ENOMEM, "out of memory allocating %zu bytes", n * size);
   return p;
 }
 
@@ -33,8 +32,7 @@ void *dlock__reallocarray(void *p, size_t n, size_t size) {
   size_t bytes = n * size;
   void *q = realloc(p, bytes ? bytes : 1);
   if (!q)
-    dlock__seterr(DLOCK_ENOMEM, "out of memory allocating %zu bytes",
-                  n * size);
+    dlock__seterr(DLOCK_ENOMEM, "out of memory allocating %zu bytes", n * size);
   return q;
 }
 

@@ -28,10 +28,10 @@ typedef struct dlock__renewal {
 } dlock__renewal;
 
 typedef enum dlock__lock_query {
-  DLOCK__Q_LOCKED,    /* 1 if anyone holds it */
-  DLOCK__Q_HELD,      /* 1 if `owner` holds it */
-  DLOCK__Q_COUNT,     /* owner's reentry count */
-  DLOCK__Q_REMAINING  /* lease left: ms, -1 no expiry, -2 free */
+  DLOCK__Q_LOCKED,   /* 1 if anyone holds it */
+  DLOCK__Q_HELD,     /* 1 if `owner` holds it */
+  DLOCK__Q_COUNT,    /* owner's reentry count */
+  DLOCK__Q_REMAINING /* lease left: ms, -1 no expiry, -2 free */
 } dlock__lock_query;
 
 /* A waiter's entry in the backend's wait queue, through which a release
@@ -44,8 +44,8 @@ typedef struct dlock__queue_entry {
 
 /* Watch events, delivered on the background thread. */
 typedef enum dlock__watch_event {
-  DLOCK__W_MESSAGE,     /* payload published on channel */
-  DLOCK__W_SUBSCRIBED,  /* the channel is now watched */
+  DLOCK__W_MESSAGE,      /* payload published on channel */
+  DLOCK__W_SUBSCRIBED,   /* the channel is now watched */
   DLOCK__W_UNSUBSCRIBED, /* the channel is no longer watched */
   DLOCK__W_REFUSED       /* the server refused the pending subscriptions:
                             code and payload = its message */
@@ -91,8 +91,8 @@ typedef struct dlock__backend_ops {
   /* Renews every item in as few round trips as the backend allows, giving
    * up at `deadline` (monotonic ms). A failure of the whole batch is
    * returned; item results are then unset. */
-  int (*lock_renew)(void *be, dlock__renewal *items, size_t n,
-                    int64_t lease_ms, int64_t deadline);
+  int (*lock_renew)(void *be, dlock__renewal *items, size_t n, int64_t lease_ms,
+                    int64_t deadline);
   int (*lock_query)(void *be, const char *name, const char *owner,
                     dlock__lock_query q, int64_t *out);
   int (*lock_state)(void *be, const char *name, dlock_lock_state_t **out);

@@ -54,8 +54,7 @@ int dlock__client_check(const struct dlock_client *c, const char *fn) {
   if (!c)
     return dlock__seterr(DLOCK_EINVAL, "%s: client is NULL", fn);
   if (c->magic != DLOCK__CLIENT_MAGIC)
-    return dlock__seterr(DLOCK_EBADHANDLE, "%s: client handle is not live",
-                         fn);
+    return dlock__seterr(DLOCK_EBADHANDLE, "%s: client handle is not live", fn);
   if (c->fork_gen != fork_gen())
     return dlock__seterr(DLOCK_ECLOSED,
                          "%s: client was created before fork(); create a new "
@@ -233,8 +232,8 @@ static void watch_down(struct dlock_client *c, bg_state *s, const char *why) {
     /* never confirmed a subscription (refused, or accepted then dropped,
      * as a full server does): back off, doubling */
     s->retry_at = dlock__now_ms() + s->backoff;
-    s->backoff = s->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-                                                 : s->backoff * 2;
+    s->backoff =
+        s->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff * 2;
   }
   s->proven = false;
 }
@@ -346,8 +345,8 @@ static void *bg_main(void *arg) {
     p[0].fd = c->wake_rd;
     p[0].events = POLLIN;
     p[1].fd = c->ops->watch_fd(c->be);
-    p[1].events = (short)(POLLIN | (c->ops->watch_want_write(c->be)
-                                        ? POLLOUT : 0));
+    p[1].events =
+        (short)(POLLIN | (c->ops->watch_want_write(c->be) ? POLLOUT : 0));
     int nfds = p[1].fd >= 0 ? 2 : 1;
     int r = poll(p, (nfds_t)nfds, dlock__poll_timeout(until));
     if (r < 0 && errno != EINTR)

@@ -53,8 +53,8 @@ struct dlock_client {
   dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
   pthread_cond_t unresolved_cv; /* an unresolved wait stopped being busy */
-  int calls;                /* public calls in progress (see call_begin) */
-  pthread_cond_t calls_done; /* signalled when calls drops to 0 */
+  int calls;                    /* public calls in progress (see call_begin) */
+  pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };
 
 /* Validates a client pointer for a public call (magic, fork). */

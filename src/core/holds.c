@@ -258,9 +258,8 @@ void dlock__renewer_run(struct dlock_client *c) {
 #define UNRESOLVED_RETRY_MS 1000
 
 int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
-                                 uint64_t tid, uint64_t seq,
-                                 const char *member, int64_t lease_ms,
-                                 int64_t expires) {
+                                 uint64_t tid, uint64_t seq, const char *member,
+                                 int64_t lease_ms, int64_t expires) {
   char key[KEY_MAX];
   size_t klen = hold_key(key, name, tid);
   dlock__unresolved *u = dlock__map_get(&c->unresolved, key, klen);

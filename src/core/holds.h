@@ -64,9 +64,8 @@ void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h);
 void dlock__holds_free_all_locked(struct dlock_client *c);
 
 int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
-                                 uint64_t tid, uint64_t seq,
-                                 const char *member, int64_t lease_ms,
-                                 int64_t expires);
+                                 uint64_t tid, uint64_t seq, const char *member,
+                                 int64_t lease_ms, int64_t expires);
 dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
                                                  const char *name,
                                                  uint64_t tid);

@@ -54,8 +54,7 @@ static int check_name(const char *name, const char *fn) {
   if (n == 0)
     return dlock__seterr(DLOCK_EINVAL, "%s: name is empty", fn);
   if (n > DLOCK_NAME_MAX)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: name is longer than %d bytes", fn,
+    return dlock__seterr(DLOCK_EINVAL, "%s: name is longer than %d bytes", fn,
                          DLOCK_NAME_MAX);
   return 0;
 }
@@ -145,8 +144,7 @@ static int record_acquired(dlock_lock_t *l, uint64_t tid, int64_t lease,
                            bool watchdog, int64_t since) {
   struct dlock_client *c = l->client;
   pthread_mutex_lock(&c->mu);
-  int rc = dlock__hold_acquired_locked(c, l->name, tid, lease, watchdog,
-                                       since);
+  int rc = dlock__hold_acquired_locked(c, l->name, tid, lease, watchdog, since);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -195,8 +193,8 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     return dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
   int64_t now = dlock__now_ms();
   if (queue) {
-    int64_t left = x->deadline == DLOCK__NEVER ? QUEUE_ENTRY_MAX_MS
-                                               : x->deadline - now;
+    int64_t left =
+        x->deadline == DLOCK__NEVER ? QUEUE_ENTRY_MAX_MS : x->deadline - now;
     if (left > QUEUE_ENTRY_MAX_MS)
       left = QUEUE_ENTRY_MAX_MS;
     x->q.ttl_ms = (left > 0 ? left : 0) + QUEUE_ENTRY_GRACE_MS;
@@ -261,8 +259,8 @@ static int wait_and_acquire(wait_ctx *x) {
   snprintf(x->member, sizeof x->member, "%s:%" PRIu64 ":%" PRId64, x->owner,
            x->seq, x->lease);
   x->q.member = x->member;
-  int rc = dlock__waiter_begin(c, &x->w, x->l->channel, x->l->grant, x->tid,
-                               x->seq);
+  int rc =
+      dlock__waiter_begin(c, &x->w, x->l->channel, x->l->grant, x->tid, x->seq);
   if (rc)
     return rc;
   rc = wait_loop(x);
@@ -279,8 +277,8 @@ static int wait_and_acquire(wait_ctx *x) {
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     int64_t sent = dlock__now_ms();
-    int left = c->ops->lock_leave(c->be, x->l->name, x->owner, x->member,
-                                  x->lease);
+    int left =
+        c->ops->lock_leave(c->be, x->l->name, x->owner, x->member, x->lease);
     if (left == 1) {
       rc = 1;
       x->since = sent;
@@ -288,8 +286,8 @@ static int wait_and_acquire(wait_ctx *x) {
       if (left < 0) {
         /* the outcome of this wait is unknown: settle it later */
         pthread_mutex_lock(&c->mu);
-        dlock__unresolved_add_locked(c, x->l->name, x->tid, x->seq,
-                                     x->member, x->lease, x->entry_until);
+        dlock__unresolved_add_locked(c, x->l->name, x->tid, x->seq, x->member,
+                                     x->lease, x->entry_until);
         pthread_mutex_unlock(&c->mu);
       }
       dlock__seterr(rc, "%s", saved);
@@ -354,8 +352,7 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
 }
 
 int dlock_lock_acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms) {
-  return acquire(l, dlock_thread_id(), wait_ms, lease_ms,
-                 "dlock_lock_acquire");
+  return acquire(l, dlock_thread_id(), wait_ms, lease_ms, "dlock_lock_acquire");
 }
 
 int dlock_lock_acquire_as(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
@@ -467,8 +464,8 @@ static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
   dlock__owner(l->client, dlock_thread_id(), owner, sizeof owner);
   rc = l->client->ops->lock_query(l->client->be, l->name, owner, q, out);
   if (rc == DLOCK_EWRONGTYPE)
-    rc = dlock__seterr(rc, "%s: key '%.200s' holds a value of another type",
-                       fn, l->name);
+    rc = dlock__seterr(rc, "%s: key '%.200s' holds a value of another type", fn,
+                       l->name);
   return call_end(l, rc);
 }
 

@@ -82,10 +82,9 @@ void dlock_options_free(dlock_options_t *opts) {
 
 static int check_ms(const char *what, int64_t ms, int64_t min) {
   if (ms < min || ms > MAX_TIMEOUT_MS)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s must be from %lld to %lld ms (got %lld)", what,
-                         (long long)min, (long long)MAX_TIMEOUT_MS,
-                         (long long)ms);
+    return dlock__seterr(
+        DLOCK_EINVAL, "%s must be from %lld to %lld ms (got %lld)", what,
+        (long long)min, (long long)MAX_TIMEOUT_MS, (long long)ms);
   return 0;
 }
 
@@ -125,8 +124,7 @@ int dlock_options_set_client_name(dlock_options_t *opts, const char *name) {
   if (name) {
     size_t n = strlen(name);
     if (n == 0 || n > 256)
-      return dlock__seterr(DLOCK_EINVAL,
-                           "client name must be 1 to 256 bytes");
+      return dlock__seterr(DLOCK_EINVAL, "client name must be 1 to 256 bytes");
     for (size_t i = 0; i < n; i++) {
       unsigned char ch = (unsigned char)name[i];
       if (ch <= ' ' || ch >= 0x7f)
@@ -181,7 +179,8 @@ int dlock_options_set_lost_callback(dlock_options_t *opts, dlock_lost_fn fn,
 }
 
 int dlock_options_set_log_callback(dlock_options_t *opts, dlock_log_fn fn,
-                                   void *userdata, dlock_log_level_t max_level) {
+                                   void *userdata,
+                                   dlock_log_level_t max_level) {
   NEED_OPTS("dlock_options_set_log_callback");
   if ((int)max_level < DLOCK_LOG_ERROR || (int)max_level > DLOCK_LOG_DEBUG)
     return dlock__seterr(DLOCK_EINVAL, "log level out of range");

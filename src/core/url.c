@@ -136,9 +136,9 @@ static int parse_userinfo(const char *s, size_t len, dlock__endpoint *ep) {
   const char *colon = memchr(s, ':', len);
   int rc = 0;
   if (!colon)
-    return dlock__seterr(DLOCK_EURL,
-                         "bad URL: credentials need a ':' as in "
-                         "redis://user:password@host or redis://:password@host");
+    return dlock__seterr(
+        DLOCK_EURL, "bad URL: credentials need a ':' as in "
+                    "redis://user:password@host or redis://:password@host");
   size_t ulen = (size_t)(colon - s);
   size_t plen = len - ulen - 1;
   if (ulen) {
@@ -239,10 +239,9 @@ static int parse_tcp(const char *rest, dlock__endpoint *ep) {
       return rc;
   }
   int v6 = memchr(ep->host, ':', hlen) != NULL;
-  ep->display = dlock__asprintf("redis://%s%s%s%s%s:%d",
-                                ep->user ? ep->user : "", ep->user ? "@" : "",
-                                v6 ? "[" : "", ep->host, v6 ? "]" : "",
-                                ep->port);
+  ep->display = dlock__asprintf(
+      "redis://%s%s%s%s%s:%d", ep->user ? ep->user : "", ep->user ? "@" : "",
+      v6 ? "[" : "", ep->host, v6 ? "]" : "", ep->port);
   return ep->display ? 0 : DLOCK_ENOMEM;
 }
 
@@ -255,8 +254,7 @@ int dlock__url_parse(const char *url, dlock__endpoint *ep) {
     return dlock__seterr(DLOCK_EURL,
                          "bad URL: empty (expected redis://host:port)");
   if (len > URL_MAX)
-    return dlock__seterr(DLOCK_EURL, "bad URL: longer than %d bytes",
-                         URL_MAX);
+    return dlock__seterr(DLOCK_EURL, "bad URL: longer than %d bytes", URL_MAX);
   for (size_t i = 0; i < len; i++) {
     unsigned char ch = (unsigned char)url[i];
     if (ch <= ' ' || ch == 0x7f)
@@ -279,9 +277,8 @@ int dlock__url_parse(const char *url, dlock__endpoint *ep) {
                          "or unix://)",
                          (int)(colon - url), url);
     else
-      rc = dlock__seterr(DLOCK_EURL,
-                         "bad URL: expected redis://host:port or "
-                         "unix:///path");
+      rc = dlock__seterr(DLOCK_EURL, "bad URL: expected redis://host:port or "
+                                     "unix:///path");
   }
   if (rc)
     dlock__endpoint_clear(ep);

@@ -183,14 +183,13 @@ bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w) {
   return g;
 }
 
-bool dlock__waiter_await_subscription(struct dlock_client *c,
-                                      dlock__waiter *w, int64_t deadline) {
+bool dlock__waiter_await_subscription(struct dlock_client *c, dlock__waiter *w,
+                                      int64_t deadline) {
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&c->mu);
-  while (w->chan->state != DLOCK__CH_SUBBED && !w->granted &&
-         !w->chan->err && !c->stopping &&
-         dlock__now_ms() < deadline) {
+  while (w->chan->state != DLOCK__CH_SUBBED && !w->granted && !w->chan->err &&
+         !c->stopping && dlock__now_ms() < deadline) {
     if (deadline == DLOCK__NEVER)
       pthread_cond_wait(&w->cond, &c->mu);
     else
@@ -208,8 +207,7 @@ bool dlock__waiter_sleep(struct dlock_client *c, dlock__waiter *w,
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->woken && !w->granted && !c->stopping &&
-         dlock__now_ms() < until) {
+  while (!w->woken && !w->granted && !c->stopping && dlock__now_ms() < until) {
     if (until == DLOCK__NEVER)
       pthread_cond_wait(&w->cond, &c->mu);
     else
@@ -245,15 +243,14 @@ void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w) {
   pthread_cond_destroy(&w->cond);
 }
 
-void dlock__chans_on_event_locked(struct dlock_client *c,
-                                  dlock__watch_event ev, const char *name,
-                                  size_t len, const char *payload,
-                                  size_t plen) {
+void dlock__chans_on_event_locked(struct dlock_client *c, dlock__watch_event ev,
+                                  const char *name, size_t len,
+                                  const char *payload, size_t plen) {
   dlock__chan *ch = dlock__map_get(&c->chans, name, len);
   if (!ch)
     return;
-  bool is_grant = ch->grant && len == ch->glen &&
-                  memcmp(name, ch->grant, len) == 0;
+  bool is_grant =
+      ch->grant && len == ch->glen && memcmp(name, ch->grant, len) == 0;
   switch (ev) {
   case DLOCK__W_MESSAGE:
     if (is_grant)

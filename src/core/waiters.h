@@ -45,14 +45,14 @@ typedef struct dlock__chan {
   char *grant; /* companion grant channel, or NULL */
   size_t glen;
   dlock__chan_state state;
-  int pending; /* confirmations still expected in SUBBING / UNSUBBING */
-  int nwaiters;               /* registered waiters */
-  int nwanting;               /* of them, those that need the subscription */
+  int pending;  /* confirmations still expected in SUBBING / UNSUBBING */
+  int nwaiters; /* registered waiters */
+  int nwanting; /* of them, those that need the subscription */
   dlock__waiter *head, *tail; /* FIFO */
   int64_t idle_since;         /* when the last wanting waiter left */
   int err;                    /* subscription refused: code, until unused */
   char *errmsg;
-  bool no_handoff;            /* the grant channel was refused: no queuing */
+  bool no_handoff; /* the grant channel was refused: no queuing */
 } dlock__chan;
 
 struct dlock__waiter {
@@ -86,18 +86,17 @@ bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w);
 /* True when a release handed this waiter the lock. */
 bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w);
 /* Waits until the channel is subscribed (true) or the deadline (false). */
-bool dlock__waiter_await_subscription(struct dlock_client *c,
-                                      dlock__waiter *w, int64_t deadline);
+bool dlock__waiter_await_subscription(struct dlock_client *c, dlock__waiter *w,
+                                      int64_t deadline);
 /* Sleeps until woken or `until`; true when woken. */
 bool dlock__waiter_sleep(struct dlock_client *c, dlock__waiter *w,
                          int64_t until);
 void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w);
 
 /* Background side (mu held). */
-void dlock__chans_on_event_locked(struct dlock_client *c,
-                                  dlock__watch_event ev, const char *ch,
-                                  size_t chlen, const char *payload,
-                                  size_t plen);
+void dlock__chans_on_event_locked(struct dlock_client *c, dlock__watch_event ev,
+                                  const char *ch, size_t chlen,
+                                  const char *payload, size_t plen);
 /* The server refused one SUBSCRIBE command for these names (main channels,
  * or grant channels when `grants`). */
 void dlock__chans_refused_locked(struct dlock_client *c, int code,

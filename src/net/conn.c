@@ -57,9 +57,7 @@ static const transport plain_transport = {plain_read, plain_write};
 int dlock__conn_fd(const dlock__conn *c) { return c->fd; }
 bool dlock__conn_broken(const dlock__conn *c) { return c->broken; }
 const char *dlock__conn_peer(const dlock__conn *c) { return c->peer; }
-bool dlock__conn_want_write(const dlock__conn *c) {
-  return c->wpos < c->wlen;
-}
+bool dlock__conn_want_write(const dlock__conn *c) { return c->wpos < c->wlen; }
 
 static int fail(dlock__conn *c, int code, const char *fmt, const char *what) {
   c->broken = true;
@@ -174,16 +172,16 @@ static int connect_tcp(dlock__conn *c, const dlock__endpoint *ep,
   if (gr != 0) {
     if (gr == EAI_NONAME || gr == EAI_NODATA || gr == EAI_FAIL ||
         gr == EAI_AGAIN)
-      return dlock__seterr(DLOCK_EUNAVAILABLE, "%s: unknown host (%s)",
-                           c->peer, gai_strerror(gr));
-    return dlock__seterr(DLOCK_EUNAVAILABLE, "%s: address lookup: %s",
-                         c->peer, gai_strerror(gr));
+      return dlock__seterr(DLOCK_EUNAVAILABLE, "%s: unknown host (%s)", c->peer,
+                           gai_strerror(gr));
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "%s: address lookup: %s", c->peer,
+                         gai_strerror(gr));
   }
   int rc = 1; /* no address tried yet */
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-    int fd = socket(ai->ai_family,
-                    ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+    int fd =
+        socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+               ai->ai_protocol);
     if (fd < 0) {
       rc = dlock__seterr(DLOCK_EUNAVAILABLE, "%s: socket: %s", c->peer,
                          strerror(errno));
@@ -304,8 +302,7 @@ int dlock__conn_read_some(dlock__conn *c) {
       continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK)
       return 0;
-    return fail(c, DLOCK_EUNAVAILABLE, "%s: read failed: %s",
-                strerror(errno));
+    return fail(c, DLOCK_EUNAVAILABLE, "%s: read failed: %s", strerror(errno));
   }
   return 0;
 }

@@ -68,8 +68,7 @@ int dlock__redis_error(const redisReply *reply, const char *what) {
     code = DLOCK_EAUTH;
   else if (starts_with(reply, "LOADING") || starts_with(reply, "BUSY") ||
            starts_with(reply, "MASTERDOWN") ||
-           starts_with(reply, "CLUSTERDOWN") ||
-           starts_with(reply, "TRYAGAIN"))
+           starts_with(reply, "CLUSTERDOWN") || starts_with(reply, "TRYAGAIN"))
     code = DLOCK_EUNAVAILABLE;
   return dlock__seterr(code, "%s: %.*s", what, n, msg);
 }
@@ -100,8 +99,7 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
   const char *what[3];
   char db[16];
   if (r->password) {
-    const char *a[3] = {"AUTH", r->user ? r->user : r->password,
-                        r->password};
+    const char *a[3] = {"AUTH", r->user ? r->user : r->password, r->password};
     rc = append_cmd(c, r->user ? 3 : 2, a);
     what[n++] = "AUTH";
   }
@@ -205,8 +203,7 @@ static int command(dlock__redis *r, int argc, const char **argv,
 /* Appends EVALSHA (or EVAL when `body`) of script s. argv[0..2] are
  * reserved for the command, the sha/body and numkeys. */
 static int append_script(dlock__conn *c, const dlock__script *s, bool body,
-                         int nkeys, int argc, const char **argv,
-                         size_t *lens) {
+                         int nkeys, int argc, const char **argv, size_t *lens) {
   char nk[16];
   snprintf(nk, sizeof nk, "%d", nkeys);
   argv[0] = body ? "EVAL" : "EVALSHA";
@@ -225,9 +222,8 @@ static bool is_noscript(const redisReply *rep) {
 /* Runs one script; `retry_safe` allows one resend on a fresh connection if
  * the first connection broke (only for idempotent scripts). argv[3..] hold
  * keys then args (C strings); argv[0..2] are filled here. */
-static int script(dlock__redis *r, const dlock__script *s, int nkeys,
-                  int argc, const char **argv, bool retry_safe,
-                  redisReply **reply) {
+static int script(dlock__redis *r, const dlock__script *s, int nkeys, int argc,
+                  const char **argv, bool retry_safe, redisReply **reply) {
   size_t lens[MAX_ARGS];
   if (argc > MAX_ARGS)
     return dlock__seterr(DLOCK_EINVAL, "too many script arguments");
@@ -383,10 +379,17 @@ static int redis_lock_acquire(void *be, const char *name, const char *owner,
   int rc = queue_keys_make(&k, name);
   redisReply *rep = NULL;
   if (!rc) {
-    const char *argv[MAX_ARGS] = {0,     0,     0,
-                                  name,  k.queue, k.timeouts,
-                                  lease, owner, q ? q->member : "",
-                                  ttl,   q && q->queued ? "1" : "0"};
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  name,
+                                  k.queue,
+                                  k.timeouts,
+                                  lease,
+                                  owner,
+                                  q ? q->member : "",
+                                  ttl,
+                                  q && q->queued ? "1" : "0"};
     rc = script(be, &dlock__script_lock_acquire, 3, 11, argv, false, &rep);
   }
   queue_keys_clear(&k);
@@ -449,11 +452,11 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   if (!rc && (!channel || !latch_key || !grant || !yield))
     rc = DLOCK_ENOMEM;
   if (!rc) {
-    const char *argv[MAX_ARGS] = {0,          0,     0,     name,
-                                  channel,    latch_key, k.queue,
-                                  k.timeouts, yield, "0",   lease,
-                                  owner,      r->publish, latch_ms,
-                                  grant,      YIELD_PERIOD_MS};
+    const char *argv[MAX_ARGS] = {
+        0,          0,         0,       name,
+        channel,    latch_key, k.queue, k.timeouts,
+        yield,      "0",       lease,   owner,
+        r->publish, latch_ms,  grant,   YIELD_PERIOD_MS};
     redisReply *rep = NULL;
     /* no resend here: the core retries with the same request id, knowing
      * that a retry answered "not owner" means the first one released */
@@ -479,8 +482,7 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   return rc;
 }
 
-static int redis_lock_force_release(void *be, const char *name,
-                                    bool *deleted) {
+static int redis_lock_force_release(void *be, const char *name, bool *deleted) {
   dlock__redis *r = be;
   char *channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
   if (!channel)
@@ -489,8 +491,8 @@ static int redis_lock_force_release(void *be, const char *name,
   redisReply *rep = NULL;
   /* never re-sent: if the first DEL ran and a waiter then took the lock,
    * a second one would delete the new owner's lock */
-  int rc = script(r, &dlock__script_lock_force_release, 2, 7, argv, false,
-                  &rep);
+  int rc =
+      script(r, &dlock__script_lock_force_release, 2, 7, argv, false, &rep);
   dlock__free(channel);
   if (rc)
     return rc;
@@ -546,23 +548,22 @@ static int redis_lock_renew(void *be, dlock__renewal *items, size_t n,
   int64_t cmd_deadline = dlock__deadline_after(r->command_timeout_ms);
   if (deadline > cmd_deadline)
     deadline = cmd_deadline;
-  int rc = (!argv || !lens || !rep) ? DLOCK_ENOMEM
-                                    : pool_get_until(r, deadline, &c);
+  int rc =
+      (!argv || !lens || !rep) ? DLOCK_ENOMEM : pool_get_until(r, deadline, &c);
   for (size_t b = 0; !rc && b < nb; b++) {
-    size_t k = n - b * RENEW_BATCH < RENEW_BATCH ? n - b * RENEW_BATCH
-                                                 : RENEW_BATCH;
+    size_t k =
+        n - b * RENEW_BATCH < RENEW_BATCH ? n - b * RENEW_BATCH : RENEW_BATCH;
     rc = renew_append(c, items + b * RENEW_BATCH, k, lease, false, argv, lens);
   }
   if (!rc)
     rc = dlock__conn_exec(c, deadline, nb, rep);
   for (size_t b = 0; !rc && b < nb; b++) {
-    size_t k = n - b * RENEW_BATCH < RENEW_BATCH ? n - b * RENEW_BATCH
-                                                 : RENEW_BATCH;
+    size_t k =
+        n - b * RENEW_BATCH < RENEW_BATCH ? n - b * RENEW_BATCH : RENEW_BATCH;
     if (is_noscript(rep[b])) {
       freeReplyObject(rep[b]);
       rep[b] = NULL;
-      rc = renew_append(c, items + b * RENEW_BATCH, k, lease, true, argv,
-                        lens);
+      rc = renew_append(c, items + b * RENEW_BATCH, k, lease, true, argv, lens);
       if (!rc)
         rc = dlock__conn_exec(c, deadline, 1, &rep[b]);
     }
@@ -651,8 +652,8 @@ static int redis_lock_state(void *be, const char *name,
   const char *type = rep->element[0]->str;
   if (strcmp(type, "none") != 0 && strcmp(type, "hash") != 0) {
     rc = dlock__seterr(DLOCK_EWRONGTYPE,
-                       "lock state: key '%.200s' holds a %s, not a lock",
-                       name, type);
+                       "lock state: key '%.200s' holds a %s, not a lock", name,
+                       type);
     freeReplyObject(rep);
     return rc;
   }
@@ -666,7 +667,8 @@ static int redis_lock_state(void *be, const char *name,
   st->kind = strcmp(type, "none") == 0 ? "free" : "reentrant";
   st->ttl_ms = rep->element[1]->integer;
   for (size_t i = 0; i < nh; i++) {
-    const redisReply *f = fields->element[2 * i], *v = fields->element[2 * i + 1];
+    const redisReply *f = fields->element[2 * i],
+                     *v = fields->element[2 * i + 1];
     if (f->type != REDIS_REPLY_STRING)
       continue;
     char *owner = dlock__strndup(f->str, f->len);
@@ -683,8 +685,8 @@ static int redis_lock_state(void *be, const char *name,
       continue;
     /* member "<client-id>:<tid>:<seq>:<lease>": the owner is the first two */
     const char *c1 = memchr(m->str, ':', m->len);
-    const char *c2 = c1 ? memchr(c1 + 1, ':', m->len - (size_t)(c1 + 1 - m->str))
-                        : NULL;
+    const char *c2 =
+        c1 ? memchr(c1 + 1, ':', m->len - (size_t)(c1 + 1 - m->str)) : NULL;
     size_t olen = c2 ? (size_t)(c2 - m->str) : m->len;
     char *owner = dlock__strndup(m->str, olen);
     if (!owner)

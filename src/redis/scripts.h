@@ -1,7 +1,7 @@
 /*
  * scripts.h - the Lua scripts of the Redis backend, embedded at build time
- * from the .lua files in src/redis/scripts (cmake/embed_scripts.cmake) with the SHA1
- * that EVALSHA needs.
+ * from the .lua files in src/redis/scripts (cmake/embed_scripts.cmake) with the
+ * SHA1 that EVALSHA needs.
  */
 #ifndef DLOCK_REDIS_SCRIPTS_H
 #define DLOCK_REDIS_SCRIPTS_H
