@@ -31,7 +31,7 @@
 #define FCHECK(cond)                                                           \
   do {                                                                         \
     if (!(cond)) {                                                             \
-      fprintf(stderr, "fuzz_url: %s:%d: check failed: %s\n", __FILE__,       \
+      fprintf(stderr, "fuzz_url: %s:%d: check failed: %s\n", __FILE__,         \
               __LINE__, #cond);                                                \
       abort();                                                                 \
     }                                                                          \
@@ -92,8 +92,8 @@ static void check_ok(const dlock__endpoint *ep) {
     FCHECK(ep->user == NULL || ep->password != NULL);
     bool v6 = strchr(ep->host, ':') != NULL;
     if (!ep->user) {
-      snprintf(want, sizeof want, "redis://%s%s%s:%d", v6 ? "[" : "",
-               ep->host, v6 ? "]" : "", ep->port);
+      snprintf(want, sizeof want, "redis://%s%s%s:%d", v6 ? "[" : "", ep->host,
+               v6 ? "]" : "", ep->port);
       FCHECK(strcmp(ep->display, want) == 0);
     } else {
       /* the user may be up to 4096 bytes: compare piecewise */
