@@ -23,7 +23,7 @@
  *   a bulk string, \x02 k for argument k of the last (UN)SUBSCRIBE (channel
  *   names carry the random client id), \x03 for the hand-off payload
  *   "<tid>:<seq>" of the last queued acquire (so grants can reach a real
- *   waiter). When the server has been quiet for 15 ms it sends the next
+ *   waiter). When the server has been quiet for 10 ms it sends the next
  *   record anyway, to the connection it answered last (the rest of a
  *   truncated reply, or stray data). With no record left it closes
  *   everything and stops listening, so every call ends quickly with a
@@ -66,7 +66,7 @@
   } while (0)
 
 #define MAX_CONNS 16
-#define IDLE_MS 15
+#define IDLE_MS 10
 #define PASSWORD "fz-secret-PW-9"
 
 /* ------------------------------------------------------------ utilities */
@@ -473,7 +473,7 @@ static void run_op(dlock_lock_t *l, uint8_t op, const char *name) {
     check_code(rc);
     break;
   case 1:
-    rc = dlock_lock_acquire(l, 40, DLOCK_LEASE_WATCHDOG);
+    rc = dlock_lock_acquire(l, 30, DLOCK_LEASE_WATCHDOG);
     check_code(rc);
     break;
   case 2:

@@ -138,7 +138,7 @@ REGRESSIONS = {
                                      rec(":9223372036854775807\r\n"),
                                      rec(":0\r\n")),
         # both SUBSCRIBEs of a wait refused (an ACL user without channel
-        # permissions), the second answer 15 ms after the first: the
+        # permissions), the second answer 10 ms after the first: the
         # waiter has given up and freed its channel by then, and the
         # background thread reads the freed grant-channel name
         # (heap-use-after-free in dlock__chans_refused_locked)
