@@ -1,0 +1,107 @@
+/*
+ * fence.h - a fenced test resource and the mutual-exclusion checker of the
+ * fault suite.
+ *
+ * The resource is a key in a redis-server of its own (the "resource
+ * server", never the lock server, so faults injected on the lock server do
+ * not touch the evidence). Every holder of a lock writes through it:
+ *
+ *   fence_begin(token)  right after the acquire returned: records the
+ *                       holder's interval start and shows the resource the
+ *                       token, so a stale holder is refused from then on;
+ *   fence_write(token)  a write to the protected data;
+ *   fence_end(outcome)  right before the release (or when the holder learnt
+ *                       it had lost the lock): records the interval end.
+ *
+ * The resource refuses a begin or write whose token is lower than the
+ * highest token it has seen for that lock (a Lua script, so the check and
+ * the write are one atomic step), and appends every call, accepted or
+ * refused, to a log list. fence_analyze() reads the log back and reports
+ * overlapping holds and stale writes that were accepted.
+ *
+ * Tokens. The checker takes the token as an argument so that a real fenced
+ * lock (Redisson's RFencedLock, whose acquire script INCRs
+ * redisson_lock_token:{name} and returns the token with the grant) plugs in
+ * unchanged. Until dlock has one, holders call fence_token_next() right
+ * after acquiring: an INCR of fault_fence_token:{name} on the lock server.
+ * That token is NOT atomic with the grant: a holder paused between its
+ * grant and its INCR can draw a token above the next holder's. The checker
+ * detects what that would cause (a stale write accepted), which is why its
+ * stale-write rule uses grant times, not token order.
+ *
+ * Timestamps are CLOCK_MONOTONIC microseconds taken by the holders (all
+ * processes run on one machine, where that clock is shared).
+ */
+#ifndef DLOCK_FAULT_FENCE_H
+#define DLOCK_FAULT_FENCE_H
+
+#include <hiredis.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in microseconds. */
+int64_t fence_now_us(void);
+
+/* ------------------------------------------------------- holder side */
+
+enum {
+  FENCE_ACCEPTED = 1,
+  FENCE_REFUSED = 0,
+  FENCE_ERROR = -1 /* resource unreachable or bad reply */
+};
+
+/* A connection to the resource server (one per thread). */
+typedef struct fence fence_t;
+
+/* Connects to the resource server at host:port (5 s timeouts). NULL on
+ * failure (reason on stderr). */
+fence_t *fence_open(const char *host, int port);
+void fence_close(fence_t *f);
+
+/* Start of a hold of `lock` by `holder` (a short id without spaces, unique
+ * per thread), granted at acq_us, fenced by `token`. */
+int fence_begin(fence_t *f, const char *lock, const char *holder, int64_t token,
+                int64_t acq_us);
+/* A write to the protected data; stamped with fence_now_us() before it is
+ * sent. */
+int fence_write(fence_t *f, const char *lock, const char *holder,
+                int64_t token);
+/* End of the hold at end_us. outcome: "ok" (released), "lost" (told by
+ * ELOST or the lost callback), "killed" (written by the test for a holder
+ * it killed), or "err:<code>" (release failed, fate unknown). 0 or -1. */
+int fence_end(fence_t *f, const char *lock, const char *holder, int64_t token,
+              int64_t end_us, const char *outcome);
+
+/* The interim token source: INCR fault_fence_token:{lock} on the lock
+ * server (a connection of the caller's). Returns the token (>= 1) or -1. */
+int64_t fence_token_next(redisContext *lock_server, const char *lock);
+/* The token key's name for `lock` (for key-leak checks). */
+void fence_token_key(const char *lock, char *buf, size_t n);
+
+/* -------------------------------------------------------- checker side */
+
+typedef struct fence_report {
+  int64_t sessions;       /* holds begun */
+  int64_t open;           /* holds without an end record */
+  int64_t begins_refused; /* begins whose token was already stale */
+  int64_t writes_ok, writes_refused;
+  /* holds that began while an earlier hold of the same lock had not
+   * ended: `overlaps` where the earlier holder was never told it lost the
+   * lock (a violation), `overlaps_lost` where it was (outcome "lost": the
+   * documented limit of a lease-based lock, e.g. a paused holder) */
+  int64_t overlaps, overlaps_lost;
+  /* accepted writes made after a later hold of the same lock had been
+   * granted (the harm fencing must prevent) */
+  int64_t stale_accepted;
+  int64_t max_token;
+  char first_problem[256]; /* "" or a description of the first violation */
+} fence_report_t;
+
+/* Reads lock's log from the resource server and checks it. 0 or -1. */
+int fence_analyze(redisContext *resource, const char *lock,
+                  fence_report_t *out);
+/* Adds b into a (counts; first_problem kept from a if set). */
+void fence_report_add(fence_report_t *a, const fence_report_t *b);
+
+#endif /* DLOCK_FAULT_FENCE_H */

@@ -1,0 +1,1208 @@
+/*
+ * test_fault.c - the fault suite: real redis-servers, real client
+ * processes (fault_worker), faults injected while they hold and wait.
+ *
+ * Design note. Each case starts two servers: the lock server (the one the
+ * faults hit) and a resource server holding the fenced resource and its
+ * log (fence.h), which no fault touches, so the evidence survives. Holders
+ * and waiters are fault_worker processes (fork+exec) driven through their
+ * stdin and read through their stdout (fproc.h); the test kills, pauses and
+ * cuts them off by pid, and restarts or kills servers through the harness.
+ * Network faults run inside a private network namespace (fnet.h): a
+ * partition is an iptables DROP of 127.0.0.2, the address the cut-off
+ * client uses, while the test still reaches the server on 127.0.0.1; delay
+ * comes from a relay, loss from iptables' statistic match. Where the
+ * sandbox forbids namespaces, the harness's loopback proxy stands in (said
+ * so on stdout).
+ *
+ * Every wait is a bounded condition (a worker's line, a server-side state)
+ * - the only sleeps are the scenario itself (a partition that lasts 500 ms).
+ * Each case ends with the checker's verdict and prints its measurements as
+ *   FIGURE <scenario>[.<what>]: <value> <unit> (<context>)
+ * Timing bounds get a factor FAULT_SLOW in sanitizer builds.
+ *
+ * Cases: kill_holder pause_holder aof_restart kill_redis cli_on_lost
+ * pubsub_kill partition partition_short lossy soak. Main thread only
+ * (the harness wants servers started there).
+ */
+#define _GNU_SOURCE 1
+#include "check.h"
+#include "fence.h"
+#include "fnet.h"
+#include "fproc.h"
+#include "harness.h"
+
+#include <dlock/dlock.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef FAULT_SANITIZED
+#define FAULT_SLOW 4
+#else
+#define FAULT_SLOW 1
+#endif
+
+/* a timing bound: base in a normal build, scaled in sanitizer builds */
+#define BOUND(ms) ((int64_t)(ms)*FAULT_SLOW)
+
+/* --------------------------------------------------------------- setup */
+
+typedef struct env {
+  th_server_t *lock, *res;
+  char resource[64]; /* "127.0.0.1:PORT" of the resource server */
+  fence_t *fence;    /* the test's own resource connection */
+  const char *net;   /* "netns+iptables", or the fallback used */
+} env_t;
+
+static char worker_exe[PATH_MAX];
+
+static void find_worker(void) {
+  const char *w = getenv("FAULT_WORKER");
+  if (w && *w) {
+    snprintf(worker_exe, sizeof worker_exe, "%s", w);
+    return;
+  }
+  char self[PATH_MAX - 32];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0);
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  CHECK(slash);
+  *slash = '\0';
+  snprintf(worker_exe, sizeof worker_exe, "%s/fault_worker", self);
+}
+
+static void env_start(env_t *e, const char *const *lock_conf) {
+  memset(e, 0, sizeof *e);
+  find_worker();
+  CHECKF(access(worker_exe, X_OK) == 0, "no worker at %s", worker_exe);
+  e->res = th_server_start(NULL);
+  CHECK(e->res);
+  e->lock = th_server_start(lock_conf);
+  CHECK(e->lock);
+  snprintf(e->resource, sizeof e->resource, "127.0.0.1:%d", e->res->port);
+  e->fence = fence_open("127.0.0.1", e->res->port);
+  CHECK(e->fence);
+}
+
+static void env_stop(env_t *e) {
+  fence_close(e->fence);
+  th_server_stop(e->lock);
+  th_server_stop(e->res);
+}
+
+/* Starts a worker: `opts` are extra options separated by spaces. */
+static fproc_t *spawn_worker(env_t *e, const char *tag, const char *url,
+                             const char *mode, const char *opts) {
+  char *argv[64];
+  int argc = 0;
+  static char wrapbuf[512];
+  const char *wrap = getenv("FAULT_WORKER_WRAPPER");
+  if (wrap && *wrap) {
+    snprintf(wrapbuf, sizeof wrapbuf, "%s", wrap);
+    for (char *s = NULL, *t = strtok_r(wrapbuf, " ", &s); t && argc < 20;
+         t = strtok_r(NULL, " ", &s))
+      argv[argc++] = t;
+  }
+  char optbuf[1024];
+  snprintf(optbuf, sizeof optbuf, "%s", opts);
+  argv[argc++] = worker_exe;
+  argv[argc++] = "--url";
+  argv[argc++] = (char *)url;
+  argv[argc++] = "--resource";
+  argv[argc++] = e->resource;
+  argv[argc++] = "--tag";
+  argv[argc++] = (char *)tag;
+  for (char *s = NULL, *t = strtok_r(optbuf, " ", &s); t && argc < 60;
+       t = strtok_r(NULL, " ", &s))
+    argv[argc++] = t;
+  argv[argc++] = (char *)mode;
+  argv[argc] = NULL;
+  fproc_t *p = fproc_start(argv, tag, false);
+  CHECKF(p, "cannot start worker %s", tag);
+  return p;
+}
+
+static const char *want_at(const char *file, int line, fproc_t *p,
+                           const char *needle, size_t *from, int64_t ms) {
+  const char *l = fproc_expect(p, needle, from, ms);
+  if (!l) {
+    fproc_dump(p);
+    check_fail(file, line, "%s: no \"%s\" within %lld ms", p->tag, needle,
+               (long long)ms);
+  }
+  return l;
+}
+#define WANT(p, needle, from, ms)                                              \
+  want_at(__FILE__, __LINE__, p, needle, from, ms)
+
+/* Waits for `needle` from any of n workers; returns the index or -1. */
+static int want_any(fproc_t **ps, int n, const char *needle, size_t *from,
+                    int64_t ms, const char **line) {
+  int64_t deadline = fproc_now_us() + ms * 1000;
+  for (;;) {
+    for (int i = 0; i < n; i++) {
+      if (!ps[i])
+        continue;
+      fproc_pump(ps[i], 0);
+      const char *l = fproc_expect(ps[i], needle, &from[i], 0);
+      if (l) {
+        *line = l;
+        return i;
+      }
+    }
+    if (fproc_now_us() >= deadline)
+      return -1;
+    for (int i = 0; i < n; i++)
+      if (ps[i])
+        fproc_pump(ps[i], 2);
+  }
+}
+
+/* Ends a worker that was told to quit (or closes its stdin) and checks it
+ * exited 0. */
+static void finish_worker(fproc_t *p) {
+  fproc_close_stdin(p);
+  bool ok = fproc_wait_exit(p, BOUND(15000));
+  if (!ok || !WIFEXITED(p->status) || WEXITSTATUS(p->status) != 0) {
+    fproc_dump(p);
+    CHECKF(ok, "%s did not exit", p->tag);
+    CHECKF(false, "%s exited with status 0x%x", p->tag, p->status);
+  }
+}
+
+/* ZCARD of dlock's wait queue of `lock` (waiters queued on the server). */
+static int64_t queued(env_t *e, const char *lock) {
+  return th_redis_int(e->lock, "ZCARD dlock_lock_queue:{%s}", lock);
+}
+
+static void wait_queued(env_t *e, const char *lock, int64_t n) {
+  bool ok;
+  TH_WAIT_FOR(ok, queued(e, lock) >= n, BOUND(10000));
+  CHECKF(ok, "%lld waiters expected in the queue of %s, found %lld",
+         (long long)n, lock, (long long)queued(e, lock));
+}
+
+/* Checker verdict for the locks of one scenario; prints the FIGURE line.
+ * want_lost: holds that may begin while a holder that was told it lost
+ * the lock still ran (the paused-holder limit), exactly. checker_x() with
+ * assert_it false only reports (the caller asserts). */
+static fence_report_t checker_x(env_t *e, const char *scenario,
+                                const char *const *locks, int64_t want_lost,
+                                bool assert_it) {
+  redisContext *c = th_redis_connect(e->res);
+  CHECK(c);
+  fence_report_t sum;
+  memset(&sum, 0, sizeof sum);
+  for (int i = 0; locks[i]; i++) {
+    fence_report_t r;
+    CHECKF(fence_analyze(c, locks[i], &r) == 0, "log of %s unreadable",
+           locks[i]);
+    fence_report_add(&sum, &r);
+  }
+  redisFree(c);
+  printf("FIGURE %s.checker: %lld violations (overlapping holds %lld, stale "
+         "writes accepted %lld; overlaps behind a holder told it lost the "
+         "lock %lld; %lld holds, %lld writes accepted, %lld refused)\n",
+         scenario, (long long)(sum.overlaps + sum.stale_accepted),
+         (long long)sum.overlaps, (long long)sum.stale_accepted,
+         (long long)sum.overlaps_lost, (long long)sum.sessions,
+         (long long)sum.writes_ok, (long long)sum.writes_refused);
+  if (sum.first_problem[0])
+    printf("checker: %s\n", sum.first_problem);
+  CHECKF(sum.open == 0, "%lld holds without an end record",
+         (long long)sum.open);
+  if (!assert_it)
+    return sum;
+  CHECK_INT(sum.overlaps, ==, 0);
+  CHECK_INT(sum.stale_accepted, ==, 0);
+  CHECK_INT(sum.overlaps_lost, ==, want_lost);
+  return sum;
+}
+
+static fence_report_t checker(env_t *e, const char *scenario,
+                              const char *const *locks, int64_t want_lost) {
+  return checker_x(e, scenario, locks, want_lost, true);
+}
+
+static int64_t line_us(const char *line) { return fproc_field(line, "t"); }
+
+static const char *str_field(const char *line, const char *key) {
+  static char buf[8][128];
+  static int k;
+  k = (k + 1) % 8;
+  return fproc_field_str(line, key, buf[k], sizeof buf[k]);
+}
+
+/* -------------------------------------------------- holder killed (-9) */
+
+/*
+ * A holder with a 1000 ms watchdog lease is killed with SIGKILL while two
+ * waiters wait; the lock must go to a waiter within what is left of the
+ * lease (its PTTL when the kill landed), then the same again for the new
+ * holder.
+ */
+static void t_kill_holder(void) {
+  env_t e;
+  env_start(&e, NULL);
+  const char *L = "fault-kill";
+  const char *wopts = "--name fault-kill --watchdog 1000 --wait 20000";
+  fproc_t *w[3];
+  size_t from[3] = {0, 0, 0};
+  w[0] = spawn_worker(&e, "k0", e.lock->url, "hold", wopts);
+  const char *acq = WANT(w[0], "ACQUIRED", &from[0], BOUND(10000));
+  int64_t tokens[3] = {fproc_field(acq, "token"), 0, 0};
+  w[1] = spawn_worker(&e, "k1", e.lock->url, "hold", wopts);
+  wait_queued(&e, L, 1);
+  w[2] = spawn_worker(&e, "k2", e.lock->url, "hold", wopts);
+  wait_queued(&e, L, 2);
+  int holder = 0;
+  int64_t worst = 0;
+  for (int round = 1; round <= 2; round++) {
+    /* the holder is writing */
+    WANT(w[holder], "WRITE ok", &from[holder], BOUND(2000));
+    int64_t pttl = th_redis_int(e.lock, "PTTL %s", L);
+    CHECK(pttl > 0);
+    int64_t t_kill = fproc_now_us();
+    CHECK(fproc_signal(w[holder], SIGKILL) == 0);
+    CHECK(fproc_wait_exit(w[holder], 5000));
+    /* the killed holder's interval ends at the kill */
+    CHECK(fence_end(e.fence, L, w[holder]->tag, tokens[holder], t_kill,
+                    "killed") == 0);
+    fproc_t *rest[3];
+    for (int i = 0; i < 3; i++)
+      rest[i] = i == holder || w[i]->pid == 0 ? NULL : w[i];
+    const char *line = NULL;
+    int next = want_any(rest, 3, "ACQUIRED", from, BOUND(1000 + 2000), &line);
+    if (next < 0) {
+      for (int i = 0; i < 3; i++)
+        fproc_dump(w[i]);
+    }
+    CHECKF(next >= 0, "no waiter got the lock within the lease after kill -9");
+    tokens[next] = fproc_field(line, "token");
+    int64_t delay_ms = (line_us(line) - t_kill) / 1000;
+    printf("FIGURE kill_holder.round%d: %lld ms from SIGKILL of the holder "
+           "to the next grant (watchdog lease 1000 ms; the lock's PTTL at "
+           "the kill was %lld ms)\n",
+           round, (long long)delay_ms, (long long)pttl);
+    CHECKF(delay_ms <= pttl + BOUND(300),
+           "the next grant took %lld ms, the lease had %lld ms left",
+           (long long)delay_ms, (long long)pttl);
+    CHECK_INT(delay_ms, <=, 1000 + BOUND(300));
+    if (delay_ms > worst)
+      worst = delay_ms;
+    holder = next;
+  }
+  printf("FIGURE kill_holder: %lld ms worst delay from SIGKILL to the next "
+         "grant (watchdog lease 1000 ms, 2 rounds)\n",
+         (long long)worst);
+  CHECK(fproc_send(w[holder], "release") == 0);
+  const char *rel = WANT(w[holder], "RELEASED", &from[holder], BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  CHECK(fproc_send(w[holder], "quit") == 0);
+  finish_worker(w[holder]);
+  const char *locks[] = {L, NULL};
+  checker(&e, "kill_holder", locks, 0);
+  for (int i = 0; i < 3; i++)
+    fproc_free(w[i]);
+  env_stop(&e);
+}
+
+/* -------------------------------------------------- holder paused */
+
+/*
+ * A holder (watchdog 1000 ms) is stopped with SIGSTOP and stays stopped
+ * until another process holds the lock and has written. Resumed, it goes
+ * on writing as a paused process would (it cannot know): every write must
+ * be refused by token, its lost callback must fire, and its release must
+ * say DLOCK_ELOST. Its interval overlaps the new holder's: the known limit
+ * of any lease-based lock, reported as such by the checker.
+ */
+static void t_pause_holder(void) {
+  env_t e;
+  env_start(&e, NULL);
+  const char *L = "fault-pause";
+  size_t f0 = 0, f1 = 0;
+  fproc_t *a = spawn_worker(&e, "p0", e.lock->url, "hold",
+                            "--name fault-pause --watchdog 1000");
+  WANT(a, "ACQUIRED", &f0, BOUND(10000));
+  fproc_t *b = spawn_worker(&e, "p1", e.lock->url, "hold",
+                            "--name fault-pause --watchdog 1000 --wait 20000");
+  wait_queued(&e, L, 1);
+  WANT(a, "WRITE ok", &f0, BOUND(2000));
+  int64_t t_stop = fproc_now_us();
+  CHECK(fproc_signal(a, SIGSTOP) == 0);
+  const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(1000 + 2000));
+  int64_t grant_ms = (line_us(acq) - t_stop) / 1000;
+  printf("FIGURE pause_holder.grant: %lld ms from SIGSTOP of the holder to "
+         "the next grant (watchdog lease 1000 ms)\n",
+         (long long)grant_ms);
+  CHECK_INT(grant_ms, <=, 1000 + BOUND(300));
+  WANT(b, "WRITE ok", &f1, BOUND(2000));
+  int64_t t_cont = fproc_now_us();
+  CHECK(fproc_signal(a, SIGCONT) == 0);
+  const char *ref = WANT(a, "WRITE refused", &f0, BOUND(3000));
+  size_t fl = 0;
+  const char *lost = WANT(a, "LOST ", &fl, BOUND(3000));
+  printf("FIGURE pause_holder.lost_callback: %lld ms after SIGCONT (reason "
+         "%s); first refused write %lld ms after SIGCONT\n",
+         (long long)(line_us(lost) - t_cont) / 1000, str_field(lost, "reason"),
+         (long long)(line_us(ref) - t_cont) / 1000);
+  /* no write of the resumed holder was accepted */
+  for (size_t i = 0; i < a->nlines; i++)
+    if (strstr(a->lines[i], "WRITE ok") && line_us(a->lines[i]) > t_cont) {
+      fproc_dump(a);
+      CHECKF(false, "a write of the resumed holder was accepted");
+    }
+  CHECK(fproc_send(a, "release") == 0);
+  const char *rel = WANT(a, "RELEASED", &f0, BOUND(5000));
+  printf(
+      "FIGURE pause_holder.release: %s (resumed holder's release, %lld ms)\n",
+      str_field(rel, "rc"), (long long)fproc_field(rel, "took_ms"));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_ELOST");
+  CHECK(fproc_send(a, "quit") == 0);
+  finish_worker(a);
+  const char *done = WANT(a, "DONE", &f0, 1000);
+  CHECK_INT(fproc_field(done, "lost"), >=, 1);
+  int64_t refused = fproc_field(done, "writes_refused");
+  /* the new holder still owns it and can release it */
+  CHECK(fproc_send(b, "release") == 0);
+  rel = WANT(b, "RELEASED", &f1, BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  CHECK(fproc_send(b, "quit") == 0);
+  finish_worker(b);
+  const char *locks[] = {L, NULL};
+  fence_report_t r = checker(&e, "pause_holder", locks, 1);
+  CHECK_INT(r.writes_refused, >=, 1);
+  printf("FIGURE pause_holder: %lld stale writes refused by token, 0 accepted "
+         "(holder paused past its 1000 ms lease)\n",
+         (long long)refused);
+  fproc_free(a);
+  fproc_free(b);
+  env_stop(&e);
+}
+
+/* ------------------------------------------------ restart with AOF */
+
+/*
+ * The lock server runs with appendonly + appendfsync always and is
+ * restarted while one process holds the lock (watchdog 3000 ms) and two
+ * wait. The hold must survive (same owner, renewed again without any user
+ * action, no lost callback, release OK) and the waiters must get the lock
+ * in turn afterwards; acquire calls that returned a backend error during
+ * the restart are counted (the API returns those at once; the worker
+ * retries).
+ */
+static void t_aof_restart(void) {
+  env_t e;
+  const char *conf[] = {"appendonly yes", "appendfsync always", NULL};
+  env_start(&e, conf);
+  const char *L = "fault-aof";
+  const char *hopts = "--name fault-aof --watchdog 3000 --connect-timeout 500 "
+                      "--command-timeout 500 --wait 30000 --retry 200";
+  fproc_t *w[3];
+  size_t from[3] = {0, 0, 0};
+  w[0] = spawn_worker(&e, "a0", e.lock->url, "hold", hopts);
+  WANT(w[0], "ACQUIRED", &from[0], BOUND(10000));
+  w[1] = spawn_worker(&e, "a1", e.lock->url, "hold", hopts);
+  wait_queued(&e, L, 1);
+  w[2] = spawn_worker(&e, "a2", e.lock->url, "hold", hopts);
+  wait_queued(&e, L, 2);
+  char *owner = NULL;
+  redisReply *r = th_redis_cmd(e.lock, "HKEYS %s", L);
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+  owner = strdup(r->element[0]->str);
+  freeReplyObject(r);
+
+  int64_t t0 = fproc_now_us();
+  CHECK_INT(th_server_restart(e.lock), ==, 0);
+  int64_t t_up = fproc_now_us();
+  printf("server restarted in %lld ms\n", (long long)(t_up - t0) / 1000);
+  char *cnt = th_redis_str(e.lock, "HGET %s %s", L, owner);
+  CHECKF(cnt && strcmp(cnt, "1") == 0, "the hold did not survive the restart");
+  free(cnt);
+  /* renewed again by the same process: PTTL rises above its decay */
+  int64_t p1 = th_redis_int(e.lock, "PTTL %s", L);
+  CHECK(p1 > 0);
+  bool ok;
+  TH_WAIT_FOR(ok,
+              th_redis_int(e.lock, "PTTL %s", L) >
+                  p1 - (fproc_now_us() - t_up) / 1000 + 100,
+              BOUND(3000));
+  int64_t renewed_ms = (fproc_now_us() - t_up) / 1000;
+  CHECKF(ok, "the holder's lease was not renewed within 3 s of the restart");
+  printf("FIGURE aof_restart.renewal: %lld ms from the server being back to "
+         "the holder's next renewal (watchdog 3000 ms, renewed every 1000 "
+         "ms; restart took %lld ms)\n",
+         (long long)renewed_ms, (long long)(t_up - t0) / 1000);
+  /* the holder keeps writing */
+  size_t fw = from[0];
+  WANT(w[0], "WRITE ok", &fw, BOUND(2000));
+  CHECK(fproc_send(w[0], "release") == 0);
+  const char *rel = WANT(w[0], "RELEASED", &from[0], BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  int64_t t_rel = line_us(rel);
+  CHECK(fproc_send(w[0], "quit") == 0);
+  finish_worker(w[0]);
+  const char *done = WANT(w[0], "DONE", &from[0], 1000);
+  CHECK_INT(fproc_field(done, "lost"), ==, 0);
+
+  int64_t errors = 0, worst = 0;
+  fproc_t *rest[3] = {NULL, w[1], w[2]};
+  for (int k = 0; k < 2; k++) {
+    const char *line = NULL;
+    int i = want_any(rest, 3, "ACQUIRED", from, BOUND(10000), &line);
+    if (i < 0) {
+      fproc_dump(w[1]);
+      fproc_dump(w[2]);
+    }
+    CHECKF(i > 0, "a waiter did not get the lock after the restart");
+    int64_t d = (line_us(line) - t_rel) / 1000;
+    if (d > worst)
+      worst = d;
+    errors += fproc_field(line, "errors");
+    CHECK(fproc_send(w[i], "release") == 0);
+    rel = WANT(w[i], "RELEASED", &from[i], BOUND(5000));
+    CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+    t_rel = line_us(rel);
+    CHECK(fproc_send(w[i], "quit") == 0);
+    finish_worker(w[i]);
+    rest[i] = NULL;
+  }
+  printf("FIGURE aof_restart.handoff: %lld ms worst release-to-grant after "
+         "the restart (2 waiters; %lld waiter acquire calls returned a "
+         "backend error during the restart and were retried)\n",
+         (long long)worst, (long long)errors);
+  CHECK_INT(worst, <=, BOUND(1000));
+  const char *locks[] = {L, NULL};
+  checker(&e, "aof_restart", locks, 0);
+  printf("FIGURE aof_restart: hold survived, 0 lost callbacks, %lld ms to "
+         "the first renewal after restart\n",
+         (long long)renewed_ms);
+  free(owner);
+  for (int i = 0; i < 3; i++)
+    fproc_free(w[i]);
+  env_stop(&e);
+}
+
+/* ---------------------------------------- killed without persistence */
+
+/*
+ * Two processes hold two locks (watchdog 1000 ms, renewed every 333 ms).
+ * The lock server is killed with SIGKILL and started again, empty. Each
+ * holder must learn from its next renewal that its lock is gone (lost
+ * callback) within one renewal interval of the server being back, and its
+ * release must say DLOCK_ELOST.
+ */
+static void t_kill_redis(void) {
+  env_t e;
+  env_start(&e, NULL);
+  const char *opts[2] = {
+      "--name fault-kr-a --watchdog 1000 --stop-on-lost --connect-timeout "
+      "500 --command-timeout 500",
+      "--name fault-kr-b --watchdog 1000 --stop-on-lost --connect-timeout "
+      "500 --command-timeout 500"};
+  fproc_t *w[2];
+  size_t from[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    w[i] = spawn_worker(&e, i ? "r1" : "r0", e.lock->url, "hold", opts[i]);
+    WANT(w[i], "ACQUIRED", &from[i], BOUND(10000));
+  }
+  int64_t t_kill = fproc_now_us();
+  CHECK_INT(th_server_kill9(e.lock), ==, 0);
+  CHECK_INT(th_server_up(e.lock), ==, 0);
+  int64_t t_up = fproc_now_us();
+  int64_t worst = 0;
+  for (int i = 0; i < 2; i++) {
+    size_t fl = 0;
+    const char *lost = WANT(w[i], "LOST ", &fl, BOUND(3000));
+    int64_t after_up = (line_us(lost) - t_up) / 1000;
+    printf("FIGURE kill_redis.%s: lost callback %lld ms after the empty "
+           "server was back, %lld ms after kill -9 (reason %s; renewal "
+           "interval 333 ms)\n",
+           w[i]->tag, (long long)after_up,
+           (long long)(line_us(lost) - t_kill) / 1000,
+           str_field(lost, "reason"));
+    if (after_up > worst)
+      worst = after_up;
+    CHECK_INT(after_up, <=, 333 + BOUND(150));
+  }
+  printf("FIGURE kill_redis: %lld ms worst from server back (empty) to the "
+         "lost callback (renewal interval 333 ms; restart took %lld ms)\n",
+         (long long)worst, (long long)(t_up - t_kill) / 1000);
+  for (int i = 0; i < 2; i++) {
+    CHECK(fproc_send(w[i], "release") == 0);
+    const char *rel = WANT(w[i], "RELEASED", &from[i], BOUND(5000));
+    CHECK_STR(str_field(rel, "rc"), "DLOCK_ELOST");
+    CHECK(fproc_send(w[i], "quit") == 0);
+    finish_worker(w[i]);
+  }
+  const char *locks[] = {"fault-kr-a", "fault-kr-b", NULL};
+  checker(&e, "kill_redis", locks, 0);
+  for (int i = 0; i < 2; i++)
+    fproc_free(w[i]);
+  env_stop(&e);
+}
+
+/*
+ * The same through the command: `dlock --watchdog 1 --on-lost term NAME
+ * sleep 30` must exit 75 (EX_TEMPFAIL) after the server lost its data, and
+ * leave nothing of its group behind.
+ */
+static void t_cli_on_lost(void) {
+  const char *cli = getenv("FAULT_DLOCK_CLI");
+  if (!cli || access(cli, X_OK) != 0) {
+    printf("SKIP: no dlock command (FAULT_DLOCK_CLI)\n");
+    exit(77);
+  }
+  env_t e;
+  env_start(&e, NULL);
+  char *argv[] = {(char *)cli, "-u",        e.lock->url, "--watchdog",
+                  "1",         "--on-lost", "term",      "fault-cli",
+                  "sleep",     "30",        NULL};
+  fproc_t *p = fproc_start(argv, "dlock", true);
+  CHECK(p);
+  bool ok;
+  TH_WAIT_FOR(ok, th_redis_int(e.lock, "EXISTS fault-cli") == 1, BOUND(5000));
+  CHECKF(ok, "dlock did not take the lock");
+  int64_t t_kill = fproc_now_us();
+  CHECK_INT(th_server_kill9(e.lock), ==, 0);
+  CHECK_INT(th_server_up(e.lock), ==, 0);
+  int64_t t_up = fproc_now_us();
+  ok = fproc_wait_exit(p, BOUND(5000));
+  int64_t t_exit = fproc_now_us();
+  CHECKF(ok, "dlock still running 5 s after its lock was lost");
+  CHECKF(WIFEXITED(p->status), "dlock died by a signal (0x%x)", p->status);
+  printf("FIGURE cli_on_lost: exit %d %lld ms after the empty server was "
+         "back (%lld ms after kill -9; --watchdog 1, renewal every 333 ms)\n",
+         WEXITSTATUS(p->status), (long long)(t_exit - t_up) / 1000,
+         (long long)(t_exit - t_kill) / 1000);
+  CHECK_INT(WEXITSTATUS(p->status), ==, 75);
+  CHECKF(!p->group_leftover, "dlock exited but its command was still running");
+  CHECK_INT((t_exit - t_up) / 1000, <=, 333 + BOUND(500));
+  fproc_free(p);
+  env_stop(&e);
+}
+
+/* ------------------------------------------------ pub/sub killed */
+
+/* Connections in pub/sub mode on the lock server. */
+static int64_t pubsub_clients(env_t *e) {
+  char *list = th_redis_str(e->lock, "CLIENT LIST TYPE pubsub");
+  if (!list)
+    return -1;
+  int64_t n = 0;
+  for (const char *s = list; (s = strstr(s, "id=")) != NULL; s += 3)
+    if (s == list || s[-1] == '\n')
+      n++;
+  free(list);
+  return n;
+}
+
+/*
+ * Three processes wait for a lock held with a fixed 4000 ms lease. Before
+ * every release the waiters' pub/sub connections are killed (CLIENT KILL
+ * TYPE pubsub), so the hand-off message may find nobody listening. Every
+ * waiter must still get the lock, each within the remaining lease of the
+ * holder before it.
+ */
+static void t_pubsub_kill(void) {
+  env_t e;
+  env_start(&e, NULL);
+  const char *L = "fault-ps";
+  size_t from[4] = {0, 0, 0, 0};
+  fproc_t *w[4];
+  w[0] = spawn_worker(&e, "s0", e.lock->url, "hold",
+                      "--name fault-ps --lease 4000");
+  WANT(w[0], "ACQUIRED", &from[0], BOUND(10000));
+  for (int i = 1; i <= 3; i++) {
+    char tag[8];
+    snprintf(tag, sizeof tag, "s%d", i);
+    w[i] = spawn_worker(&e, tag, e.lock->url, "hold",
+                        "--name fault-ps --lease 4000 --wait 20000");
+    wait_queued(&e, L, i);
+  }
+  int holder = 0;
+  int64_t worst_us = INT64_MIN, worst_pttl = 0, killed = 0;
+  fproc_t *rest[4] = {NULL, w[1], w[2], w[3]};
+  for (int k = 0; k < 3; k++) {
+    WANT(w[holder], "WRITE ok", &from[holder], BOUND(2000));
+    /* every remaining waiter has its pub/sub connection again */
+    bool ok;
+    TH_WAIT_FOR(ok, pubsub_clients(&e) >= 3 - k, BOUND(5000));
+    CHECKF(ok, "waiters have no pub/sub connections");
+    int64_t pttl = th_redis_int(e.lock, "PTTL %s", L);
+    int64_t n = th_redis_int(e.lock, "CLIENT KILL TYPE pubsub");
+    CHECK_INT(n, >=, 3 - k);
+    killed += n;
+    int64_t t_kill = fproc_now_us();
+    CHECK(fproc_send(w[holder], "release") == 0);
+    const char *rel = WANT(w[holder], "RELEASED", &from[holder], BOUND(5000));
+    CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+    /* the release's own stamp is taken when its reply came back; the grant
+     * may be seen first, so the wait counts from the kill, which came
+     * before the release was sent */
+    const char *line = NULL;
+    int i = want_any(rest, 4, "ACQUIRED", from, pttl + BOUND(2000), &line);
+    if (i < 0)
+      for (int j = 1; j <= 3; j++)
+        fproc_dump(w[j]);
+    CHECKF(i > 0, "a waiter never got the lock after its pub/sub was killed");
+    int64_t d = line_us(line) - t_kill;
+    printf("waiter %s granted %.1f ms after its pub/sub was killed and the "
+           "holder released (holder's lease had %lld ms left)\n",
+           w[i]->tag, d / 1000.0, (long long)pttl);
+    CHECKF(d < pttl * 1000,
+           "a waiter waited %lld ms, longer than the %lld ms "
+           "left of the lease",
+           (long long)d / 1000, (long long)pttl);
+    if (d > worst_us) {
+      worst_us = d;
+      worst_pttl = pttl;
+    }
+    CHECK(fproc_send(w[holder], "quit") == 0);
+    finish_worker(w[holder]);
+    rest[i] = NULL;
+    holder = i;
+  }
+  printf("FIGURE pubsub_kill: %.1f ms longest wait from CLIENT KILL TYPE "
+         "pubsub + release to the next grant (3 hand-offs, %lld connections "
+         "killed; the holder's remaining lease was %lld ms)\n",
+         worst_us / 1000.0, (long long)killed, (long long)worst_pttl);
+  CHECK(fproc_send(w[holder], "release") == 0);
+  const char *rel = WANT(w[holder], "RELEASED", &from[holder], BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  CHECK(fproc_send(w[holder], "quit") == 0);
+  finish_worker(w[holder]);
+  const char *locks[] = {L, NULL};
+  checker(&e, "pubsub_kill", locks, 0);
+  for (int i = 0; i < 4; i++)
+    fproc_free(w[i]);
+  env_stop(&e);
+}
+
+/* ------------------------------------------------------- partitions */
+
+/* How a partition is made in this run. */
+typedef struct cut {
+  bool netns;       /* iptables in our own namespace */
+  th_proxy_t *prox; /* fallback: the harness's loopback proxy */
+  char url[64];     /* what the cut-off client uses */
+} cut_t;
+
+static void cut_setup(cut_t *c, env_t *e) {
+  memset(c, 0, sizeof *c);
+  if (strcmp(e->net, "netns+iptables") == 0) {
+    c->netns = true;
+    snprintf(c->url, sizeof c->url, "redis://127.0.0.2:%d", e->lock->port);
+  } else {
+    c->prox = th_proxy_start(e->lock->port);
+    CHECK(c->prox);
+    snprintf(c->url, sizeof c->url, "%s", th_proxy_url(c->prox));
+  }
+}
+
+static void cut(cut_t *c, bool on) {
+  if (c->netns) {
+    const char *op = on ? "-A" : "-D";
+    char a[128];
+    snprintf(a, sizeof a, "%s OUTPUT -d 127.0.0.2 -j DROP", op);
+    CHECK(fnet_iptables(a) == 0);
+    snprintf(a, sizeof a, "%s OUTPUT -s 127.0.0.2 -j DROP", op);
+    CHECK(fnet_iptables(a) == 0);
+  } else {
+    th_proxy_blackhole(c->prox, on);
+  }
+}
+
+/* Enters a namespace of our own if the sandbox lets us; e->net says what
+ * the network faults will use. Must run before env_start(). */
+static void net_setup(env_t *e, bool need_iptables) {
+  static char why[256];
+  if (fnet_enter(why, sizeof why) != 0) {
+    printf("FALLBACK: no network namespace here (%s): the harness's "
+           "loopback proxy stands in for the network\n",
+           why);
+    e->net = "proxy";
+    return;
+  }
+  if (need_iptables && !fnet_have_iptables(why, sizeof why)) {
+    printf("FALLBACK: %s: the harness's loopback proxy / the relay stands in "
+           "for packet filters\n",
+           why);
+    e->net = "netns";
+    return;
+  }
+  e->net = "netns+iptables";
+}
+
+static const char *const bind2[] = {"bind 127.0.0.1 127.0.0.2", NULL};
+
+/*
+ * A holder (watchdog 2000 ms, 300 ms timeouts) is cut off from the lock
+ * server; another process waits on the other address. Calls of the cut-off
+ * client must fail within their bounds; its lost callback must fire once
+ * the lease could have run out, and before the other process is granted
+ * the lock; after the partition heals its release says DLOCK_ELOST and it
+ * can take the lock again.
+ */
+static void t_partition(void) {
+  env_t e0;
+  net_setup(&e0, true);
+  env_t e;
+  env_start(&e, bind2);
+  e.net = e0.net;
+  cut_t c;
+  cut_setup(&c, &e);
+  printf("network: %s\n", e.net);
+  const char *L = "fault-part";
+  size_t fa = 0, fb = 0;
+  fproc_t *a = spawn_worker(&e, "n0", c.url, "hold",
+                            "--name fault-part --watchdog 2000 "
+                            "--connect-timeout 300 --command-timeout 300 "
+                            "--stop-on-lost --wait 20000");
+  WANT(a, "ACQUIRED", &fa, BOUND(10000));
+  fproc_t *b = spawn_worker(&e, "n1", e.lock->url, "hold",
+                            "--name fault-part --watchdog 2000 --wait 20000");
+  wait_queued(&e, L, 1);
+  WANT(a, "WRITE ok", &fa, BOUND(2000));
+
+  int64_t t_part = fproc_now_us();
+  cut(&c, true);
+  /* a call of the cut-off client comes back within its bounds */
+  CHECK(fproc_send(a, "ping") == 0);
+  const char *ping = WANT(a, "PING", &fa, BOUND(3000));
+  printf("FIGURE partition.call: %s after %lld ms (command timeout 300 ms, "
+         "connect timeout 300 ms)\n",
+         str_field(ping, "rc"), (long long)fproc_field(ping, "took_ms"));
+  CHECKF(strcmp(str_field(ping, "rc"), "DLOCK_EIOTIMEOUT") == 0 ||
+             strcmp(str_field(ping, "rc"), "DLOCK_EUNAVAILABLE") == 0,
+         "ping across a partition: %s", ping);
+  CHECK_INT(fproc_field(ping, "took_ms"), <=, 300 + 300 + BOUND(300));
+  size_t fl = 0;
+  const char *lost = WANT(a, "LOST ", &fl, BOUND(2000 + 1500));
+  int64_t lost_ms = (line_us(lost) - t_part) / 1000;
+  const char *acq = WANT(b, "ACQUIRED", &fb, BOUND(2000 + 2000));
+  int64_t acq_ms = (line_us(acq) - t_part) / 1000;
+  int64_t margin_ms = (line_us(acq) - line_us(lost)) / 1000;
+  printf("FIGURE partition.lost: lost callback %lld ms into the partition "
+         "(reason %s; watchdog lease 2000 ms); the other process was granted "
+         "the lock at %lld ms, %lld ms %s the callback\n",
+         (long long)lost_ms, str_field(lost, "reason"), (long long)acq_ms,
+         (long long)llabs(margin_ms), margin_ms >= 0 ? "after" : "BEFORE");
+  CHECK_STR(str_field(lost, "reason"), "unreachable");
+  CHECK_INT(lost_ms, <=, 2000 + BOUND(200));
+  int64_t told_late_us = line_us(lost) - line_us(acq); /* checked last */
+  CHECK_INT(fproc_count(a, "WRITE ok") > 0, ==, 1);
+  CHECK(fproc_send(b, "release") == 0);
+  const char *rel = WANT(b, "RELEASED", &fb, BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+
+  int64_t t_heal = fproc_now_us();
+  cut(&c, false);
+  CHECK(fproc_send(a, "release") == 0);
+  rel = WANT(a, "RELEASED", &fa, BOUND(3000));
+  printf("FIGURE partition.release_after_heal: %s\n", str_field(rel, "rc"));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_ELOST");
+  CHECK(fproc_send(a, "acquire") == 0);
+  acq = WANT(a, "ACQUIRED", &fa, BOUND(5000));
+  printf("FIGURE partition: lost callback %lld ms into a partition that "
+         "outlasted the 2000 ms lease, %lld ms %s the lock went to another "
+         "process; the cut-off client held the lock again %lld ms after the "
+         "partition healed (%s)\n",
+         (long long)lost_ms, (long long)llabs(margin_ms),
+         margin_ms >= 0 ? "before" : "AFTER",
+         (long long)(line_us(acq) - t_heal) / 1000, e.net);
+  CHECK(fproc_send(a, "release") == 0);
+  rel = WANT(a, "RELEASED", &fa, BOUND(3000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  CHECK(fproc_send(a, "quit") == 0);
+  CHECK(fproc_send(b, "quit") == 0);
+  finish_worker(a);
+  finish_worker(b);
+  const char *locks[] = {L, NULL};
+  /* asserted below, after the cleanup */
+  fence_report_t r = checker_x(&e, "partition", locks, 0, false);
+  fproc_free(a);
+  fproc_free(b);
+  th_proxy_stop(c.prox);
+  env_stop(&e);
+  /*
+   * The holder must be told before the lock can go to someone else: the
+   * library knows when it sent its last confirmed renewal, and the
+   * server's lease cannot end before that time + the lease. KNOWN FAILURE
+   * (library bug, reported to the lead; RELIABILITY.md "Known failures"):
+   * the renewer notices only at its next retry after the lease ended, so
+   * the callback comes up to watchdog/12 late. The holder, which stops
+   * writing only when told, then overlaps the next holder, and a write it
+   * makes before the next holder's token reaches the resource is accepted.
+   * Left failing on purpose.
+   */
+  if (told_late_us >= 0)
+    printf("LIBRARY BUG: the lost callback of the cut-off holder came %.1f "
+           "ms after the lock was granted to another process (%lld "
+           "overlapping hold(s), %lld stale write(s) accepted)\n",
+           told_late_us / 1000.0, (long long)r.overlaps_lost,
+           (long long)r.stale_accepted);
+  CHECKF(told_late_us < 0,
+         "the cut-off holder was told %lld us AFTER the lock went to another",
+         (long long)told_late_us);
+  CHECK_INT(r.overlaps, ==, 0);
+  CHECK_INT(r.overlaps_lost, ==, 0);
+  CHECK_INT(r.stale_accepted, ==, 0);
+}
+
+/*
+ * A partition shorter than the lease (500 ms of a 2000 ms watchdog lease):
+ * the hold must survive without a lost callback, renewals must resume when
+ * it heals, and a waiter must not get the lock before the holder releases.
+ */
+static void t_partition_short(void) {
+  env_t e0;
+  net_setup(&e0, true);
+  env_t e;
+  env_start(&e, bind2);
+  e.net = e0.net;
+  cut_t c;
+  cut_setup(&c, &e);
+  printf("network: %s\n", e.net);
+  const char *L = "fault-blip";
+  size_t fa = 0, fb = 0;
+  fproc_t *a = spawn_worker(&e, "b0", c.url, "hold",
+                            "--name fault-blip --watchdog 2000 "
+                            "--connect-timeout 300 --command-timeout 300 "
+                            "--stop-on-lost");
+  WANT(a, "ACQUIRED", &fa, BOUND(10000));
+  fproc_t *b = spawn_worker(&e, "b1", e.lock->url, "hold",
+                            "--name fault-blip --watchdog 2000 --wait 20000");
+  wait_queued(&e, L, 1);
+  cut(&c, true);
+  th_sleep_ms(500); /* the scenario: a 500 ms partition */
+  int64_t t_heal = fproc_now_us();
+  cut(&c, false);
+  int64_t p1 = th_redis_int(e.lock, "PTTL %s", L);
+  bool ok;
+  TH_WAIT_FOR(ok,
+              th_redis_int(e.lock, "PTTL %s", L) >
+                  p1 - (fproc_now_us() - t_heal) / 1000 + 100,
+              BOUND(2000));
+  int64_t renewed_ms = (fproc_now_us() - t_heal) / 1000;
+  CHECKF(ok, "no renewal within 2 s of the partition healing");
+  CHECKF(fproc_count(a, "LOST ") == 0, "the hold was reported lost");
+  CHECK(fproc_send(a, "release") == 0);
+  const char *rel = WANT(a, "RELEASED", &fa, BOUND(3000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  const char *acq = WANT(b, "ACQUIRED", &fb, BOUND(3000));
+  CHECK(line_us(acq) > line_us(rel));
+  printf("FIGURE partition_short: 0 lost callbacks for a 500 ms partition "
+         "(watchdog lease 2000 ms); renewal resumed %lld ms after it healed "
+         "(%s)\n",
+         (long long)renewed_ms, e.net);
+  CHECK(fproc_send(b, "quit") == 0);
+  CHECK(fproc_send(a, "quit") == 0);
+  finish_worker(a);
+  finish_worker(b);
+  const char *locks[] = {L, NULL};
+  checker(&e, "partition_short", locks, 0);
+  fproc_free(a);
+  fproc_free(b);
+  th_proxy_stop(c.prox);
+  env_stop(&e);
+}
+
+/* ------------------------------------------------- slow, lossy network */
+
+static int64_t dropped_packets(int port) {
+  char out[8192];
+  if (fnet_iptables_out("-L OUTPUT -v -n -x", out, sizeof out) != 0)
+    return -1;
+  int64_t total = 0;
+  char pat[32];
+  snprintf(pat, sizeof pat, "%d", port);
+  for (char *s = NULL, *l = strtok_r(out, "\n", &s); l;
+       l = strtok_r(NULL, "\n", &s)) {
+    long long pk;
+    if (strstr(l, "DROP") && strstr(l, pat) && sscanf(l, " %lld", &pk) == 1)
+      total += pk;
+  }
+  return total;
+}
+
+/* Waits for DONE of every worker and sums a field. */
+static int64_t sum_done(fproc_t **w, int n, size_t *from, const char *key) {
+  int64_t s = 0;
+  for (int i = 0; i < n; i++) {
+    size_t f = from[i];
+    const char *d = fproc_expect(w[i], "DONE", &f, 0);
+    CHECK(d);
+    s += fproc_field(d, key);
+  }
+  return s;
+}
+
+static int64_t max_done(fproc_t **w, int n, size_t *from, const char *key) {
+  int64_t m = 0;
+  for (int i = 0; i < n; i++) {
+    size_t f = from[i];
+    const char *d = fproc_expect(w[i], "DONE", &f, 0);
+    CHECK(d);
+    if (fproc_field(d, key) > m)
+      m = fproc_field(d, key);
+  }
+  return m;
+}
+
+static void wait_done(fproc_t **w, int n, size_t *from, int64_t ms) {
+  int64_t deadline = fproc_now_us() + ms * 1000;
+  for (int i = 0; i < n; i++) {
+    int64_t left = (deadline - fproc_now_us()) / 1000;
+    size_t f = from[i];
+    if (!fproc_expect(w[i], "DONE", &f, left > 0 ? left : 0)) {
+      fproc_dump(w[i]);
+      CHECKF(false, "%s did not finish", w[i]->tag);
+    }
+    bool ok = fproc_wait_exit(w[i], BOUND(10000));
+    if (!ok || !WIFEXITED(w[i]->status) || WEXITSTATUS(w[i]->status) != 0) {
+      fproc_dump(w[i]);
+      CHECKF(false, "%s exited with status 0x%x", w[i]->tag, w[i]->status);
+    }
+  }
+}
+
+/*
+ * 50 ms delay each way and 1% packet loss between the clients and the lock
+ * server: three processes x two threads contend on two locks for 8 s. The
+ * checker must find no overlap and no stale write accepted.
+ */
+static void t_lossy(void) {
+  env_t e0;
+  net_setup(&e0, true);
+  env_t e;
+  env_start(&e, NULL);
+  e.net = e0.net;
+  bool real_loss = strcmp(e.net, "netns+iptables") == 0;
+  fnet_relay_t *relay =
+      fnet_relay_start(e.lock->port, 50, real_loss ? 0.0 : 1.0, 200);
+  CHECK(relay);
+  int rport = fnet_relay_port(relay);
+  if (real_loss) {
+    char a[160];
+    snprintf(a, sizeof a,
+             "-A OUTPUT -p tcp --dport %d -m statistic --mode random "
+             "--probability 0.01 -j DROP",
+             rport);
+    CHECK(fnet_iptables(a) == 0);
+    snprintf(a, sizeof a,
+             "-A OUTPUT -p tcp --sport %d -m statistic --mode random "
+             "--probability 0.01 -j DROP",
+             rport);
+    CHECK(fnet_iptables(a) == 0);
+  }
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", rport);
+  const int n = 3;
+  fproc_t *w[3];
+  size_t from[3] = {0, 0, 0};
+  for (int i = 0; i < n; i++) {
+    char tag[8];
+    snprintf(tag, sizeof tag, "l%d", i);
+    w[i] = spawn_worker(&e, tag, url, "contend",
+                        "--name fault-lossy-a,fault-lossy-b --threads 2 "
+                        "--duration 8000 --watchdog 3000 --connect-timeout "
+                        "2000 --command-timeout 2000 --wait 15000 --retry 20");
+  }
+  wait_done(w, n, from, BOUND(8000 + 30000));
+  int64_t grants = sum_done(w, n, from, "grants");
+  int64_t errors = sum_done(w, n, from, "errors");
+  int64_t lost = sum_done(w, n, from, "lost") + sum_done(w, n, from, "elost");
+  int64_t maxwait = max_done(w, n, from, "max_wait_ms");
+  int64_t chunks = 0, simlost = 0;
+  fnet_relay_stats(relay, &chunks, &simlost);
+  int64_t dropped = real_loss ? dropped_packets(rport) : simlost;
+  const char *locks[] = {"fault-lossy-a", "fault-lossy-b", NULL};
+  fence_report_t r = checker(&e, "lossy", locks, 0);
+  printf("FIGURE lossy: %lld violations in %lld grants over 8 s with 50 ms "
+         "delay each way and 1%% loss (%s; %lld packets/chunks dropped, %lld "
+         "relayed chunks; %lld backend errors retried, %lld holds lost, "
+         "longest wait %lld ms)\n",
+         (long long)(r.overlaps + r.stale_accepted), (long long)grants,
+         real_loss ? "loss by iptables statistic in a private netns"
+                   : "loss imitated by the relay",
+         (long long)dropped, (long long)chunks, (long long)errors,
+         (long long)lost, (long long)maxwait);
+  CHECK_INT(grants, >=, 20);
+  CHECK_INT(sum_done(w, n, from, "failed"), ==, 0);
+  for (int i = 0; i < n; i++)
+    fproc_free(w[i]);
+  fnet_relay_stop(relay);
+  env_stop(&e);
+}
+
+/* ------------------------------------------------------------- soak */
+
+static int64_t env_int(const char *name, int64_t dflt) {
+  const char *v = getenv(name);
+  return v && *v ? strtoll(v, NULL, 10) : dflt;
+}
+
+static bool is_bookkeeping(const char *k) {
+  static const char *const kinds[] = {
+      "redisson_unlock_latch:", "dlock_lock_queue:",
+      "dlock_lock_queue_timeout:", "dlock_lock_yield:", NULL};
+  for (int i = 0; kinds[i]; i++)
+    if (strncmp(k, kinds[i], strlen(kinds[i])) == 0)
+      return true;
+  return false;
+}
+
+/* SCANs the lock server: keys a finished run may leave are the test's own
+ * token counters and dlock/Redisson bookkeeping with an expiry. */
+static int64_t leaked_keys(env_t *e, char **locks, int nlocks,
+                           int64_t *bookkeeping) {
+  int64_t leaked = 0;
+  *bookkeeping = 0;
+  char cursor[32] = "0";
+  for (int round = 0; round < 100000; round++) {
+    redisReply *r = th_redis_cmd(e->lock, "SCAN %s COUNT 1000", cursor);
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+    redisReply *keys = r->element[1];
+    for (size_t i = 0; i < keys->elements; i++) {
+      const char *k = keys->element[i]->str;
+      bool is_lock = false;
+      for (int j = 0; j < nlocks; j++)
+        if (strcmp(k, locks[j]) == 0)
+          is_lock = true;
+      if (strncmp(k, "fault_fence_token:", 18) == 0)
+        continue;
+      int64_t pttl = th_redis_int(e->lock, "PTTL %s", k);
+      if (!is_lock && pttl > 0 && is_bookkeeping(k)) {
+        (*bookkeeping)++;
+        continue;
+      }
+      if (pttl == -2)
+        continue; /* expired meanwhile */
+      leaked++;
+      printf("leaked key: %s (PTTL %lld)\n", k, (long long)pttl);
+    }
+    freeReplyObject(r);
+    if (strcmp(cursor, "0") == 0)
+      break;
+  }
+  return leaked;
+}
+
+/*
+ * 8 processes x 4 threads contend on 4 locks for 60 s (FAULT_SOAK_SECS,
+ * FAULT_SOAK_PROCS, FAULT_SOAK_THREADS, FAULT_SOAK_LOCKS override; see
+ * soak-long.sh): no violation, no lost hold, every worker exits cleanly
+ * (client lifecycle included), bounded RSS growth, and no keys left behind
+ * once all locks are released.
+ */
+static void t_soak(void) {
+  int64_t secs = env_int("FAULT_SOAK_SECS", 60);
+  int nproc = (int)env_int("FAULT_SOAK_PROCS", 8);
+  int nthr = (int)env_int("FAULT_SOAK_THREADS", 4);
+  int nlocks = (int)env_int("FAULT_SOAK_LOCKS", 4);
+  CHECK(nproc >= 1 && nproc <= 32 && nthr >= 1 && nthr <= 32);
+  CHECK(nlocks >= 1 && nlocks <= 16);
+  env_t e;
+  env_start(&e, NULL);
+  char names[512] = "";
+  char *locks[17];
+  for (int i = 0; i < nlocks; i++) {
+    char n[32];
+    snprintf(n, sizeof n, "fault-soak-%d", i);
+    locks[i] = strdup(n);
+    snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+             i ? "," : "", n);
+  }
+  locks[nlocks] = NULL;
+  char opts[1024];
+  snprintf(opts, sizeof opts,
+           "--name %s --threads %d --duration %lld --watchdog 1500 --wait "
+           "30000 --churn 250 --rss-at %lld --max-life %lld",
+           names, nthr, (long long)secs * 1000, (long long)secs * 250,
+           (long long)secs * 1000 + BOUND(120000));
+  fproc_t *w[32];
+  size_t from[32] = {0};
+  int64_t t0 = fproc_now_us();
+  for (int i = 0; i < nproc; i++) {
+    char tag[8];
+    snprintf(tag, sizeof tag, "s%d", i);
+    w[i] = spawn_worker(&e, tag, e.lock->url, "contend", opts);
+  }
+  wait_done(w, nproc, from, secs * 1000 + BOUND(60000));
+  int64_t took = (fproc_now_us() - t0) / 1000;
+  int64_t grants = sum_done(w, nproc, from, "grants");
+  int64_t lost = sum_done(w, nproc, from, "lostcb");
+  int64_t elost = sum_done(w, nproc, from, "elost");
+  int64_t errors = sum_done(w, nproc, from, "errors");
+  int64_t timeouts = sum_done(w, nproc, from, "timeouts");
+  int64_t churned = sum_done(w, nproc, from, "churned");
+  int64_t maxwait = max_done(w, nproc, from, "max_wait_ms");
+  /* RSS growth from the quarter mark to the end, per process */
+  int64_t worst_growth = INT64_MIN, worst_end = 0;
+  for (int i = 0; i < nproc; i++) {
+    size_t f = 0;
+    const char *mark = fproc_expect(w[i], "at=mark", &f, 0);
+    f = 0;
+    const char *end = fproc_expect(w[i], "at=end", &f, 0);
+    CHECK(mark && end);
+    int64_t g = fproc_field(end, "kb") - fproc_field(mark, "kb");
+    if (g > worst_growth)
+      worst_growth = g;
+    if (fproc_field(end, "kb") > worst_end)
+      worst_end = fproc_field(end, "kb");
+  }
+  fence_report_t r = checker(&e, "soak", (const char *const *)locks, 0);
+  int64_t bk = 0;
+  int64_t leaked = leaked_keys(&e, locks, nlocks, &bk);
+  printf("FIGURE soak: %lld violations in %lld grants (%d processes x %d "
+         "threads, %d locks, %lld s; %.0f grants/s; %lld short-lived "
+         "clients; longest wait %lld ms; %lld waits timed out; %lld backend "
+         "errors; %lld lost callbacks, %lld ELOST)\n",
+         (long long)(r.overlaps + r.stale_accepted), (long long)grants, nproc,
+         nthr, nlocks, (long long)secs, grants * 1000.0 / (double)took,
+         (long long)churned, (long long)maxwait, (long long)timeouts,
+         (long long)errors, (long long)lost, (long long)elost);
+  printf("FIGURE soak.rss: %lld KiB worst RSS growth of a worker from the "
+         "quarter mark to the end (largest RSS %lld KiB)\n",
+         (long long)worst_growth, (long long)worst_end);
+  printf("FIGURE soak.keys: %lld keys leaked (%lld bookkeeping keys with an "
+         "expiry left, as allowed)\n",
+         (long long)leaked, (long long)bk);
+  CHECK_INT(leaked, ==, 0);
+  CHECK_INT(sum_done(w, nproc, from, "failed"), ==, 0);
+  CHECK_INT(grants, >=, 100);
+#ifndef FAULT_SANITIZED
+  CHECK_INT(lost + elost, ==, 0);
+  const char *wrap = getenv("FAULT_WORKER_WRAPPER");
+  if (!wrap || !*wrap)
+    CHECK_INT(worst_growth, <=, env_int("FAULT_SOAK_RSS_KB", 4096));
+#endif
+  for (int i = 0; i < nproc; i++)
+    fproc_free(w[i]);
+  for (int i = 0; i < nlocks; i++)
+    free(locks[i]);
+  env_stop(&e);
+}
+
+static const check_case_t cases[] = {
+    {"kill_holder", t_kill_holder},
+    {"pause_holder", t_pause_holder},
+    {"aof_restart", t_aof_restart},
+    {"kill_redis", t_kill_redis},
+    {"cli_on_lost", t_cli_on_lost},
+    {"pubsub_kill", t_pubsub_kill},
+    {"partition", t_partition},
+    {"partition_short", t_partition_short},
+    {"lossy", t_lossy},
+    {"soak", t_soak},
+};
+
+CHECK_MAIN(cases)
