@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The full test suite, as CI runs it: installs what is missing, builds with
 # warnings as errors, runs every test under AddressSanitizer+UBSan, then
-# under ThreadSanitizer, then in a normal build. Each test starts its own redis-server on a free loopback
+# under ThreadSanitizer, then each fuzz target for 25 s (tests/fuzz/run.sh),
+# then the integration tests under valgrind (tests/valgrind/run.sh), then in
+# a normal build. Each test starts its own redis-server on a free loopback
 # port and stops it. Usage: ./scripts/test.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,5 +25,9 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 echo "== TSan build =="
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
   run_suite build-tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_TSAN=ON
+echo "== Fuzzing (clang, libFuzzer, 25 s per target) =="
+./tests/fuzz/run.sh 25 build-fuzz
+echo "== valgrind memcheck (integration tests) =="
+./tests/valgrind/run.sh build-vg
 echo "== Release build =="
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
