@@ -110,6 +110,11 @@ static void normalise(const char *in, char *out, size_t n) {
     if (uuid) {
       o += (size_t)snprintf(out + o, n - o, "<client-id>");
       i += 36;
+      if (in[i] == ':' && isdigit((unsigned char)in[i + 1])) {
+        o += (size_t)snprintf(out + o, n - o, ":<tid>");
+        for (i++; isdigit((unsigned char)in[i]);)
+          i++;
+      }
       continue;
     }
     if (strncmp(in + i, "127.0.0.1:", 10) == 0 &&
