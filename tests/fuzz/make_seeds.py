@@ -137,6 +137,12 @@ REGRESSIONS = {
                                      SUBSCRIBED, SUBSCRIBED,
                                      rec(":9223372036854775807\r\n"),
                                      rec(":0\r\n")),
+        # a reply announcing 2^31-1 elements: hiredis 0.14 callocs 16 GiB
+        # for the element array before a single element arrives (libFuzzer:
+        # out-of-memory, malloc(17179869176)); the library should cap the
+        # element count (a redisReader created with its own createArray)
+        "huge-array-count": reply_seed(0, [ACQ, PING], PONG,
+                                       rec("*2147483647\r\n"), PONG),
         # both SUBSCRIBEs of a wait refused (an ACL user without channel
         # permissions), the second answer 10 ms after the first: the
         # waiter has given up and freed its channel by then, and the
