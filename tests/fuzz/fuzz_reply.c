@@ -193,8 +193,18 @@ static void expand(server_t *s, const record_t *r, buf_t *out) {
   }
 }
 
-/* Sends record r to connection i (or, for a push, to the pub/sub one). */
-static void send_record(server_t *s, const record_t *r, int i) {
+static int find_conn(const server_t *s, int fd) {
+  for (int k = 0; k < s->nconns; k++)
+    if (s->conns[k].fd == fd)
+      return k;
+  return -1;
+}
+
+/* Sends record r to the connection on fd (or, for a push, to the pub/sub
+ * one). Connections are found by fd each time: closing one moves another
+ * into its slot. */
+static void send_record(server_t *s, const record_t *r, int fd) {
+  int i = find_conn(s, fd);
   if (r->ctl & CTL_PUSH) {
     i = -1;
     for (int k = 0; k < s->nconns; k++)
@@ -254,16 +264,18 @@ static void note_command(server_t *s, int i, const redisReply *cmd) {
   }
 }
 
-/* Answers one command from connection i with the next record(s). */
-static void answer(server_t *s, int i, redisReply *cmd) {
+/* Answers one command from the connection on fd with the next record(s). */
+static void answer(server_t *s, int fd, redisReply *cmd) {
   s->cmd = cmd;
-  note_command(s, i, cmd);
+  int i = find_conn(s, fd);
+  if (i >= 0)
+    note_command(s, i, cmd);
   while (s->next < s->nrecs && (s->recs[s->next].ctl & CTL_PUSH))
-    send_record(s, &s->recs[s->next++], i);
+    send_record(s, &s->recs[s->next++], fd);
   if (s->next >= s->nrecs) {
     close_all(s); /* nothing left to say */
   } else {
-    send_record(s, &s->recs[s->next++], i);
+    send_record(s, &s->recs[s->next++], fd);
   }
   s->cmd = NULL;
   s->last_activity = now_ms();
@@ -286,10 +298,7 @@ static void read_conn(server_t *s, int i) {
   }
   for (;;) {
     /* the connection may have moved or closed while answering */
-    int k = -1;
-    for (int j = 0; j < s->nconns; j++)
-      if (s->conns[j].fd == fd)
-        k = j;
+    int k = find_conn(s, fd);
     if (k < 0)
       return;
     void *r = NULL;
@@ -299,7 +308,7 @@ static void read_conn(server_t *s, int i) {
     }
     if (!r)
       return;
-    answer(s, k, r);
+    answer(s, fd, r);
     freeReplyObject(r);
   }
 }
@@ -357,7 +366,7 @@ static void *server_main(void *arg) {
     /* quiet for a while: the rest of a truncated reply, or stray data */
     if (now_ms() - s->last_activity >= IDLE_MS && s->last >= 0 &&
         s->next < s->nrecs) {
-      send_record(s, &s->recs[s->next++], s->last);
+      send_record(s, &s->recs[s->next++], s->conns[s->last].fd);
       s->last_activity = now_ms();
     }
   }
