@@ -67,3 +67,22 @@ int dlock__preferr(int code, const char *fmt, ...) {
   errbuf[plen + 2 + rlen] = '\0';
   return code;
 }
+
+void dlock__scrub_error(const char *secret) {
+  if (!secret || !*secret)
+    return;
+  size_t n = strlen(secret);
+  char out[DLOCK__ERRBUF];
+  size_t o = 0;
+  for (const char *p = errbuf; *p && o + 1 < sizeof out;) {
+    if (strncmp(p, secret, n) == 0) {
+      for (const char *m = "***"; *m && o + 1 < sizeof out; m++)
+        out[o++] = *m;
+      p += n;
+    } else {
+      out[o++] = *p++;
+    }
+  }
+  out[o] = '\0';
+  memcpy(errbuf, out, o + 1);
+}

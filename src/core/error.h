@@ -18,4 +18,9 @@ int dlock__seterr(int code, const char *fmt, ...)
 int dlock__preferr(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Replaces every occurrence of `secret` in the thread's error detail with
+ * "***" (a server may echo a command's arguments, a password included, in
+ * its error text). NULL or "" does nothing. */
+void dlock__scrub_error(const char *secret);
+
 #endif

@@ -47,6 +47,10 @@ static int call_end(const dlock_lock_t *l, int rc) {
   return rc;
 }
 
+/* dlock's own keys (wait queues, grant channels) all begin with this; a
+ * lock of such a name could be another lock's bookkeeping. */
+#define DLOCK__RESERVED_PREFIX "dlock_lock_"
+
 static int check_name(const char *name, const char *fn) {
   if (!name)
     return dlock__seterr(DLOCK_EINVAL, "%s: name is NULL", fn);
@@ -56,6 +60,12 @@ static int check_name(const char *name, const char *fn) {
   if (n > DLOCK_NAME_MAX)
     return dlock__seterr(DLOCK_EINVAL, "%s: name is longer than %d bytes", fn,
                          DLOCK_NAME_MAX);
+  if (strncmp(name, DLOCK__RESERVED_PREFIX,
+              sizeof DLOCK__RESERVED_PREFIX - 1) == 0)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: names beginning with \"" DLOCK__RESERVED_PREFIX
+                         "\" are reserved for dlock's own keys",
+                         fn);
   return 0;
 }
 
@@ -259,8 +269,8 @@ static int wait_and_acquire(wait_ctx *x) {
   snprintf(x->member, sizeof x->member, "%s:%" PRIu64 ":%" PRId64, x->owner,
            x->seq, x->lease);
   x->q.member = x->member;
-  int rc =
-      dlock__waiter_begin(c, &x->w, x->l->channel, x->l->grant, x->tid, x->seq);
+  int rc = dlock__waiter_begin(c, &x->w, x->l->name, x->l->channel, x->l->grant,
+                               x->tid, x->seq);
   if (rc)
     return rc;
   rc = wait_loop(x);

@@ -33,13 +33,27 @@ static void wake_all(dlock__chan *ch) {
     wake(w);
 }
 
-/* Wakes the oldest waiter not already woken. */
-static void wake_one(dlock__chan *ch) {
+/* Wakes the oldest waiter of `lock` not already woken. */
+static void wake_first(dlock__chan *ch, const char *lock) {
   for (dlock__waiter *w = ch->head; w; w = w->next) {
-    if (!w->woken) {
+    if (!w->woken && strcmp(w->lock, lock) == 0) {
       wake(w);
       return;
     }
+  }
+}
+
+/* A release message: wakes one waiter of each lock on the channel. */
+static void wake_one_per_lock(dlock__chan *ch) {
+  for (dlock__waiter *w = ch->head; w; w = w->next) {
+    bool seen = false; /* an older waiter of this lock was considered */
+    for (dlock__waiter *o = ch->head; o != w; o = o->next)
+      if (strcmp(o->lock, w->lock) == 0) {
+        seen = true;
+        break;
+      }
+    if (!seen)
+      wake_first(ch, w->lock);
   }
 }
 
@@ -107,9 +121,11 @@ static void deliver_grant(struct dlock_client *c, dlock__chan *ch,
 }
 
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
-                        const char *channel, const char *grant, uint64_t tid,
-                        uint64_t seq) {
+                        const char *lock, const char *channel,
+                        const char *grant, uint64_t tid, uint64_t seq) {
   memset(w, 0, sizeof *w);
+  w->lock = lock;
+  w->grant = grant;
   w->tid = tid;
   w->seq = seq;
   pthread_condattr_t attr;
@@ -170,8 +186,10 @@ int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w) {
 
 bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w) {
   pthread_mutex_lock(&c->mu);
-  bool ok = w->chan->state == DLOCK__CH_SUBBED && w->chan->grant &&
-            !w->chan->no_handoff;
+  /* the channel may have been created for another lock sharing Redisson's
+   * channel: hand-off only through this lock's own grant channel */
+  bool ok = w->chan->state == DLOCK__CH_SUBBED && w->chan->grant && w->grant &&
+            strcmp(w->chan->grant, w->grant) == 0 && !w->chan->no_handoff;
   pthread_mutex_unlock(&c->mu);
   return ok;
 }
@@ -232,7 +250,7 @@ void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w) {
     ch->tail = w->prev;
   ch->nwaiters--;
   if (w->woken && !w->granted)
-    wake_one(ch); /* pass an unconsumed wake on */
+    wake_first(ch, w->lock); /* pass an unconsumed wake on */
   if (w->wants && --ch->nwanting == 0) {
     ch->idle_since = dlock__now_ms();
     ch->err = 0; /* the next waiter may try the subscription again */
@@ -258,7 +276,7 @@ void dlock__chans_on_event_locked(struct dlock_client *c, dlock__watch_event ev,
     else if (plen == 1 && payload[0] == '1')
       wake_all(ch);
     else
-      wake_one(ch);
+      wake_one_per_lock(ch);
     break;
   case DLOCK__W_SUBSCRIBED:
     if (ch->state == DLOCK__CH_SUBBING && --ch->pending <= 0) {

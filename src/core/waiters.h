@@ -9,8 +9,10 @@
  * reconnect wakes every waiter, since messages may have been lost.
  *
  * Wake rules (Redisson's): message "1" wakes every waiter of the channel in
- * this client; any other message wakes one, the oldest not already woken.
- * A waiter that leaves with an unconsumed wake passes it on.
+ * this client; any other message wakes one waiter per lock, the oldest not
+ * already woken (Redisson's layout gives "x" and "{x}" the same channel, so
+ * one channel may serve two locks). A waiter that leaves with an unconsumed
+ * wake passes it on to a waiter of the same lock.
  *
  * Hand-off: a channel may have a companion grant channel (one per lock and
  * client) on which a release announces that it made a queued waiter the
@@ -58,6 +60,8 @@ typedef struct dlock__chan {
 struct dlock__waiter {
   dlock__waiter *prev, *next;
   dlock__chan *chan;
+  const char *lock;  /* the lock's name (wake-ups are per lock) */
+  const char *grant; /* this lock's grant channel, or NULL */
   pthread_cond_t cond;
   uint64_t tid, seq; /* match a grant's "<tid>:<seq>" */
   bool woken;
@@ -68,8 +72,8 @@ struct dlock__waiter {
 /* Caller side. grant may be NULL (no hand-off). Registering does not
  * subscribe anything: an acquire that succeeds at once costs no SUBSCRIBE. */
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
-                        const char *channel, const char *grant, uint64_t tid,
-                        uint64_t seq);
+                        const char *lock, const char *channel,
+                        const char *grant, uint64_t tid, uint64_t seq);
 /* Asks for the channel's subscription and keeps it while this waiter is
  * registered. With only_if_subscribed, does so only when the channel is
  * already subscribed (atomically with that check). Returns whether it is

@@ -19,6 +19,7 @@
  */
 #include "redis/redis.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,18 @@
 char *dlock__redis_prefixed(const char *prefix, const char *name) {
   if (strchr(name, '{'))
     return dlock__asprintf("%s:%s", prefix, name);
+  return dlock__asprintf("%s:{%s}", prefix, name);
+}
+
+/* Redisson's rule above maps "x" and "{x}" to the same string: harmless for
+ * its channel (a spurious wake-up), fatal for a hand-off queue. dlock's own
+ * keys and channels keep the slot but separate the two families: a name
+ * with a '{' gets "prefix:=name" (its own hash tag decides the slot), one
+ * without gets "prefix:{name}"; the character after the colon tells them
+ * apart, so the mapping is one-to-one. */
+char *dlock__redis_own_key(const char *prefix, const char *name) {
+  if (strchr(name, '{'))
+    return dlock__asprintf("%s:=%s", prefix, name);
   return dlock__asprintf("%s:{%s}", prefix, name);
 }
 
@@ -129,6 +142,7 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
     }
   }
   if (rc) {
+    dlock__scrub_error(r->password); /* servers may echo AUTH's arguments */
     dlock__conn_close(c);
     return rc;
   }
@@ -350,8 +364,8 @@ typedef struct queue_keys {
 } queue_keys;
 
 static int queue_keys_make(queue_keys *k, const char *name) {
-  k->queue = dlock__redis_prefixed(QUEUE_PREFIX, name);
-  k->timeouts = dlock__redis_prefixed(QUEUE_TIMEOUT_PREFIX, name);
+  k->queue = dlock__redis_own_key(QUEUE_PREFIX, name);
+  k->timeouts = dlock__redis_own_key(QUEUE_TIMEOUT_PREFIX, name);
   return k->queue && k->timeouts ? 0 : DLOCK_ENOMEM;
 }
 
@@ -363,7 +377,7 @@ static void queue_keys_clear(queue_keys *k) {
 static char *redis_lock_grant_channel(void *be, const char *name,
                                       const char *client_id) {
   (void)be;
-  char *prefix = dlock__redis_prefixed(GRANT_PREFIX, name);
+  char *prefix = dlock__redis_own_key(GRANT_PREFIX, name);
   char *ch = prefix ? dlock__asprintf("%s:%s", prefix, client_id) : NULL;
   dlock__free(prefix);
   return ch;
@@ -443,8 +457,8 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   snprintf(latch_ms, sizeof latch_ms, "%" PRId64, latch);
   char *channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
   char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
-  char *grant = dlock__redis_prefixed(GRANT_PREFIX, name);
-  char *yield = dlock__redis_prefixed(YIELD_PREFIX, name);
+  char *grant = dlock__redis_own_key(GRANT_PREFIX, name);
+  char *yield = dlock__redis_own_key(YIELD_PREFIX, name);
   char *latch_key =
       latch_prefix ? dlock__asprintf("%s:%s", latch_prefix, request_id) : NULL;
   queue_keys k;
@@ -607,14 +621,21 @@ static int redis_lock_query(void *be, const char *name, const char *owner,
   int rc = command(be, argc, argv, &rep);
   if (rc)
     return rc;
-  if (rep->type == REDIS_REPLY_INTEGER) {
+  /* only the shapes and ranges each command can answer: EXISTS and
+   * HEXISTS 0/1, PTTL >= -2, HGET a decimal count or nil */
+  bool flag = q == DLOCK__Q_LOCKED || q == DLOCK__Q_HELD;
+  if (rep->type == REDIS_REPLY_INTEGER && q != DLOCK__Q_COUNT) {
+    if ((flag && (rep->integer < 0 || rep->integer > 1)) ||
+        (!flag && rep->integer < -2))
+      return unexpected(rep, argv[0]);
     *out = rep->integer;
   } else if (q == DLOCK__Q_COUNT && rep->type == REDIS_REPLY_NIL) {
     *out = 0;
   } else if (q == DLOCK__Q_COUNT && rep->type == REDIS_REPLY_STRING) {
     char *end = NULL;
+    errno = 0;
     long long v = strtoll(rep->str, &end, 10);
-    if (!end || *end || v < 0)
+    if (!end || end == rep->str || *end || v < 0 || errno == ERANGE)
       return unexpected(rep, "hold count");
     *out = v;
   } else {

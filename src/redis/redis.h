@@ -35,8 +35,12 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t deadline,
                       dlock__conn **out);
 /* Maps an error reply to a code and detail ("<what>: <server message>"). */
 int dlock__redis_error(const redisReply *reply, const char *what);
-/* `prefix:{name}` (or `prefix:name` when name has a '{'). Caller frees. */
+/* Redisson's `prefix:{name}` (or `prefix:name` when name has a '{'), for
+ * the keys and channels Redisson shares. Caller frees. */
 char *dlock__redis_prefixed(const char *prefix, const char *name);
+/* dlock's own keys and channels: `prefix:{name}`, or `prefix:=name` when
+ * name has a '{' (one-to-one, same cluster slot as the lock). */
+char *dlock__redis_own_key(const char *prefix, const char *name);
 
 /* watch.c */
 int dlock__redis_watch_connect(void *be, int64_t deadline);

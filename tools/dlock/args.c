@@ -18,6 +18,7 @@
  * cli_printable() before it is quoted back.
  */
 #include "args.h"
+#include "url.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -126,6 +127,9 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    /* a message may quote an argument that is a URL given in the wrong
+     * place: never echo its password */
+    cli_redact_urls_in_text(err);
   }
   return CLI_EX_USAGE;
 }
@@ -158,7 +162,8 @@ int cli_parse_secs(const char *s, int64_t *ms) {
   }
   if (ndigits == 0 || *p != '\0')
     return -1;
-  if (too_big || whole > CLI_SECS_MAX || (whole == CLI_SECS_MAX && frac > 0))
+  if (too_big || whole > CLI_SECS_MAX ||
+      (whole == CLI_SECS_MAX && (frac > 0 || round_up)))
     return -3;
   *ms = whole * 1000 + frac + (round_up ? 1 : 0);
   return 0;

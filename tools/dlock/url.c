@@ -216,3 +216,40 @@ void cli_redact_text(const char *in, const char *const *secrets, size_t n,
   }
   out[o] = '\0';
 }
+
+/* Ends an authority inside free text: the URL's own delimiters, and the
+ * quotes and spaces a message puts around it. */
+static bool ends_authority(char ch) {
+  return ch == '\0' || ch == '/' || ch == '?' || ch == '#' || ch == ' ' ||
+         ch == '\'' || ch == '"' || ch == '\n' || ch == '\t';
+}
+
+void cli_redact_urls_in_text(char *text) {
+  static const char mask[] = "***";
+  char *p = text;
+  for (int guard = 0; guard < 64 && (p = strstr(p, "://")) != NULL; guard++) {
+    char *auth = p + 3, *at = NULL, *q = auth;
+    for (; !ends_authority(*q); q++)
+      if (*q == '@')
+        at = q; /* the userinfo ends at the authority's last '@' */
+    if (at == NULL || at == auth) {
+      p = auth;
+      continue;
+    }
+    char *colon = memchr(auth, ':', (size_t)(at - auth));
+    char *sec = colon != NULL ? colon + 1 : auth;
+    if (sec >= at) {
+      p = at;
+      continue;
+    }
+    size_t seclen = (size_t)(at - sec), rest = strlen(at) + 1;
+    if (seclen >= sizeof mask - 1) { /* the text only shrinks */
+      memcpy(sec, mask, sizeof mask - 1);
+      memmove(sec + sizeof mask - 1, at, rest);
+      p = sec + sizeof mask - 1;
+    } else {
+      memset(sec, '*', seclen); /* shorter than the mask: hide in place */
+      p = at;
+    }
+  }
+}

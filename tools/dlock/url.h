@@ -50,4 +50,10 @@ bool cli_url_is_tls(const char *url);
 void cli_redact_text(const char *in, const char *const *secrets, size_t n,
                      char *out, size_t outlen);
 
+/* Rewrites text[] in place so that every URL-shaped piece in it
+ * ("scheme://userinfo@...") shows "***" for its secret, as
+ * cli_url_redact() would. For messages that quote raw arguments (a usage
+ * error may quote a URL given where something else was expected). */
+void cli_redact_urls_in_text(char *text);
+
 #endif /* DLOCK_CLI_URL_H */
