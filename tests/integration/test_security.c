@@ -152,6 +152,15 @@ static void snapshot(th_server_t *s, bool channels, strset_t *into) {
   freeReplyObject(r);
 }
 
+/* Keys matching a KEYS pattern. */
+static size_t count_matching(th_server_t *s, const char *pattern) {
+  redisReply *r = th_redis_cmd(s, "KEYS %s", pattern);
+  size_t n = r && r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
 static size_t count_of(th_server_t *s, bool channels) {
   strset_t t = {0};
   snapshot(s, channels, &t);
@@ -231,12 +240,11 @@ static const char *const g_names[] = {
     "a{b}c",
     "a:b",
     ":",
+    "=x",
+    "={x}",
     "redisson_lock__channel:{x}",
-    "dlock_lock_queue:{x}",
-    "dlock_lock_queue_timeout:{x}",
-    "dlock_lock_yield:{x}",
-    "dlock_lock_grant:{x}",
     "redisson_unlock_latch:{x}",
+    "x:dlock_lock_queue:{x}",
 };
 #define NNAMES (sizeof g_names / sizeof g_names[0])
 
@@ -251,36 +259,47 @@ static void t_names_disjoint(void) {
     printf("%-30s %zu keys, %zu channels\n", fp[i].name, fp[i].keys.n,
            fp[i].chans.n);
   }
-  int shared = 0;
+  int shared = 0, redisson = 0;
   for (size_t i = 0; i < NNAMES; i++) {
     for (size_t j = i + 1; j < NNAMES; j++) {
       for (int kind = 0; kind < 2; kind++) {
         const strset_t *a = kind ? &fp[i].chans : &fp[i].keys;
         const strset_t *b = kind ? &fp[j].chans : &fp[j].keys;
         for (size_t k = 0; k < a->n; k++) {
-          if (set_has(b, a->v[k])) {
-            printf("SHARED %s \"%s\" by names \"%s\" and \"%s\"\n",
-                   kind ? "channel" : "key", a->v[k], fp[i].name, fp[j].name);
+          if (!set_has(b, a->v[k]))
+            continue;
+          /* Redisson's own names (its wake channel, its release latches
+           * with a random request id) follow Redisson's rule, which maps
+           * "x" and "{x}" alike; interop needs them as they are.
+           * handoff_stays_on_its_name checks they change nothing. */
+          bool layout = strncmp(a->v[k], "redisson_", 9) == 0;
+          printf("%s %s \"%s\" by names \"%s\" and \"%s\"\n",
+                 layout ? "shared (Redisson's layout)" : "SHARED",
+                 kind ? "channel" : "key", a->v[k], fp[i].name, fp[j].name);
+          if (layout)
+            redisson++;
+          else
             shared++;
-          }
         }
       }
     }
   }
+  printf("%d names, %d keys/channels of Redisson's layout shared\n",
+         (int)NNAMES, redisson);
   for (size_t i = 0; i < NNAMES; i++) {
     set_free(&fp[i].keys);
     set_free(&fp[i].chans);
   }
   th_server_stop(s);
   CHECKF(shared == 0,
-         "%d keys/channels are shared by two different lock names (see "
-         "SHARED above)",
+         "%d of dlock's keys/channels are shared by two different lock "
+         "names (see SHARED above)",
          shared);
 }
 
-/* "x" and "{x}" are two locks, but share the wait queue and the hand-off
- * channels: a release of "x" must not hand anything to a waiter of
- * "{x}", and must not make "{x}" look acquired while another holds it. */
+/* "x" and "{x}" are two locks that share Redisson's wake channel: a
+ * release of "x" must not hand anything to a waiter of "{x}", nor make
+ * "{x}" look acquired while another owner holds it. */
 static void t_handoff_stays_on_its_name(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
@@ -294,8 +313,7 @@ static void t_handoff_stays_on_its_name(void) {
   it_async_start(&w, bx, 3000, WD, false); /* B waits for "{x}" */
   CHECK(it_wait_subscribers(s, "{x}", 1, 5000));
   bool queued;
-  TH_WAIT_FOR(queued, th_redis_int(s, "EXISTS %s", "dlock_lock_queue:{x}") == 1,
-              5000);
+  TH_WAIT_FOR(queued, count_matching(s, "dlock_lock_queue*") >= 1, 5000);
   CHECKF(queued, "the waiter of \"{x}\" never queued");
   CHECK_OK(dlock_lock_release(ax)); /* A releases "x" */
   it_async_wait(&w, 5000);
@@ -326,70 +344,148 @@ static void t_handoff_stays_on_its_name(void) {
   CHECK_RC(brc, DLOCK_ETIMEDOUT);
 }
 
-/* A lock named like another lock's queue key must not break that lock:
- * its waiters, its release, or the other name's own locking. */
-static void t_queue_key_name(void) {
+/* Names of dlock's own keys are refused, so no lock can be another lock's
+ * queue, timeouts, yield key or grant channel. */
+static void t_reserved_names(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
-  dlock_client_t *a = quiet_client(s), *b = quiet_client(s),
-                 *d = quiet_client(s);
-  dlock_lock_t *ax = it_lock(a, "x"), *bx = it_lock(b, "x"),
-               *dq = it_lock(d, "dlock_lock_queue:{x}");
-  int bad = 0;
-  /* 1: D holds "dlock_lock_queue:{x}"; A holds "x"; B waits for "x" */
-  CHECK_OK(dlock_lock_acquire(dq, 0, WD));
-  CHECK_OK(dlock_lock_acquire(ax, 0, WD));
-  it_async_t w;
-  it_async_start(&w, bx, 5000, WD, true);
-  CHECK(it_wait_subscribers(s, "x", 1, 5000));
-  th_sleep_ms(200); /* the scenario: B waits while A holds */
-  bool early = atomic_load(&w.done);
-  int arc = dlock_lock_release(ax);
-  printf("A's release of \"x\" while \"dlock_lock_queue:{x}\" is held: %s "
-         "(\"%s\")\n",
-         dlock_err_name(arc), dlock_last_error());
-  if (arc != DLOCK_OK) {
-    bad++;
-    /* "x" stays locked until its lease runs out: clear it by hand */
-    CHECK_OK(dlock_lock_force_release(ax, NULL));
+  dlock_client_t *c = quiet_client(s);
+  const char *names[] = {
+      "dlock_lock_queue:{x}",         "dlock_lock_queue:={x}",
+      "dlock_lock_queue_timeout:{x}", "dlock_lock_yield:{x}",
+      "dlock_lock_grant:{x}:id",      "dlock_lock_"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    dlock_lock_t *l = (dlock_lock_t *)s;
+    CHECK_RC(dlock_lock_new(c, names[i], &l), DLOCK_EINVAL);
+    CHECK(l == NULL);
+    CHECK(strstr(dlock_last_error(), "reserved"));
   }
-  CHECK(it_async_wait(&w, 6000));
-  printf("B's wait for \"x\": %s (\"%s\")%s\n", dlock_err_name(w.rc), w.err,
-         early ? ", returned before A released" : "");
-  if (w.rc != DLOCK_OK)
-    bad++;
-  it_async_finish(&w);
-  /* 2: B queued on "x" first, then D locks "dlock_lock_queue:{x}" */
-  CHECK_OK(dlock_lock_release(dq));
-  CHECK_OK(dlock_lock_acquire(ax, 0, WD));
-  it_async_start(&w, bx, 5000, WD, true);
-  bool queued;
-  TH_WAIT_FOR(queued, th_redis_int(s, "EXISTS %s", "dlock_lock_queue:{x}") == 1,
-              5000);
-  CHECK(queued);
-  int drc = dlock_lock_acquire(dq, 0, WD);
-  printf("D locking \"dlock_lock_queue:{x}\" while \"x\" has a waiter: %s "
-         "(\"%s\")\n",
-         dlock_err_name(drc), dlock_last_error());
-  if (drc != DLOCK_OK)
-    bad++;
-  arc = dlock_lock_release(ax);
-  if (arc != DLOCK_OK)
-    CHECK_OK(dlock_lock_force_release(ax, NULL));
-  CHECK(it_async_wait(&w, 6000));
-  it_async_finish(&w);
-  if (drc == DLOCK_OK)
-    dlock_lock_release(dq);
-  dlock_lock_free(ax);
-  dlock_lock_free(bx);
-  dlock_lock_free(dq);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* One round of contention on `name`: A holds, B waits (queued), A
+ * releases, B gets the lock and releases. 0, or the step that failed. */
+static const char *contend(th_server_t *s, const char *name, int *code) {
+  dlock_client_t *a = quiet_client(s), *b = quiet_client(s);
+  dlock_lock_t *la = it_lock(a, name), *lb = it_lock(b, name);
+  const char *failed = NULL;
+  it_async_t w;
+  memset(&w, 0, sizeof w);
+  bool started = false;
+  if ((*code = dlock_lock_acquire(la, 0, WD)) != 0) {
+    failed = "A's acquire";
+    goto out;
+  }
+  it_async_start(&w, lb, 5000, WD, true);
+  started = true;
+  if (!it_wait_subscribers(s, name, 1, 5000)) {
+    failed = "B never waited";
+    goto out;
+  }
+  if ((*code = dlock_lock_release(la)) != 0) {
+    failed = "A's release";
+    dlock_lock_force_release(la, NULL);
+    goto out;
+  }
+  if (!it_async_wait(&w, 6000) || (*code = w.rc) != 0)
+    failed = "B's wait";
+out:
+  if (started) {
+    int rel = it_async_finish(&w);
+    if (!failed && rel != 0) {
+      *code = rel;
+      failed = "B's release";
+    }
+  }
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
   dlock_client_free(a);
   dlock_client_free(b);
-  dlock_client_free(d);
+  return failed;
+}
+
+/* Every key another lock uses during a hold and a wait (observed on the
+ * server), taken as a lock name: refused, or held without breaking that
+ * other lock. */
+static void t_keys_as_names(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  const char *victims[] = {"x", "{x}"};
+  int bad = 0, refused = 0, held = 0;
+  for (size_t v = 0; v < 2; v++) {
+    /* the victim's keys while held twice (latch) and waited for */
+    dlock_client_t *a = quiet_client(s), *b = quiet_client(s);
+    dlock_lock_t *la = it_lock(a, victims[v]), *lb = it_lock(b, victims[v]);
+    CHECK_OK(dlock_lock_acquire(la, 0, WD));
+    CHECK_OK(dlock_lock_acquire(la, 0, WD));
+    CHECK_OK(dlock_lock_release(la));
+    it_async_t w;
+    it_async_start(&w, lb, 10000, WD, true);
+    bool queued;
+    TH_WAIT_FOR(queued, count_matching(s, "dlock_lock_queue*") >= 1, 5000);
+    CHECK(queued);
+    redisReply *keys = th_redis_cmd(s, "KEYS *");
+    CHECK(keys && keys->type == REDIS_REPLY_ARRAY);
+    CHECK_OK(dlock_lock_release(la));
+    CHECK(it_async_wait(&w, 10000));
+    CHECK_OK(w.rc);
+    it_async_finish(&w);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    /* each of them as the name of a lock */
+    dlock_client_t *d = quiet_client(s);
+    for (size_t k = 0; k < keys->elements; k++) {
+      const char *key = keys->element[k]->str;
+      if (strcmp(key, victims[v]) == 0)
+        continue;
+      dlock_lock_t *dl = NULL;
+      int rc = dlock_lock_new(d, key, &dl);
+      if (rc == DLOCK_EINVAL) {
+        refused++;
+        printf("\"%s\" (a key of \"%s\"): refused as a name\n", key,
+               victims[v]);
+        continue;
+      }
+      CHECK_OK(rc);
+      rc = dlock_lock_acquire(dl, 0, WD);
+      if (rc == DLOCK_EWRONGTYPE) {
+        /* the key is there, of another type: the name is taken, nothing
+         * can be done to the other lock through it */
+        printf("\"%s\" (a key of \"%s\"): occupied (%s)\n", key, victims[v],
+               dlock_err_name(rc));
+        refused++;
+        dlock_lock_free(dl);
+        continue;
+      }
+      int code = 0;
+      const char *step =
+          rc ? "the other lock's acquire" : contend(s, victims[v], &code);
+      printf("\"%s\" (a key of \"%s\") held as a lock: %s%s%s\n", key,
+             victims[v], step ? step : "no effect", step ? " failed with " : "",
+             step ? dlock_err_name(rc ? rc : code) : "");
+      if (step)
+        bad++;
+      else
+        held++;
+      if (rc == 0 && dlock_lock_release(dl) != 0)
+        dlock_lock_force_release(dl, NULL);
+      dlock_lock_free(dl);
+    }
+    dlock_client_free(d);
+    freeReplyObject(keys);
+    redisReply *r = th_redis_cmd(s, "FLUSHALL");
+    if (r)
+      freeReplyObject(r);
+  }
+  printf("%d keys refused or occupied, %d held as locks without effect\n",
+         refused, held);
   th_server_stop(s);
   CHECKF(bad == 0,
-         "the lock named \"dlock_lock_queue:{x}\" and the lock \"x\" broke "
-         "each other %d time(s) (see above)",
+         "%d lock(s) named after another lock's key broke that lock (see "
+         "above)",
          bad);
 }
 
@@ -885,7 +981,8 @@ static void t_ids_distinct_uuid4(void) {
 static const check_case_t cases[] = {
     {"names_disjoint", t_names_disjoint},
     {"handoff_stays_on_its_name", t_handoff_stays_on_its_name},
-    {"queue_key_name", t_queue_key_name},
+    {"reserved_names", t_reserved_names},
+    {"keys_as_names", t_keys_as_names},
     {"locking_one_leaves_others", t_locking_one_leaves_others},
     {"password_not_in_logs", t_password_not_in_logs},
     {"password_not_echoed_by_server", t_password_not_echoed_by_server},
