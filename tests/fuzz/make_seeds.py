@@ -163,6 +163,12 @@ REGRESSIONS = {
             [b"--urll=redis://:Sekr3t-pw@h", b"n", b"true"]),
         "usage-echo-bad-seconds": b"\0".join(
             [b"-w", b"redis://:Sekr3t-pw@h", b"n", b"true"]),
+        # the usage messages hide a URL's password only up to a '/', '?'
+        # or '#' (the library's grammar), argv scrubbing and the -u
+        # messages up to the last '@' (what a user may type): the
+        # unencoded "Pa/Sekr3t-pw" is echoed
+        "usage-echo-slash-in-password": b"\0".join(
+            [b"--urll=redis://:Pa/Sekr3t-pw@h", b"n", b"true"]),
         # a fraction below a millisecond rounds up past CLI_SECS_MAX: the
         # value must be refused (cli_parse_secs() -3), not become
         # 1000000000001 ms
