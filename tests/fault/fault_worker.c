@@ -23,8 +23,8 @@
  * Everything the test needs is printed on stdout, one line per event, each
  * line written with one write(2) (the lost callback prints from the
  * library's background thread): READY, ACQUIRED, ACQFAIL, WRITE, LOST,
- * RELEASED, PING, RSS, DONE. Times are CLOCK_MONOTONIC microseconds, shared
- * with the test process.
+ * RELEASED, PING, RSS, LOG (library warnings), DONE. Times are CLOCK_MONOTONIC
+ * microseconds, shared with the test process.
  *
  * Threads: main (hold mode: everything; contend: supervisor), contend
  * threads, the library's background thread (lost callback: atomics and one
@@ -62,7 +62,7 @@ static struct cfg {
   int nlocks;
   int64_t watchdog_ms, lease_ms, wait_ms, connect_ms, command_ms;
   int64_t write_every_ms, hold_ms, duration_ms, max_life_ms, rss_at_ms;
-  int threads, iters, retry, churn;
+  int threads, iters, retry, churn, log_level;
   bool stop_on_lost;
 } cfg = {.lease_ms = DLOCK_LEASE_WATCHDOG,
          .wait_ms = DLOCK_WAIT_FOREVER,
@@ -71,6 +71,7 @@ static struct cfg {
          .write_every_ms = 50,
          .max_life_ms = 120000,
          .threads = 1,
+         .log_level = DLOCK_LOG_WARN,
          .retry = 0};
 
 static int64_t t_start_us;
@@ -154,6 +155,14 @@ static void on_lost(void *ud, const char *name, uint64_t tid,
        reason == DLOCK_LOST_GONE ? "gone" : "unreachable", (long long)now);
 }
 
+/* Library warnings and errors, for the test's diagnostics. */
+static void on_log(void *ud, dlock_log_level_t level, const char *msg) {
+  (void)ud;
+  static const char *const names[] = {"error", "warn", "info", "debug"};
+  emit("LOG %s t=%lld %s", names[level <= DLOCK_LOG_DEBUG ? level : 3],
+       (long long)fence_now_us(), msg);
+}
+
 /* ---------------------------------------------------------------- setup */
 
 static dlock_client_t *new_client(void) {
@@ -166,6 +175,8 @@ static dlock_client_t *new_client(void) {
       dlock_options_set_watchdog_timeout(o, cfg.watchdog_ms) != 0)
     die("bad --watchdog");
   dlock_options_set_lost_callback(o, on_lost, NULL);
+  dlock_options_set_log_callback(o, on_log, NULL,
+                                 (dlock_log_level_t)cfg.log_level);
   char name[64];
   snprintf(name, sizeof name, "fault-%s", cfg.tag);
   dlock_options_set_client_name(o, name);
@@ -691,7 +702,7 @@ static void usage(void) {
           "  --watchdog MS --lease MS --wait MS --connect-timeout MS\n"
           "  --command-timeout MS --write-every MS --hold-ms MS --retry N\n"
           "  --stop-on-lost --threads N --iters N --duration MS --churn N\n"
-          "  --rss-at MS --max-life MS\n");
+          "  --rss-at MS --max-life MS --log-level 0..3\n");
   exit(64);
 }
 
@@ -729,6 +740,7 @@ int main(int argc, char **argv) {
       {"churn", required_argument, 0, 'c'},
       {"rss-at", required_argument, 0, 'm'},
       {"max-life", required_argument, 0, 'M'},
+      {"log-level", required_argument, 0, 'g'},
       {0, 0, 0, 0}};
   int o;
   char *names = NULL;
@@ -790,6 +802,9 @@ int main(int argc, char **argv) {
       break;
     case 'M':
       cfg.max_life_ms = atoll(optarg);
+      break;
+    case 'g':
+      cfg.log_level = atoi(optarg);
       break;
     default:
       usage();
