@@ -1,7 +1,7 @@
 /*
  * fproc.c - child processes of a fault test (fproc.h).
  *
- * Design note. fork + execv with three descriptors: the child's stdin is a
+ * Design note. fork + execvp with three descriptors: the child's stdin is a
  * pipe from us, its stdout a pipe to us (non-blocking on our side), its
  * stderr ours (so ctest shows what it says). The child asks for SIGKILL
  * when we die (the worker sets PR_SET_PDEATHSIG itself; here it is set
@@ -99,7 +99,7 @@ fproc_t *fproc_start(char *const argv[], const char *tag, bool own_group) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
-    execv(argv[0], argv);
+    execvp(argv[0], argv);
     fprintf(stderr, "fproc: exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
