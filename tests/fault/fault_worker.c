@@ -331,7 +331,7 @@ static void hold_release(hold_state_t *h) {
     return;
   }
   int64_t lost_us = atomic_load(&slots[0].lost_us);
-  int64_t end = fence_now_us();
+  int64_t called = fence_now_us(), end = called;
   if (cfg.stop_on_lost && lost_us)
     end = lost_us;
   int rc = release(h->l);
@@ -344,9 +344,9 @@ static void hold_release(hold_state_t *h) {
   if (rc == DLOCK_ELOST)
     h->elost++;
   h->held = false;
-  emit("RELEASED rc=%s t=%lld took_ms=%lld held=1 err=\"%s\"",
-       dlock_err_name(rc), (long long)done, (long long)(done - end) / 1000,
-       rc ? dlock_last_error() : "");
+  emit("RELEASED rc=%s t=%lld called=%lld took_ms=%lld held=1 err=\"%s\"",
+       dlock_err_name(rc), (long long)done, (long long)called,
+       (long long)(done - called) / 1000, rc ? dlock_last_error() : "");
 }
 
 static int run_hold(void) {
