@@ -125,7 +125,7 @@ typedef struct sub_cmd {
   bool grants; /* a SUBSCRIBE of grant channels */
   size_t left; /* confirmations still due */
   size_t n;
-  const char **names;
+  const char **names; /* copies, owned */
 } sub_cmd;
 
 typedef struct bg_state {
@@ -138,9 +138,16 @@ typedef struct bg_state {
   size_t fifo_head, fifo_len, fifo_cap;
 } bg_state;
 
+static void cmd_free(sub_cmd *cmd) {
+  for (size_t i = 0; cmd->names && i < cmd->n; i++)
+    dlock__free((void *)cmd->names[i]);
+  dlock__free((void *)cmd->names);
+  cmd->names = NULL;
+}
+
 static void fifo_clear(bg_state *s) {
   for (size_t i = 0; i < s->fifo_len; i++)
-    dlock__free((void *)s->fifo[(s->fifo_head + i) % s->fifo_cap].names);
+    cmd_free(&s->fifo[(s->fifo_head + i) % s->fifo_cap]);
   s->fifo_head = s->fifo_len = 0;
 }
 
@@ -159,13 +166,20 @@ static int fifo_push(bg_state *s, bool subscribe, bool grants,
     s->fifo_cap = nc;
   }
   sub_cmd *cmd = &s->fifo[(s->fifo_head + s->fifo_len) % s->fifo_cap];
+  /* copies: a refusal may come after the channel was freed (its waiters
+   * gave up on the first refusal of the pair) */
+  cmd->n = n;
   cmd->names = dlock__calloc(n, sizeof *cmd->names);
   if (!cmd->names)
     return DLOCK_ENOMEM;
-  memcpy((void *)cmd->names, names, n * sizeof *names);
+  for (size_t i = 0; i < n; i++)
+    if (!(cmd->names[i] = dlock__strdup(names[i]))) {
+      cmd_free(cmd);
+      return DLOCK_ENOMEM;
+    }
   cmd->subscribe = subscribe;
   cmd->grants = grants;
-  cmd->left = cmd->n = n;
+  cmd->left = n;
   s->fifo_len++;
   return 0;
 }
@@ -175,7 +189,7 @@ static sub_cmd *fifo_front(bg_state *s) {
 }
 
 static void fifo_pop(bg_state *s) {
-  dlock__free((void *)s->fifo[s->fifo_head].names);
+  cmd_free(&s->fifo[s->fifo_head]);
   s->fifo_head = (s->fifo_head + 1) % s->fifo_cap;
   s->fifo_len--;
 }

@@ -118,7 +118,7 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (h->watchdog && !h->lost && h->next_renew <= horizon)
+    if (h->watchdog && !h->lost && !h->releasing && h->next_renew <= horizon)
       n++;
   }
   *items = NULL;
@@ -145,7 +145,7 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e && i < n;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (!(h->watchdog && !h->lost && h->next_renew <= horizon))
+    if (!(h->watchdog && !h->lost && !h->releasing && h->next_renew <= horizon))
       continue;
     (*items)[i].gen = h->gen;
     (*items)[i].tid = h->tid;
@@ -159,6 +159,13 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
   return i;
 }
 
+/* The moment past which the client can no longer vouch for h's lease. */
+static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h) {
+  int64_t lease = c->opts.watchdog_ms;
+  int64_t margin = lease / 20 < 5 ? 5 : lease / 20;
+  return h->last_ok + lease - margin;
+}
+
 static int64_t earliest_due(struct dlock_client *c) {
   int64_t due = DLOCK__NEVER;
   size_t cur;
@@ -167,8 +174,58 @@ static int64_t earliest_due(struct dlock_client *c) {
     dlock__hold *h = e->value;
     if (h->watchdog && !h->lost && h->next_renew < due)
       due = h->next_renew;
+    if (h->watchdog && !h->lost && !h->releasing && vouch_until(c, h) < due)
+      due = vouch_until(c, h);
   }
   return due;
+}
+
+static void note_lost(dlock__hold *h, dlock_lost_reason_t why, lost_note *lost,
+                      size_t *nlost) {
+  h->lost = true;
+  h->lost_reason = why;
+  if (lost && (lost[*nlost].name = dlock__strdup(h->name))) {
+    lost[*nlost].tid = h->tid;
+    lost[*nlost].reason = why;
+    (*nlost)++;
+  }
+}
+
+/* Marks lost every watchdog hold past its vouching deadline; mu held. */
+static size_t expire_unvouched_locked(struct dlock_client *c, int64_t now,
+                                      lost_note **lost, size_t *nlost) {
+  size_t cur, n = 0;
+  for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
+       e = dlock__map_next(&c->holds, e, &cur)) {
+    dlock__hold *h = e->value;
+    if (h->watchdog && !h->lost && !h->releasing && now >= vouch_until(c, h))
+      n++;
+  }
+  if (n == 0)
+    return 0;
+  *lost = dlock__calloc(n, sizeof **lost);
+  for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
+       e = dlock__map_next(&c->holds, e, &cur)) {
+    dlock__hold *h = e->value;
+    if (h->watchdog && !h->lost && !h->releasing && now >= vouch_until(c, h))
+      note_lost(h, DLOCK_LOST_UNREACHABLE, *lost, nlost);
+  }
+  return n;
+}
+
+static void report_lost(struct dlock_client *c, lost_note *lost, size_t n,
+                        dlock_lost_fn fn, void *ud) {
+  for (size_t i = 0; i < n; i++) {
+    dlock__log(c, DLOCK_LOG_WARN, "lock '%.200s' (thread %llu) lost: %s",
+               lost[i].name, (unsigned long long)lost[i].tid,
+               lost[i].reason == DLOCK_LOST_GONE
+                   ? "the key is gone or owned by someone else"
+                   : "its lease could not be confirmed in time (backend "
+                     "unreachable)");
+    if (fn)
+      fn(ud, lost[i].name, lost[i].tid, lost[i].reason);
+    dlock__free(lost[i].name);
+  }
 }
 
 void dlock__renewer_run(struct dlock_client *c) {
@@ -176,31 +233,42 @@ void dlock__renewer_run(struct dlock_client *c) {
   dlock__renewal *ren = NULL;
   int64_t lease = c->opts.watchdog_ms;
   int64_t retry = lease / 12 < 50 ? 50 : lease / 12;
+  lost_note *early = NULL;
+  size_t nearly = 0;
 
   pthread_mutex_lock(&c->mu);
   int64_t sent = dlock__now_ms();
+  expire_unvouched_locked(c, sent, &early, &nearly);
   size_t n = collect_due(c, sent, &items, &ren);
-  /* give up when the first of these leases runs out: past that, waiting
-   * longer for the server only delays telling the holder it lost it */
-  int64_t expiry = DLOCK__NEVER;
+  /* give up when the first of these leases can no longer be vouched for:
+   * past that, waiting longer only delays telling the holder */
+  int64_t deadline = DLOCK__NEVER;
   for (size_t i = 0; i < n; i++) {
     dlock__hold *h = dlock__hold_find_locked(c, ren[i].name, items[i].tid);
-    if (h && h->last_ok + lease < expiry)
-      expiry = h->last_ok + lease;
+    if (h && vouch_until(c, h) < deadline)
+      deadline = vouch_until(c, h);
   }
+  dlock_lost_fn fn = c->opts.lost_fn;
+  void *ud = c->opts.lost_ud;
+  if (n == 0)
+    c->renew_due = earliest_due(c);
   pthread_mutex_unlock(&c->mu);
-  if (expiry <= sent)
-    expiry = sent + 1;
+  report_lost(c, early, nearly, fn, ud);
+  dlock__free(early);
+  if (n == 0)
+    return;
+  if (deadline <= sent)
+    deadline = sent + 1;
 
-  int rc = n ? c->ops->lock_renew(c->be, ren, n, lease, expiry) : 0;
+  int rc = c->ops->lock_renew(c->be, ren, n, lease, deadline);
   if (rc)
     dlock__log(c, DLOCK_LOG_WARN, "renewal of %zu lease(s) failed: %s", n,
                dlock_last_error());
-  else if (n)
+  else
     dlock__log(c, DLOCK_LOG_DEBUG, "renewed %zu lease(s) in %lld ms", n,
                (long long)(dlock__now_ms() - sent));
 
-  lost_note *lost = n ? dlock__calloc(n, sizeof *lost) : NULL;
+  lost_note *lost = dlock__calloc(n, sizeof *lost);
   size_t nlost = 0;
   pthread_mutex_lock(&c->mu);
   int64_t now = dlock__now_ms();
@@ -208,44 +276,25 @@ void dlock__renewer_run(struct dlock_client *c) {
     dlock__hold *h = dlock__hold_find_locked(c, ren[i].name, items[i].tid);
     if (!h || h->gen != items[i].gen || h->lost)
       continue;
-    bool gone = false;
-    dlock_lost_reason_t why = DLOCK_LOST_GONE;
     if (rc == 0 && ren[i].result == 1) {
       h->last_ok = sent;
       h->next_renew = sent + lease / 3;
     } else if (rc == 0) {
-      gone = true;
-    } else if (now - h->last_ok >= lease) {
-      gone = true;
-      why = DLOCK_LOST_UNREACHABLE;
+      /* gone: unless it is our own release that got there first */
+      if (!h->releasing)
+        note_lost(h, DLOCK_LOST_GONE, lost, &nlost);
+    } else if (now >= vouch_until(c, h)) {
+      if (!h->releasing)
+        note_lost(h, DLOCK_LOST_UNREACHABLE, lost, &nlost);
     } else {
-      h->next_renew = now + retry;
-    }
-    if (gone) {
-      h->lost = true;
-      h->lost_reason = why;
-      if (lost && (lost[nlost].name = dlock__strdup(h->name))) {
-        lost[nlost].tid = h->tid;
-        lost[nlost].reason = why;
-        nlost++;
-      }
+      h->next_renew =
+          now + retry < vouch_until(c, h) ? now + retry : vouch_until(c, h);
     }
   }
   c->renew_due = earliest_due(c);
-  dlock_lost_fn fn = c->opts.lost_fn;
-  void *ud = c->opts.lost_ud;
   pthread_mutex_unlock(&c->mu);
 
-  for (size_t i = 0; i < nlost; i++) {
-    dlock__log(c, DLOCK_LOG_WARN, "lock '%.200s' (thread %llu) lost: %s",
-               lost[i].name, (unsigned long long)lost[i].tid,
-               lost[i].reason == DLOCK_LOST_GONE
-                   ? "the key is gone or owned by someone else"
-                   : "the backend was unreachable for a whole lease");
-    if (fn)
-      fn(ud, lost[i].name, lost[i].tid, lost[i].reason);
-    dlock__free(lost[i].name);
-  }
+  report_lost(c, lost, nlost, fn, ud);
   for (size_t i = 0; i < n; i++)
     dlock__free((void *)ren[i].name);
   dlock__free(lost);

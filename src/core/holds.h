@@ -9,8 +9,12 @@
  *
  * The renewer runs on the background thread: every due watchdog lease of
  * the client goes to the backend in one batched call (one round trip), and
- * holds that the server no longer has, or that could not be renewed for a
- * whole lease, are marked lost and reported through the lost callback.
+ * holds that the server no longer has are marked lost and reported through
+ * the lost callback. So are holds the client can no longer vouch for: the
+ * server's lease runs at least until last_ok + lease (last_ok = when the
+ * last confirmed renewal was sent), and a hold not confirmed again by
+ * last_ok + lease - margin (margin 5% of the lease, at least 5 ms) is
+ * reported lost then, before the server can give the lock to anyone else.
  */
 #ifndef DLOCK_CORE_HOLDS_H
 #define DLOCK_CORE_HOLDS_H
@@ -26,6 +30,8 @@ typedef struct dlock__hold {
   int64_t count;    /* local reentry count */
   int64_t lease_ms; /* lease given on the last acquire */
   bool watchdog;    /* renewed by the background thread */
+  bool releasing;   /* a release is in flight: a renewal that finds the key
+                       gone is that release, not a loss */
   bool lost;
   dlock_lost_reason_t lost_reason;
   uint64_t gen;       /* changes every time the hold is created */

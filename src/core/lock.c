@@ -187,7 +187,6 @@ typedef struct wait_ctx {
   dlock__queue_entry q;
   char member[128];
   int64_t refresh_at;  /* when the queue entry wants refreshing */
-  int64_t queued_at;   /* when the first queuing attempt was sent */
   int64_t since;       /* when the attempt that got the lock was sent */
   int64_t entry_until; /* the queue entry cannot outlive this */
 } wait_ctx;
@@ -210,8 +209,6 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     x->q.ttl_ms = (left > 0 ? left : 0) + QUEUE_ENTRY_GRACE_MS;
     /* from now on the server may hold an entry, whatever the reply */
     x->q.queued = true;
-    if (!x->queued_at)
-      x->queued_at = now;
     x->entry_until = now + x->q.ttl_ms + x->lease;
   }
   x->since = now;
@@ -251,8 +248,9 @@ static int wait_loop(wait_ctx *x) {
      * the holder's lease. pttl < 0: the key has no expiry (or vanished):
      * sleep to the deadline unless woken. */
     int64_t until = x->deadline;
-    if (pttl >= 0 && now + (pttl > 0 ? pttl : 1) < until)
-      until = now + (pttl > 0 ? pttl : 1);
+    int64_t nap = pttl > 0 ? pttl : 1;
+    if (pttl >= 0 && nap < until - now) /* no overflow on a huge PTTL */
+      until = now + nap;
     if (x->q.queued && x->refresh_at < until)
       until = x->refresh_at;
     dlock__waiter_sleep(c, &x->w, until);
@@ -277,11 +275,11 @@ static int wait_and_acquire(wait_ctx *x) {
   if (rc != 1 && dlock__waiter_granted(c, &x->w)) {
     /* handed over while the last step failed: the grant stands */
     rc = 1;
-    x->since = x->queued_at;
+    x->since = dlock__waiter_granted(c, &x->w);
   } else if (rc == 1 && dlock__waiter_granted(c, &x->w)) {
-    /* the grant came with no attempt of ours: its lease started after our
-     * first queuing attempt, the earliest moment we can vouch for */
-    x->since = x->queued_at;
+    /* the grant came by message, with no attempt of ours: its lease
+     * started just before the message was read */
+    x->since = dlock__waiter_granted(c, &x->w);
   } else if (rc != 1 && x->q.queued) {
     /* leave the queue; a hand-off that raced with giving up is kept */
     char saved[512];
@@ -385,6 +383,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
   dlock__hold *h = dlock__hold_find_locked(c, l->name, tid);
   int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
   bool h_had_id = h && h->release_id[0];
+  if (h)
+    h->releasing = true; /* a renewal that meets our release is not a loss */
   if (h_had_id)
     memcpy(req, h->release_id, sizeof req);
   else
@@ -407,6 +407,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
 
   pthread_mutex_lock(&c->mu);
   h = dlock__hold_find_locked(c, l->name, tid);
+  if (h)
+    h->releasing = false;
   if (out < 0) {
     if (h && out != DLOCK_EWRONGTYPE)
       memcpy(h->release_id, req, sizeof req); /* a retry reuses it */

@@ -110,6 +110,7 @@ static void deliver_grant(struct dlock_client *c, dlock__chan *ch,
   for (dlock__waiter *w = ch->head; w; w = w->next) {
     if (w->tid == tid && w->seq == seq) {
       w->granted = true;
+      w->granted_at = dlock__now_ms();
       wake(w);
       return;
     }
@@ -194,9 +195,9 @@ bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w) {
   return ok;
 }
 
-bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w) {
+int64_t dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w) {
   pthread_mutex_lock(&c->mu);
-  bool g = w->granted;
+  int64_t g = w->granted ? w->granted_at : 0;
   pthread_mutex_unlock(&c->mu);
   return g;
 }

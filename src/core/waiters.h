@@ -65,8 +65,9 @@ struct dlock__waiter {
   pthread_cond_t cond;
   uint64_t tid, seq; /* match a grant's "<tid>:<seq>" */
   bool woken;
-  bool wants;   /* counted in chan->nwanting */
-  bool granted; /* a release handed this waiter the lock */
+  bool wants;         /* counted in chan->nwanting */
+  bool granted;       /* a release handed this waiter the lock */
+  int64_t granted_at; /* when its grant message was read (monotonic ms) */
 };
 
 /* Caller side. grant may be NULL (no hand-off). Registering does not
@@ -87,8 +88,9 @@ int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w);
 /* True when an attempt may queue for a hand-off now: subscribed, grant
  * channel included. */
 bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w);
-/* True when a release handed this waiter the lock. */
-bool dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w);
+/* When a release handed this waiter the lock (the monotonic ms its message
+ * was read), or 0 when none did. */
+int64_t dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w);
 /* Waits until the channel is subscribed (true) or the deadline (false). */
 bool dlock__waiter_await_subscription(struct dlock_client *c, dlock__waiter *w,
                                       int64_t deadline);

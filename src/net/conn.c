@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -121,13 +122,53 @@ failed:
                        strerror(errno));
 }
 
+/* Replies are parsed by hiredis's reader with its own reply objects, except
+ * that an array may announce at most MAX_ARRAY elements: hiredis allocates
+ * the whole element vector when the header arrives, so "*2147483647\r\n"
+ * alone would cost 16 GiB. dlock's largest replies (a renewal batch, a lock
+ * state) have a few hundred elements. hiredis 0.14 does not export its
+ * default functions; a reader made the normal way points at them, so they
+ * are copied once and createArray is wrapped. */
+#define MAX_ARRAY (1 << 20)
+
+static redisReplyObjectFunctions capped_fns;
+static void *(*hiredis_create_array)(const redisReadTask *, int);
+static bool capped_ok;
+static pthread_once_t capped_once = PTHREAD_ONCE_INIT;
+
+static void *capped_create_array(const redisReadTask *task, int elements) {
+  if (elements < 0 || elements > MAX_ARRAY)
+    return NULL; /* the reader reports an error; the conn is dropped */
+  return hiredis_create_array(task, elements);
+}
+
+static void capped_init(void) {
+  redisReader *r = redisReaderCreate();
+  if (!r || !r->fn || !r->fn->createArray) {
+    if (r)
+      redisReaderFree(r);
+    return;
+  }
+  capped_fns = *r->fn;
+  hiredis_create_array = capped_fns.createArray;
+  capped_fns.createArray = capped_create_array;
+  capped_ok = true;
+  redisReaderFree(r);
+}
+
+static redisReader *reader_new(void) {
+  pthread_once(&capped_once, capped_init);
+  return capped_ok ? redisReaderCreateWithFunctions(&capped_fns)
+                   : redisReaderCreate();
+}
+
 static dlock__conn *conn_alloc(void) {
   dlock__conn *c = dlock__calloc(1, sizeof *c);
   if (!c)
     return NULL;
   c->fd = -1;
   c->tp = &plain_transport;
-  c->reader = redisReaderCreate();
+  c->reader = reader_new();
   if (!c->reader) {
     dlock__free(c);
     dlock__seterr(DLOCK_ENOMEM, "out of memory creating a reply parser");

@@ -217,11 +217,13 @@ void cli_redact_text(const char *in, const char *const *secrets, size_t n,
   out[o] = '\0';
 }
 
-/* Ends an authority inside free text: the URL's own delimiters, and the
- * quotes and spaces a message puts around it. */
+/* Ends a URL-shaped token inside free text: the quotes and spaces a
+ * message puts around it. The URL's own delimiters ('/', '?', '#') do not
+ * end it: a password may hold them by mistake, and hiding too much is the
+ * safe error (argv scrubbing also reaches to the last '@'). */
 static bool ends_authority(char ch) {
-  return ch == '\0' || ch == '/' || ch == '?' || ch == '#' || ch == ' ' ||
-         ch == '\'' || ch == '"' || ch == '\n' || ch == '\t';
+  return ch == '\0' || ch == ' ' || ch == '\'' || ch == '"' || ch == '\n' ||
+         ch == '\t';
 }
 
 void cli_redact_urls_in_text(char *text) {
