@@ -2,8 +2,12 @@
 # Installs what dlock needs to build and test on Debian 12, if anything is
 # missing. Needs root (or sudo) only when something must be installed.
 set -euo pipefail
+# build and run; clang + libclang-rt-14-dev: libFuzzer (tests/fuzz);
+# valgrind: memcheck over the integration tests; iproute2 + iptables: the
+# fault suite's network partitions (tests/fault, in a private namespace)
 pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
-      redis-server redis-tools)
+      redis-server redis-tools clang libclang-rt-14-dev valgrind
+      iproute2 iptables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
