@@ -209,11 +209,12 @@ static fence_report_t checker_x(env_t *e, const char *scenario,
   redisFree(c);
   printf("FIGURE %s.checker: %lld violations (overlapping holds %lld, stale "
          "writes accepted %lld; overlaps behind a holder told it lost the "
-         "lock %lld; %lld holds, %lld writes accepted, %lld refused)\n",
+         "lock %lld; %lld holds, %lld writes accepted, %lld refused)%s\n",
          scenario, (long long)(sum.overlaps + sum.stale_accepted),
          (long long)sum.overlaps, (long long)sum.stale_accepted,
          (long long)sum.overlaps_lost, (long long)sum.sessions,
-         (long long)sum.writes_ok, (long long)sum.writes_refused);
+         (long long)sum.writes_ok, (long long)sum.writes_refused,
+         assert_it ? "" : " [not asserted here: see below]");
   if (sum.first_problem[0])
     printf("checker: %s\n", sum.first_problem);
   CHECKF(sum.open == 0, "%lld holds without an end record",
@@ -499,31 +500,43 @@ static void t_aof_restart(void) {
 /* ---------------------------------------- killed without persistence */
 
 /*
- * Two processes hold two locks (watchdog 1000 ms, renewed every 333 ms).
- * The lock server is killed with SIGKILL and started again, empty. Each
- * holder must learn from its next renewal that its lock is gone (lost
- * callback) within one renewal interval of the server being back, and its
- * release must say DLOCK_ELOST.
+ * Two processes hold two locks (watchdog 1000 ms, renewed every 333 ms), a
+ * third waits for the first lock. The lock server is killed with SIGKILL
+ * and started again, empty. Each holder must learn from its next renewal
+ * that its lock is gone (lost callback) within one renewal interval of the
+ * server being back, and its release must say DLOCK_ELOST.
+ *
+ * The waiter shows the price of a server that forgets: it is granted the
+ * lock on the empty server at once, while the old holder still believes it
+ * holds it until that renewal. The token counter was lost with the data
+ * too, so tokens start again at 1 and fencing cannot tell the two apart.
+ * Known limit of a non-persistent backend: the figures are reported, the
+ * overlap is not asserted away.
  */
 static void t_kill_redis(void) {
   env_t e;
   env_start(&e, NULL);
-  const char *opts[2] = {
+  const char *opts[3] = {
       "--name fault-kr-a --watchdog 1000 --stop-on-lost --connect-timeout "
       "500 --command-timeout 500",
       "--name fault-kr-b --watchdog 1000 --stop-on-lost --connect-timeout "
-      "500 --command-timeout 500"};
-  fproc_t *w[2];
-  size_t from[2] = {0, 0};
+      "500 --command-timeout 500",
+      "--name fault-kr-a --watchdog 1000 --connect-timeout 500 "
+      "--command-timeout 500 --wait 20000 --retry 200"};
+  const char *tags[3] = {"r0", "r1", "r2"};
+  fproc_t *w[3];
+  size_t from[3] = {0, 0, 0};
   for (int i = 0; i < 2; i++) {
-    w[i] = spawn_worker(&e, i ? "r1" : "r0", e.lock->url, "hold", opts[i]);
+    w[i] = spawn_worker(&e, tags[i], e.lock->url, "hold", opts[i]);
     WANT(w[i], "ACQUIRED", &from[i], BOUND(10000));
   }
+  w[2] = spawn_worker(&e, tags[2], e.lock->url, "hold", opts[2]);
+  wait_queued(&e, "fault-kr-a", 1);
   int64_t t_kill = fproc_now_us();
   CHECK_INT(th_server_kill9(e.lock), ==, 0);
   CHECK_INT(th_server_up(e.lock), ==, 0);
   int64_t t_up = fproc_now_us();
-  int64_t worst = 0;
+  int64_t worst = 0, lost_a = 0;
   for (int i = 0; i < 2; i++) {
     size_t fl = 0;
     const char *lost = WANT(w[i], "LOST ", &fl, BOUND(3000));
@@ -534,6 +547,8 @@ static void t_kill_redis(void) {
            w[i]->tag, (long long)after_up,
            (long long)(line_us(lost) - t_kill) / 1000,
            str_field(lost, "reason"));
+    if (i == 0)
+      lost_a = line_us(lost);
     if (after_up > worst)
       worst = after_up;
     CHECK_INT(after_up, <=, 333 + BOUND(150));
@@ -541,6 +556,8 @@ static void t_kill_redis(void) {
   printf("FIGURE kill_redis: %lld ms worst from server back (empty) to the "
          "lost callback (renewal interval 333 ms; restart took %lld ms)\n",
          (long long)worst, (long long)(t_up - t_kill) / 1000);
+  const char *acq = WANT(w[2], "ACQUIRED", &from[2], BOUND(5000));
+  int64_t acq_us = line_us(acq);
   for (int i = 0; i < 2; i++) {
     CHECK(fproc_send(w[i], "release") == 0);
     const char *rel = WANT(w[i], "RELEASED", &from[i], BOUND(5000));
@@ -548,9 +565,22 @@ static void t_kill_redis(void) {
     CHECK(fproc_send(w[i], "quit") == 0);
     finish_worker(w[i]);
   }
+  CHECK(fproc_send(w[2], "release") == 0);
+  const char *rel = WANT(w[2], "RELEASED", &from[2], BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  CHECK(fproc_send(w[2], "quit") == 0);
+  finish_worker(w[2]);
   const char *locks[] = {"fault-kr-a", "fault-kr-b", NULL};
-  checker(&e, "kill_redis", locks, 0);
-  for (int i = 0; i < 2; i++)
+  fence_report_t r = checker_x(&e, "kill_redis", locks, 0, false);
+  printf("FIGURE kill_redis.data_loss: the waiter was granted the lock %lld "
+         "ms after the empty server was back, %lld ms before the old holder "
+         "was told; %lld overlapping hold(s), %lld stale write(s) accepted "
+         "(token counter restarted at 1 with the data; known limit of a "
+         "backend without persistence)\n",
+         (long long)(acq_us - t_up) / 1000, (long long)(lost_a - acq_us) / 1000,
+         (long long)(r.overlaps + r.overlaps_lost),
+         (long long)r.stale_accepted);
+  for (int i = 0; i < 3; i++)
     fproc_free(w[i]);
   env_stop(&e);
 }
