@@ -925,6 +925,14 @@ static void cut(cut_t *c, bool on) {
  * the network faults will use. Must run before env_start(). */
 static void net_setup(env_t *e, bool need_iptables) {
   static char why[256];
+  /* FAULT_NET=proxy or FAULT_NET=netns force a fallback (to test it) */
+  const char *force = getenv("FAULT_NET");
+  if (force && strcmp(force, "proxy") == 0) {
+    printf("FALLBACK: FAULT_NET=proxy: the harness's loopback proxy stands "
+           "in for the network\n");
+    e->net = "proxy";
+    return;
+  }
   if (fnet_enter(why, sizeof why) != 0) {
     printf("FALLBACK: no network namespace here (%s): the harness's "
            "loopback proxy stands in for the network\n",
@@ -932,7 +940,10 @@ static void net_setup(env_t *e, bool need_iptables) {
     e->net = "proxy";
     return;
   }
-  if (need_iptables && !fnet_have_iptables(why, sizeof why)) {
+  if (force && strcmp(force, "netns") == 0)
+    snprintf(why, sizeof why, "FAULT_NET=netns");
+  if (need_iptables && ((force && strcmp(force, "netns") == 0) ||
+                        !fnet_have_iptables(why, sizeof why))) {
     printf("FALLBACK: %s: the harness's loopback proxy / the relay stands in "
            "for packet filters\n",
            why);
