@@ -22,9 +22,9 @@
  * Timing bounds get a factor FAULT_SLOW in sanitizer builds.
  *
  * Cases: kill_holder pause_holder aof_restart kill_redis cli_on_lost
- * pubsub_kill partition partition_short lossy soak, and two races the
- * soak found: long_wait_handoff release_during_renewal. Main thread only
- * (the harness wants servers started there).
+ * pubsub_kill partition partition_short lossy soak, and regressions for
+ * two races the soak found: long_wait_handoff release_during_renewal. Main
+ * thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
 #include "check.h"
@@ -764,12 +764,12 @@ static void t_pubsub_kill(void) {
  * handed to it (by the releaser's script and a message) must hold it like
  * any other grant: no lost callback, release OK. The waiter talks to the
  * server through a relay that adds 10 ms each way (any real network), the
- * holder keeps the lock 1600 ms with a 1000 ms watchdog lease. KNOWN
- * FAILURE (library bug, reported): a hand-off by message dates the hold
- * from the waiter's first queuing attempt, so a wait longer than the lease
- * makes the first renewal run with a deadline already past; it times out
- * and the hold is declared lost (unreachable) at once, and the release that
- * follows says DLOCK_ELOST although it released the lock.
+ * holder keeps the lock 1600 ms with a 1000 ms watchdog lease. Regression
+ * test: before eb74980 a hand-off by message dated the hold from the
+ * waiter's first queuing attempt, so a wait longer than the lease made the
+ * first renewal run with a deadline already past; it timed out, the hold
+ * was declared lost (unreachable) at once, and the release that followed
+ * said DLOCK_ELOST although it released the lock (found by the soak).
  */
 static void t_long_wait_handoff(void) {
   env_t e;
@@ -819,7 +819,7 @@ static void t_long_wait_handoff(void) {
   env_stop(&e);
   CHECK_INT(waited, >, 1000);
   if (lost_why[0])
-    printf("LIBRARY BUG: a hand-off after a wait longer than the lease was "
+    printf("REGRESSION: a hand-off after a wait longer than the lease was "
            "reported lost (%s) and its release said %s\n",
            lost_why, rel_rc);
   CHECKF(!lost_why[0], "the handed-over hold was reported lost (%s)", lost_why);
@@ -831,11 +831,11 @@ static void t_long_wait_handoff(void) {
  * A release that runs while the renewer renews the same hold must not be
  * reported lost. One client, one thread, no other process, no fault: hold
  * for about a third of a 30 ms watchdog lease (when the renewal is due) and
- * release, 400 times. KNOWN FAILURE (library bug, reported): when the
- * renewal reaches the server after the release, it finds the key gone; the
- * renewer marks the hold lost (callback, reason gone) before the release's
- * reply is processed, and the release then returns DLOCK_ELOST although it
- * released the lock itself.
+ * release, 400 times. Regression test: before eb74980, a renewal that
+ * reached the server after the release found the key gone, the renewer
+ * marked the hold lost (callback, reason gone) before the release's reply
+ * was processed, and the release returned DLOCK_ELOST although it had
+ * released the lock itself (8-15 of 400; found by the soak).
  */
 static int race_lost;
 static void race_cb(void *ud, const char *name, uint64_t tid,
@@ -881,7 +881,7 @@ static void t_release_during_renewal(void) {
   dlock_client_free(c);
   th_server_stop(s);
   if (elost || lostcb)
-    printf("LIBRARY BUG: releases that raced with a renewal were reported "
+    printf("REGRESSION: releases that raced with a renewal were reported "
            "lost\n");
   CHECK_INT(elost, ==, 0);
   CHECK_INT(lostcb, ==, 0);
@@ -1047,16 +1047,15 @@ static void t_partition(void) {
   /*
    * The holder must be told before the lock can go to someone else: the
    * library knows when it sent its last confirmed renewal, and the
-   * server's lease cannot end before that time + the lease. KNOWN FAILURE
-   * (library bug, reported to the lead; RELIABILITY.md "Known failures"):
-   * the renewer notices only at its next retry after the lease ended, so
-   * the callback comes up to watchdog/12 late. The holder, which stops
-   * writing only when told, then overlaps the next holder, and a write it
-   * makes before the next holder's token reaches the resource is accepted.
-   * Left failing on purpose.
+   * server's lease cannot end before that time + the lease. Before
+   * eb74980 the renewer noticed only at its next retry after the lease had
+   * ended: the callback came 66 ms after the other process was granted the
+   * lock, the holder (which stops writing only when told) overlapped it,
+   * and a write it made before the new holder's token reached the
+   * resource could be accepted.
    */
   if (told_late_us >= 0)
-    printf("LIBRARY BUG: the lost callback of the cut-off holder came %.1f "
+    printf("REGRESSION: the lost callback of the cut-off holder came %.1f "
            "ms after the lock was granted to another process (%lld "
            "overlapping hold(s), %lld stale write(s) accepted)\n",
            told_late_us / 1000.0, (long long)r.overlaps_lost,
