@@ -74,8 +74,6 @@ static struct cfg {
          .log_level = DLOCK_LOG_WARN,
          .retry = 0};
 
-static int64_t t_start_us;
-
 /* One line to stdout in one write(2). */
 __attribute__((format(printf, 1, 2))) static void emit(const char *fmt, ...) {
   char buf[1024];
@@ -719,7 +717,6 @@ int main(int argc, char **argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() == 1)
     return 5; /* the parent is already gone */
-  t_start_us = fence_now_us();
   static const struct option opts[] = {
       {"url", required_argument, 0, 'u'},
       {"resource", required_argument, 0, 'r'},
