@@ -118,6 +118,29 @@ void cli_printable(const char *s, size_t max, char *out, size_t outlen) {
   out[o] = '\0';
 }
 
+/* An argument quoted back in a usage message: URL secrets hidden on the
+ * whole argument first (the printable form is cut at `max`, which could cut
+ * a URL before the '@' that tells where its secret ends), then printable. */
+static void quote_arg(const char *arg, size_t max, char *out, size_t outlen) {
+  char buf[1024];
+  size_t n = strlen(arg);
+  if (n >= sizeof buf) {
+    /* longer than any message shows: keep the head, hidden as a whole */
+    memcpy(buf, arg, sizeof buf - 1);
+    buf[sizeof buf - 1] = '\0';
+  } else {
+    memcpy(buf, arg, n + 1);
+  }
+  cli_redact_url_arg(buf);
+  if (strstr(buf, "://") != NULL && strchr(buf, '@') == NULL &&
+      strlen(buf) > max) {
+    /* a URL cut short of its '@' may still hold a secret: do not show it */
+    snprintf(out, outlen, "%s", "(a URL)");
+    return;
+  }
+  cli_printable(buf, max, out, outlen);
+}
+
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -195,7 +218,7 @@ static int opt_secs(const char *spelled, const char *value, int64_t min_ms,
   char pv[64];
   int64_t ms = 0;
   int rc = cli_parse_secs(value, &ms);
-  cli_printable(value, 40, pv, sizeof pv);
+  quote_arg(value, 40, pv, sizeof pv);
   if (rc == -1)
     return fail(err, errlen,
                 "%s: '%s' is not a number of seconds (use e.g. 5 or 0.25)",
@@ -257,7 +280,7 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
     return opt_secs(spelled, value, 0, "", &o->wait_ms, err, errlen);
   case O_CONFLICT:
     if (!parse_int(value, 0, 255, &n)) {
-      cli_printable(value, 40, pv, sizeof pv);
+      quote_arg(value, 40, pv, sizeof pv);
       return fail(err, errlen, "%s: '%s' is not an exit status (0..255)",
                   spelled, pv);
     }
@@ -279,7 +302,7 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
     else if (strcmp(value, "ignore") == 0)
       o->on_lost = CLI_LOST_IGNORE;
     else {
-      cli_printable(value, 40, pv, sizeof pv);
+      quote_arg(value, 40, pv, sizeof pv);
       return fail(err, errlen, "%s: '%s' is not one of term, kill, ignore",
                   spelled, pv);
     }
@@ -346,7 +369,7 @@ static int parse_long(int argc, char **argv, int *i, struct cli_opts *o,
   char *value = NULL;
 
   if (d == NULL) {
-    cli_printable(argv[*i], 40, pv, sizeof pv);
+    quote_arg(argv[*i], 40, pv, sizeof pv);
     return fail(err, errlen, "unknown option '%s' (see dlock --help)", pv);
   }
   snprintf(spelled, sizeof spelled, "--%s", d->lng);

@@ -221,17 +221,23 @@ void cli_redact_text(const char *in, const char *const *secrets, size_t n,
  * message puts around it. The URL's own delimiters ('/', '?', '#') do not
  * end it: a password may hold them by mistake, and hiding too much is the
  * safe error (argv scrubbing also reaches to the last '@'). */
-static bool ends_authority(char ch) {
-  return ch == '\0' || ch == ' ' || ch == '\'' || ch == '"' || ch == '\n' ||
-         ch == '\t';
+static bool ends_authority(char ch, bool whole) {
+  return ch == '\0' || (!whole && (ch == ' ' || ch == '\'' || ch == '"' ||
+                                   ch == '\n' || ch == '\t'));
 }
 
-void cli_redact_urls_in_text(char *text) {
+static void redact_urls(char *text, bool whole);
+
+void cli_redact_urls_in_text(char *text) { redact_urls(text, false); }
+
+void cli_redact_url_arg(char *arg) { redact_urls(arg, true); }
+
+static void redact_urls(char *text, bool whole) {
   static const char mask[] = "***";
   char *p = text;
   for (int guard = 0; guard < 64 && (p = strstr(p, "://")) != NULL; guard++) {
     char *auth = p + 3, *at = NULL, *q = auth;
-    for (; !ends_authority(*q); q++)
+    for (; !ends_authority(*q, whole); q++)
       if (*q == '@')
         at = q; /* the userinfo ends at the authority's last '@' */
     if (at == NULL || at == auth) {

@@ -56,4 +56,8 @@ void cli_redact_text(const char *in, const char *const *secrets, size_t n,
  * error may quote a URL given where something else was expected). */
 void cli_redact_urls_in_text(char *text);
 
+/* The same for one raw argument: a URL in it runs to the argument's end, so
+ * its secret reaches to the last '@' even across spaces or quotes. */
+void cli_redact_url_arg(char *arg);
+
 #endif /* DLOCK_CLI_URL_H */
