@@ -84,9 +84,11 @@ typedef struct dlock__backend_ops {
    * handed to it (the caller owns it now, with a fresh lease_ms), else 0. */
   int (*lock_leave)(void *be, const char *name, const char *owner,
                     const char *member, int64_t lease_ms);
-  /* DLOCK__REL_*; request_id makes a retried release idempotent. */
+  /* DLOCK__REL_*; request_id makes a retried release idempotent.
+   * `watching`: this client is subscribed to the lock's wake channel (so it
+   * is not an outsider that a release should yield to). */
   int (*lock_release)(void *be, const char *name, const char *owner,
-                      int64_t lease_ms, const char *request_id);
+                      int64_t lease_ms, const char *request_id, bool watching);
   int (*lock_force_release)(void *be, const char *name, bool *deleted);
   /* Renews every item in as few round trips as the backend allows, giving
    * up at `deadline` (monotonic ms). A failure of the whole batch is

@@ -488,7 +488,8 @@ int64_t dlock__unresolved_run(struct dlock_client *c) {
        * to the next waiter (its count is 1: a grant) */
       rc = dlock__uuid(req);
       if (rc == 0)
-        rc = c->ops->lock_release(c->be, j->name, owner, j->lease_ms, req);
+        rc = c->ops->lock_release(c->be, j->name, owner, j->lease_ms, req,
+                                  false);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",
                  j->name, rc < 0 ? dlock_last_error() : "done");

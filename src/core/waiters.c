@@ -176,6 +176,14 @@ bool dlock__waiter_subscribed(struct dlock_client *c, dlock__waiter *w) {
   return ok;
 }
 
+bool dlock__client_watching(struct dlock_client *c, const char *channel) {
+  pthread_mutex_lock(&c->mu);
+  dlock__chan *ch = dlock__map_get(&c->chans, channel, strlen(channel));
+  bool on = ch && ch->state == DLOCK__CH_SUBBED;
+  pthread_mutex_unlock(&c->mu);
+  return on;
+}
+
 int dlock__waiter_error(struct dlock_client *c, dlock__waiter *w) {
   pthread_mutex_lock(&c->mu);
   int rc = w->chan->err;

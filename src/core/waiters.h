@@ -99,6 +99,9 @@ bool dlock__waiter_sleep(struct dlock_client *c, dlock__waiter *w,
                          int64_t until);
 void dlock__waiter_end(struct dlock_client *c, dlock__waiter *w);
 
+/* True when this client is subscribed to `channel` now. */
+bool dlock__client_watching(struct dlock_client *c, const char *channel);
+
 /* Background side (mu held). */
 void dlock__chans_on_event_locked(struct dlock_client *c, dlock__watch_event ev,
                                   const char *ch, size_t chlen,

@@ -30,7 +30,7 @@
 #include "core/error.h"
 #include "core/id.h"
 
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 #define RENEW_BATCH 500
 #define LOCK_CHANNEL_PREFIX "redisson_lock__channel"
 #define LATCH_PREFIX "redisson_unlock_latch"
@@ -443,7 +443,8 @@ static int redis_lock_leave(void *be, const char *name, const char *owner,
 }
 
 static int redis_lock_release(void *be, const char *name, const char *owner,
-                              int64_t lease_ms, const char *request_id) {
+                              int64_t lease_ms, const char *request_id,
+                              bool watching) {
   dlock__redis *r = be;
   char lease[24], latch_ms[24];
   snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
@@ -466,15 +467,27 @@ static int redis_lock_release(void *be, const char *name, const char *owner,
   if (!rc && (!channel || !latch_key || !grant || !yield))
     rc = DLOCK_ENOMEM;
   if (!rc) {
-    const char *argv[MAX_ARGS] = {
-        0,          0,         0,       name,
-        channel,    latch_key, k.queue, k.timeouts,
-        yield,      "0",       lease,   owner,
-        r->publish, latch_ms,  grant,   YIELD_PERIOD_MS};
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  name,
+                                  channel,
+                                  latch_key,
+                                  k.queue,
+                                  k.timeouts,
+                                  yield,
+                                  "0",
+                                  lease,
+                                  owner,
+                                  r->publish,
+                                  latch_ms,
+                                  grant,
+                                  YIELD_PERIOD_MS,
+                                  watching ? "1" : "0"};
     redisReply *rep = NULL;
     /* no resend here: the core retries with the same request id, knowing
      * that a retry answered "not owner" means the first one released */
-    rc = script(r, &dlock__script_lock_release, 6, 16, argv, false, &rep);
+    rc = script(r, &dlock__script_lock_release, 6, 17, argv, false, &rep);
     if (!rc) {
       if (rep->type == REDIS_REPLY_NIL)
         rc = DLOCK__REL_NOTOWNER;

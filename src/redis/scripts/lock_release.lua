@@ -7,7 +7,8 @@
 -- ARGV[1] message ("0"); ARGV[2] lease ms; ARGV[3] owner;
 -- ARGV[4] publish command; ARGV[5] latch lifetime ms;
 -- ARGV[6] grant channel prefix dlock_lock_grant:{name} (":<client-id>" is
--- appended per waiter); ARGV[7] yield period ms.
+-- appended per waiter); ARGV[7] yield period ms; ARGV[8] '1' when the
+-- releasing client is itself subscribed to Redisson's channel.
 -- Returns nil (not the owner), 0 (count went down) or 1 (released).
 --
 -- The latch is written only when the count went down: a retried partial
@@ -24,7 +25,8 @@
 --
 -- Yielding: Redisson clients (and anything else) waiting on the lock are
 -- not in dlock's queue. When Redisson's channel has more subscribers than
--- there are distinct dlock clients queued, someone else may be waiting, and
+-- the dlock clients known to be subscribed (those queued, and the releaser
+-- when it says it is), someone else may be waiting, and
 -- at most once per yield period the release publishes "0" for everyone to
 -- race instead of handing over, so a stream of hand-offs cannot starve them.
 local done = redis.call('get', KEYS[3])
@@ -56,6 +58,13 @@ if redis.call('exists', KEYS[4]) == 1 then
     local numsub = redis.pcall('pubsub', 'numsub', KEYS[2])
     local subs = type(numsub) == 'table' and numsub[2] or 0
     local seen, clients = {}, 0
+    if ARGV[8] == '1' then
+      local me = string.match(ARGV[3], '^([^:]+):')
+      if me then
+        seen[me] = true
+        clients = 1
+      end
+    end
     for _, m in ipairs(redis.call('zrange', KEYS[4], 0, 99)) do
       local cid = string.match(m, '^([^:]+):')
       if cid and not seen[cid] then
