@@ -102,7 +102,7 @@ n=$(echo "$tests" | wc -l)
 echo "valgrind memcheck over $n tests, $jobs at a time"
 t0=$SECONDS
 results=$(echo "$tests" | xargs -P "$jobs" -I{} bash -c 'one "$@"; true' _ {} |
-  tee /dev/stderr)
+  tee -a /dev/stderr) # -a: reopening a log file must not truncate it
 bad=$(grep -c '^FAIL' <<<"$results" || true)
 failed_tests=$(grep -c '^test ' <<<"$results" || true)
 echo "valgrind: $n tests in $((SECONDS - t0)) s: $bad with memory errors," \
