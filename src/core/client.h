@@ -32,7 +32,7 @@ struct dlock_lock {
 
 struct dlock_client {
   uint32_t magic;
-  unsigned fork_gen; /* dlock__fork_gen() at creation */
+  unsigned fork_gen; /* fork generation at creation (client.c) */
   char id[DLOCK__UUID_LEN + 1];
   struct dlock_options opts;
   dlock__endpoint ep;
