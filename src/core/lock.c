@@ -427,10 +427,10 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
                          l->name, owner);
     }
   } else if (h && h->lost) {
-    dlock__hold_remove_locked(c, h);
     const char *why = h->lost_reason == DLOCK_LOST_GONE
                           ? "its key was gone or owned by someone else"
                           : "its lease could not be confirmed in time";
+    dlock__hold_remove_locked(c, h); /* frees h: read it before */
     rc = dlock__seterr(DLOCK_ELOST,
                        "lock '%.200s' was reported lost before this release "
                        "(%s)",
