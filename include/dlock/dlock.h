@@ -86,7 +86,8 @@ DLOCK_EXTERN const char *dlock_version_string(void);
   X(ESERVER, -13, "backend reported an error")                                 \
   X(ENOTSUP, -14, "not supported")                                             \
   X(ECLOSED, -15, "client is closed or was created in another process")        \
-  X(EBADHANDLE, -16, "handle is not live (freed or corrupted)")
+  X(EBADHANDLE, -16, "handle is not live (freed or corrupted)")              \
+  X(EDEADLK, -17, "would deadlock (a read hold cannot become a write hold)")
 
 typedef enum dlock_err {
   DLOCK_OK = 0,
@@ -131,7 +132,8 @@ typedef enum dlock_lost_reason {
 } dlock_lost_reason_t;
 
 /* Called once per lost hold, on the background thread, with no library
- * mutex held. `name` is valid only during the call. */
+ * mutex held. `name` is valid only during the call. For a permit of a
+ * permit semaphore, thread_id is 0. */
 typedef void (*dlock_lost_fn)(void *userdata, const char *name,
                               uint64_t thread_id, dlock_lost_reason_t reason);
 
@@ -174,6 +176,12 @@ DLOCK_EXTERN int dlock_options_set_credentials(dlock_options_t *opts,
                                                const char *password);
 /* How many idle command connections the client keeps (1..1024). */
 DLOCK_EXTERN int dlock_options_set_pool_size(dlock_options_t *opts, int n);
+/* Fair locks: how long a queued waiter keeps its place without coming back
+ * (a crashed waiter loses it after this), > 0. Default 300000 (Redisson's).
+ * A live waiter keeps its place however long it waits. An acquire with a
+ * finite wait uses its wait instead, as Redisson does. */
+DLOCK_EXTERN int dlock_options_set_fair_thread_wait(dlock_options_t *opts,
+                                                    int64_t ms);
 DLOCK_EXTERN int dlock_options_set_lost_callback(dlock_options_t *opts,
                                                  dlock_lost_fn fn,
                                                  void *userdata);
@@ -221,6 +229,39 @@ typedef struct dlock_lock dlock_lock_t;
  * same name in one client share their state. Any thread. */
 DLOCK_EXTERN int dlock_lock_new(dlock_client_t *client, const char *name,
                                 dlock_lock_t **out);
+
+/* The kinds of lock that share the dlock_lock_* calls. Each speaks the
+ * Redisson layout of the same name (RLock, RFairLock, RFencedLock,
+ * RReadWriteLock's two sides). */
+typedef enum dlock_lock_kind {
+  /* reentrant mutex (dlock_lock_new) */
+  DLOCK_REENTRANT = 0,
+  /* waiters are served in strict arrival order across processes; a waiter
+   * that gives up leaves the queue at once, a crashed one loses its place
+   * after the fair thread-wait (dlock_options_set_fair_thread_wait) */
+  DLOCK_FAIR = 1,
+  /* the reentrant lock plus a fencing token, a number that grows with every
+   * grant (re-entries included): see dlock_lock_acquire_fenced() */
+  DLOCK_FENCED = 2,
+  /* the read side of the read-write lock `name`: any number of readers,
+   * each read hold with its own lease. A thread holding the write side may
+   * also take the read side (downgrade); a reader asking for the write side
+   * gets DLOCK_EDEADLK at once (no upgrade). */
+  DLOCK_READ = 3,
+  /* the write side of the read-write lock `name`: one writer, no readers
+   * (except the writer's own read holds); its release wakes every reader */
+  DLOCK_WRITE = 4
+} dlock_lock_kind_t;
+
+/* A handle on a lock of the given kind. The same name must be used with one
+ * family only: reentrant and fenced share a lock (a fenced and a reentrant
+ * handle on one name exclude each other), read and write are the two sides
+ * of one lock, and a fair lock must not share its name with the others. */
+DLOCK_EXTERN int dlock_lock_new_kind(dlock_client_t *client, const char *name,
+                                     dlock_lock_kind_t kind,
+                                     dlock_lock_t **out);
+/* The handle's kind (DLOCK_REENTRANT for a handle that is not live). */
+DLOCK_EXTERN dlock_lock_kind_t dlock_lock_kind(const dlock_lock_t *lock);
 /* Frees the handle (accepts NULL). Holds taken through it stay on the server
  * and, when no other handle on the same name remains, are no longer renewed
  * (they expire after their lease). */
@@ -267,6 +308,18 @@ DLOCK_EXTERN int dlock_lock_acquire_as(dlock_lock_t *lock, uint64_t thread_id,
                                        int64_t wait_ms, int64_t lease_ms);
 DLOCK_EXTERN int dlock_lock_release_as(dlock_lock_t *lock, uint64_t thread_id);
 
+/* Acquire of a DLOCK_FENCED lock that also returns its fencing token: a
+ * number greater than that of every earlier grant of this lock (to any
+ * owner, re-entries included). Pass it to the storage the critical section
+ * writes, so that it can refuse a stale holder (one whose lease ran out
+ * during a pause). DLOCK_EINVAL on a handle of another kind. */
+DLOCK_EXTERN int dlock_lock_acquire_fenced(dlock_lock_t *lock, int64_t wait_ms,
+                                           int64_t lease_ms, int64_t *token);
+DLOCK_EXTERN int dlock_lock_acquire_fenced_as(dlock_lock_t *lock,
+                                              uint64_t thread_id,
+                                              int64_t wait_ms,
+                                              int64_t lease_ms, int64_t *token);
+
 /* Deletes the lock whoever holds it and wakes its waiters. *was_locked (may
  * be NULL) tells whether there was anything to delete. */
 DLOCK_EXTERN int dlock_lock_force_release(dlock_lock_t *lock, bool *was_locked);
@@ -284,21 +337,136 @@ DLOCK_EXTERN int dlock_lock_remaining_lease(dlock_lock_t *lock, int64_t *out);
 typedef struct dlock_holder {
   const char *owner; /* "<client-id>:<thread-id>" as written on the server */
   int64_t count;     /* reentry count */
+  const char *side;  /* read-write lock: "read" or "write"; else NULL */
 } dlock_holder_t;
 
 typedef struct dlock_lock_state {
   const char *name;
-  const char *kind; /* "reentrant", or "free" when nobody holds it */
-  int64_t ttl_ms;   /* as dlock_lock_remaining_lease() */
+  /* "reentrant", "fair", "fenced", "read" or "write" (a read-write lock in
+   * that mode), or "free" when nobody holds it */
+  const char *kind;
+  int64_t ttl_ms; /* as dlock_lock_remaining_lease() */
   size_t nholders;
   dlock_holder_t *holders; /* nholders entries */
-  size_t nwaiters;         /* dlock waiters queued for a hand-off */
-  const char **waiters;    /* their owners, oldest first (at most 100) */
+  /* Waiters queued on the server, oldest first (at most 100): for a fair
+   * lock its queue, for a reentrant or fenced lock the dlock waiters queued
+   * for a hand-off; a read-write lock has none. */
+  size_t nwaiters;
+  const char **waiters; /* their owners */
+  /* fair lock: for each waiter, ms until it loses its place unless it comes
+   * back (its deadline in the queue); NULL for other kinds */
+  int64_t *waiter_deadlines_ms;
+  int64_t token; /* fenced lock: the last token granted (0: none); else 0 */
 } dlock_lock_state_t;
 
 /* Reads the state; *out is freed with dlock_lock_state_free(). */
 DLOCK_EXTERN int dlock_lock_state(dlock_lock_t *lock, dlock_lock_state_t **out);
 DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
+
+/* -------------------------------------------------------------- semaphore */
+
+/* A counting semaphore without owners (Redisson RSemaphore layout): the
+ * key holds the number of available permits. Any thread may release what
+ * another acquired, and nothing comes back by itself if a holder crashes;
+ * use the permit semaphore below for that. */
+typedef struct dlock_semaphore dlock_semaphore_t;
+
+DLOCK_EXTERN int dlock_semaphore_new(dlock_client_t *client, const char *name,
+                                     dlock_semaphore_t **out);
+DLOCK_EXTERN void dlock_semaphore_free(dlock_semaphore_t *sem);
+DLOCK_EXTERN const char *dlock_semaphore_name(const dlock_semaphore_t *sem);
+/* Creates the semaphore with `permits` (>= 0) if it does not exist yet;
+ * *set (may be NULL) tells whether this call created it. */
+DLOCK_EXTERN int dlock_semaphore_try_set_permits(dlock_semaphore_t *sem,
+                                                 int64_t permits, bool *set);
+/* Adds n permits (n < 0 removes them; the count may go negative). */
+DLOCK_EXTERN int dlock_semaphore_add_permits(dlock_semaphore_t *sem, int64_t n);
+/* Takes `permits` (>= 1) permits; wait_ms as for locks (DLOCK_EBUSY,
+ * DLOCK_ETIMEDOUT). A semaphore that does not exist has no permits. */
+DLOCK_EXTERN int dlock_semaphore_acquire(dlock_semaphore_t *sem,
+                                         int64_t permits, int64_t wait_ms);
+/* Gives back `permits` (>= 1) permits and wakes waiters. */
+DLOCK_EXTERN int dlock_semaphore_release(dlock_semaphore_t *sem,
+                                         int64_t permits);
+/* Permits available now (0 when the semaphore does not exist). */
+DLOCK_EXTERN int dlock_semaphore_available(dlock_semaphore_t *sem,
+                                           int64_t *out);
+/* Deletes the semaphore; *existed (may be NULL) tells if there was one. */
+DLOCK_EXTERN int dlock_semaphore_delete(dlock_semaphore_t *sem, bool *existed);
+
+/* --------------------------------------------------- permit semaphore */
+
+/* A semaphore whose permits are leased (Redisson
+ * RPermitExpirableSemaphore layout): each acquired permit has an id and an
+ * expiry, and a permit whose holder crashed comes back when its lease runs
+ * out. With DLOCK_LEASE_WATCHDOG the client renews the permit until it is
+ * released, so only a crashed (or cut off) holder's permit expires. */
+typedef struct dlock_permit_sem dlock_permit_sem_t;
+
+/* A permit id: 32 lowercase hex digits (16 random bytes) and a NUL. */
+#define DLOCK_PERMIT_ID_LEN 32
+
+DLOCK_EXTERN int dlock_permit_sem_new(dlock_client_t *client, const char *name,
+                                      dlock_permit_sem_t **out);
+DLOCK_EXTERN void dlock_permit_sem_free(dlock_permit_sem_t *sem);
+DLOCK_EXTERN const char *dlock_permit_sem_name(const dlock_permit_sem_t *sem);
+DLOCK_EXTERN int dlock_permit_sem_try_set_permits(dlock_permit_sem_t *sem,
+                                                  int64_t permits, bool *set);
+DLOCK_EXTERN int dlock_permit_sem_add_permits(dlock_permit_sem_t *sem,
+                                              int64_t n);
+/* Takes one permit for lease_ms (> 0, or DLOCK_LEASE_WATCHDOG) and writes
+ * its id to id[DLOCK_PERMIT_ID_LEN + 1]. Waiting wakes on releases and on
+ * the earliest expiry among the permits in use. */
+DLOCK_EXTERN int dlock_permit_sem_acquire(dlock_permit_sem_t *sem,
+                                          int64_t wait_ms, int64_t lease_ms,
+                                          char *id);
+/* Gives back the permit `id`. DLOCK_ELOST when this client acquired it but
+ * it expired (or was reclaimed) before the release; DLOCK_ENOTOWNER when
+ * the id is unknown. */
+DLOCK_EXTERN int dlock_permit_sem_release(dlock_permit_sem_t *sem,
+                                          const char *id);
+/* Permits available now, counting expired ones as available. */
+DLOCK_EXTERN int dlock_permit_sem_available(dlock_permit_sem_t *sem,
+                                            int64_t *out);
+
+typedef struct dlock_permit {
+  const char *id;
+  int64_t expires_in_ms; /* -1: never */
+} dlock_permit_t;
+
+typedef struct dlock_sem_state {
+  const char *name;
+  int64_t available; /* permits free now (expired ones included) */
+  size_t npermits;   /* permits in use (at most 100 listed) */
+  dlock_permit_t *permits;
+} dlock_sem_state_t;
+
+DLOCK_EXTERN int dlock_permit_sem_state(dlock_permit_sem_t *sem,
+                                        dlock_sem_state_t **out);
+DLOCK_EXTERN void dlock_sem_state_free(dlock_sem_state_t *state);
+
+/* ------------------------------------------------------ count-down latch */
+
+/* A count-down latch (Redisson RCountDownLatch layout): waiters are released
+ * when the count reaches zero. A latch that does not exist counts as zero. */
+typedef struct dlock_latch dlock_latch_t;
+
+DLOCK_EXTERN int dlock_latch_new(dlock_client_t *client, const char *name,
+                                 dlock_latch_t **out);
+DLOCK_EXTERN void dlock_latch_free(dlock_latch_t *latch);
+DLOCK_EXTERN const char *dlock_latch_name(const dlock_latch_t *latch);
+/* Sets the count (>= 1) if the latch does not exist (or reached zero);
+ * *set (may be NULL) tells whether this call set it. */
+DLOCK_EXTERN int dlock_latch_try_set_count(dlock_latch_t *latch, int64_t count,
+                                           bool *set);
+/* Counts down by one; at zero the latch is deleted and every waiter is
+ * released. Counting down a latch at zero does nothing. */
+DLOCK_EXTERN int dlock_latch_count_down(dlock_latch_t *latch);
+DLOCK_EXTERN int dlock_latch_count(dlock_latch_t *latch, int64_t *out);
+/* Waits until the count is zero: 0 then, DLOCK_ETIMEDOUT (or DLOCK_EBUSY
+ * with wait_ms 0) when it is not by the deadline. */
+DLOCK_EXTERN int dlock_latch_await(dlock_latch_t *latch, int64_t wait_ms);
+DLOCK_EXTERN int dlock_latch_delete(dlock_latch_t *latch, bool *existed);
 
 #ifdef __cplusplus
 }

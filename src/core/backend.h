@@ -20,12 +20,25 @@
 #include "core/url.h"
 #include "dlock/dlock.h"
 
-/* One entry of a batched renewal: the lease of `name` held by `owner`. */
+/* What a hold renews: a lock field (reentrant, fair and fenced locks share
+ * one), the write side or the read side of a read-write lock, or a leased
+ * permit of a permit semaphore. */
+typedef enum dlock__hold_kind {
+  DLOCK__HK_LOCK = 0,
+  DLOCK__HK_WRITE = 1,
+  DLOCK__HK_READ = 2,
+  DLOCK__HK_PERMIT = 3
+} dlock__hold_kind;
+
+/* One entry of a batched renewal: the lease of `name` held by `owner`
+ * (for a permit: the permit id). */
 typedef struct dlock__renewal {
+  dlock__hold_kind kind;
   const char *name;
   const char *owner;
   int result; /* out: 1 renewed, 0 gone (lock lost) */
 } dlock__renewal;
+
 
 typedef enum dlock__lock_query {
   DLOCK__Q_LOCKED,   /* 1 if anyone holds it */
@@ -41,6 +54,18 @@ typedef struct dlock__queue_entry {
   int64_t ttl_ms;     /* the entry expires unless refreshed within this */
   bool queued;        /* an earlier attempt of this wait already queued it */
 } dlock__queue_entry;
+
+/* One acquire attempt of a lock of any kind. */
+typedef struct dlock__acquire {
+  dlock_lock_kind_t kind;
+  const char *name;
+  const char *owner; /* "<client-id>:<tid>" */
+  int64_t lease_ms;
+  /* reentrant and fenced: queue for a hand-off (NULL: don't) */
+  const dlock__queue_entry *q;
+  int64_t thread_wait_ms; /* fair: how long the queue keeps a silent waiter */
+  bool try_once;          /* fair: do not join the queue on failure */
+} dlock__acquire;
 
 /* Watch events, delivered on the background thread. */
 typedef enum dlock__watch_event {
@@ -68,36 +93,46 @@ typedef struct dlock__backend_ops {
   void (*close)(void *be);
   int (*ping)(void *be);
 
-  /* The wake channel of a reentrant lock (fresh string, caller frees). */
-  char *(*lock_channel)(void *be, const char *name);
+  /* The channel on which `owner` (the waiting thread) is woken for a lock
+   * of this kind (fresh string, caller frees). */
+  char *(*lock_channel)(void *be, dlock_lock_kind_t kind, const char *name,
+                        const char *owner);
   /* The channel on which releases hand this client a lock it queued for
-   * (payload "<tid>:<seq>"); NULL when the backend has no hand-off. */
+   * (payload "<tid>:<seq>", or "<tid>:<seq>:<token>" for a fenced waiter);
+   * NULL when the backend has no hand-off. Reentrant and fenced only. */
   char *(*lock_grant_channel)(void *be, const char *name,
                               const char *client_id);
-  /* 1 acquired (or re-entered, or handed over while queued); 0 held by
-   * another, *pttl = ms it has left (-1 no expiry). With q, a failed
-   * attempt queues (or refreshes) the waiter's entry. */
-  int (*lock_acquire)(void *be, const char *name, const char *owner,
-                      int64_t lease_ms, const dlock__queue_entry *q,
-                      int64_t *pttl);
-  /* Removes a waiter's queue entry: 1 when the lock had already been
-   * handed to it (the caller owns it now, with a fresh lease_ms), else 0. */
-  int (*lock_leave)(void *be, const char *name, const char *owner,
-                    const char *member, int64_t lease_ms);
+  /* 1 acquired (or re-entered, or handed over while queued), *token = the
+   * fencing token for a fenced lock; 0 held by another, *pttl = ms to wait
+   * at most before retrying (the holder's lease, or for a fair lock the
+   * waiter's estimated turn; -1 no bound); DLOCK_EDEADLK when a reader
+   * asks for the write side. A fair attempt that fails queues the owner;
+   * a reentrant or fenced one with a->q queues (or refreshes) its entry. */
+  int (*lock_acquire)(void *be, const dlock__acquire *a, int64_t *pttl,
+                      int64_t *token);
+  /* A waiter gives up: removes its queue entry (member for reentrant and
+   * fenced; the owner for fair). 1 when the lock had already been handed
+   * to it (the caller owns it now, with a fresh a->lease_ms, and *token
+   * is its fencing token for a fenced lock), else 0. */
+  int (*lock_leave)(void *be, const dlock__acquire *a, const char *member,
+                    int64_t *token);
   /* DLOCK__REL_*; request_id makes a retried release idempotent.
    * `watching`: this client is subscribed to the lock's wake channel (so it
    * is not an outsider that a release should yield to). */
-  int (*lock_release)(void *be, const char *name, const char *owner,
-                      int64_t lease_ms, const char *request_id, bool watching);
-  int (*lock_force_release)(void *be, const char *name, bool *deleted);
+  int (*lock_release)(void *be, dlock_lock_kind_t kind, const char *name,
+                      const char *owner, int64_t lease_ms,
+                      const char *request_id, bool watching);
+  int (*lock_force_release)(void *be, dlock_lock_kind_t kind, const char *name,
+                            bool *deleted);
   /* Renews every item in as few round trips as the backend allows, giving
    * up at `deadline` (monotonic ms). A failure of the whole batch is
    * returned; item results are then unset. */
   int (*lock_renew)(void *be, dlock__renewal *items, size_t n, int64_t lease_ms,
                     int64_t deadline);
-  int (*lock_query)(void *be, const char *name, const char *owner,
-                    dlock__lock_query q, int64_t *out);
-  int (*lock_state)(void *be, const char *name, dlock_lock_state_t **out);
+  int (*lock_query)(void *be, dlock_lock_kind_t kind, const char *name,
+                    const char *owner, dlock__lock_query q, int64_t *out);
+  int (*lock_state)(void *be, dlock_lock_kind_t kind, const char *name,
+                    dlock_lock_state_t **out);
 
   /* Watching (pub/sub); background thread only. */
   int (*watch_connect)(void *be, int64_t deadline);

@@ -24,8 +24,10 @@
 struct dlock_lock {
   uint32_t magic;
   struct dlock_client *client;
+  dlock_lock_kind_t kind;
   char *name;
-  char *channel; /* the backend's wake channel for this lock */
+  char *channel; /* the backend's wake channel (NULL for a fair lock: each
+                    waiting thread has its own) */
   char *grant;   /* this client's hand-off channel for it, or NULL */
   struct dlock_lock *prev, *next; /* client's list of handles, under mu */
 };

@@ -21,29 +21,40 @@
 #include "core/clock.h"
 #include "core/error.h"
 
-#define KEY_MAX (DLOCK_NAME_MAX + 1 + sizeof(uint64_t))
+#define KEY_MAX (1 + DLOCK_NAME_MAX + 1 + 40)
 
-static size_t hold_key(char *buf, const char *name, uint64_t tid) {
+/* kind byte, name, NUL, then the tid's bytes or the permit id */
+static size_t hold_key(char *buf, dlock__hold_kind kind, const char *name,
+                       uint64_t tid, const char *permit) {
   size_t n = strlen(name);
-  memcpy(buf, name, n);
-  buf[n] = '\0';
-  memcpy(buf + n + 1, &tid, sizeof tid);
-  return n + 1 + sizeof tid;
+  buf[0] = (char)kind;
+  memcpy(buf + 1, name, n);
+  buf[n + 1] = '\0';
+  if (permit && permit[0]) {
+    size_t p = strnlen(permit, 39);
+    memcpy(buf + n + 2, permit, p);
+    return n + 2 + p;
+  }
+  memcpy(buf + n + 2, &tid, sizeof tid);
+  return n + 2 + sizeof tid;
 }
 
-dlock__hold *dlock__hold_find_locked(struct dlock_client *c, const char *name,
-                                     uint64_t tid) {
+dlock__hold *dlock__hold_find_locked(struct dlock_client *c,
+                                     dlock__hold_kind kind, const char *name,
+                                     uint64_t tid, const char *permit) {
   char key[KEY_MAX];
-  return dlock__map_get(&c->holds, key, hold_key(key, name, tid));
+  return dlock__map_get(&c->holds, key, hold_key(key, kind, name, tid, permit));
 }
 
 static _Atomic uint64_t next_gen; /* shared by all clients */
 
-int dlock__hold_acquired_locked(struct dlock_client *c, const char *name,
-                                uint64_t tid, int64_t lease_ms, bool watchdog,
-                                int64_t since) {
+dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
+                                         dlock__hold_kind kind,
+                                         const char *name, uint64_t tid,
+                                         const char *permit, int64_t lease_ms,
+                                         bool watchdog, int64_t since) {
   char key[KEY_MAX];
-  size_t klen = hold_key(key, name, tid);
+  size_t klen = hold_key(key, kind, name, tid, permit);
   dlock__hold *h = dlock__map_get(&c->holds, key, klen);
   int64_t now = since;
   if (!h) {
@@ -53,9 +64,12 @@ int dlock__hold_acquired_locked(struct dlock_client *c, const char *name,
       if (h)
         dlock__free(h->name);
       dlock__free(h);
-      return DLOCK_ENOMEM;
+      return NULL;
     }
+    h->kind = kind;
     h->tid = tid;
+    if (permit)
+      snprintf(h->permit, sizeof h->permit, "%s", permit);
     h->gen = ++next_gen;
   }
   if (h->lost) {
@@ -77,12 +91,13 @@ int dlock__hold_acquired_locked(struct dlock_client *c, const char *name,
       dlock__client_poke(c);
     }
   }
-  return 0;
+  return h;
 }
 
 void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h) {
   char key[KEY_MAX];
-  dlock__map_del(&c->holds, key, hold_key(key, h->name, h->tid));
+  dlock__map_del(&c->holds, key,
+                 hold_key(key, h->kind, h->name, h->tid, h->permit));
   dlock__free(h->name);
   dlock__free(h);
 }
@@ -100,8 +115,10 @@ void dlock__holds_free_all_locked(struct dlock_client *c) {
 
 typedef struct renew_item {
   uint64_t gen;
+  dlock__hold_kind kind;
   uint64_t tid;
-  char owner[64];
+  char owner[80];
+  char permit[40];
 } renew_item;
 
 typedef struct lost_note {
@@ -147,9 +164,16 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
     dlock__hold *h = e->value;
     if (!(h->watchdog && !h->lost && !h->releasing && h->next_renew <= horizon))
       continue;
-    (*items)[i].gen = h->gen;
-    (*items)[i].tid = h->tid;
-    dlock__owner(c, h->tid, (*items)[i].owner, sizeof(*items)[i].owner);
+    renew_item *it = &(*items)[i];
+    it->gen = h->gen;
+    it->kind = h->kind;
+    it->tid = h->tid;
+    memcpy(it->permit, h->permit, sizeof it->permit);
+    if (h->kind == DLOCK__HK_PERMIT)
+      memcpy(it->owner, h->permit, sizeof h->permit);
+    else
+      dlock__owner(c, h->tid, it->owner, sizeof it->owner);
+    (*ren)[i].kind = h->kind;
     (*ren)[i].name = dlock__strdup(h->name);
     (*ren)[i].owner = (*items)[i].owner;
     if (!(*ren)[i].name)
@@ -244,7 +268,8 @@ void dlock__renewer_run(struct dlock_client *c) {
    * past that, waiting longer only delays telling the holder */
   int64_t deadline = DLOCK__NEVER;
   for (size_t i = 0; i < n; i++) {
-    dlock__hold *h = dlock__hold_find_locked(c, ren[i].name, items[i].tid);
+    dlock__hold *h = dlock__hold_find_locked(
+        c, items[i].kind, ren[i].name, items[i].tid, items[i].permit);
     if (h && vouch_until(c, h) < deadline)
       deadline = vouch_until(c, h);
   }
@@ -273,7 +298,8 @@ void dlock__renewer_run(struct dlock_client *c) {
   pthread_mutex_lock(&c->mu);
   int64_t now = dlock__now_ms();
   for (size_t i = 0; i < n; i++) {
-    dlock__hold *h = dlock__hold_find_locked(c, ren[i].name, items[i].tid);
+    dlock__hold *h = dlock__hold_find_locked(
+        c, items[i].kind, ren[i].name, items[i].tid, items[i].permit);
     if (!h || h->gen != items[i].gen || h->lost)
       continue;
     if (rc == 0 && ren[i].result == 1) {
@@ -310,7 +336,7 @@ int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
                                  uint64_t tid, uint64_t seq, const char *member,
                                  int64_t lease_ms, int64_t expires) {
   char key[KEY_MAX];
-  size_t klen = hold_key(key, name, tid);
+  size_t klen = hold_key(key, DLOCK__HK_LOCK, name, tid, NULL);
   dlock__unresolved *u = dlock__map_get(&c->unresolved, key, klen);
   if (u && u->busy)
     return 0; /* being resolved: it covers the same queue entry */
@@ -344,13 +370,13 @@ dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
   if (c->unresolved.count == 0)
     return NULL;
   char key[KEY_MAX];
-  return dlock__map_get(&c->unresolved, key, hold_key(key, name, tid));
+  return dlock__map_get(&c->unresolved, key, hold_key(key, DLOCK__HK_LOCK, name, tid, NULL));
 }
 
 void dlock__unresolved_remove_locked(struct dlock_client *c,
                                      dlock__unresolved *u) {
   char key[KEY_MAX];
-  dlock__map_del(&c->unresolved, key, hold_key(key, u->name, u->tid));
+  dlock__map_del(&c->unresolved, key, hold_key(key, DLOCK__HK_LOCK, u->name, u->tid, NULL));
   dlock__free(u->name);
   dlock__free(u);
 }
@@ -417,8 +443,10 @@ static void job_done_locked(struct dlock_client *c, resolve_job *j, int rc) {
   dlock__free(j->name);
 }
 
-int dlock__unresolved_resolve_own(struct dlock_client *c, const char *name,
-                                  uint64_t tid, int64_t lease_ms) {
+int dlock__unresolved_resolve_own(struct dlock_client *c,
+                                  dlock_lock_kind_t kind, const char *name,
+                                  uint64_t tid, int64_t lease_ms,
+                                  int64_t *token) {
   resolve_job j;
   pthread_mutex_lock(&c->mu);
   dlock__unresolved *u = dlock__unresolved_find_locked(c, name, tid);
@@ -449,7 +477,9 @@ int dlock__unresolved_resolve_own(struct dlock_client *c, const char *name,
   dlock__owner(c, tid, owner, sizeof owner);
   /* the caller wants the lock: a grant it never learned of is claimed with
    * the caller's lease instead of being given away */
-  rc = c->ops->lock_leave(c->be, name, owner, j.member, lease_ms);
+  dlock__acquire a = {.kind = kind, .name = name, .owner = owner,
+                     .lease_ms = lease_ms};
+  rc = c->ops->lock_leave(c->be, &a, j.member, token);
   pthread_mutex_lock(&c->mu);
   job_done_locked(c, &j, rc);
   pthread_mutex_unlock(&c->mu);
@@ -482,14 +512,17 @@ int64_t dlock__unresolved_run(struct dlock_client *c) {
     resolve_job *j = &jobs[i];
     char owner[64], req[DLOCK__UUID_LEN + 1];
     dlock__owner(c, j->tid, owner, sizeof owner);
-    int rc = c->ops->lock_leave(c->be, j->name, owner, j->member, j->lease_ms);
+    dlock__acquire a = {.kind = DLOCK_REENTRANT, .name = j->name,
+                       .owner = owner, .lease_ms = j->lease_ms};
+    int64_t token = 0;
+    int rc = c->ops->lock_leave(c->be, &a, j->member, &token);
     if (rc == 1) {
       /* handed a lock nobody waits for any more: release it, so it passes
        * to the next waiter (its count is 1: a grant) */
       rc = dlock__uuid(req);
       if (rc == 0)
-        rc = c->ops->lock_release(c->be, j->name, owner, j->lease_ms, req,
-                                  false);
+        rc = c->ops->lock_release(c->be, DLOCK_REENTRANT, j->name, owner,
+                                  j->lease_ms, req, false);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",
                  j->name, rc < 0 ? dlock_last_error() : "done");

@@ -25,8 +25,11 @@
 #include "core/client.h"
 
 typedef struct dlock__hold {
+  dlock__hold_kind kind;
   char *name;
-  uint64_t tid;
+  uint64_t tid;     /* owner thread (0 for a permit) */
+  char permit[40];  /* a permit's id, else "" */
+  int64_t token;    /* fenced lock: the token of the latest grant */
   int64_t count;    /* local reentry count */
   int64_t lease_ms; /* lease given on the last acquire */
   bool watchdog;    /* renewed by the background thread */
@@ -58,14 +61,19 @@ typedef struct dlock__unresolved {
   bool busy;       /* someone is resolving it (see unresolved_cv) */
 } dlock__unresolved;
 
-/* mu held for all *_locked calls. */
-dlock__hold *dlock__hold_find_locked(struct dlock_client *c, const char *name,
-                                     uint64_t tid);
-/* Records a successful acquire (count up, lease, watchdog). `since` is a
- * monotonic time no later than the moment the server granted the lease. */
-int dlock__hold_acquired_locked(struct dlock_client *c, const char *name,
-                                uint64_t tid, int64_t lease_ms, bool watchdog,
-                                int64_t since);
+/* mu held for all *_locked calls. A hold is found by (kind, name, tid),
+ * or for a permit by (DLOCK__HK_PERMIT, name, permit id) with tid 0. */
+dlock__hold *dlock__hold_find_locked(struct dlock_client *c,
+                                     dlock__hold_kind kind, const char *name,
+                                     uint64_t tid, const char *permit);
+/* Records a successful acquire (count up, lease, watchdog) and returns the
+ * hold (NULL: out of memory). `since` is a monotonic time no later than the
+ * moment the server granted the lease. */
+dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
+                                         dlock__hold_kind kind,
+                                         const char *name, uint64_t tid,
+                                         const char *permit, int64_t lease_ms,
+                                         bool watchdog, int64_t since);
 void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h);
 void dlock__holds_free_all_locked(struct dlock_client *c);
 
@@ -79,10 +87,13 @@ void dlock__unresolved_remove_locked(struct dlock_client *c,
                                      dlock__unresolved *u);
 /* Caller thread, mu NOT held: resolves this thread's unresolved wait on
  * `name`, if any, before a new acquire. 1 when it turned out to hold the
- * lock (claimed now with lease_ms), 0 when nothing is pending, <0 on error
- * (the wait stays unresolved). */
-int dlock__unresolved_resolve_own(struct dlock_client *c, const char *name,
-                                  uint64_t tid, int64_t lease_ms);
+ * lock (claimed now with lease_ms; *token = its fencing token for a fenced
+ * lock), 0 when nothing is pending, <0 on error (the wait stays
+ * unresolved). */
+int dlock__unresolved_resolve_own(struct dlock_client *c,
+                                  dlock_lock_kind_t kind, const char *name,
+                                  uint64_t tid, int64_t lease_ms,
+                                  int64_t *token);
 /* A grant message nobody waits for: flags the matching unresolved wait. */
 void dlock__unresolved_grant_locked(struct dlock_client *c, uint64_t tid,
                                     uint64_t seq);

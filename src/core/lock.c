@@ -1,5 +1,13 @@
 /*
- * lock.c - the reentrant lock (public dlock_lock_* API).
+ * lock.c - every lock kind behind the public dlock_lock_* API: reentrant,
+ * fair, fenced, and the read and write sides of a read-write lock. They
+ * share the wait discipline below; the backend knows each kind's layout.
+ *
+ * Kinds differ in three ways here: who may be handed a lock (reentrant and
+ * fenced waiters queue for a hand-off; a fair waiter is queued by the
+ * server in arrival order and woken alone on its own channel; read-write
+ * waiters race when woken), what their hold is called (lock, read or write
+ * side), and what a grant returns (a fenced lock's token).
  *
  * Acquire with a wait: register as a waiter on the lock's channels first
  * (Redisson's channel, and this client's hand-off channel), then attempt.
@@ -69,19 +77,25 @@ static int check_name(const char *name, const char *fn) {
   return 0;
 }
 
-int dlock_lock_new(dlock_client_t *c, const char *name, dlock_lock_t **out) {
+int dlock_lock_new_kind(dlock_client_t *c, const char *name,
+                        dlock_lock_kind_t kind, dlock_lock_t **out) {
   if (!out)
     return dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
   *out = NULL;
   int rc = dlock__client_check(c, "dlock_lock_new");
   if (!rc)
     rc = check_name(name, "dlock_lock_new");
+  if (!rc && ((int)kind < DLOCK_REENTRANT || kind > DLOCK_WRITE))
+    rc = dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: unknown lock kind %d",
+                       (int)kind);
   if (rc)
     return rc;
+  bool handoff = kind == DLOCK_REENTRANT || kind == DLOCK_FENCED;
   dlock_lock_t *l = dlock__calloc(1, sizeof *l);
   if (!l || !(l->name = dlock__strdup(name)) ||
-      !(l->channel = c->ops->lock_channel(c->be, name)) ||
-      (c->ops->lock_grant_channel &&
+      (kind != DLOCK_FAIR &&
+       !(l->channel = c->ops->lock_channel(c->be, kind, name, NULL))) ||
+      (handoff && c->ops->lock_grant_channel &&
        !(l->grant = c->ops->lock_grant_channel(c->be, name, c->id)))) {
     if (l) {
       dlock__free(l->name);
@@ -91,6 +105,7 @@ int dlock_lock_new(dlock_client_t *c, const char *name, dlock_lock_t **out) {
     return DLOCK_ENOMEM;
   }
   l->magic = DLOCK__LOCK_MAGIC;
+  l->kind = kind;
   l->client = c;
   pthread_mutex_lock(&c->mu);
   l->next = c->locks;
@@ -102,6 +117,26 @@ int dlock_lock_new(dlock_client_t *c, const char *name, dlock_lock_t **out) {
   return 0;
 }
 
+int dlock_lock_new(dlock_client_t *c, const char *name, dlock_lock_t **out) {
+  return dlock_lock_new_kind(c, name, DLOCK_REENTRANT, out);
+}
+
+dlock_lock_kind_t dlock_lock_kind(const dlock_lock_t *l) {
+  if (!l || l->magic != DLOCK__LOCK_MAGIC)
+    return DLOCK_REENTRANT;
+  return l->kind;
+}
+
+/* The hold a lock of this kind keeps (reentrant, fair and fenced locks of
+ * one name are one lock on the server, so they share one). */
+static dlock__hold_kind hold_kind(dlock_lock_kind_t kind) {
+  return kind == DLOCK_READ    ? DLOCK__HK_READ
+         : kind == DLOCK_WRITE ? DLOCK__HK_WRITE
+                               : DLOCK__HK_LOCK;
+}
+
+static bool has_handoff(const dlock_lock_t *l) { return l->grant != NULL; }
+
 /* Forgets the holds of `name` unless another handle still names it. */
 static void drop_orphan_holds_locked(struct dlock_client *c, const char *name) {
   for (dlock_lock_t *o = c->locks; o; o = o->next)
@@ -112,7 +147,7 @@ static void drop_orphan_holds_locked(struct dlock_client *c, const char *name) {
   while (e) {
     dlock__hold *h = e->value;
     e = dlock__map_next(&c->holds, e, &cur);
-    if (strcmp(h->name, name) == 0)
+    if (h->kind != DLOCK__HK_PERMIT && strcmp(h->name, name) == 0)
       dlock__hold_remove_locked(c, h);
   }
 }
@@ -151,12 +186,15 @@ const char *dlock_lock_name(const dlock_lock_t *l) {
 }
 
 static int record_acquired(dlock_lock_t *l, uint64_t tid, int64_t lease,
-                           bool watchdog, int64_t since) {
+                           bool watchdog, int64_t since, int64_t token) {
   struct dlock_client *c = l->client;
   pthread_mutex_lock(&c->mu);
-  int rc = dlock__hold_acquired_locked(c, l->name, tid, lease, watchdog, since);
+  dlock__hold *h = dlock__hold_acquired_locked(
+      c, hold_kind(l->kind), l->name, tid, NULL, lease, watchdog, since);
+  if (h && token)
+    h->token = token;
   pthread_mutex_unlock(&c->mu);
-  return rc;
+  return h ? 0 : DLOCK_ENOMEM;
 }
 
 static int busy_error(const dlock_lock_t *l, int code, int64_t pttl) {
@@ -183,6 +221,8 @@ typedef struct wait_ctx {
   const char *owner;
   int64_t lease;
   int64_t deadline;
+  int64_t thread_wait; /* fair: how long the queue keeps us without news */
+  int64_t token;       /* fenced: the token of the grant */
   dlock__waiter w;
   dlock__queue_entry q;
   char member[128];
@@ -197,7 +237,7 @@ typedef struct wait_ctx {
  * drop the entry when the lock is taken. */
 static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
   struct dlock_client *c = x->l->client;
-  queue = queue || x->q.queued;
+  queue = has_handoff(x->l) && (queue || x->q.queued);
   if (dlock__client_stopping(c))
     return dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
   int64_t now = dlock__now_ms();
@@ -212,10 +252,21 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     x->entry_until = now + x->q.ttl_ms + x->lease;
   }
   x->since = now;
-  int rc = c->ops->lock_acquire(c->be, x->l->name, x->owner, x->lease,
-                                queue ? &x->q : NULL, pttl);
+  dlock__acquire a = {.kind = x->l->kind,
+                      .name = x->l->name,
+                      .owner = x->owner,
+                      .lease_ms = x->lease,
+                      .q = queue ? &x->q : NULL,
+                      .thread_wait_ms = x->thread_wait};
+  int rc = c->ops->lock_acquire(c->be, &a, pttl, &x->token);
   if (rc == 0 && queue)
     x->refresh_at = now + x->q.ttl_ms / 2;
+  /* a fair waiter that waits longer than thread-wait comes back within a
+   * third of it, so that the queue keeps its place (a dead one stops) */
+  if (rc == 0 && x->l->kind == DLOCK_FAIR)
+    x->refresh_at = x->deadline - now > x->thread_wait
+                        ? now + x->thread_wait / 3
+                        : DLOCK__NEVER;
   return rc;
 }
 
@@ -251,7 +302,7 @@ static int wait_loop(wait_ctx *x) {
     int64_t nap = pttl > 0 ? pttl : 1;
     if (pttl >= 0 && nap < until - now) /* no overflow on a huge PTTL */
       until = now + nap;
-    if (x->q.queued && x->refresh_at < until)
+    if ((x->q.queued || x->l->kind == DLOCK_FAIR) && x->refresh_at < until)
       until = x->refresh_at;
     dlock__waiter_sleep(c, &x->w, until);
     if (dlock__waiter_granted(c, &x->w))
@@ -261,32 +312,68 @@ static int wait_loop(wait_ctx *x) {
   }
 }
 
+/* A fair waiter that gives up leaves the server's queue at once, so that
+ * those behind it are not delayed (best effort: if this fails, its entry
+ * expires after thread-wait). The error being returned is kept. */
+static void fair_leave(wait_ctx *x, int code) {
+  struct dlock_client *c = x->l->client;
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  dlock__acquire a = {.kind = DLOCK_FAIR,
+                      .name = x->l->name,
+                      .owner = x->owner,
+                      .lease_ms = x->lease,
+                      .thread_wait_ms = x->thread_wait};
+  int64_t token = 0;
+  if (c->ops->lock_leave(c->be, &a, NULL, &token) < 0)
+    dlock__log(c, DLOCK_LOG_INFO,
+               "fair lock '%.200s': leaving the queue failed (%s); the entry "
+               "expires in %lld ms",
+               x->l->name, dlock_last_error(), (long long)x->thread_wait);
+  dlock__seterr(code, "%s", saved);
+}
+
 static int wait_and_acquire(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
-  snprintf(x->member, sizeof x->member, "%s:%" PRIu64 ":%" PRId64, x->owner,
-           x->seq, x->lease);
+  snprintf(x->member, sizeof x->member, "%s:%" PRIu64 ":%" PRId64 "%s",
+           x->owner, x->seq, x->lease, x->l->kind == DLOCK_FENCED ? ":f" : "");
   x->q.member = x->member;
-  int rc = dlock__waiter_begin(c, &x->w, x->l->name, x->l->channel, x->l->grant,
-                               x->tid, x->seq);
-  if (rc)
+  char *own_channel = NULL; /* a fair waiter's channel is its own */
+  if (x->l->kind == DLOCK_FAIR &&
+      !(own_channel =
+            c->ops->lock_channel(c->be, DLOCK_FAIR, x->l->name, x->owner)))
+    return DLOCK_ENOMEM;
+  int rc = dlock__waiter_begin(
+      c, &x->w, x->l->name, own_channel ? own_channel : x->l->channel,
+      x->l->grant, x->tid, x->seq, DLOCK__WAKE_LOCK);
+  if (rc) {
+    dlock__free(own_channel);
     return rc;
+  }
   rc = wait_loop(x);
   if (rc != 1 && dlock__waiter_granted(c, &x->w)) {
     /* handed over while the last step failed: the grant stands */
     rc = 1;
     x->since = dlock__waiter_granted(c, &x->w);
+    x->token = dlock__waiter_grant_token(c, &x->w);
   } else if (rc == 1 && dlock__waiter_granted(c, &x->w)) {
     /* the grant came by message, with no attempt of ours: its lease
      * started just before the message was read */
     x->since = dlock__waiter_granted(c, &x->w);
+    x->token = dlock__waiter_grant_token(c, &x->w);
+  } else if (rc != 1 && x->l->kind == DLOCK_FAIR) {
+    fair_leave(x, rc);
   } else if (rc != 1 && x->q.queued) {
     /* leave the queue; a hand-off that raced with giving up is kept */
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     int64_t sent = dlock__now_ms();
-    int left =
-        c->ops->lock_leave(c->be, x->l->name, x->owner, x->member, x->lease);
+    dlock__acquire a = {.kind = x->l->kind,
+                        .name = x->l->name,
+                        .owner = x->owner,
+                        .lease_ms = x->lease};
+    int left = c->ops->lock_leave(c->be, &a, x->member, &x->token);
     if (left == 1) {
       rc = 1;
       x->since = sent;
@@ -302,11 +389,12 @@ static int wait_and_acquire(wait_ctx *x) {
     }
   }
   dlock__waiter_end(c, &x->w);
+  dlock__free(own_channel);
   return rc;
 }
 
 static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
-                   int64_t lease_ms, const char *fn) {
+                   int64_t lease_ms, int64_t *token, const char *fn) {
   if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
     return dlock__seterr(DLOCK_EINVAL,
                          "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
@@ -327,14 +415,26 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   char owner[64];
   dlock__owner(c, tid, owner, sizeof owner);
   int64_t since = dlock__now_ms();
+  int64_t tok = 0;
+  /* Redisson's rule: a finite wait is also how long the fair queue keeps
+   * this waiter's place without news */
+  int64_t thread_wait = wait_ms > 0 ? wait_ms : c->opts.fair_thread_wait_ms;
 
   /* an earlier wait of this thread whose outcome is unknown comes first:
    * if it was handed the lock, this acquire claims that grant */
-  rc = dlock__unresolved_resolve_own(c, l->name, tid, lease);
+  rc = has_handoff(l) ? dlock__unresolved_resolve_own(c, l->kind, l->name, tid,
+                                                      lease, &tok)
+                      : 0;
   if (rc == 0 && wait_ms == 0) {
     int64_t pttl = -1;
     since = dlock__now_ms();
-    rc = c->ops->lock_acquire(c->be, l->name, owner, lease, NULL, &pttl);
+    dlock__acquire a = {.kind = l->kind,
+                        .name = l->name,
+                        .owner = owner,
+                        .lease_ms = lease,
+                        .thread_wait_ms = thread_wait,
+                        .try_once = true};
+    rc = c->ops->lock_acquire(c->be, &a, &pttl, &tok);
     if (rc == 0)
       rc = busy_error(l, DLOCK_EBUSY, pttl);
   } else if (rc == 0) {
@@ -344,9 +444,11 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     x.tid = tid;
     x.owner = owner;
     x.lease = lease;
+    x.thread_wait = thread_wait;
     x.deadline = dlock__deadline_after(wait_ms);
     rc = wait_and_acquire(&x);
     since = x.since;
+    tok = x.token;
   }
   if (rc < 0)
     return call_end(l, rc == DLOCK_EWRONGTYPE
@@ -356,16 +458,45 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                                            "lock)",
                                            l->name)
                            : rc);
-  return call_end(l, record_acquired(l, tid, lease, watchdog, since));
+  if (token)
+    *token = tok;
+  return call_end(l, record_acquired(l, tid, lease, watchdog, since, tok));
 }
 
 int dlock_lock_acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms) {
-  return acquire(l, dlock_thread_id(), wait_ms, lease_ms, "dlock_lock_acquire");
+  return acquire(l, dlock_thread_id(), wait_ms, lease_ms, NULL,
+                 "dlock_lock_acquire");
 }
 
 int dlock_lock_acquire_as(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                           int64_t lease_ms) {
-  return acquire(l, tid, wait_ms, lease_ms, "dlock_lock_acquire_as");
+  return acquire(l, tid, wait_ms, lease_ms, NULL, "dlock_lock_acquire_as");
+}
+
+static int acquire_fenced(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                          int64_t lease_ms, int64_t *token, const char *fn) {
+  if (!token)
+    return dlock__seterr(DLOCK_EINVAL, "%s: token is NULL", fn);
+  *token = 0;
+  if (l && l->magic == DLOCK__LOCK_MAGIC && l->kind != DLOCK_FENCED)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: lock '%.200s' is not a fenced lock (create it "
+                         "with DLOCK_FENCED)",
+                         fn, l->name);
+  return acquire(l, tid, wait_ms, lease_ms, token, fn);
+}
+
+int dlock_lock_acquire_fenced(dlock_lock_t *l, int64_t wait_ms,
+                              int64_t lease_ms, int64_t *token) {
+  return acquire_fenced(l, dlock_thread_id(), wait_ms, lease_ms, token,
+                        "dlock_lock_acquire_fenced");
+}
+
+int dlock_lock_acquire_fenced_as(dlock_lock_t *l, uint64_t tid,
+                                 int64_t wait_ms, int64_t lease_ms,
+                                 int64_t *token) {
+  return acquire_fenced(l, tid, wait_ms, lease_ms, token,
+                        "dlock_lock_acquire_fenced_as");
 }
 
 static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
@@ -380,7 +511,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
 
   /* reuse the request id of an earlier unsure release of this hold */
   pthread_mutex_lock(&c->mu);
-  dlock__hold *h = dlock__hold_find_locked(c, l->name, tid);
+  dlock__hold *h =
+      dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
   int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
   bool h_had_id = h && h->release_id[0];
   if (h)
@@ -397,17 +529,19 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
    * id (so is a user's retry after an error: the id is kept in the hold).
    * On a retry "not owner" means the first attempt released the lock. */
   bool retry = h_had_id;
-  bool watching = dlock__client_watching(c, l->channel);
-  int out = c->ops->lock_release(c->be, l->name, owner, lease, req, watching);
+  bool watching = l->channel && dlock__client_watching(c, l->channel);
+  int out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req,
+                                 watching);
   if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
     retry = true;
-    out = c->ops->lock_release(c->be, l->name, owner, lease, req, watching);
+    out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req,
+                               watching);
   }
   if (out == DLOCK__REL_NOTOWNER && retry)
     out = DLOCK__REL_FREED;
 
   pthread_mutex_lock(&c->mu);
-  h = dlock__hold_find_locked(c, l->name, tid);
+  h = dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
   if (h)
     h->releasing = false;
   if (out < 0) {
@@ -464,7 +598,8 @@ int dlock_lock_force_release(dlock_lock_t *l, bool *was_locked) {
   if (rc)
     return rc;
   bool deleted = false;
-  rc = l->client->ops->lock_force_release(l->client->be, l->name, &deleted);
+  rc = l->client->ops->lock_force_release(l->client->be, l->kind, l->name,
+                                          &deleted);
   if (!rc && was_locked)
     *was_locked = deleted;
   return call_end(l, rc);
@@ -479,7 +614,8 @@ static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
     return rc;
   char owner[64];
   dlock__owner(l->client, dlock_thread_id(), owner, sizeof owner);
-  rc = l->client->ops->lock_query(l->client->be, l->name, owner, q, out);
+  rc = l->client->ops->lock_query(l->client->be, l->kind, l->name, owner, q,
+                                  out);
   if (rc == DLOCK_EWRONGTYPE)
     rc = dlock__seterr(rc, "%s: key '%.200s' holds a value of another type", fn,
                        l->name);
@@ -520,7 +656,8 @@ int dlock_lock_state(dlock_lock_t *l, dlock_lock_state_t **out) {
   int rc = call_begin(l, "dlock_lock_state");
   if (rc)
     return rc;
-  return call_end(l, l->client->ops->lock_state(l->client->be, l->name, out));
+  return call_end(
+      l, l->client->ops->lock_state(l->client->be, l->kind, l->name, out));
 }
 
 void dlock_lock_state_free(dlock_lock_state_t *st) {
@@ -532,6 +669,7 @@ void dlock_lock_state_free(dlock_lock_state_t *st) {
   for (size_t i = 0; st->waiters && i < st->nwaiters; i++)
     dlock__free((void *)st->waiters[i]);
   dlock__free((void *)st->waiters);
+  dlock__free(st->waiter_deadlines_ms);
   dlock__free((void *)st->name);
   dlock__free(st);
 }

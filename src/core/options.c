@@ -12,6 +12,7 @@
 #define DEFAULT_COMMAND_TIMEOUT_MS 5000
 #define DEFAULT_WATCHDOG_MS 30000
 #define DEFAULT_POOL_SIZE 8
+#define DEFAULT_FAIR_THREAD_WAIT_MS 300000
 /* A day: longer timeouts are almost certainly a unit mistake. */
 #define MAX_TIMEOUT_MS (24LL * 3600 * 1000)
 
@@ -21,6 +22,7 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->command_timeout_ms = DEFAULT_COMMAND_TIMEOUT_MS;
   o->watchdog_ms = DEFAULT_WATCHDOG_MS;
   o->pool_size = DEFAULT_POOL_SIZE;
+  o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
   o->log_level = DLOCK_LOG_WARN;
 }
 
@@ -115,6 +117,14 @@ int dlock_options_set_watchdog_timeout(dlock_options_t *opts, int64_t ms) {
   int rc = check_ms("watchdog timeout", ms, 3);
   if (!rc)
     opts->watchdog_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_fair_thread_wait(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_fair_thread_wait");
+  int rc = check_ms("fair thread-wait", ms, 1);
+  if (!rc)
+    opts->fair_thread_wait_ms = ms;
   return rc;
 }
 

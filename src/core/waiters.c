@@ -43,17 +43,45 @@ static void wake_first(dlock__chan *ch, const char *lock) {
   }
 }
 
-/* A release message: wakes one waiter of each lock on the channel. */
+/* A release message of a lock: wakes one waiter of each lock on the
+ * channel. */
 static void wake_one_per_lock(dlock__chan *ch) {
   for (dlock__waiter *w = ch->head; w; w = w->next) {
+    if (w->mode != DLOCK__WAKE_LOCK)
+      continue;
     bool seen = false; /* an older waiter of this lock was considered */
     for (dlock__waiter *o = ch->head; o != w; o = o->next)
-      if (strcmp(o->lock, w->lock) == 0) {
+      if (o->mode == DLOCK__WAKE_LOCK && strcmp(o->lock, w->lock) == 0) {
         seen = true;
         break;
       }
     if (!seen)
       wake_first(ch, w->lock);
+  }
+}
+
+/* A message on a channel, by each waiter's mode: lock waiters wake all on
+ * "1" (Redisson's read-unlock) and one per lock otherwise; latch waiters
+ * all wake; semaphore waiters wake as many as the payload counts (all when
+ * it is not a number; the losers of the race sleep again). */
+static void wake_on_message(dlock__chan *ch, const char *p, size_t n) {
+  bool one = n == 1 && p[0] == '1';
+  if (!one)
+    wake_one_per_lock(ch);
+  int64_t count = 0;
+  bool number = n > 0 && n < 19;
+  for (size_t i = 0; number && i < n; i++) {
+    if (p[i] < '0' || p[i] > '9')
+      number = false;
+    else
+      count = count * 10 + (p[i] - '0');
+  }
+  for (dlock__waiter *w = ch->head; w; w = w->next) {
+    if (w->mode == DLOCK__WAKE_ALL || (one && w->mode == DLOCK__WAKE_LOCK))
+      wake(w);
+    else if (w->mode == DLOCK__WAKE_COUNT && !w->woken &&
+             (!number || count-- > 0))
+      wake(w);
   }
 }
 
@@ -93,23 +121,34 @@ static dlock__chan *chan_new(struct dlock_client *c, const char *channel,
   return ch;
 }
 
-/* "<tid>:<seq>" -> the matching waiter of ch, marked granted and woken. */
+/* Parses a decimal field of p[*i..n) ending at n or at ':'; false when
+ * empty, too long or not digits. */
+static bool grant_field(const char *p, size_t n, size_t *i, uint64_t *out) {
+  size_t j = *i;
+  uint64_t v = 0;
+  for (; *i < n && *i - j < 19 && p[*i] >= '0' && p[*i] <= '9'; (*i)++)
+    v = v * 10 + (uint64_t)(p[*i] - '0');
+  *out = v;
+  return *i > j && (*i == n || p[*i] == ':');
+}
+
+/* "<tid>:<seq>[:<token>]" -> the matching waiter of ch, marked granted and
+ * woken (with the fencing token the release drew for it, if any). */
 static void deliver_grant(struct dlock_client *c, dlock__chan *ch,
                           const char *p, size_t n) {
-  uint64_t tid = 0, seq = 0;
+  uint64_t tid = 0, seq = 0, token = 0;
   size_t i = 0;
-  for (; i < n && i < 24 && p[i] >= '0' && p[i] <= '9'; i++)
-    tid = tid * 10 + (uint64_t)(p[i] - '0');
-  if (i == 0 || i >= n || p[i] != ':')
+  if (!grant_field(p, n, &i, &tid) || i == n)
     return;
-  size_t j = ++i;
-  for (; i < n && i - j < 24 && p[i] >= '0' && p[i] <= '9'; i++)
-    seq = seq * 10 + (uint64_t)(p[i] - '0');
-  if (i == j || i != n)
+  i++;
+  if (!grant_field(p, n, &i, &seq))
+    return;
+  if (i < n && (++i, !grant_field(p, n, &i, &token) || i != n))
     return;
   for (dlock__waiter *w = ch->head; w; w = w->next) {
     if (w->tid == tid && w->seq == seq) {
       w->granted = true;
+      w->grant_token = (int64_t)token;
       w->granted_at = dlock__now_ms();
       wake(w);
       return;
@@ -123,8 +162,10 @@ static void deliver_grant(struct dlock_client *c, dlock__chan *ch,
 
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
                         const char *lock, const char *channel,
-                        const char *grant, uint64_t tid, uint64_t seq) {
+                        const char *grant, uint64_t tid, uint64_t seq,
+                        dlock__wake_mode mode) {
   memset(w, 0, sizeof *w);
+  w->mode = mode;
   w->lock = lock;
   w->grant = grant;
   w->tid = tid;
@@ -201,6 +242,13 @@ bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w) {
             strcmp(w->chan->grant, w->grant) == 0 && !w->chan->no_handoff;
   pthread_mutex_unlock(&c->mu);
   return ok;
+}
+
+int64_t dlock__waiter_grant_token(struct dlock_client *c, dlock__waiter *w) {
+  pthread_mutex_lock(&c->mu);
+  int64_t t = w->granted ? w->grant_token : 0;
+  pthread_mutex_unlock(&c->mu);
+  return t;
 }
 
 int64_t dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w) {
@@ -282,10 +330,8 @@ void dlock__chans_on_event_locked(struct dlock_client *c, dlock__watch_event ev,
   case DLOCK__W_MESSAGE:
     if (is_grant)
       deliver_grant(c, ch, payload, plen);
-    else if (plen == 1 && payload[0] == '1')
-      wake_all(ch);
     else
-      wake_one_per_lock(ch);
+      wake_on_message(ch, payload, plen);
     break;
   case DLOCK__W_SUBSCRIBED:
     if (ch->state == DLOCK__CH_SUBBING && --ch->pending <= 0) {

@@ -9,9 +9,10 @@
  * reconnect wakes every waiter, since messages may have been lost.
  *
  * Wake rules (Redisson's): message "1" wakes every waiter of the channel in
- * this client; any other message wakes one waiter per lock, the oldest not
- * already woken (Redisson's layout gives "x" and "{x}" the same channel, so
- * one channel may serve two locks). A waiter that leaves with an unconsumed
+ * this client; any other message wakes, by the waiter's mode, one lock
+ * waiter per lock, the oldest not already woken (Redisson's layout gives "x"
+ * and "{x}" the same channel, so one channel may serve two locks), every
+ * latch waiter, or as many semaphore waiters as the message counts. A waiter that leaves with an unconsumed
  * wake passes it on to a waiter of the same lock.
  *
  * Hand-off: a channel may have a companion grant channel (one per lock and
@@ -41,6 +42,18 @@ typedef enum dlock__chan_state {
 
 typedef struct dlock__waiter dlock__waiter;
 
+/* How a message on its channel (other than "1", which wakes everyone)
+ * wakes a waiter. */
+typedef enum dlock__wake_mode {
+  /* a lock: one waiter per lock and client (Redisson's "0") */
+  DLOCK__WAKE_LOCK = 0,
+  /* every message wakes every such waiter (latches) */
+  DLOCK__WAKE_ALL = 1,
+  /* the payload is a count of permits: wakes that many waiters, oldest
+   * first (semaphores) */
+  DLOCK__WAKE_COUNT = 2
+} dlock__wake_mode;
+
 typedef struct dlock__chan {
   char *name;
   size_t len;
@@ -66,7 +79,9 @@ struct dlock__waiter {
   uint64_t tid, seq; /* match a grant's "<tid>:<seq>" */
   bool woken;
   bool wants;         /* counted in chan->nwanting */
+  dlock__wake_mode mode;
   bool granted;       /* a release handed this waiter the lock */
+  int64_t grant_token; /* the fencing token its grant carried (0: none) */
   int64_t granted_at; /* when its grant message was read (monotonic ms) */
 };
 
@@ -74,7 +89,8 @@ struct dlock__waiter {
  * subscribe anything: an acquire that succeeds at once costs no SUBSCRIBE. */
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
                         const char *lock, const char *channel,
-                        const char *grant, uint64_t tid, uint64_t seq);
+                        const char *grant, uint64_t tid, uint64_t seq,
+                        dlock__wake_mode mode);
 /* Asks for the channel's subscription and keeps it while this waiter is
  * registered. With only_if_subscribed, does so only when the channel is
  * already subscribed (atomically with that check). Returns whether it is
@@ -91,6 +107,8 @@ bool dlock__waiter_can_queue(struct dlock_client *c, dlock__waiter *w);
 /* When a release handed this waiter the lock (the monotonic ms its message
  * was read), or 0 when none did. */
 int64_t dlock__waiter_granted(struct dlock_client *c, dlock__waiter *w);
+/* The fencing token a grant carried (0 when none, or not granted). */
+int64_t dlock__waiter_grant_token(struct dlock_client *c, dlock__waiter *w);
 /* Waits until the channel is subscribed (true) or the deadline (false). */
 bool dlock__waiter_await_subscription(struct dlock_client *c, dlock__waiter *w,
                                       int64_t deadline);

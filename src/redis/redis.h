@@ -38,9 +38,60 @@ int dlock__redis_error(const redisReply *reply, const char *what);
 /* Redisson's `prefix:{name}` (or `prefix:name` when name has a '{'), for
  * the keys and channels Redisson shares. Caller frees. */
 char *dlock__redis_prefixed(const char *prefix, const char *name);
+/* Redisson's suffixName: `{name}:suffix`, or `name:suffix` when name has a
+ * '{'. Caller frees. */
+char *dlock__redis_suffixed(const char *name, const char *suffix);
 /* dlock's own keys and channels: `prefix:{name}`, or `prefix:=name` when
  * name has a '{' (one-to-one, same cluster slot as the lock). */
 char *dlock__redis_own_key(const char *prefix, const char *name);
+
+#define DLOCK__REDIS_MAX_ARGS 24
+/* Most items renewed by one script call. */
+#define DLOCK__REDIS_RENEW_BATCH 500
+
+/* Commands and scripts (redis.c). A command or script runs on a pooled
+ * connection in one round trip; an error reply becomes a code with detail.
+ * Script argv[0..2] are filled in; argv[3..] hold keys, then arguments.
+ * `retry_safe`: one resend on a fresh connection if the first one broke
+ * (idempotent scripts only). */
+int dlock__redis_command(dlock__redis *r, int argc, const char **argv,
+                         redisReply **reply);
+int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys,
+                        int argc, const char **argv, bool retry_safe,
+                        redisReply **reply);
+int dlock__redis_append_cmd(dlock__conn *c, int argc, const char **argv);
+int dlock__redis_append_script(dlock__conn *c, const dlock__script *s,
+                               bool body, int nkeys, int argc,
+                               const char **argv, size_t *lens);
+bool dlock__redis_is_noscript(const redisReply *rep);
+int dlock__redis_pool_get_until(dlock__redis *r, int64_t until,
+                                dlock__conn **out);
+void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c);
+/* DLOCK_EPROTO "<what>: unexpected reply"; frees rep. */
+int dlock__redis_unexpected(redisReply *rep, const char *what);
+
+/* locks.c: every lock kind */
+char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
+                                const char *name, const char *owner);
+char *dlock__redis_lock_grant_channel(void *be, const char *name,
+                                      const char *client_id);
+int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                              int64_t *token);
+int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
+                            const char *member, int64_t *token);
+int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
+                              const char *name, const char *owner,
+                              int64_t lease_ms, const char *request_id,
+                              bool watching);
+int dlock__redis_lock_force_release(void *be, dlock_lock_kind_t kind,
+                                    const char *name, bool *deleted);
+int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
+                            int64_t lease_ms, int64_t deadline);
+int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
+                            const char *owner, dlock__lock_query q,
+                            int64_t *out);
+int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
+                            dlock_lock_state_t **out);
 
 /* watch.c */
 int dlock__redis_watch_connect(void *be, int64_t deadline);

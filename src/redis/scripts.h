@@ -21,5 +21,14 @@ extern const dlock__script dlock__script_lock_force_release;
 extern const dlock__script dlock__script_lock_leave;
 extern const dlock__script dlock__script_lock_renew;
 extern const dlock__script dlock__script_lock_state;
+extern const dlock__script dlock__script_fair_acquire;
+extern const dlock__script dlock__script_fair_leave;
+extern const dlock__script dlock__script_fair_release;
+extern const dlock__script dlock__script_rw_read_acquire;
+extern const dlock__script dlock__script_rw_read_release;
+extern const dlock__script dlock__script_rw_read_renew;
+extern const dlock__script dlock__script_rw_write_acquire;
+extern const dlock__script dlock__script_rw_write_release;
+extern const dlock__script dlock__script_permit_renew;
 
 #endif

@@ -4,9 +4,22 @@
 --   (member -> expiry). Both are dlock's own keys; Redisson ignores them.
 -- ARGV[1] lease ms; ARGV[2] owner "<client-id>:<tid>";
 -- ARGV[3] queue member "<client-id>:<tid>:<seq>:<lease>" or '' (no queue);
--- ARGV[4] entry lifetime ms; ARGV[5] '1' when this wait may have queued.
--- Returns nil when acquired (or handed over while queued), else the PTTL.
+-- ARGV[4] entry lifetime ms; ARGV[5] '1' when this wait may have queued;
+-- ARGV[6] fenced lock: its token key redisson_lock_token:{name}, else ''.
+-- Returns nil when acquired (or handed over while queued), else the PTTL;
+-- a fenced lock returns {-1, token} when acquired (Redisson RFencedLock).
+-- The token grows with every grant: here, or in the release that hands
+-- the lock to a queued fenced waiter.
 -- With ARGV[3] = '' this is exactly Redisson's acquire.
+local function granted(claimed)
+  if ARGV[6] == '' then
+    return nil
+  end
+  if claimed then
+    return {-1, tonumber(redis.call('get', ARGV[6]) or '0')}
+  end
+  return {-1, redis.call('incr', ARGV[6])}
+end
 local member = ARGV[3]
 if member ~= '' and ARGV[5] == '1'
     and redis.call('zscore', KEYS[2], member) == false
@@ -15,7 +28,7 @@ if member ~= '' and ARGV[5] == '1'
   -- it (count stays 1) and start the lease now, whenever the grant was
   redis.call('zrem', KEYS[3], member)
   redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
+  return granted(true)
 end
 if (redis.call('exists', KEYS[1]) == 0)
     or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
@@ -25,7 +38,7 @@ if (redis.call('exists', KEYS[1]) == 0)
     redis.call('zrem', KEYS[2], member)
     redis.call('zrem', KEYS[3], member)
   end
-  return nil
+  return granted(false)
 end
 if member ~= '' then
   local t = redis.call('time')

@@ -3,7 +3,8 @@
 -- KEYS[1] lock name; KEYS[2] wake channel redisson_lock__channel:{name};
 -- KEYS[3] latch redisson_unlock_latch:{name}:<request-id>;
 -- KEYS[4] dlock_lock_queue:{name}; KEYS[5] dlock_lock_queue_timeout:{name};
--- KEYS[6] dlock_lock_yield:{name} (when the last release yielded).
+-- KEYS[6] dlock_lock_yield:{name} (when the last release yielded);
+-- KEYS[7] redisson_lock_token:{name} (the fenced lock's token).
 -- ARGV[1] message ("0"); ARGV[2] lease ms; ARGV[3] owner;
 -- ARGV[4] publish command; ARGV[5] latch lifetime ms;
 -- ARGV[6] grant channel prefix dlock_lock_grant:{name} (":<client-id>" is
@@ -18,7 +19,8 @@
 --
 -- Hand-off: on a full release, expired queue entries are dropped and the
 -- oldest live waiter is made the owner (field = 1, its lease), then told on
--- its client's grant channel with "<tid>:<seq>". PUBLISH counts receivers:
+-- its client's grant channel with "<tid>:<seq>". A fenced waiter (member
+-- ending ":f") gets the next token: "<tid>:<seq>:<token>". PUBLISH counts receivers:
 -- 0 means that client is gone, so the grant is undone and the next waiter
 -- tried. With no waiter to hand to, "0" goes to Redisson's channel as
 -- Redisson itself does.
@@ -85,13 +87,16 @@ if redis.call('exists', KEYS[4]) == 1 then
     local expiry = tonumber(redis.call('zscore', KEYS[5], head) or '0')
     redis.call('zrem', KEYS[4], head)
     redis.call('zrem', KEYS[5], head)
-    local cid, tid, seq, lease =
-        string.match(head, '^([^:]+):(%d+):(%d+):(%d+)$')
-    if cid and expiry > now then
+    local cid, tid, seq, lease, flag =
+        string.match(head, '^([^:]+):(%d+):(%d+):(%d+)(.*)$')
+    if cid and expiry > now and (flag == '' or flag == ':f') then
       redis.call('hset', KEYS[1], cid .. ':' .. tid, 1)
       redis.call('pexpire', KEYS[1], lease)
-      local heard = redis.pcall(ARGV[4], ARGV[6] .. ':' .. cid,
-                                tid .. ':' .. seq)
+      local msg = tid .. ':' .. seq
+      if flag == ':f' then
+        msg = msg .. ':' .. redis.call('incr', KEYS[7])
+      end
+      local heard = redis.pcall(ARGV[4], ARGV[6] .. ':' .. cid, msg)
       if type(heard) == 'number' and heard > 0 then
         return 1
       end

@@ -1,0 +1,782 @@
+/*
+ * locks.c - the lock operations of the Redis backend, every kind, in
+ * Redisson's layout (REDIS-LAYOUT.md) plus dlock's hand-off queue
+ * (docs/LAYOUT.md).
+ *
+ * Kinds and their scripts:
+ *   reentrant, fenced  lock_acquire / lock_release / lock_leave: the RLock
+ *                      hash, dlock's wait queue, and for a fenced lock the
+ *                      token key redisson_lock_token:{name};
+ *   fair               fair_acquire / fair_release / fair_leave: the
+ *                      RFairLock queue (LIST) and deadlines (ZSET), one
+ *                      wake channel per waiting owner;
+ *   read, write        rw_*: the RReadWriteLock hash with a mode field, one
+ *                      timeout key per read hold.
+ * Every kind renews through one batched call per kind, all pipelined in
+ * one round trip (lock_renew, rw_read_renew, permit_renew).
+ *
+ * Retrying: only idempotent scripts are re-sent after a broken connection
+ * (leave, state). Acquire is never re-sent (a second HINCRBY would count a
+ * hold twice); release is retried by the core with the same request id.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "redis/redis.h"
+
+#define LOCK_CHANNEL_PREFIX "redisson_lock__channel"
+#define RW_CHANNEL_PREFIX "redisson_rwlock"
+#define LATCH_PREFIX "redisson_unlock_latch"
+#define TOKEN_PREFIX "redisson_lock_token"
+#define FAIR_QUEUE_PREFIX "redisson_lock_queue"
+#define FAIR_TIMEOUT_PREFIX "redisson_lock_timeout"
+#define QUEUE_PREFIX "dlock_lock_queue"
+#define QUEUE_TIMEOUT_PREFIX "dlock_lock_queue_timeout"
+#define GRANT_PREFIX "dlock_lock_grant"
+#define YIELD_PREFIX "dlock_lock_yield"
+/* At most one release per this period leaves the lock to a race instead of
+ * handing it over, when outsiders may be waiting (lock_release.lua). */
+#define YIELD_PERIOD_MS "50"
+#define MAX_ARGS DLOCK__REDIS_MAX_ARGS
+
+/* Every key and channel name one operation may need; unused ones stay
+ * NULL. Built by keys_make, freed by keys_clear. */
+typedef struct lock_keys {
+  char *channel;  /* wake channel (fair: the base, ":<owner>" appended) */
+  char *queue;    /* dlock_lock_queue, or the fair lock's LIST */
+  char *timeouts; /* dlock_lock_queue_timeout, or the fair lock's ZSET */
+  char *token;    /* fenced: redisson_lock_token:{name} */
+  char *grant;    /* dlock_lock_grant:{name} (":<client-id>" appended) */
+  char *yield;    /* dlock_lock_yield:{name} */
+  char *rw_mine;  /* read side: {name}:<owner>:rwlock_timeout */
+  char *rw_base;  /* read side: {name} */
+} lock_keys;
+
+static void keys_clear(lock_keys *k) {
+  char **all[] = {&k->channel, &k->queue, &k->timeouts, &k->token,
+                  &k->grant,   &k->yield, &k->rw_mine,  &k->rw_base};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+    dlock__free(*all[i]);
+    *all[i] = NULL;
+  }
+}
+
+static bool is_rw(dlock_lock_kind_t kind) {
+  return kind == DLOCK_READ || kind == DLOCK_WRITE;
+}
+
+/* The keys of `name` for `kind`; owner is needed by the read side only. */
+static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
+                     const char *owner) {
+  memset(k, 0, sizeof *k);
+  bool ok = true;
+  if (is_rw(kind)) {
+    ok = (k->channel = dlock__redis_prefixed(RW_CHANNEL_PREFIX, name)) != NULL;
+    if (ok && kind == DLOCK_READ && owner) {
+      char *sfx = dlock__asprintf("%s:rwlock_timeout", owner);
+      ok = sfx && (k->rw_mine = dlock__redis_suffixed(name, sfx)) != NULL;
+      dlock__free(sfx);
+      k->rw_base = strchr(name, '{') ? dlock__strdup(name)
+                                     : dlock__asprintf("{%s}", name);
+      ok = ok && k->rw_base;
+    }
+  } else if (kind == DLOCK_FAIR) {
+    ok = (k->channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name)) &&
+         (k->queue = dlock__redis_prefixed(FAIR_QUEUE_PREFIX, name)) &&
+         (k->timeouts = dlock__redis_prefixed(FAIR_TIMEOUT_PREFIX, name));
+  } else {
+    ok = (k->channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name)) &&
+         (k->queue = dlock__redis_own_key(QUEUE_PREFIX, name)) &&
+         (k->timeouts = dlock__redis_own_key(QUEUE_TIMEOUT_PREFIX, name)) &&
+         (k->grant = dlock__redis_own_key(GRANT_PREFIX, name)) &&
+         (k->yield = dlock__redis_own_key(YIELD_PREFIX, name)) &&
+         (k->token = dlock__redis_prefixed(TOKEN_PREFIX, name));
+  }
+  if (!ok) {
+    keys_clear(k);
+    return DLOCK_ENOMEM;
+  }
+  return 0;
+}
+
+/* "<owner>:write", the write side's field. */
+static int write_field(char *buf, size_t len, const char *owner) {
+  int n = snprintf(buf, len, "%s:write", owner);
+  return n < 0 || (size_t)n >= len
+             ? dlock__seterr(DLOCK_EINVAL, "owner too long")
+             : 0;
+}
+
+/* ------------------------------------------------------------ channels */
+
+char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
+                                const char *name, const char *owner) {
+  (void)be;
+  if (is_rw(kind))
+    return dlock__redis_prefixed(RW_CHANNEL_PREFIX, name);
+  char *base = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
+  if (kind != DLOCK_FAIR || !base)
+    return base;
+  char *ch = dlock__asprintf("%s:%s", base, owner);
+  dlock__free(base);
+  return ch;
+}
+
+char *dlock__redis_lock_grant_channel(void *be, const char *name,
+                                      const char *client_id) {
+  (void)be;
+  char *prefix = dlock__redis_own_key(GRANT_PREFIX, name);
+  char *ch = prefix ? dlock__asprintf("%s:%s", prefix, client_id) : NULL;
+  dlock__free(prefix);
+  return ch;
+}
+
+/* ------------------------------------------------------------- acquire */
+
+/* Reads a fenced reply {-1, token} (or {1, token} from a leave). */
+static bool token_reply(const redisReply *rep, int64_t *token) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 2 ||
+      rep->element[1]->type != REDIS_REPLY_INTEGER ||
+      rep->element[1]->integer < 0)
+    return false;
+  *token = rep->element[1]->integer;
+  return true;
+}
+
+int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                              int64_t *token) {
+  char lease[24], ttl[24], tw[24], wfield[128];
+  snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
+  lock_keys k;
+  int rc = keys_make(&k, a->kind, a->name, a->owner);
+  if (rc)
+    return rc;
+  redisReply *rep = NULL;
+  switch (a->kind) {
+  case DLOCK_FAIR: {
+    snprintf(tw, sizeof tw, "%" PRId64, a->thread_wait_ms);
+    const char *argv[MAX_ARGS] = {
+        0,     0,        0,  a->name, k.queue, k.timeouts,
+        lease, a->owner, tw, "1",     a->try_once ? "1" : "0"};
+    rc = dlock__redis_script(be, &dlock__script_fair_acquire, 3, 11, argv,
+                             false, &rep);
+    break;
+  }
+  case DLOCK_READ: {
+    if ((rc = write_field(wfield, sizeof wfield, a->owner)))
+      break;
+    const char *argv[MAX_ARGS] = {0,     0,        0,     a->name, k.rw_mine,
+                                  lease, a->owner, wfield};
+    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 2, 8, argv,
+                             false, &rep);
+    break;
+  }
+  case DLOCK_WRITE: {
+    if ((rc = write_field(wfield, sizeof wfield, a->owner)))
+      break;
+    const char *argv[MAX_ARGS] = {0, 0, 0, a->name, lease, wfield, a->owner};
+    rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 1, 7, argv,
+                             false, &rep);
+    break;
+  }
+  default: {
+    snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  a->name,
+                                  k.queue,
+                                  k.timeouts,
+                                  lease,
+                                  a->owner,
+                                  a->q ? a->q->member : "",
+                                  ttl,
+                                  a->q && a->q->queued ? "1" : "0",
+                                  a->kind == DLOCK_FENCED ? k.token : ""};
+    rc = dlock__redis_script(be, &dlock__script_lock_acquire, 3, 12, argv,
+                             false, &rep);
+    break;
+  }
+  }
+  keys_clear(&k);
+  if (rc)
+    return rc;
+  if (a->kind == DLOCK_FENCED && rep->type != REDIS_REPLY_INTEGER) {
+    if (!token_reply(rep, token))
+      return dlock__redis_unexpected(rep, "fenced lock acquire");
+    freeReplyObject(rep);
+    return 1;
+  }
+  if (rep->type == REDIS_REPLY_NIL && a->kind != DLOCK_FENCED) {
+    freeReplyObject(rep);
+    return 1;
+  }
+  if (a->kind == DLOCK_WRITE &&
+      (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) &&
+      strcmp(rep->str, "DEADLOCK") == 0) {
+    freeReplyObject(rep);
+    return dlock__seterr(DLOCK_EDEADLK,
+                         "write lock '%.200s': this thread holds its read "
+                         "side; a read hold cannot be upgraded (release it "
+                         "first)",
+                         a->name);
+  }
+  if (rep->type != REDIS_REPLY_INTEGER || rep->integer < -2)
+    return dlock__redis_unexpected(rep, "lock acquire");
+  *pttl = rep->integer;
+  freeReplyObject(rep);
+  return 0;
+}
+
+int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
+                            const char *member, int64_t *token) {
+  dlock__redis *r = be;
+  char lease[24], tw[24];
+  snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
+  if (is_rw(a->kind))
+    return 0; /* read-write waiters are not queued */
+  lock_keys k;
+  int rc = keys_make(&k, a->kind, a->name, a->owner);
+  if (rc)
+    return rc;
+  redisReply *rep = NULL;
+  if (a->kind == DLOCK_FAIR) {
+    snprintf(tw, sizeof tw, "%" PRId64, a->thread_wait_ms);
+    const char *argv[MAX_ARGS] = {0,         0,        0,  a->name,   k.queue,
+                                  k.timeouts, k.channel, a->owner, tw,
+                                  r->publish};
+    rc = dlock__redis_script(r, &dlock__script_fair_leave, 4, 10, argv, true,
+                             &rep);
+  } else {
+    const char *argv[MAX_ARGS] = {
+        0,        0,      0,     a->name,
+        k.queue,  k.timeouts, a->owner, member,
+        lease,    a->kind == DLOCK_FENCED ? k.token : ""};
+    rc = dlock__redis_script(r, &dlock__script_lock_leave, 3, 10, argv, true,
+                             &rep);
+  }
+  keys_clear(&k);
+  if (rc)
+    return rc;
+  if (rep->type == REDIS_REPLY_ARRAY && token_reply(rep, token)) {
+    freeReplyObject(rep);
+    return 1;
+  }
+  if (rep->type != REDIS_REPLY_INTEGER)
+    return dlock__redis_unexpected(rep, "lock leave");
+  rc = rep->integer == 1;
+  freeReplyObject(rep);
+  return rc;
+}
+
+/* ------------------------------------------------------------- release */
+
+/* How long a release's latch lives: past the core's own retry (a reconnect
+ * plus a round trip) and a prompt retry by the user (dlock_lock_release). */
+static void latch_ms(const dlock__redis *r, char *buf, size_t len) {
+  int64_t latch = 2 * (r->command_timeout_ms + r->connect_timeout_ms);
+  if (latch < 10000)
+    latch = 10000;
+  if (latch > 60000)
+    latch = 60000;
+  snprintf(buf, len, "%" PRId64, latch);
+}
+
+static int release_outcome(redisReply *rep, bool counted) {
+  int rc;
+  if (rep->type == REDIS_REPLY_NIL)
+    rc = DLOCK__REL_NOTOWNER;
+  else if (counted && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 0)
+    rc = rep->integer == 0 ? DLOCK__REL_FREED : DLOCK__REL_DOWN;
+  else if (rep->type == REDIS_REPLY_INTEGER &&
+           (rep->integer == 0 || rep->integer == 1))
+    rc = rep->integer == 1 ? DLOCK__REL_FREED : DLOCK__REL_DOWN;
+  else
+    return dlock__redis_unexpected(rep, "lock release");
+  freeReplyObject(rep);
+  return rc;
+}
+
+int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
+                              const char *name, const char *owner,
+                              int64_t lease_ms, const char *request_id,
+                              bool watching) {
+  dlock__redis *r = be;
+  char lease[24], latch[24], wfield[128];
+  snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+  latch_ms(r, latch, sizeof latch);
+  lock_keys k;
+  int rc = keys_make(&k, kind, name, owner);
+  if (rc)
+    return rc;
+  char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
+  char *latch_key =
+      latch_prefix ? dlock__asprintf("%s:%s", latch_prefix, request_id) : NULL;
+  dlock__free(latch_prefix);
+  redisReply *rep = NULL;
+  if (!latch_key) {
+    rc = DLOCK_ENOMEM;
+  } else if (kind == DLOCK_READ) {
+    const char *argv[MAX_ARGS] = {0,         0,          0,         name,
+                                  k.channel, k.rw_mine,  k.rw_base, latch_key,
+                                  "0",       owner,      r->publish, latch};
+    rc = dlock__redis_script(r, &dlock__script_rw_read_release, 5, 12, argv,
+                             false, &rep);
+    if (!rc)
+      rc = release_outcome(rep, true);
+  } else if (kind == DLOCK_WRITE) {
+    if (!(rc = write_field(wfield, sizeof wfield, owner))) {
+      const char *argv[MAX_ARGS] = {0,   0,     0,      name,       k.channel,
+                                    latch_key, "1", lease, wfield, r->publish,
+                                    latch};
+      rc = dlock__redis_script(r, &dlock__script_rw_write_release, 3, 11, argv,
+                               false, &rep);
+      if (!rc)
+        rc = release_outcome(rep, false);
+    }
+  } else if (kind == DLOCK_FAIR) {
+    const char *argv[MAX_ARGS] = {0,         0,         0,         name,
+                                  k.queue,   k.timeouts, k.channel, latch_key,
+                                  "0",       lease,     owner,     r->publish,
+                                  latch};
+    rc = dlock__redis_script(r, &dlock__script_fair_release, 5, 13, argv,
+                             false, &rep);
+    if (!rc)
+      rc = release_outcome(rep, false);
+  } else {
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  name,
+                                  k.channel,
+                                  latch_key,
+                                  k.queue,
+                                  k.timeouts,
+                                  k.yield,
+                                  k.token,
+                                  "0",
+                                  lease,
+                                  owner,
+                                  r->publish,
+                                  latch,
+                                  k.grant,
+                                  YIELD_PERIOD_MS,
+                                  watching ? "1" : "0"};
+    /* no resend here: the core retries with the same request id, knowing
+     * that a retry answered "not owner" means the first one released */
+    rc = dlock__redis_script(r, &dlock__script_lock_release, 7, 18, argv,
+                             false, &rep);
+    if (!rc)
+      rc = release_outcome(rep, false);
+  }
+  keys_clear(&k);
+  dlock__free(latch_key);
+  return rc;
+}
+
+int dlock__redis_lock_force_release(void *be, dlock_lock_kind_t kind,
+                                    const char *name, bool *deleted) {
+  dlock__redis *r = be;
+  lock_keys k;
+  int rc = keys_make(&k, kind, name, NULL);
+  if (rc)
+    return rc;
+  /* a read-write lock wakes everyone; a fair lock its head only */
+  const char *argv[MAX_ARGS] = {0,         0,
+                                0,         name,
+                                k.channel, kind == DLOCK_FAIR ? k.queue : NULL,
+                                NULL,      NULL};
+  int nkeys = kind == DLOCK_FAIR ? 3 : 2;
+  argv[3 + nkeys] = is_rw(kind) ? "1" : "0";
+  argv[4 + nkeys] = r->publish;
+  redisReply *rep = NULL;
+  /* never re-sent: if the first DEL ran and a waiter then took the lock,
+   * a second one would delete the new owner's lock */
+  rc = dlock__redis_script(r, &dlock__script_lock_force_release, nkeys,
+                           5 + nkeys, argv, false, &rep);
+  keys_clear(&k);
+  if (rc)
+    return rc;
+  if (rep->type != REDIS_REPLY_INTEGER)
+    return dlock__redis_unexpected(rep, "force release");
+  *deleted = rep->integer == 1;
+  freeReplyObject(rep);
+  return 0;
+}
+
+/* --------------------------------------------------------------- renew */
+
+/* Renewal: the items of each kind go in batches of RENEW_BATCH, one script
+ * call per batch, and every batch of every kind in one pipelined round
+ * trip. NOSCRIPT batches are resent as EVAL in a second round trip on the
+ * same connection. */
+#define RENEW_BATCH DLOCK__REDIS_RENEW_BATCH
+
+typedef struct renew_batch {
+  const dlock__script *script;
+  dlock__renewal **items; /* points into the caller's array */
+  size_t n;
+  char **owned; /* strings built for this batch (keys, fields) */
+  size_t nowned;
+} renew_batch;
+
+static const dlock__script *renew_script(dlock__hold_kind kind) {
+  switch (kind) {
+  case DLOCK__HK_READ:
+    return &dlock__script_rw_read_renew;
+  case DLOCK__HK_PERMIT:
+    return &dlock__script_permit_renew;
+  default:
+    return &dlock__script_lock_renew;
+  }
+}
+
+static char *own(renew_batch *b, char *s) {
+  if (s)
+    b->owned[b->nowned++] = s;
+  return s;
+}
+
+/* Formats one batch's EVALSHA (or EVAL). Layouts:
+ *   lock/write: KEYS name...,            ARGV lease, field...
+ *   read:       KEYS (name, prefix)...,  ARGV lease, owner...
+ *   permit:     KEYS {name}:timeout...,  ARGV lease, permit id... */
+static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
+                        bool body, const char **argv, size_t *lens) {
+  size_t n = b->n, nk = b->script == &dlock__script_rw_read_renew ? 2 * n : n;
+  if (!b->nowned) {
+    for (size_t i = 0; i < n; i++) {
+      dlock__renewal *it = b->items[i];
+      const char *key = it->name, *key2 = NULL, *arg = it->owner;
+      if (it->kind == DLOCK__HK_WRITE) {
+        arg = own(b, dlock__asprintf("%s:write", it->owner));
+      } else if (it->kind == DLOCK__HK_PERMIT) {
+        key = own(b, dlock__redis_suffixed(it->name, "timeout"));
+      } else if (it->kind == DLOCK__HK_READ) {
+        char *sfx = dlock__asprintf("%s:rwlock_timeout", it->owner);
+        key2 = sfx ? own(b, dlock__redis_suffixed(it->name, sfx)) : NULL;
+        dlock__free(sfx);
+        if (!key2)
+          return DLOCK_ENOMEM;
+      }
+      if (!key || !arg)
+        return DLOCK_ENOMEM;
+      if (key2) {
+        argv[3 + 2 * i] = key;
+        argv[3 + 2 * i + 1] = key2;
+      } else {
+        argv[3 + i] = key;
+      }
+      argv[3 + nk + 1 + i] = arg;
+    }
+    argv[3 + nk] = lease;
+  }
+  size_t argc = 3 + nk + 1 + n;
+  for (size_t i = 3; i < argc; i++)
+    lens[i] = strlen(argv[i]);
+  return dlock__redis_append_script(c, b->script, body, (int)nk, (int)argc,
+                                    argv, lens);
+}
+
+static int renew_results(redisReply *rep, renew_batch *b) {
+  if (rep->type == REDIS_REPLY_ERROR)
+    return dlock__redis_error(rep, "lock renew");
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != b->n)
+    return dlock__seterr(DLOCK_EPROTO, "lock renew: unexpected reply");
+  for (size_t i = 0; i < b->n; i++)
+    b->items[i]->result = rep->element[i]->type == REDIS_REPLY_INTEGER &&
+                          rep->element[i]->integer == 1;
+  return 0;
+}
+
+/* Splits items into batches by script; returns how many (0: no memory). */
+static size_t renew_plan(dlock__renewal *items, size_t n, renew_batch **out,
+                         dlock__renewal ***order) {
+  const dlock__hold_kind kinds[] = {DLOCK__HK_LOCK, DLOCK__HK_WRITE,
+                                    DLOCK__HK_READ, DLOCK__HK_PERMIT};
+  *out = dlock__calloc(n + 4, sizeof **out);
+  *order = dlock__calloc(n, sizeof **order);
+  if (!*out || !*order)
+    return 0;
+  size_t nb = 0, at = 0;
+  for (size_t k = 0; k < 4; k++) {
+    size_t start = at;
+    for (size_t i = 0; i < n; i++)
+      if (items[i].kind == kinds[k])
+        (*order)[at++] = &items[i];
+    for (size_t s = start; s < at; s += RENEW_BATCH) {
+      renew_batch *b = &(*out)[nb++];
+      b->script = renew_script(kinds[k]);
+      b->items = *order + s;
+      b->n = at - s < RENEW_BATCH ? at - s : RENEW_BATCH;
+      b->owned = dlock__calloc(2 * b->n + 1, sizeof *b->owned);
+      if (!b->owned)
+        return 0;
+    }
+  }
+  return nb;
+}
+
+int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
+                            int64_t lease_ms, int64_t deadline) {
+  dlock__redis *r = be;
+  if (n == 0)
+    return 0;
+  char lease[24];
+  snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+  renew_batch *b = NULL;
+  dlock__renewal **order = NULL;
+  size_t nb = renew_plan(items, n, &b, &order);
+  size_t args = 4 + 3 * RENEW_BATCH;
+  const char **argv = dlock__calloc(nb ? nb * args : 1, sizeof *argv);
+  size_t *lens = dlock__calloc(args, sizeof *lens);
+  redisReply **rep = dlock__calloc(nb ? nb : 1, sizeof *rep);
+  dlock__conn *c = NULL;
+  int64_t cmd_deadline = dlock__deadline_after(r->command_timeout_ms);
+  if (deadline > cmd_deadline)
+    deadline = cmd_deadline;
+  int rc = (!nb || !argv || !lens || !rep)
+               ? DLOCK_ENOMEM
+               : dlock__redis_pool_get_until(r, deadline, &c);
+  for (size_t i = 0; !rc && i < nb; i++)
+    rc = renew_append(c, &b[i], lease, false, argv + i * args, lens);
+  if (!rc)
+    rc = dlock__conn_exec(c, deadline, nb, rep);
+  for (size_t i = 0; !rc && i < nb; i++) {
+    if (dlock__redis_is_noscript(rep[i])) {
+      freeReplyObject(rep[i]);
+      rep[i] = NULL;
+      rc = renew_append(c, &b[i], lease, true, argv + i * args, lens);
+      if (!rc)
+        rc = dlock__conn_exec(c, deadline, 1, &rep[i]);
+    }
+    if (!rc)
+      rc = renew_results(rep[i], &b[i]);
+  }
+  if (c)
+    dlock__redis_pool_put(r, c);
+  for (size_t i = 0; b && i < nb; i++) {
+    for (size_t j = 0; b[i].owned && j < b[i].nowned; j++)
+      dlock__free(b[i].owned[j]);
+    dlock__free(b[i].owned);
+    if (rep)
+      freeReplyObject(rep[i]);
+  }
+  dlock__free(b);
+  dlock__free(order);
+  dlock__free(rep);
+  dlock__free(argv);
+  dlock__free(lens);
+  return rc;
+}
+
+/* --------------------------------------------------------------- query */
+
+int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
+                            const char *owner, dlock__lock_query q,
+                            int64_t *out) {
+  char wfield[128];
+  if (kind == DLOCK_WRITE) {
+    int rc = write_field(wfield, sizeof wfield, owner);
+    if (rc)
+      return rc;
+    owner = wfield;
+  }
+  const char *argv[3];
+  int argc = 2;
+  argv[1] = name;
+  switch (q) {
+  case DLOCK__Q_LOCKED:
+    argv[0] = "EXISTS";
+    break;
+  case DLOCK__Q_HELD:
+    argv[0] = "HEXISTS";
+    argv[2] = owner;
+    argc = 3;
+    break;
+  case DLOCK__Q_COUNT:
+    argv[0] = "HGET";
+    argv[2] = owner;
+    argc = 3;
+    break;
+  case DLOCK__Q_REMAINING:
+  default:
+    argv[0] = "PTTL";
+    break;
+  }
+  redisReply *rep = NULL;
+  int rc = dlock__redis_command(be, argc, argv, &rep);
+  if (rc)
+    return rc;
+  /* only the shapes and ranges each command can answer: EXISTS and
+   * HEXISTS 0/1, PTTL >= -2, HGET a decimal count or nil */
+  bool flag = q == DLOCK__Q_LOCKED || q == DLOCK__Q_HELD;
+  if (rep->type == REDIS_REPLY_INTEGER && q != DLOCK__Q_COUNT) {
+    if ((flag && (rep->integer < 0 || rep->integer > 1)) ||
+        (!flag && rep->integer < -2))
+      return dlock__redis_unexpected(rep, argv[0]);
+    *out = rep->integer;
+  } else if (q == DLOCK__Q_COUNT && rep->type == REDIS_REPLY_NIL) {
+    *out = 0;
+  } else if (q == DLOCK__Q_COUNT && rep->type == REDIS_REPLY_STRING) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(rep->str, &end, 10);
+    if (!end || end == rep->str || *end || v < 0 || errno == ERANGE)
+      return dlock__redis_unexpected(rep, "hold count");
+    *out = v;
+  } else {
+    return dlock__redis_unexpected(rep, argv[0]);
+  }
+  freeReplyObject(rep);
+  return 0;
+}
+
+/* --------------------------------------------------------------- state */
+
+static int state_fail(dlock_lock_state_t *st, redisReply *rep, int rc) {
+  dlock_lock_state_free(st);
+  freeReplyObject(rep);
+  return rc;
+}
+
+static const char *kind_label(dlock_lock_kind_t kind) {
+  switch (kind) {
+  case DLOCK_FAIR:
+    return "fair";
+  case DLOCK_FENCED:
+    return "fenced";
+  default:
+    return "reentrant";
+  }
+}
+
+/* Adds the holders in a hash's fields; a read-write lock's "mode" field is
+ * not a holder, and its writer's field loses its ":write". */
+static int state_holders(dlock_lock_state_t *st, const redisReply *fields,
+                         bool rw) {
+  size_t nh = fields->elements / 2;
+  for (size_t i = 0; i < nh; i++) {
+    const redisReply *f = fields->element[2 * i],
+                     *v = fields->element[2 * i + 1];
+    if (f->type != REDIS_REPLY_STRING || (rw && strcmp(f->str, "mode") == 0))
+      continue;
+    size_t len = f->len;
+    const char *side = NULL;
+    if (rw) {
+      side = "read";
+      if (len > 6 && memcmp(f->str + len - 6, ":write", 6) == 0) {
+        side = "write";
+        len -= 6;
+      }
+    }
+    char *owner = dlock__strndup(f->str, len);
+    if (!owner)
+      return DLOCK_ENOMEM;
+    dlock_holder_t *h = &st->holders[st->nholders++];
+    h->owner = owner;
+    h->side = side;
+    h->count = v->type == REDIS_REPLY_STRING ? strtoll(v->str, NULL, 10) : 0;
+  }
+  return 0;
+}
+
+int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
+                            dlock_lock_state_t **out) {
+  lock_keys k;
+  int rc = keys_make(&k, kind, name, NULL);
+  if (rc)
+    return rc;
+  redisReply *rep = NULL;
+  const char *label = is_rw(kind)            ? "rw"
+                      : kind == DLOCK_FAIR   ? "fair"
+                      : kind == DLOCK_FENCED ? "fenced"
+                                             : "lock";
+  const char *third = kind == DLOCK_FAIR ? k.timeouts : k.token;
+  const char *argv[MAX_ARGS] = {0, 0, 0, name, k.queue, third, label};
+  int nkeys = is_rw(kind) ? 1 : 3;
+  if (is_rw(kind))
+    argv[4] = label;
+  rc = dlock__redis_script(be, &dlock__script_lock_state, nkeys, 4 + nkeys,
+                           argv, true, &rep);
+  keys_clear(&k);
+  if (rc)
+    return rc;
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6 ||
+      rep->element[0]->type != REDIS_REPLY_STRING ||
+      rep->element[1]->type != REDIS_REPLY_INTEGER ||
+      rep->element[2]->type != REDIS_REPLY_ARRAY ||
+      rep->element[2]->elements % 2 != 0 ||
+      rep->element[3]->type != REDIS_REPLY_ARRAY ||
+      rep->element[4]->type != REDIS_REPLY_ARRAY ||
+      rep->element[5]->type != REDIS_REPLY_INTEGER)
+    return dlock__redis_unexpected(rep, "lock state");
+  const char *type = rep->element[0]->str;
+  if (strcmp(type, "none") != 0 && strcmp(type, "hash") != 0) {
+    rc = dlock__seterr(DLOCK_EWRONGTYPE,
+                       "lock state: key '%.200s' holds a %s, not a lock", name,
+                       type);
+    freeReplyObject(rep);
+    return rc;
+  }
+  const redisReply *fields = rep->element[2], *queue = rep->element[3],
+                   *dl = rep->element[4];
+  size_t nh = fields->elements / 2, nq = queue->elements;
+  dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
+  if (!st || !(st->holders = dlock__calloc(nh ? nh : 1, sizeof *st->holders)) ||
+      !(st->waiters = dlock__calloc(nq ? nq : 1, sizeof *st->waiters)) ||
+      !(st->name = dlock__strdup(name)) ||
+      (kind == DLOCK_FAIR &&
+       !(st->waiter_deadlines_ms =
+             dlock__calloc(nq ? nq : 1, sizeof *st->waiter_deadlines_ms))))
+    return state_fail(st, rep, DLOCK_ENOMEM);
+  st->ttl_ms = rep->element[1]->integer;
+  st->token = rep->element[5]->integer;
+  if (strcmp(type, "none") == 0) {
+    st->kind = "free";
+  } else if (is_rw(kind)) {
+    st->kind = "read";
+    for (size_t i = 0; i + 1 < fields->elements; i += 2)
+      if (fields->element[i]->type == REDIS_REPLY_STRING &&
+          strcmp(fields->element[i]->str, "mode") == 0 &&
+          fields->element[i + 1]->type == REDIS_REPLY_STRING &&
+          strcmp(fields->element[i + 1]->str, "write") == 0)
+        st->kind = "write";
+  } else {
+    st->kind = kind_label(kind);
+  }
+  if ((rc = state_holders(st, fields, is_rw(kind))))
+    return state_fail(st, rep, rc);
+  for (size_t i = 0; i < nq; i++) {
+    const redisReply *m = queue->element[i];
+    if (m->type != REDIS_REPLY_STRING)
+      continue;
+    size_t olen = m->len;
+    if (kind != DLOCK_FAIR) {
+      /* member "<client-id>:<tid>:<seq>:<lease>": the owner is the first
+       * two fields */
+      const char *c1 = memchr(m->str, ':', m->len);
+      const char *c2 =
+          c1 ? memchr(c1 + 1, ':', m->len - (size_t)(c1 + 1 - m->str)) : NULL;
+      olen = c2 ? (size_t)(c2 - m->str) : m->len;
+    }
+    char *owner = dlock__strndup(m->str, olen);
+    if (!owner)
+      return state_fail(st, rep, DLOCK_ENOMEM);
+    if (st->waiter_deadlines_ms)
+      st->waiter_deadlines_ms[st->nwaiters] =
+          i < dl->elements && dl->element[i]->type == REDIS_REPLY_INTEGER
+              ? dl->element[i]->integer
+              : 0;
+    st->waiters[st->nwaiters++] = owner;
+  }
+  freeReplyObject(rep);
+  *out = st;
+  return 0;
+}

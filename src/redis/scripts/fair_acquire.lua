@@ -1,0 +1,97 @@
+-- Fair lock acquire (Redisson RFairLock layout).
+-- KEYS[1] lock name; KEYS[2] redisson_lock_queue:{name} (LIST of waiting
+-- owners, FIFO); KEYS[3] redisson_lock_timeout:{name} (ZSET owner ->
+-- deadline ms: the waiter loses its place if it has not come back by then).
+-- ARGV[1] lease ms; ARGV[2] owner; ARGV[3] thread-wait ms; ARGV[4] '1' when
+-- this waiter is alive and wants its place kept (dlock's refresh);
+-- ARGV[5] '1' to try once without queuing.
+-- Returns nil when acquired (or re-entered), else ms to wait before trying
+-- again: the holder's lease when this waiter is the head, else its
+-- estimated turn (never 0 for a live waiter behind others: it sleeps until
+-- woken on its own channel).
+--
+-- Deadlines follow Redisson's accounting: a waiter's score is when its turn
+-- is expected plus thread-wait, and every grant to the head moves the rest
+-- up by thread-wait. dlock's refresh raises (never lowers) a live waiter's
+-- score to now + thread-wait x (its position + 1), so a waiter that waits
+-- longer than Redisson's estimate keeps its place; a dead one stops
+-- refreshing and is dropped thread-wait after it reaches the head.
+-- Time is the server's (TIME), so clients' clocks do not matter.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tw = tonumber(ARGV[3])
+while true do
+  local head = redis.call('lindex', KEYS[2], 0)
+  if head == false then
+    break
+  end
+  local deadline = tonumber(redis.call('zscore', KEYS[3], head) or '0')
+  if deadline > now then
+    break
+  end
+  redis.call('zrem', KEYS[3], head)
+  redis.call('lpop', KEYS[2])
+end
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = redis.call('lindex', KEYS[2], 0)
+  if head == false or head == ARGV[2] then
+    if head ~= false then
+      redis.call('lpop', KEYS[2])
+      redis.call('zrem', KEYS[3], ARGV[2])
+      for _, w in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+        redis.call('zincrby', KEYS[3], -tw, w)
+      end
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+  end
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+local score = redis.call('zscore', KEYS[3], ARGV[2])
+if score ~= false then
+  score = tonumber(score)
+  if ARGV[4] == '1' then
+    local pos = 0
+    for i, w in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do
+      if w == ARGV[2] then
+        pos = i - 1
+        break
+      end
+    end
+    local want = now + tw * (pos + 1)
+    if want > score then
+      redis.call('zadd', KEYS[3], want, ARGV[2])
+      score = want
+    end
+  end
+  if redis.call('lindex', KEYS[2], 0) == ARGV[2] then
+    return redis.call('pttl', KEYS[1])
+  end
+  local left = score - tw - now
+  if left < 0 then
+    left = 0
+  end
+  return left
+end
+if ARGV[5] == '1' then
+  return redis.call('pttl', KEYS[1])
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false and last ~= ARGV[2] then
+  ttl = tonumber(redis.call('zscore', KEYS[3], last) or now) - now
+else
+  ttl = redis.call('pttl', KEYS[1])
+end
+if ttl < 0 then
+  ttl = 0
+end
+if redis.call('zadd', KEYS[3], ttl + tw + now, ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2])
+end
+return ttl

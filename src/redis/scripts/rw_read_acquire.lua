@@ -1,0 +1,25 @@
+-- Read side of the read-write lock (Redisson RReadWriteLock layout).
+-- KEYS[1] lock name (HASH: mode = read|write, "<owner>" -> read holds,
+-- "<owner>:write" -> write holds); KEYS[2] this owner's timeout-key prefix
+-- {name}:<owner>:rwlock_timeout (hold n has key prefix:n with its own lease).
+-- ARGV[1] lease ms; ARGV[2] owner; ARGV[3] owner .. ':write'.
+-- Returns nil when acquired, else the PTTL of the lock.
+-- A writer may take the read side (downgrade); readers do not queue behind
+-- waiting writers (Redisson's rule).
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'read' or
+    (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+  local ttl = redis.call('pttl', KEYS[1])
+  redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+  return nil
+end
+return redis.call('pttl', KEYS[1])

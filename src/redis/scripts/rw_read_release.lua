@@ -1,0 +1,51 @@
+-- Read-side release (Redisson RReadWriteLock layout).
+-- KEYS[1] lock name; KEYS[2] channel redisson_rwlock:{name};
+-- KEYS[3] this owner's timeout-key prefix {name}:<owner>:rwlock_timeout;
+-- KEYS[4] the lock's key base for every owner's timeout keys ("{name}");
+-- KEYS[5] latch redisson_unlock_latch:{name}:<request-id>.
+-- ARGV[1] message ("0"); ARGV[2] owner; ARGV[3] publish command;
+-- ARGV[4] latch lifetime ms.
+-- Returns nil (this owner holds no read hold), else this owner's read
+-- holds left (0: its last one is gone).
+-- The lock lives on as long as the longest lease among the holds left
+-- (each hold's own key): one reader's lease never keeps another's alive.
+-- As with the other releases, a retry is answered by the latch while the
+-- owner's count is above zero, and finds the field gone after its last.
+local done = redis.call('get', KEYS[5])
+if done ~= false then
+  return tonumber(done)
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return nil
+end
+local mine = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if mine <= 0 then
+  redis.call('hdel', KEYS[1], ARGV[2])
+else
+  redis.call('set', KEYS[5], mine, 'px', ARGV[4])
+end
+redis.call('del', KEYS[3] .. ':' .. (mine + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+  local longest = -3
+  for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+    local n = tonumber(redis.call('hget', KEYS[1], field))
+    if type(n) == 'number' then
+      for i = n, 1, -1 do
+        local ttl = redis.call('pttl',
+                               KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
+        longest = math.max(ttl, longest)
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+    return math.max(mine, 0)
+  end
+  if mode == 'write' then
+    return math.max(mine, 0)
+  end
+end
+redis.call('del', KEYS[1])
+redis.pcall(ARGV[3], KEYS[2], ARGV[1])
+return math.max(mine, 0)

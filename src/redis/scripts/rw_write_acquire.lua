@@ -1,0 +1,23 @@
+-- Write side of the read-write lock (Redisson RReadWriteLock layout).
+-- KEYS[1] lock name. ARGV[1] lease ms; ARGV[2] owner .. ':write';
+-- ARGV[3] owner (its read holds, to refuse an upgrade).
+-- Returns nil when acquired (or re-entered), the PTTL when held by others,
+-- or the string 'DEADLOCK' when this owner holds the read side: it would
+-- wait for itself (Redisson has no upgrade; dlock says so at once).
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'write')
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  local ttl = redis.call('pttl', KEYS[1])
+  redis.call('pexpire', KEYS[1], math.max(ttl, 0) + tonumber(ARGV[1]))
+  return nil
+end
+if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+  return 'DEADLOCK'
+end
+return redis.call('pttl', KEYS[1])
