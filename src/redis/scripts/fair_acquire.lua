@@ -32,6 +32,20 @@ while true do
   redis.call('zrem', KEYS[3], head)
   redis.call('lpop', KEYS[2])
 end
+-- A waiter behind others sleeps until woken on its own channel, its
+-- estimated turn, or the head's deadline (a dead head is dropped then, and
+-- nobody would tell this waiter), whichever comes first.
+local function until_news(estimate)
+  local head = redis.call('lindex', KEYS[2], 0)
+  local hd = head and tonumber(redis.call('zscore', KEYS[3], head) or '0')
+  if hd and hd - now < estimate then
+    estimate = hd - now
+  end
+  if estimate < 1 then
+    estimate = 1
+  end
+  return estimate
+end
 if redis.call('exists', KEYS[1]) == 0 then
   local head = redis.call('lindex', KEYS[2], 0)
   if head == false or head == ARGV[2] then
@@ -72,11 +86,7 @@ if score ~= false then
   if redis.call('lindex', KEYS[2], 0) == ARGV[2] then
     return redis.call('pttl', KEYS[1])
   end
-  local left = score - tw - now
-  if left < 0 then
-    left = 0
-  end
-  return left
+  return until_news(score - tw - now)
 end
 if ARGV[5] == '1' then
   return redis.call('pttl', KEYS[1])
@@ -94,4 +104,7 @@ end
 if redis.call('zadd', KEYS[3], ttl + tw + now, ARGV[2]) == 1 then
   redis.call('rpush', KEYS[2], ARGV[2])
 end
-return ttl
+if redis.call('lindex', KEYS[2], 0) == ARGV[2] then
+  return ttl
+end
+return until_news(ttl)
