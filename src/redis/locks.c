@@ -78,7 +78,7 @@ static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
   bool ok = true;
   if (is_rw(kind)) {
     ok = (k->channel = dlock__redis_prefixed(RW_CHANNEL_PREFIX, name)) != NULL;
-    if (ok && kind == DLOCK_READ && owner) {
+    if (ok && owner) {
       char *sfx = dlock__asprintf("%s:rwlock_timeout", owner);
       ok = sfx && (k->rw_mine = dlock__redis_suffixed(name, sfx)) != NULL;
       dlock__free(sfx);
@@ -180,8 +180,9 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   case DLOCK_WRITE: {
     if ((rc = write_field(wfield, sizeof wfield, a->owner)))
       break;
-    const char *argv[MAX_ARGS] = {0, 0, 0, a->name, lease, wfield, a->owner};
-    rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 1, 7, argv,
+    const char *argv[MAX_ARGS] = {0,     0,      0,       a->name, k.rw_mine,
+                                  lease, wfield, a->owner};
+    rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 2, 8, argv,
                              false, &rep);
     break;
   }

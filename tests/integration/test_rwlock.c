@@ -1,0 +1,574 @@
+/*
+ * test_rwlock.c - the read-write lock (DLOCK_READ / DLOCK_WRITE) and the
+ * fenced lock (DLOCK_FENCED) as a user sees them.
+ *
+ * Design note: overlap is observed, not assumed: readers meet inside the
+ * lock (each waits, bounded, until the others are in), and the writer's
+ * exclusion is checked with a shared in-section counter whose maximum is
+ * recorded. Fencing tokens are collected from threads and processes and
+ * must strictly increase in grant order. The "Redisson" side runs the
+ * RReadWriteLock scripts as REDIS-LAYOUT.md describes them, written for this
+ * test. Every wait is bounded.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "itest.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define WD DLOCK_LEASE_WATCHDOG
+
+static dlock_lock_t *kind_lock(dlock_client_t *c, const char *name,
+                               dlock_lock_kind_t kind) {
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new_kind(c, name, kind, &l));
+  CHECK(dlock_lock_kind(l) == kind);
+  return l;
+}
+
+/* ---------------------------------------------------------- read-write */
+
+typedef struct shared {
+  atomic_int inside_readers;
+  atomic_int inside_writers;
+  atomic_int max_readers;
+  atomic_int violations; /* a writer met anyone inside */
+  atomic_int met;        /* readers that saw all the others inside */
+} shared_t;
+
+static shared_t *shared_new(void) {
+  shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(sh != MAP_FAILED);
+  memset(sh, 0, sizeof *sh);
+  return sh;
+}
+
+static void note_max(atomic_int *max, int v) {
+  int m = atomic_load(max);
+  while (v > m && !atomic_compare_exchange_weak(max, &m, v))
+    ;
+}
+
+typedef struct reader {
+  dlock_lock_t *l;
+  shared_t *sh;
+  int expect; /* readers that must be inside together */
+  int rc;
+  pthread_t th;
+} reader_t;
+
+static void *reader_main(void *arg) {
+  reader_t *r = arg;
+  r->rc = dlock_lock_acquire(r->l, 10000, WD);
+  if (r->rc != DLOCK_OK)
+    return NULL;
+  int now = atomic_fetch_add(&r->sh->inside_readers, 1) + 1;
+  note_max(&r->sh->max_readers, now);
+  if (atomic_load(&r->sh->inside_writers) > 0)
+    atomic_fetch_add(&r->sh->violations, 1);
+  bool all;
+  TH_WAIT_FOR(all, atomic_load(&r->sh->inside_readers) >= r->expect, 5000);
+  if (all)
+    atomic_fetch_add(&r->sh->met, 1);
+  th_sleep_ms(20);
+  atomic_fetch_sub(&r->sh->inside_readers, 1);
+  r->rc = dlock_lock_release(r->l);
+  return NULL;
+}
+
+/* Readers in several clients hold the read side at the same time. */
+static void t_readers_overlap(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  enum { N = 4 };
+  dlock_client_t *c[N];
+  reader_t r[N];
+  shared_t *sh = shared_new();
+  for (int i = 0; i < N; i++) {
+    c[i] = it_client(s);
+    r[i] = (reader_t){.l = kind_lock(c[i], "rw-overlap", DLOCK_READ),
+                      .sh = sh,
+                      .expect = N};
+    CHECK(pthread_create(&r[i].th, NULL, reader_main, &r[i]) == 0);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(r[i].th, NULL);
+    CHECK_OK(r[i].rc);
+  }
+  printf("readers inside at once: %d of %d\n", atomic_load(&sh->max_readers),
+         N);
+  CHECK_INT(atomic_load(&sh->met), ==, N); /* all were in together */
+  CHECK_INT(atomic_load(&sh->max_readers), ==, N);
+  CHECK(!it_exists(s, "rw-overlap"));
+  CHECK_INT(it_lock_keys(s), ==, 0);
+  for (int i = 0; i < N; i++) {
+    dlock_lock_free(r[i].l);
+    dlock_client_free(c[i]);
+  }
+  munmap(sh, sizeof *sh);
+  th_server_stop(s);
+}
+
+/* One child: a loop of read or write holds, counting what it meets. */
+static void rw_child(th_server_t *s, shared_t *sh, bool writer, int rounds) {
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l =
+      kind_lock(c, "rw-excl", writer ? DLOCK_WRITE : DLOCK_READ);
+  int bad = 0;
+  for (int i = 0; i < rounds; i++) {
+    if (dlock_lock_acquire(l, 20000, WD) != DLOCK_OK) {
+      bad++;
+      break;
+    }
+    if (writer) {
+      if (atomic_fetch_add(&sh->inside_writers, 1) != 0 ||
+          atomic_load(&sh->inside_readers) != 0)
+        atomic_fetch_add(&sh->violations, 1);
+      usleep(2000);
+      if (atomic_load(&sh->inside_readers) != 0)
+        atomic_fetch_add(&sh->violations, 1);
+      atomic_fetch_sub(&sh->inside_writers, 1);
+    } else {
+      int n = atomic_fetch_add(&sh->inside_readers, 1) + 1;
+      note_max(&sh->max_readers, n);
+      if (atomic_load(&sh->inside_writers) != 0)
+        atomic_fetch_add(&sh->violations, 1);
+      usleep(2000);
+      atomic_fetch_sub(&sh->inside_readers, 1);
+    }
+    if (dlock_lock_release(l) != DLOCK_OK)
+      bad++;
+  }
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  _exit(bad ? 1 : 0);
+}
+
+/* Writers exclude readers and each other; readers still share. Processes:
+ * 2 writers and 4 readers. */
+static void t_writer_excludes(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  shared_t *sh = shared_new();
+  enum { NP = 6 };
+  pid_t pid[NP];
+  for (int i = 0; i < NP; i++) {
+    pid[i] = fork();
+    CHECK(pid[i] >= 0);
+    if (pid[i] == 0)
+      rw_child(s, sh, i < 2, 40);
+  }
+  for (int i = 0; i < NP; i++) {
+    int st = 0;
+    bool ok;
+    TH_WAIT_FOR(ok, waitpid(pid[i], &st, WNOHANG) == pid[i], 60000);
+    if (!ok)
+      kill(pid[i], SIGKILL), waitpid(pid[i], &st, 0);
+    CHECKF(ok && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d status %d",
+           i, st);
+  }
+  printf("violations %d, most readers inside at once %d\n",
+         atomic_load(&sh->violations), atomic_load(&sh->max_readers));
+  CHECK_INT(atomic_load(&sh->violations), ==, 0);
+  CHECK_INT(atomic_load(&sh->max_readers), >=, 2);
+  CHECK(!it_exists(s, "rw-excl"));
+  munmap(sh, sizeof *sh);
+  th_server_stop(s);
+}
+
+/* A writer may take the read side (downgrade) and keeps it after releasing
+ * the write side; readers from elsewhere then get in, writers do not. */
+static void t_downgrade(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *w = kind_lock(a, "rw-down", DLOCK_WRITE);
+  dlock_lock_t *r = kind_lock(a, "rw-down", DLOCK_READ);
+  dlock_lock_t *br = kind_lock(b, "rw-down", DLOCK_READ);
+  dlock_lock_t *bw = kind_lock(b, "rw-down", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(w, 0, WD));
+  CHECK_OK(dlock_lock_acquire(w, 0, WD)); /* write re-entry */
+  CHECK_RC(dlock_lock_acquire(br, 0, WD), DLOCK_EBUSY);
+  CHECK_OK(dlock_lock_acquire(r, 0, WD)); /* downgrade */
+  dlock_lock_state_t *st = NULL;
+  CHECK_OK(dlock_lock_state(r, &st));
+  CHECK_STR(st->kind, "write");
+  CHECK_INT(st->nholders, ==, 2);
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(w));
+  CHECK_OK(dlock_lock_release(w)); /* write side gone, read side kept */
+  CHECK_OK(dlock_lock_state(r, &st));
+  CHECK_STR(st->kind, "read");
+  CHECK_INT(st->nholders, ==, 1);
+  CHECK_STR(st->holders[0].side, "read");
+  dlock_lock_state_free(st);
+  bool held = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(r, &held));
+  CHECK(held);
+  CHECK_OK(dlock_lock_acquire(br, 0, WD)); /* another reader gets in */
+  /* no writer does: both hold the read side, and neither may upgrade */
+  CHECK_RC(dlock_lock_acquire(bw, 0, WD), DLOCK_EDEADLK);
+  CHECK_RC(dlock_lock_acquire(w, 0, WD), DLOCK_EDEADLK);
+  CHECK_OK(dlock_lock_release(br));
+  CHECK_OK(dlock_lock_release(r));
+  CHECK(!it_exists(s, "rw-down"));
+  CHECK_OK(dlock_lock_acquire(bw, 0, WD));
+  CHECK_OK(dlock_lock_release(bw));
+  dlock_lock_free(w);
+  dlock_lock_free(r);
+  dlock_lock_free(br);
+  dlock_lock_free(bw);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+/* A reader asking for the write side gets DLOCK_EDEADLK at once, even with
+ * a long wait, and keeps its read hold. */
+static void t_upgrade_refused(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s);
+  dlock_lock_t *r = kind_lock(a, "rw-up", DLOCK_READ);
+  dlock_lock_t *w = kind_lock(a, "rw-up", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(r, 0, WD));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire(w, 5000, WD), DLOCK_EDEADLK);
+  CHECK_INT(th_now_ms() - t0, <, 2000);
+  CHECK(strstr(dlock_last_error(), "upgrade") != NULL);
+  CHECK_RC(dlock_lock_acquire(w, 0, WD), DLOCK_EDEADLK);
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(r, &n));
+  CHECK_INT(n, ==, 1);
+  CHECK_OK(dlock_lock_release(r));
+  CHECK_OK(dlock_lock_acquire(w, 0, WD)); /* fine once the read is gone */
+  CHECK_OK(dlock_lock_release(w));
+  dlock_lock_free(r);
+  dlock_lock_free(w);
+  dlock_client_free(a);
+  th_server_stop(s);
+}
+
+/* Each read hold has its own lease: a reader whose lease runs out does not
+ * take another reader's hold with it, and the other reader's watchdog does
+ * not keep the expired one alive. */
+static void t_reader_expiry_independent(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = 600};
+  dlock_client_t *a = it_client_cfg(s, &cfg), *b = it_client(s);
+  dlock_lock_t *ra = kind_lock(a, "rw-exp", DLOCK_READ);
+  dlock_lock_t *rb = kind_lock(b, "rw-exp", DLOCK_READ);
+  dlock_lock_t *wb = kind_lock(b, "rw-exp", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD)); /* watchdog-renewed */
+  CHECK_OK(dlock_lock_acquire(rb, 0, 400)); /* fixed 400 ms */
+  th_sleep_ms(1500);                        /* past b's lease */
+  /* a's hold is alive (renewed), so the lock is; b's lease ran out */
+  bool held = false;
+  CHECK_OK(dlock_lock_is_locked(ra, &held));
+  CHECK(held);
+  CHECK_RC(dlock_lock_acquire(wb, 0, WD), DLOCK_EBUSY);
+  char owner_b[128], key[256];
+  it_owner(b, dlock_thread_id(), owner_b, sizeof owner_b);
+  snprintf(key, sizeof key, "{rw-exp}:%s:rwlock_timeout:1", owner_b);
+  CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 0);
+  /* a releases: b's expired hold does not keep the lock */
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK(!it_exists(s, "rw-exp"));
+  CHECK_OK(dlock_lock_acquire(wb, 0, WD));
+  CHECK_OK(dlock_lock_release(wb));
+  dlock_lock_free(ra);
+  dlock_lock_free(rb);
+  dlock_lock_free(wb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+/* A write release wakes every waiting reader; a read release wakes a
+ * waiting writer. */
+static void t_wakeups(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *c2 = it_client(s);
+  dlock_lock_t *w = kind_lock(a, "rw-wake", DLOCK_WRITE);
+  dlock_lock_t *rb = kind_lock(b, "rw-wake", DLOCK_READ);
+  dlock_lock_t *rc = kind_lock(c2, "rw-wake", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(w, 0, WD));
+  it_async_t x, y;
+  it_async_start(&x, rb, 10000, WD, false);
+  it_async_start(&y, rc, 10000, WD, false);
+  bool ok;
+  TH_WAIT_FOR(ok, it_numsub(s, "redisson_rwlock:{rw-wake}") >= 2, 5000);
+  CHECK(ok);
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(w));
+  CHECK(it_async_wait(&x, 3000));
+  CHECK(it_async_wait(&y, 3000));
+  CHECK_OK(x.rc);
+  CHECK_OK(y.rc);
+  printf("readers woke %lld and %lld ms after the write release\n",
+         (long long)(x.t_done - t_rel), (long long)(y.t_done - t_rel));
+  CHECK_INT(x.t_done - t_rel, <, 2000);
+  CHECK_INT(y.t_done - t_rel, <, 2000);
+  /* now the writer waits for both readers */
+  it_async_t z;
+  it_async_start(&z, w, 10000, WD, true);
+  TH_WAIT_FOR(ok, it_numsub(s, "redisson_rwlock:{rw-wake}") >= 1, 5000);
+  th_sleep_ms(100);
+  CHECK_OK(it_async_finish(&x));
+  th_sleep_ms(100);
+  CHECK(!atomic_load(&z.done)); /* one reader left */
+  t_rel = th_now_ms();
+  CHECK_OK(it_async_finish(&y));
+  CHECK(it_async_wait(&z, 3000));
+  CHECK_OK(z.rc);
+  CHECK_INT(z.t_done - t_rel, <, 2000);
+  CHECK_OK(it_async_finish(&z));
+  dlock_lock_free(w);
+  dlock_lock_free(rb);
+  dlock_lock_free(rc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c2);
+  th_server_stop(s);
+}
+
+/* RReadWriteLock as REDIS-LAYOUT.md describes it: read acquire sets
+ * mode=read, the owner's count and a timeout key per hold. */
+static const char RS_READ_ACQUIRE[] =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if mode == false then "
+    "  redis.call('hset', KEYS[1], 'mode', 'read'); "
+    "  redis.call('hset', KEYS[1], ARGV[2], 1); "
+    "  redis.call('set', KEYS[2] .. ':1', 1); "
+    "  redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+    "if mode == 'read' or (mode == 'write' and "
+    "    redis.call('hexists', KEYS[1], ARGV[3]) == 1) then "
+    "  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "  redis.call('set', KEYS[2] .. ':' .. n, 1); "
+    "  redis.call('pexpire', KEYS[2] .. ':' .. n, ARGV[1]); "
+    "  local t = redis.call('pttl', KEYS[1]); "
+    "  redis.call('pexpire', KEYS[1], math.max(t, ARGV[1])); return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+
+/* Write release: last hold with only mode left deletes and publishes 1. */
+static const char RS_WRITE_ACQUIRE[] =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if mode == false then "
+    "  redis.call('hset', KEYS[1], 'mode', 'write'); "
+    "  redis.call('hset', KEYS[1], ARGV[2], 1); "
+    "  redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; "
+    "return redis.call('pttl', KEYS[1]);";
+
+static const char RS_WRITE_RELEASE[] =
+    "if redis.call('hget', KEYS[1], 'mode') ~= 'write' then return nil end; "
+    "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); "
+    "if n > 0 then return 0 end; "
+    "redis.call('hdel', KEYS[1], ARGV[1]); "
+    "if redis.call('hlen', KEYS[1]) == 1 then redis.call('del', KEYS[1]); "
+    "redis.call('publish', KEYS[2], '1'); "
+    "else redis.call('hset', KEYS[1], 'mode', 'read'); end; return 1;";
+
+#define RS_OWNER "5c0f8a52-2f2e-4a8e-9a57-0d3a8b7e6c11:1"
+
+static redisReply *rs_eval(th_server_t *s, const char *script, const char *k1,
+                           const char *k2, const char *a1, const char *a2,
+                           const char *a3) {
+  redisReply *r = th_redis_cmd(s, "EVAL %s 2 %s %s %s %s %s", script, k1, k2,
+                               a1, a2, a3);
+  CHECK(r);
+  CHECKF(r->type != REDIS_REPLY_ERROR, "script error: %s", r->str);
+  return r;
+}
+
+static void t_redisson_interop(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *r = kind_lock(c, "rw-rs", DLOCK_READ);
+  dlock_lock_t *w = kind_lock(c, "rw-rs", DLOCK_WRITE);
+  /* Redisson reads; dlock reads along; dlock's writer is refused */
+  redisReply *x = rs_eval(s, RS_READ_ACQUIRE, "rw-rs",
+                          "{rw-rs}:" RS_OWNER ":rwlock_timeout", "30000",
+                          RS_OWNER, RS_OWNER ":write");
+  CHECK(x->type == REDIS_REPLY_NIL);
+  freeReplyObject(x);
+  CHECK_OK(dlock_lock_acquire(r, 0, WD));
+  CHECK_OK(dlock_lock_release(r));
+  CHECK(it_exists(s, "rw-rs")); /* Redisson's hold keeps it */
+  it_async_t a;
+  it_async_start(&a, w, 10000, WD, false);
+  th_sleep_ms(200);
+  CHECK(!atomic_load(&a.done));
+  /* Redisson's read release: its count to 0, key gone, publish 0 */
+  th_redis_int(s, "HDEL rw-rs %s", RS_OWNER);
+  th_redis_int(s, "DEL rw-rs");
+  int64_t t_rel = th_now_ms();
+  CHECK_INT(th_redis_int(s, "PUBLISH redisson_rwlock:{rw-rs} 0"), >=, 1);
+  CHECK(it_async_wait(&a, 3000));
+  CHECK_OK(a.rc);
+  CHECK_INT(a.t_done - t_rel, <, 2000);
+  /* dlock writes: Redisson's read and write are refused; the layout is
+   * Redisson's */
+  char *mode = th_redis_str(s, "HGET rw-rs mode");
+  CHECK(mode);
+  CHECK_STR(mode, "write");
+  free(mode);
+  char wf[160];
+  it_owner(c, a.tid, wf, sizeof wf);
+  strcat(wf, ":write");
+  CHECK_INT(it_hget_int(s, "rw-rs", wf), ==, 1);
+  x = rs_eval(s, RS_READ_ACQUIRE, "rw-rs",
+              "{rw-rs}:" RS_OWNER ":rwlock_timeout", "30000", RS_OWNER,
+              RS_OWNER ":write");
+  CHECK(x->type == REDIS_REPLY_INTEGER && x->integer > 0);
+  freeReplyObject(x);
+  CHECK_OK(it_async_finish(&a));
+  /* Redisson writes; dlock's reader waits and wakes on its release */
+  x = rs_eval(s, RS_WRITE_ACQUIRE, "rw-rs", "unused", "30000",
+              RS_OWNER ":write", "x");
+  CHECK(x->type == REDIS_REPLY_NIL);
+  freeReplyObject(x);
+  it_async_t b;
+  it_async_start(&b, r, 10000, WD, true);
+  bool ok;
+  TH_WAIT_FOR(ok, it_numsub(s, "redisson_rwlock:{rw-rs}") >= 1, 5000);
+  CHECK(ok);
+  t_rel = th_now_ms();
+  x = rs_eval(s, RS_WRITE_RELEASE, "rw-rs", "redisson_rwlock:{rw-rs}",
+              RS_OWNER ":write", "x", "y");
+  CHECK(x->type == REDIS_REPLY_INTEGER && x->integer == 1);
+  freeReplyObject(x);
+  CHECK(it_async_wait(&b, 3000));
+  CHECK_OK(b.rc);
+  CHECK_INT(b.t_done - t_rel, <, 2000);
+  it_async_finish(&b);
+  dlock_lock_free(r);
+  dlock_lock_free(w);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* ---------------------------------------------------------------- fenced */
+
+/* Tokens grow with every grant: re-entry, other clients, other processes,
+ * and grants by hand-off to queued waiters. */
+static void t_fenced_tokens(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = kind_lock(a, "fence", DLOCK_FENCED);
+  dlock_lock_t *lb = kind_lock(b, "fence", DLOCK_FENCED);
+  int64_t t1 = 0, t2 = 0, t3 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(la, 0, WD, &t1));
+  CHECK_OK(dlock_lock_acquire_fenced(la, 0, WD, &t2)); /* re-entry */
+  CHECK_INT(t1, >=, 1);
+  CHECK_INT(t2, >, t1);
+  CHECK_RC(dlock_lock_acquire_fenced(lb, 0, WD, &t3), DLOCK_EBUSY);
+  CHECK_INT(t3, ==, 0);
+  /* a queued waiter is handed the lock with the next token */
+  it_async_t w;
+  it_async_start(&w, lb, 10000, WD, false);
+  CHECK(it_wait_subscribers(s, "fence", 1, 5000));
+  th_sleep_ms(100);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK_OK(dlock_lock_release(la));
+  CHECK(it_async_wait(&w, 3000));
+  CHECK_OK(w.rc);
+  dlock_lock_state_t *st = NULL;
+  CHECK_OK(dlock_lock_state(lb, &st));
+  CHECK_STR(st->kind, "fenced");
+  printf("tokens: %lld, %lld, then the hand-off's %lld\n", (long long)t1,
+         (long long)t2, (long long)st->token);
+  CHECK_INT(st->token, >, t2);
+  int64_t handed = st->token;
+  dlock_lock_state_free(st);
+  CHECK_OK(it_async_finish(&w));
+  /* processes: each child takes the lock 20 times and writes its tokens
+   * in order to a shared log; all tokens are distinct and every child's
+   * grow */
+  enum { NP = 3, ROUNDS = 20 };
+  int64_t *log = mmap(NULL, sizeof(int64_t) * NP * ROUNDS,
+                      PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(log != MAP_FAILED);
+  pid_t pid[NP];
+  for (int p = 0; p < NP; p++) {
+    pid[p] = fork();
+    CHECK(pid[p] >= 0);
+    if (pid[p] == 0) {
+      dlock_client_t *c = it_client(s);
+      dlock_lock_t *l = kind_lock(c, "fence", DLOCK_FENCED);
+      int bad = 0;
+      for (int i = 0; i < ROUNDS && !bad; i++) {
+        int64_t t = 0;
+        if (dlock_lock_acquire_fenced(l, 20000, WD, &t) != DLOCK_OK) {
+          bad = 1;
+          break;
+        }
+        log[p * ROUNDS + i] = t;
+        bad = dlock_lock_release(l) != DLOCK_OK;
+      }
+      dlock_lock_free(l);
+      dlock_client_free(c);
+      _exit(bad);
+    }
+  }
+  for (int p = 0; p < NP; p++) {
+    int st2 = 0;
+    bool ok;
+    TH_WAIT_FOR(ok, waitpid(pid[p], &st2, WNOHANG) == pid[p], 60000);
+    if (!ok)
+      kill(pid[p], SIGKILL), waitpid(pid[p], &st2, 0);
+    CHECKF(ok && WIFEXITED(st2) && WEXITSTATUS(st2) == 0, "child %d", p);
+  }
+  for (int p = 0; p < NP; p++)
+    for (int i = 0; i < ROUNDS; i++) {
+      CHECK_INT(log[p * ROUNDS + i], >, handed);
+      if (i)
+        CHECK_INT(log[p * ROUNDS + i], >, log[p * ROUNDS + i - 1]);
+      for (int q = 0; q < NP * ROUNDS; q++)
+        if (q != p * ROUNDS + i)
+          CHECK_INT(log[q], !=, log[p * ROUNDS + i]);
+    }
+  char *tok = th_redis_str(s, "GET redisson_lock_token:{fence}");
+  CHECK(tok);
+  CHECK_INT(strtoll(tok, NULL, 10), ==, handed + NP * ROUNDS);
+  free(tok);
+  munmap(log, sizeof(int64_t) * NP * ROUNDS);
+  /* a fenced handle and a reentrant one exclude each other */
+  dlock_lock_t *plain = it_lock(a, "fence");
+  CHECK_OK(dlock_lock_acquire(plain, 0, WD));
+  CHECK_RC(dlock_lock_acquire_fenced(lb, 0, WD, &t3), DLOCK_EBUSY);
+  CHECK_OK(dlock_lock_release(plain));
+  /* acquire_fenced on a lock of another kind is refused */
+  CHECK_RC(dlock_lock_acquire_fenced(plain, 0, WD, &t3), DLOCK_EINVAL);
+  CHECK_RC(dlock_lock_acquire_fenced(lb, 0, WD, NULL), DLOCK_EINVAL);
+  dlock_lock_free(plain);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+static const check_case_t cases[] = {
+    {"readers_overlap", t_readers_overlap},
+    {"writer_excludes", t_writer_excludes},
+    {"downgrade", t_downgrade},
+    {"upgrade_refused", t_upgrade_refused},
+    {"reader_expiry_independent", t_reader_expiry_independent},
+    {"wakeups", t_wakeups},
+    {"redisson_interop", t_redisson_interop},
+    {"fenced_tokens", t_fenced_tokens},
+};
+
+CHECK_MAIN(cases)
