@@ -13,7 +13,8 @@
  *   renewal) and the pub/sub reader of src/redis/watch.c with the waiter
  *   bookkeeping behind it.
  * - Input: byte 0 flags (credentials, db, client name, short watchdog,
- *   lock name with braces), byte 1 the program length (1..8), then that
+ *   lock name with braces, and in the top two bits the lock kind:
+ *   reentrant, fenced, fair, or read with a write handle beside it), byte 1 the program length (1..8), then that
  *   many op bytes (ping, acquire/release in several forms, queries, state,
  *   a pause), then records: [ctl][len lo][len hi][payload]. Each command the
  *   server receives (on any connection) takes the next record as its
@@ -454,7 +455,9 @@ static void check_code(int rc) {
 static void check_state(const dlock_lock_state_t *st, const char *name) {
   FCHECK(st != NULL && st->name != NULL && strcmp(st->name, name) == 0);
   FCHECK(st->kind != NULL &&
-         (strcmp(st->kind, "free") == 0 || strcmp(st->kind, "reentrant") == 0));
+         (strcmp(st->kind, "free") == 0 || strcmp(st->kind, "reentrant") == 0 ||
+          strcmp(st->kind, "fenced") == 0 || strcmp(st->kind, "fair") == 0 ||
+          strcmp(st->kind, "read") == 0 || strcmp(st->kind, "write") == 0));
   FCHECK(st->nholders == 0 || st->holders != NULL);
   for (size_t i = 0; i < st->nholders; i++)
     FCHECK(st->holders[i].owner != NULL);
@@ -469,8 +472,10 @@ static void check_state(const dlock_lock_state_t *st, const char *name) {
 #define F_NAME 0x08
 #define F_WATCHDOG 0x10
 #define F_BRACES 0x20
+#define F_KIND_SHIFT 6
 
-static void run_op(dlock_lock_t *l, uint8_t op, const char *name) {
+static void run_op(dlock_lock_t *l, dlock_lock_t *other, uint8_t op,
+                   const char *name) {
   bool b = false;
   int64_t v = 0;
   int rc;
@@ -478,8 +483,15 @@ static void run_op(dlock_lock_t *l, uint8_t op, const char *name) {
     fprintf(stderr, " op %d\n", op % 11);
   switch (op % 11) {
   case 0:
-    rc = dlock_lock_acquire(l, 0, 1000);
-    check_code(rc);
+    if (dlock_lock_kind(l) == DLOCK_FENCED) {
+      v = -1;
+      rc = dlock_lock_acquire_fenced(l, 0, 1000, &v);
+      check_code(rc);
+      FCHECK(rc != 0 || v >= 0);
+    } else {
+      rc = dlock_lock_acquire(l, 0, 1000);
+      check_code(rc);
+    }
     break;
   case 1:
     rc = dlock_lock_acquire(l, 30, DLOCK_LEASE_WATCHDOG);
@@ -519,8 +531,8 @@ static void run_op(dlock_lock_t *l, uint8_t op, const char *name) {
     break;
   }
   case 8:
-    check_code(dlock_lock_acquire_as(l, 7, 20, DLOCK_LEASE_WATCHDOG));
-    check_code(dlock_lock_release_as(l, 7));
+    check_code(dlock_lock_acquire_as(other, 7, 20, DLOCK_LEASE_WATCHDOG));
+    check_code(dlock_lock_release_as(other, 7));
     break;
   case 9:
     sleep_ms(12); /* the background thread's turn: renewals, pushes */
@@ -588,14 +600,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   FCHECK(c != NULL);
   const char *name = (flags & F_BRACES) ? "a{fz}b" : "fz";
-  dlock_lock_t *l = NULL;
-  FCHECK(dlock_lock_new(c, name, &l) == 0);
+  static const dlock_lock_kind_t kinds[4] = {DLOCK_REENTRANT, DLOCK_FENCED,
+                                            DLOCK_FAIR, DLOCK_READ};
+  dlock_lock_kind_t kind = kinds[(flags >> F_KIND_SHIFT) & 3];
+  dlock_lock_t *l = NULL, *other = NULL;
+  FCHECK(dlock_lock_new_kind(c, name, kind, &l) == 0);
+  FCHECK(dlock_lock_new_kind(c, name, kind == DLOCK_READ ? DLOCK_WRITE : kind,
+                             &other) == 0);
   for (size_t i = 0; i < nops; i++) {
     if (ops[i] % 11 == 10)
       check_code(dlock_client_ping(c));
     else
-      run_op(l, ops[i], name);
+      run_op(l, other, ops[i], name);
   }
+  dlock_lock_free(other);
   dlock_lock_free(l);
   dlock_client_free(c);
   server_stop(&srv);

@@ -15,6 +15,9 @@
 
 #include <dlock/dlock.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -311,6 +314,55 @@ static inline int it_async_finish(it_async_t *a) {
   CHECKF(ok, "background acquirer did not finish");
   pthread_join(a->th, NULL);
   return a->release_rc;
+}
+
+/* ------------------------------------------------------ child processes */
+
+/* A child process forked before the parent starts any thread (ThreadSanitizer
+ * cannot follow a fork of a threaded process), that runs fn(arg) once the
+ * parent says go, and _exits with fn's result. */
+typedef struct it_child {
+  pid_t pid;
+  int go; /* write end of the gate */
+} it_child_t;
+
+static inline void it_child_fork(it_child_t *ch, int (*fn)(void *), void *arg) {
+  int p[2];
+  CHECK(pipe(p) == 0);
+  ch->pid = fork();
+  CHECK(ch->pid >= 0);
+  if (ch->pid == 0) {
+    close(p[1]);
+    char b;
+    ssize_t n = read(p[0], &b, 1); /* EOF (parent gone) also ends the wait */
+    _exit(n == 1 ? fn(arg) : 99);
+  }
+  close(p[0]);
+  ch->go = p[1];
+}
+
+static inline void it_child_go(it_child_t *ch) {
+  CHECK(write(ch->go, "g", 1) == 1);
+  close(ch->go);
+  ch->go = -1;
+}
+
+/* Waits (bounded) for the child; kills it on timeout. Its exit status, or
+ * -1 when it had to be killed or died by a signal. */
+static inline int it_child_wait(it_child_t *ch, int64_t timeout_ms) {
+  if (ch->go >= 0) {
+    close(ch->go);
+    ch->go = -1;
+  }
+  int st = 0;
+  bool ok;
+  TH_WAIT_FOR(ok, waitpid(ch->pid, &st, WNOHANG) == ch->pid, timeout_ms);
+  if (!ok) {
+    kill(ch->pid, SIGKILL);
+    waitpid(ch->pid, &st, 0);
+    return -1;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 #endif /* DLOCK_TEST_ITEST_H */

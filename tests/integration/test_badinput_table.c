@@ -254,6 +254,7 @@ THUNK(t_log_fn_null,
 THUNK(t_connect_ms, dlock_options_set_connect_timeout(x->o, x->num))
 THUNK(t_command_ms, dlock_options_set_command_timeout(x->o, x->num))
 THUNK(t_watchdog_ms, dlock_options_set_watchdog_timeout(x->o, x->num))
+THUNK(t_fair_wait_ms, dlock_options_set_fair_thread_wait(x->o, x->num))
 THUNK(t_pool_n, dlock_options_set_pool_size(x->o, (int)x->num))
 THUNK(t_log_level, dlock_options_set_log_callback(x->o, NULL, NULL,
                                                   (dlock_log_level_t)x->num))
@@ -351,6 +352,30 @@ static int t_lock_new_null_name(tctx_t *x) {
 }
 
 THUNK(t_lock_new_null_out, dlock_lock_new(x->c, "bt", NULL))
+
+static int t_lock_new_kind(tctx_t *x) {
+  dlock_lock_t *l = (dlock_lock_t *)x;
+  int rc = dlock_lock_new_kind(x->c, "bt", (dlock_lock_kind_t)x->num, &l);
+  if (rc)
+    return l == NULL ? rc : wrong(x, "*out not NULL after a failure");
+  rc = dlock_lock_kind(l) == (dlock_lock_kind_t)x->num ? 0 : wrong(x, "kind");
+  dlock_lock_free(l);
+  return rc;
+}
+
+static int t_lock_kind_null(tctx_t *x) {
+  return dlock_lock_kind(NULL) == DLOCK_REENTRANT ? 0 : wrong(x, "kind");
+}
+
+static int64_t g_token;
+THUNK(t_fenced_null, dlock_lock_acquire_fenced(NULL, 0, DLOCK_LEASE_WATCHDOG,
+                                               &g_token))
+THUNK(t_fenced_null_token,
+      dlock_lock_acquire_fenced(x->l, 0, DLOCK_LEASE_WATCHDOG, NULL))
+THUNK(t_fenced_wrong_kind,
+      dlock_lock_acquire_fenced(x->l, 0, DLOCK_LEASE_WATCHDOG, &g_token))
+THUNK(t_fenced_as_tid0, dlock_lock_acquire_fenced_as(
+                            x->l, 0, 0, DLOCK_LEASE_WATCHDOG, &g_token))
 
 static int t_lock_free_null(tctx_t *x) {
   (void)x;
@@ -730,6 +755,22 @@ static void g_null_args(void) {
           DLOCK_EINVAL, "name is NULL"),
       ROW("dlock_lock_new", "out NULL", t_lock_new_null_out, NULL, 0,
           DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_lock_new_kind", "kind 99", t_lock_new_kind, NULL, 99,
+          DLOCK_EINVAL, "unknown lock kind 99"),
+      ROW("dlock_lock_new_kind", "kind -1", t_lock_new_kind, NULL, -1,
+          DLOCK_EINVAL, "unknown lock kind -1"),
+      ROW("dlock_lock_new_kind", "DLOCK_WRITE", t_lock_new_kind, NULL,
+          DLOCK_WRITE, DLOCK_OK, NULL),
+      ROW("dlock_lock_kind", "NULL: DLOCK_REENTRANT", t_lock_kind_null, NULL, 0,
+          DLOCK_OK, NULL),
+      ROW("dlock_lock_acquire_fenced", "lock NULL", t_fenced_null, NULL, 0,
+          DLOCK_EINVAL, "lock is NULL"),
+      ROW("dlock_lock_acquire_fenced", "token NULL", t_fenced_null_token, NULL,
+          0, DLOCK_EINVAL, "token is NULL"),
+      ROW("dlock_lock_acquire_fenced", "a reentrant lock", t_fenced_wrong_kind,
+          NULL, 0, DLOCK_EINVAL, "is not a fenced lock"),
+      ROW("dlock_lock_acquire_fenced_as", "thread id 0, reentrant lock (kind checked first)", t_fenced_as_tid0, NULL,
+          0, DLOCK_EINVAL, "not a fenced lock"),
       ROW("dlock_lock_free", "NULL (accepted)", t_lock_free_null, NULL, 0,
           DLOCK_OK, NULL),
       ROW("dlock_lock_name", "NULL: \"\"", t_lock_name_null, NULL, 0, DLOCK_OK,
@@ -982,6 +1023,12 @@ static void g_options(void) {
           "watchdog timeout must be"),
       ROW("dlock_options_set_watchdog_timeout", "3", t_watchdog_ms, NULL, 3,
           DLOCK_OK, NULL),
+      ROW("dlock_options_set_fair_thread_wait", "0", t_fair_wait_ms, NULL, 0,
+          DLOCK_EINVAL, "fair thread-wait must be"),
+      ROW("dlock_options_set_fair_thread_wait", "INT64_MAX", t_fair_wait_ms,
+          NULL, INT64_MAX, DLOCK_EINVAL, "fair thread-wait must be"),
+      ROW("dlock_options_set_fair_thread_wait", "1000", t_fair_wait_ms, NULL,
+          1000, DLOCK_OK, NULL),
       ROW("dlock_options_set_pool_size", "0", t_pool_n, NULL, 0, DLOCK_EINVAL,
           "pool size must be from 1 to 1024"),
       ROW("dlock_options_set_pool_size", "1025", t_pool_n, NULL, 1025,

@@ -154,48 +154,50 @@ static void t_order_threads(void) {
 }
 
 /* A child process: its own client, one fair acquire, note, release. */
-static void child_waiter(th_server_t *s, const char *name, order_log_t *log,
-                         int who, int64_t thread_wait) {
-  dlock_client_t *c = fair_client(s, thread_wait, 0);
-  dlock_lock_t *l = fair_lock(c, name);
+typedef struct child_arg {
+  th_server_t *s;
+  const char *name;
+  order_log_t *log;
+  int who;
+} child_arg_t;
+
+static int child_waiter(void *arg) {
+  child_arg_t *a = arg;
+  dlock_client_t *c = fair_client(a->s, 0, 0);
+  dlock_lock_t *l = fair_lock(c, a->name);
   int rc = dlock_lock_acquire(l, 20000, WD);
   if (rc == DLOCK_OK) {
-    order_note(log, who);
+    order_note(a->log, a->who);
     th_sleep_ms(20);
     rc = dlock_lock_release(l);
   }
   dlock_lock_free(l);
   dlock_client_free(c);
-  _exit(rc == DLOCK_OK ? 0 : 10 - rc);
+  return rc == DLOCK_OK ? 0 : 10 - rc;
 }
 
 /* Waiters in separate processes are granted in arrival order. */
 static void t_order_processes(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
+  order_log_t *log = order_log_new();
+  it_child_t ch[NWAIT];
+  child_arg_t args[NWAIT];
+  for (int i = 0; i < NWAIT; i++) {
+    args[i] = (child_arg_t){s, "fair-procs", log, i};
+    it_child_fork(&ch[i], child_waiter, &args[i]);
+  }
   dlock_client_t *c = fair_client(s, 0, 0);
   dlock_lock_t *l = fair_lock(c, "fair-procs");
-  order_log_t *log = order_log_new();
   CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  pid_t pid[NWAIT];
   for (int i = 0; i < NWAIT; i++) {
-    pid[i] = fork();
-    CHECK(pid[i] >= 0);
-    if (pid[i] == 0)
-      child_waiter(s, "fair-procs", log, i, 0);
+    it_child_go(&ch[i]);
     CHECKF(wait_queue_len(s, "fair-procs", i + 1), "process %d not queued",
            i);
   }
   CHECK_OK(dlock_lock_release(l));
-  for (int i = 0; i < NWAIT; i++) {
-    int st = 0;
-    bool ok;
-    TH_WAIT_FOR(ok, waitpid(pid[i], &st, WNOHANG) == pid[i], 20000);
-    if (!ok)
-      kill(pid[i], SIGKILL), waitpid(pid[i], &st, 0);
-    CHECKF(ok && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-           "child %d failed (status %d)", i, st);
-  }
+  for (int i = 0; i < NWAIT; i++)
+    CHECK_INT(it_child_wait(&ch[i], 20000), ==, 0);
   CHECK_INT(atomic_load(&log->n), ==, NWAIT);
   printf("grant order:");
   for (int i = 0; i < NWAIT; i++)
@@ -242,6 +244,15 @@ static void t_timeout_skipped(void) {
   munmap(log, sizeof *log);
 }
 
+/* Queues for ever (it is killed while queued). */
+static int child_dead_waiter(void *arg) {
+  child_arg_t *a = arg;
+  dlock_client_t *cc = fair_client(a->s, 1000, 0);
+  dlock_lock_t *cl = fair_lock(cc, a->name);
+  dlock_lock_acquire(cl, DLOCK_WAIT_FOREVER, WD);
+  return 3;
+}
+
 /* A waiter whose process is killed keeps its place only until its
  * thread-wait runs out; then the next waiter gets the lock. */
 static void t_dead_waiter(void) {
@@ -250,25 +261,21 @@ static void t_dead_waiter(void) {
   const int64_t tw = 1000;
   /* a short watchdog: the dead waiter's expected turn is the holder's
    * remaining lease when it queued */
+  static child_arg_t arg;
+  arg = (child_arg_t){s, "fair-dead", NULL, 0};
+  it_child_t dead;
+  it_child_fork(&dead, child_dead_waiter, &arg);
   dlock_client_t *c = fair_client(s, tw, 600);
   dlock_lock_t *l = fair_lock(c, "fair-dead");
   order_log_t *log = order_log_new();
   CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  pid_t pid = fork();
-  CHECK(pid >= 0);
-  if (pid == 0) {
-    dlock_client_t *cc = fair_client(s, tw, 0);
-    dlock_lock_t *cl = fair_lock(cc, "fair-dead");
-    dlock_lock_acquire(cl, DLOCK_WAIT_FOREVER, WD); /* killed while queued */
-    _exit(3);
-  }
+  it_child_go(&dead);
   CHECK(wait_queue_len(s, "fair-dead", 1));
   fair_waiter_t next;
   fair_waiter_start(&next, l, log, 2, 15000);
   CHECK(wait_queue_len(s, "fair-dead", 2));
-  CHECK(kill(pid, SIGKILL) == 0);
-  int st;
-  waitpid(pid, &st, 0);
+  CHECK(kill(dead.pid, SIGKILL) == 0);
+  CHECK_INT(it_child_wait(&dead, 5000), ==, -1);
   int64_t t_rel = th_now_ms();
   CHECK_OK(dlock_lock_release(l));
   fair_waiter_join(&next);
