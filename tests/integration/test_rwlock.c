@@ -282,6 +282,17 @@ static void t_reader_expiry_independent(void) {
   /* a releases: b's expired hold does not keep the lock */
   CHECK_OK(dlock_lock_release(ra));
   CHECK(!it_exists(s, "rw-exp"));
+  /* b learns that its hold had run out */
+  CHECK_RC(dlock_lock_release(rb), DLOCK_ELOST);
+  /* the same while the other reader still holds (b's field is still in the
+   * hash, its hold key is not) */
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD));
+  CHECK_OK(dlock_lock_acquire(rb, 0, 300));
+  th_sleep_ms(700);
+  CHECK_RC(dlock_lock_release(rb), DLOCK_ELOST);
+  CHECK(it_exists(s, "rw-exp"));
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK(!it_exists(s, "rw-exp"));
   CHECK_OK(dlock_lock_acquire(wb, 0, WD));
   CHECK_OK(dlock_lock_release(wb));
   dlock_lock_free(ra);

@@ -5,12 +5,20 @@
 -- KEYS[5] latch redisson_unlock_latch:{name}:<request-id>.
 -- ARGV[1] message ("0"); ARGV[2] owner; ARGV[3] publish command;
 -- ARGV[4] latch lifetime ms.
--- Returns nil (this owner holds no read hold), else this owner's read
--- holds left (0: its last one is gone).
+-- Returns nil (this owner holds no live read hold: none, or its newest
+-- hold's lease ran out), else this owner's read holds left (0: its last
+-- one is gone).
 -- The lock lives on as long as the longest lease among the holds left
 -- (each hold's own key): one reader's lease never keeps another's alive.
 -- As with the other releases, a retry is answered by the latch while the
 -- owner's count is above zero, and finds the field gone after its last.
+local alive = true
+local function result(mine)
+  if not alive then
+    return nil
+  end
+  return math.max(mine, 0)
+end
 local done = redis.call('get', KEYS[5])
 if done ~= false then
   return tonumber(done)
@@ -19,10 +27,14 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   return nil
 end
+-- a hold whose own key expired was lost: it is cleaned up all the same,
+-- and the caller is told (nil), as for a hold that is gone altogether
+local n = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+alive = redis.call('exists', KEYS[3] .. ':' .. n) == 1
 local mine = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if mine <= 0 then
   redis.call('hdel', KEYS[1], ARGV[2])
-else
+elseif alive then
   redis.call('set', KEYS[5], mine, 'px', ARGV[4])
 end
 redis.call('del', KEYS[3] .. ':' .. (mine + 1))
@@ -40,12 +52,12 @@ if redis.call('hlen', KEYS[1]) > 1 then
   end
   if longest > 0 then
     redis.call('pexpire', KEYS[1], longest)
-    return math.max(mine, 0)
+    return result(mine)
   end
   if mode == 'write' then
-    return math.max(mine, 0)
+    return result(mine)
   end
 end
 redis.call('del', KEYS[1])
 redis.pcall(ARGV[3], KEYS[2], ARGV[1])
-return math.max(mine, 0)
+return result(mine)
