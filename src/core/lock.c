@@ -450,8 +450,11 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     since = x.since;
     tok = x.token;
   }
+  /* the server's WRONGTYPE names a command; say what it means here (a
+   * backend that already said which kind of lock is in the way is kept) */
   if (rc < 0)
-    return call_end(l, rc == DLOCK_EWRONGTYPE
+    return call_end(l, rc == DLOCK_EWRONGTYPE &&
+                               !strstr(dlock_last_error(), "another kind")
                            ? dlock__seterr(rc,
                                            "lock '%.200s': the key holds a "
                                            "value of another type (not a "

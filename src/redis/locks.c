@@ -218,15 +218,23 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     freeReplyObject(rep);
     return 1;
   }
-  if (a->kind == DLOCK_WRITE &&
-      (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS) &&
-      strcmp(rep->str, "DEADLOCK") == 0) {
+  if (is_rw(a->kind) &&
+      (rep->type == REDIS_REPLY_STRING || rep->type == REDIS_REPLY_STATUS)) {
+    bool deadlock = strcmp(rep->str, "DEADLOCK") == 0;
+    bool other = strcmp(rep->str, "OTHERKIND") == 0;
     freeReplyObject(rep);
-    return dlock__seterr(DLOCK_EDEADLK,
-                         "write lock '%.200s': this thread holds its read "
-                         "side; a read hold cannot be upgraded (release it "
-                         "first)",
-                         a->name);
+    if (deadlock && a->kind == DLOCK_WRITE)
+      return dlock__seterr(DLOCK_EDEADLK,
+                           "write lock '%.200s': this thread holds its read "
+                           "side; a read hold cannot be upgraded (release it "
+                           "first)",
+                           a->name);
+    if (other)
+      return dlock__seterr(DLOCK_EWRONGTYPE,
+                           "read-write lock '%.200s': the key holds a lock of "
+                           "another kind (reentrant, fenced or fair)",
+                           a->name);
+    return dlock__seterr(DLOCK_EPROTO, "lock acquire: unexpected reply");
   }
   if (rep->type != REDIS_REPLY_INTEGER || rep->integer < -2)
     return dlock__redis_unexpected(rep, "lock acquire");

@@ -581,7 +581,34 @@ static void t_fenced_tokens_processes(void) {
   th_server_stop(s);
 }
 
+/* The read-write lock refuses a key that holds another kind of lock (it
+ * would otherwise take a reentrant lock's hash for a free read-write lock),
+ * and a string key. */
+static void t_other_kind_refused(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *plain = it_lock(c, "rw-kind");
+  dlock_lock_t *r = kind_lock(c, "rw-kind", DLOCK_READ);
+  dlock_lock_t *w = kind_lock(c, "rw-kind", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(plain, 0, WD));
+  CHECK_RC(dlock_lock_acquire(r, 0, WD), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_last_error(), "another kind") != NULL);
+  CHECK_RC(dlock_lock_acquire(w, 5000, WD), DLOCK_EWRONGTYPE);
+  CHECK_OK(dlock_lock_release(plain)); /* untouched */
+  CHECK(!it_exists(s, "rw-kind"));
+  CHECK_INT(th_redis_int(s, "SET rw-kind x") == INT64_MIN, ==, 1);
+  CHECK_RC(dlock_lock_acquire(r, 0, WD), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_last_error(), "another type") != NULL);
+  dlock_lock_free(plain);
+  dlock_lock_free(r);
+  dlock_lock_free(w);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
+    {"other_kind_refused", t_other_kind_refused},
     {"fenced_tokens_processes", t_fenced_tokens_processes},
     {"readers_overlap", t_readers_overlap},
     {"writer_excludes", t_writer_excludes},

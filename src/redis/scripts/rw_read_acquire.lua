@@ -3,10 +3,16 @@
 -- "<owner>:write" -> write holds); KEYS[2] this owner's timeout-key prefix
 -- {name}:<owner>:rwlock_timeout (hold n has key prefix:n with its own lease).
 -- ARGV[1] lease ms; ARGV[2] owner; ARGV[3] owner .. ':write'.
+-- 'OTHERKIND' when the key is a lock of another kind.
 -- Returns nil when acquired, else the PTTL of the lock.
 -- A writer may take the read side (downgrade); readers do not queue behind
 -- waiting writers (Redisson's rule).
 local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false and redis.call('exists', KEYS[1]) == 1 then
+  -- a hash without a mode is another kind of lock (reentrant, fair):
+  -- taking it as free would break that lock
+  return 'OTHERKIND'
+end
 if mode == false then
   redis.call('hset', KEYS[1], 'mode', 'read')
   redis.call('hset', KEYS[1], ARGV[2], 1)
