@@ -19,9 +19,9 @@
 
 #define DLOCK__CLIENT_MAGIC 0x444c434bu /* "DLCK" */
 #define DLOCK__LOCK_MAGIC 0x444c4c4bu   /* "DLLK" */
-#define DLOCK__SEM_MAGIC 0x444c534du   /* "DLSM" */
-#define DLOCK__PSEM_MAGIC 0x444c5053u  /* "DLPS" */
-#define DLOCK__LATCH_MAGIC 0x444c4c54u /* "DLLT" */
+#define DLOCK__SEM_MAGIC 0x444c534du    /* "DLSM" */
+#define DLOCK__PSEM_MAGIC 0x444c5053u   /* "DLPS" */
+#define DLOCK__LATCH_MAGIC 0x444c4c54u  /* "DLLT" */
 #define DLOCK__DEAD_MAGIC 0xdeadd10cu
 
 struct dlock_lock {
@@ -42,7 +42,7 @@ typedef struct dlock__sync {
   struct dlock_client *client;
   dlock__sync_kind kind;
   char *name;
-  char *channel;                  /* the backend's change channel */
+  char *channel;                   /* the backend's change channel */
   struct dlock__sync *prev, *next; /* client's list of handles, under mu */
 } dlock__sync;
 

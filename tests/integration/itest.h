@@ -15,10 +15,12 @@
 
 #include <dlock/dlock.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 /* ---------------------------------------------------------------- clients */
@@ -311,6 +313,46 @@ static inline int it_async_finish(it_async_t *a) {
   CHECKF(ok, "background acquirer did not finish");
   pthread_join(a->th, NULL);
   return a->release_rc;
+}
+
+/* ------------------------------------------------------ child processes */
+
+/* Runs fn(arg) in a forked child that exits with 0 when fn returns (a
+ * failed CHECK exits 1). Fork before the parent starts any thread (a
+ * client's background thread included): TSan cannot start threads in a
+ * child forked from a threaded process. */
+static inline pid_t it_spawn(void (*fn)(void *), void *arg) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    fn(arg);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+  }
+  return pid;
+}
+
+/* Waits (bounded) for a child of ours to exit; on timeout kills that pid
+ * and fails. Returns the raw wait status. */
+static inline int it_child_wait(pid_t pid, int64_t timeout_ms) {
+  int st = 0;
+  bool ok;
+  TH_WAIT_FOR(ok, waitpid(pid, &st, WNOHANG) == pid, timeout_ms);
+  if (!ok) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    CHECKF(false, "child %d did not exit within %lld ms", (int)pid,
+           (long long)timeout_ms);
+  }
+  return st;
+}
+
+/* A child that exited with status 0. */
+static inline bool it_child_ok(int st) {
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 #endif /* DLOCK_TEST_ITEST_H */
