@@ -422,7 +422,9 @@ DLOCK_EXTERN int dlock_permit_sem_acquire(dlock_permit_sem_t *sem,
                                           char *id);
 /* Gives back the permit `id`. DLOCK_ELOST when this client acquired it but
  * it expired (or was reclaimed) before the release; DLOCK_ENOTOWNER when
- * the id is unknown. */
+ * the id is unknown; DLOCK_EINVAL when `id` is not 32 lowercase hex
+ * digits. Any client may release an id it was given (ids are not tied to
+ * a thread or a client). */
 DLOCK_EXTERN int dlock_permit_sem_release(dlock_permit_sem_t *sem,
                                           const char *id);
 /* Permits available now, counting expired ones as available. */
@@ -466,6 +468,8 @@ DLOCK_EXTERN int dlock_latch_count(dlock_latch_t *latch, int64_t *out);
 /* Waits until the count is zero: 0 then, DLOCK_ETIMEDOUT (or DLOCK_EBUSY
  * with wait_ms 0) when it is not by the deadline. */
 DLOCK_EXTERN int dlock_latch_await(dlock_latch_t *latch, int64_t wait_ms);
+/* Deletes the latch (which then counts as zero, so its waiters are
+ * released); *existed (may be NULL) tells if there was one. */
 DLOCK_EXTERN int dlock_latch_delete(dlock_latch_t *latch, bool *existed);
 
 #ifdef __cplusplus

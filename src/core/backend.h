@@ -80,6 +80,15 @@ typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev, int code,
                                 const char *channel, size_t chlen,
                                 const char *payload, size_t plen);
 
+/* The objects of sync_* operations. A semaphore and a permit semaphore
+ * share their count key and channel (Redisson's layout); a permit semaphore
+ * also has the ZSET of permits in use. */
+typedef enum dlock__sync_kind {
+  DLOCK__SYNC_SEM = 0,    /* counting semaphore (RSemaphore) */
+  DLOCK__SYNC_PERMIT = 1, /* permit semaphore (RPermitExpirableSemaphore) */
+  DLOCK__SYNC_LATCH = 2   /* count-down latch (RCountDownLatch) */
+} dlock__sync_kind;
+
 /* Release outcomes. */
 #define DLOCK__REL_DOWN 0     /* count went down, still held */
 #define DLOCK__REL_FREED 1    /* fully released, waiters notified */
@@ -144,6 +153,47 @@ typedef struct dlock__backend_ops {
                          const size_t *lens, size_t n);
   /* Reads what arrived and reports events; <0 when the connection died. */
   int (*watch_read)(void *be, dlock__watch_fn fn, void *ud);
+
+  /* Semaphores and latches (sync.c in the Redis backend) */
+  /* The channel on which changes of the object are announced (fresh
+   * string, caller frees): a semaphore's payload is its new count of
+   * available permits, a latch's is "0" (reached zero) or "1" (new count). */
+  char *(*sync_channel)(void *be, dlock__sync_kind kind, const char *name);
+  /* Semaphore or permit semaphore: sets the count to `permits` if the key
+   * does not exist (and announces it); *set tells whether it did. */
+  int (*sem_set)(void *be, const char *name, int64_t permits, bool *set);
+  /* Adds n permits (n may be negative); announces when permits were added
+   * and some are available. */
+  int (*sem_add)(void *be, const char *name, int64_t n);
+  /* 1 when `permits` were taken, 0 when fewer are available. */
+  int (*sem_acquire)(void *be, const char *name, int64_t permits);
+  /* Gives back `permits` and announces the new count. */
+  int (*sem_release)(void *be, const char *name, int64_t permits);
+  /* Permits available now (0 when absent); for a permit semaphore,
+   * permits whose lease ran out count as available. */
+  int (*sem_available)(void *be, dlock__sync_kind kind, const char *name,
+                       int64_t *out);
+  /* Deletes the semaphore's keys; *existed tells whether there were any. */
+  int (*sem_delete)(void *be, dlock__sync_kind kind, const char *name,
+                    bool *existed);
+  /* Permit semaphore: first returns expired permits to the count, then
+   * takes one permit under `id` for lease_ms (expiry on the server's
+   * clock). 1 taken; 0 none free, *retry_in_ms = ms until the earliest
+   * expiry among the permits in use, -1 when none is in use. */
+  int (*psem_acquire)(void *be, const char *name, const char *id,
+                      int64_t lease_ms, int64_t *retry_in_ms);
+  /* 1 released (the permit was in use and unexpired), 0 unknown id (never
+   * issued, released already, or expired and returned). */
+  int (*psem_release)(void *be, const char *name, const char *id);
+  int (*psem_state)(void *be, const char *name, dlock_sem_state_t **out);
+  /* Latch: sets the count if the latch does not exist; *set tells. */
+  int (*latch_set)(void *be, const char *name, int64_t count, bool *set);
+  /* Counts down by one; at zero deletes the latch and announces it. */
+  int (*latch_count_down)(void *be, const char *name);
+  /* The count (0 when the latch does not exist). */
+  int (*latch_count)(void *be, const char *name, int64_t *out);
+  /* Deletes the latch, releasing its waiters; *existed tells. */
+  int (*latch_delete)(void *be, const char *name, bool *existed);
 } dlock__backend_ops;
 
 extern const dlock__backend_ops dlock__redis_backend;

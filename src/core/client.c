@@ -98,6 +98,28 @@ void dlock__client_poke(struct dlock_client *c) {
   (void)n;
 }
 
+/* dlock's own keys (wait queues, grant channels) all begin with this; an
+ * object of such a name could be another lock's bookkeeping. */
+#define DLOCK__RESERVED_PREFIX "dlock_lock_"
+
+int dlock__check_name(const char *name, const char *fn) {
+  if (!name)
+    return dlock__seterr(DLOCK_EINVAL, "%s: name is NULL", fn);
+  size_t n = strnlen(name, DLOCK_NAME_MAX + 1);
+  if (n == 0)
+    return dlock__seterr(DLOCK_EINVAL, "%s: name is empty", fn);
+  if (n > DLOCK_NAME_MAX)
+    return dlock__seterr(DLOCK_EINVAL, "%s: name is longer than %d bytes", fn,
+                         DLOCK_NAME_MAX);
+  if (strncmp(name, DLOCK__RESERVED_PREFIX,
+              sizeof DLOCK__RESERVED_PREFIX - 1) == 0)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: names beginning with \"" DLOCK__RESERVED_PREFIX
+                         "\" are reserved for dlock's own keys",
+                         fn);
+  return 0;
+}
+
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,
                 const char *fmt, ...) {
   if (!c->opts.log_fn || level > c->opts.log_level)
@@ -404,6 +426,15 @@ static void client_destroy(struct dlock_client *c, bool forked) {
     dlock__free(l->grant);
     dlock__free(l);
     l = next;
+  }
+  dlock__sync *y = c->syncs;
+  while (y) {
+    dlock__sync *next = y->next;
+    y->magic = DLOCK__DEAD_MAGIC;
+    dlock__free(y->name);
+    dlock__free(y->channel);
+    dlock__free(y);
+    y = next;
   }
   dlock__holds_free_all_locked(c);
   dlock__chans_free_all_locked(c);

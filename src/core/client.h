@@ -19,6 +19,9 @@
 
 #define DLOCK__CLIENT_MAGIC 0x444c434bu /* "DLCK" */
 #define DLOCK__LOCK_MAGIC 0x444c4c4bu   /* "DLLK" */
+#define DLOCK__SEM_MAGIC 0x444c534du    /* "DLSM" */
+#define DLOCK__PSEM_MAGIC 0x444c5053u   /* "DLPS" */
+#define DLOCK__LATCH_MAGIC 0x444c4c54u  /* "DLLT" */
 #define DLOCK__DEAD_MAGIC 0xdeadd10cu
 
 struct dlock_lock {
@@ -30,6 +33,27 @@ struct dlock_lock {
                     waiting thread has its own) */
   char *grant;   /* this client's hand-off channel for it, or NULL */
   struct dlock_lock *prev, *next; /* client's list of handles, under mu */
+};
+
+/* A semaphore, permit semaphore or latch handle (sync.c); the magic tells
+ * which. The public types are this struct under three names. */
+typedef struct dlock__sync {
+  uint32_t magic;
+  struct dlock_client *client;
+  dlock__sync_kind kind;
+  char *name;
+  char *channel;                   /* the backend's change channel */
+  struct dlock__sync *prev, *next; /* client's list of handles, under mu */
+} dlock__sync;
+
+struct dlock_semaphore {
+  dlock__sync h;
+};
+struct dlock_permit_sem {
+  dlock__sync h;
+};
+struct dlock_latch {
+  dlock__sync h;
 };
 
 struct dlock_client {
@@ -48,6 +72,7 @@ struct dlock_client {
   /* --- everything below is protected by mu --- */
   bool stopping;
   struct dlock_lock *locks; /* handles, for cleanup */
+  dlock__sync *syncs;       /* semaphore and latch handles, for cleanup */
   dlock__map holds;         /* (name, tid) -> dlock__hold */
   int64_t renew_due;        /* earliest next renewal, DLOCK__NEVER if none */
   dlock__map chans;         /* channel -> dlock__chan */
@@ -72,6 +97,9 @@ bool dlock__client_stopping(struct dlock_client *c);
 void dlock__client_poke(struct dlock_client *c);
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,
                 const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Checks a lock, semaphore or latch name (non-empty, at most
+ * DLOCK_NAME_MAX bytes, not in dlock's reserved "dlock_lock_" space). */
+int dlock__check_name(const char *name, const char *fn);
 /* "<client-id>:<tid>" into buf (at least 64 bytes). */
 void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
                   size_t len);

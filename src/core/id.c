@@ -1,5 +1,6 @@
 /*
- * id.c - UUIDs from getrandom(2), and the calling thread's id (Linux TID).
+ * id.c - UUIDs and permit ids from getrandom(2), and the calling thread's id
+ * (Linux TID).
  */
 #include "id.h"
 
@@ -42,6 +43,20 @@ int dlock__uuid(char out[DLOCK__UUID_LEN + 1]) {
            "%02x%02x%02x%02x%02x%02x",
            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
            b[11], b[12], b[13], b[14], b[15]);
+  return 0;
+}
+
+int dlock__hex_id(char out[DLOCK__HEX_ID_LEN + 1]) {
+  static const char hex[] = "0123456789abcdef";
+  unsigned char b[DLOCK__HEX_ID_LEN / 2];
+  int rc = dlock__random_bytes(b, sizeof b);
+  if (rc)
+    return rc;
+  for (size_t i = 0; i < sizeof b; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 0x0f];
+  }
+  out[DLOCK__HEX_ID_LEN] = '\0';
   return 0;
 }
 

@@ -17,4 +17,8 @@ int dlock__random_bytes(void *buf, size_t n);
 /* Writes a random (version 4) UUID in text form plus NUL (37 bytes). */
 int dlock__uuid(char out[DLOCK__UUID_LEN + 1]);
 
+/* A permit id: 16 random bytes as 32 lowercase hex digits plus NUL. */
+#define DLOCK__HEX_ID_LEN 32
+int dlock__hex_id(char out[DLOCK__HEX_ID_LEN + 1]);
+
 #endif

@@ -55,28 +55,6 @@ static int call_end(const dlock_lock_t *l, int rc) {
   return rc;
 }
 
-/* dlock's own keys (wait queues, grant channels) all begin with this; a
- * lock of such a name could be another lock's bookkeeping. */
-#define DLOCK__RESERVED_PREFIX "dlock_lock_"
-
-static int check_name(const char *name, const char *fn) {
-  if (!name)
-    return dlock__seterr(DLOCK_EINVAL, "%s: name is NULL", fn);
-  size_t n = strnlen(name, DLOCK_NAME_MAX + 1);
-  if (n == 0)
-    return dlock__seterr(DLOCK_EINVAL, "%s: name is empty", fn);
-  if (n > DLOCK_NAME_MAX)
-    return dlock__seterr(DLOCK_EINVAL, "%s: name is longer than %d bytes", fn,
-                         DLOCK_NAME_MAX);
-  if (strncmp(name, DLOCK__RESERVED_PREFIX,
-              sizeof DLOCK__RESERVED_PREFIX - 1) == 0)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: names beginning with \"" DLOCK__RESERVED_PREFIX
-                         "\" are reserved for dlock's own keys",
-                         fn);
-  return 0;
-}
-
 int dlock_lock_new_kind(dlock_client_t *c, const char *name,
                         dlock_lock_kind_t kind, dlock_lock_t **out) {
   if (!out)
@@ -84,7 +62,7 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
   *out = NULL;
   int rc = dlock__client_check(c, "dlock_lock_new");
   if (!rc)
-    rc = check_name(name, "dlock_lock_new");
+    rc = dlock__check_name(name, "dlock_lock_new");
   if (!rc && ((int)kind < DLOCK_REENTRANT || kind > DLOCK_WRITE))
     rc = dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: unknown lock kind %d",
                        (int)kind);

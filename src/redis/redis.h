@@ -93,6 +93,29 @@ int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
 int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                             dlock_lock_state_t **out);
 
+/* sync.c: semaphores, permit semaphores, count-down latches */
+char *dlock__redis_sync_channel(void *be, dlock__sync_kind kind,
+                                const char *name);
+int dlock__redis_sem_set(void *be, const char *name, int64_t permits,
+                         bool *set);
+int dlock__redis_sem_add(void *be, const char *name, int64_t n);
+int dlock__redis_sem_acquire(void *be, const char *name, int64_t permits);
+int dlock__redis_sem_release(void *be, const char *name, int64_t permits);
+int dlock__redis_sem_available(void *be, dlock__sync_kind kind,
+                               const char *name, int64_t *out);
+int dlock__redis_sem_delete(void *be, dlock__sync_kind kind, const char *name,
+                            bool *existed);
+int dlock__redis_psem_acquire(void *be, const char *name, const char *id,
+                              int64_t lease_ms, int64_t *retry_in_ms);
+int dlock__redis_psem_release(void *be, const char *name, const char *id);
+int dlock__redis_psem_state(void *be, const char *name,
+                            dlock_sem_state_t **out);
+int dlock__redis_latch_set(void *be, const char *name, int64_t count,
+                           bool *set);
+int dlock__redis_latch_count_down(void *be, const char *name);
+int dlock__redis_latch_count(void *be, const char *name, int64_t *out);
+int dlock__redis_latch_delete(void *be, const char *name, bool *existed);
+
 /* watch.c */
 int dlock__redis_watch_connect(void *be, int64_t deadline);
 void dlock__redis_watch_disconnect(void *be);

@@ -30,5 +30,15 @@ extern const dlock__script dlock__script_rw_read_renew;
 extern const dlock__script dlock__script_rw_write_acquire;
 extern const dlock__script dlock__script_rw_write_release;
 extern const dlock__script dlock__script_permit_renew;
+extern const dlock__script dlock__script_sem_set;
+extern const dlock__script dlock__script_sem_add;
+extern const dlock__script dlock__script_sem_acquire;
+extern const dlock__script dlock__script_sem_release;
+extern const dlock__script dlock__script_psem_acquire;
+extern const dlock__script dlock__script_psem_release;
+extern const dlock__script dlock__script_psem_state;
+extern const dlock__script dlock__script_latch_set;
+extern const dlock__script dlock__script_latch_count_down;
+extern const dlock__script dlock__script_latch_delete;
 
 #endif

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 
 /* ---------------------------------------------------------------- clients */
@@ -318,9 +319,54 @@ static inline int it_async_finish(it_async_t *a) {
 
 /* ------------------------------------------------------ child processes */
 
-/* A child process forked before the parent starts any thread (ThreadSanitizer
- * cannot follow a fork of a threaded process), that runs fn(arg) once the
- * parent says go, and _exits with fn's result. */
+/* Waits (bounded) for a child of ours to exit, *st = its wait status;
+ * false (after killing that pid) when it did not exit in time. */
+static inline bool it_waitpid_bounded(pid_t pid, int64_t timeout_ms, int *st) {
+  bool ok;
+  TH_WAIT_FOR(ok, waitpid(pid, st, WNOHANG) == pid, timeout_ms);
+  if (!ok) {
+    kill(pid, SIGKILL);
+    waitpid(pid, st, 0);
+  }
+  return ok;
+}
+
+/* Runs fn(arg) in a forked child that exits with 0 when fn returns (a
+ * failed CHECK exits 1). Fork before the parent starts any thread (a
+ * client's background thread included): TSan cannot start threads in a
+ * child forked from a threaded process. */
+static inline pid_t it_spawn(void (*fn)(void *), void *arg) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    fn(arg);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(0);
+  }
+  return pid;
+}
+
+/* Waits (bounded) for a spawned child; on timeout kills it and fails.
+ * Returns the raw wait status. */
+static inline int it_spawn_wait(pid_t pid, int64_t timeout_ms) {
+  int st = 0;
+  CHECKF(it_waitpid_bounded(pid, timeout_ms, &st),
+         "child %d did not exit within %lld ms", (int)pid,
+         (long long)timeout_ms);
+  return st;
+}
+
+/* A child that exited with status 0. */
+static inline bool it_child_ok(int st) {
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* A child process forked before the parent starts any thread (as above)
+ * that runs fn(arg) only once the parent says go (it_child_go), so the
+ * parent can set the scene first, and _exits with fn's result. */
 typedef struct it_child {
   pid_t pid;
   int go; /* write end of the gate */
@@ -329,6 +375,8 @@ typedef struct it_child {
 static inline void it_child_fork(it_child_t *ch, int (*fn)(void *), void *arg) {
   int p[2];
   CHECK(pipe(p) == 0);
+  fflush(stdout);
+  fflush(stderr);
   ch->pid = fork();
   CHECK(ch->pid >= 0);
   if (ch->pid == 0) {
@@ -347,21 +395,16 @@ static inline void it_child_go(it_child_t *ch) {
   ch->go = -1;
 }
 
-/* Waits (bounded) for the child; kills it on timeout. Its exit status, or
- * -1 when it had to be killed or died by a signal. */
+/* Waits (bounded) for a gated child; kills it on timeout. Its exit status,
+ * or -1 when it had to be killed or died by a signal. */
 static inline int it_child_wait(it_child_t *ch, int64_t timeout_ms) {
   if (ch->go >= 0) {
     close(ch->go);
     ch->go = -1;
   }
   int st = 0;
-  bool ok;
-  TH_WAIT_FOR(ok, waitpid(ch->pid, &st, WNOHANG) == ch->pid, timeout_ms);
-  if (!ok) {
-    kill(ch->pid, SIGKILL);
-    waitpid(ch->pid, &st, 0);
+  if (!it_waitpid_bounded(ch->pid, timeout_ms, &st))
     return -1;
-  }
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 

@@ -1,0 +1,141 @@
+/*
+ * latch.c - the count-down latch (dlock_latch_*, Redisson's
+ * RCountDownLatch): a count in the key `name`, deleted when it reaches
+ * zero; an absent latch counts as zero.
+ *
+ * Await: one read of the count; if it is above zero, wait (sync.c) on the
+ * latch's channel in DLOCK__WAKE_ALL mode: any message ("0" reached zero,
+ * "1" a new count) wakes every waiter of this client, each reads the count
+ * again, and those that still see it above zero sleep on. A pub/sub
+ * reconnect wakes them all too, so a message lost with the connection
+ * costs one read, not a stranded waiter. There is no expiry to bound the
+ * sleep: only a message, a reconnect or the deadline ends it.
+ */
+#include <inttypes.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/sync.h"
+
+static dlock__sync *latch_h(const dlock_latch_t *l) {
+  return l ? (dlock__sync *)&l->h : NULL;
+}
+
+static int begin(dlock__sync *h, const char *fn) {
+  return dlock__sync_call_begin(h, DLOCK__LATCH_MAGIC, "latch", fn);
+}
+
+static int wrongtype(int rc, const dlock__sync *h, const char *fn) {
+  if (rc == DLOCK_EWRONGTYPE)
+    return dlock__seterr(rc,
+                         "%s: key '%.200s' holds a value of another type (not "
+                         "a latch)",
+                         fn, h->name);
+  return rc;
+}
+
+int dlock_latch_new(dlock_client_t *c, const char *name, dlock_latch_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_latch_new: out is NULL");
+  dlock__sync *h = NULL;
+  int rc = dlock__sync_new(c, name, DLOCK__SYNC_LATCH, DLOCK__LATCH_MAGIC,
+                           "dlock_latch_new", &h);
+  *out = (dlock_latch_t *)h;
+  return rc;
+}
+
+void dlock_latch_free(dlock_latch_t *l) {
+  dlock__sync_free(latch_h(l), DLOCK__LATCH_MAGIC, NULL);
+}
+
+const char *dlock_latch_name(const dlock_latch_t *l) {
+  if (!l || l->h.magic != DLOCK__LATCH_MAGIC)
+    return "";
+  return l->h.name;
+}
+
+int dlock_latch_try_set_count(dlock_latch_t *l, int64_t count, bool *set) {
+  const char *fn = "dlock_latch_try_set_count";
+  if (set)
+    *set = false;
+  if (count < 1)
+    return dlock__seterr(DLOCK_EINVAL, "%s: count must be >= 1", fn);
+  dlock__sync *h = latch_h(l);
+  int rc = begin(h, fn);
+  if (rc)
+    return rc;
+  bool done = false;
+  rc = h->client->ops->latch_set(h->client->be, h->name, count, &done);
+  if (!rc && set)
+    *set = done;
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+int dlock_latch_count_down(dlock_latch_t *l) {
+  const char *fn = "dlock_latch_count_down";
+  dlock__sync *h = latch_h(l);
+  int rc = begin(h, fn);
+  if (rc)
+    return rc;
+  rc = h->client->ops->latch_count_down(h->client->be, h->name);
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+int dlock_latch_count(dlock_latch_t *l, int64_t *out) {
+  const char *fn = "dlock_latch_count";
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
+  *out = 0;
+  dlock__sync *h = latch_h(l);
+  int rc = begin(h, fn);
+  if (rc)
+    return rc;
+  rc = h->client->ops->latch_count(h->client->be, h->name, out);
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+/* 1 when the count is zero (or the latch is absent), else 0. */
+static int at_zero(void *ctx, int64_t *bound) {
+  dlock__sync *h = ctx;
+  int64_t n = 0;
+  *bound = -1;
+  int rc = h->client->ops->latch_count(h->client->be, h->name, &n);
+  return rc ? rc : n <= 0;
+}
+
+int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
+  const char *fn = "dlock_latch_await";
+  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
+  dlock__sync *h = latch_h(l);
+  int rc = begin(h, fn);
+  if (rc)
+    return rc;
+  int64_t deadline = dlock__deadline_after(wait_ms);
+  int64_t bound;
+  rc = at_zero(h, &bound);
+  if (rc == 0 && wait_ms != 0)
+    rc = dlock__sync_wait(h, DLOCK__WAKE_ALL, deadline, at_zero, h);
+  if (rc == 0)
+    rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                       "latch '%.200s': %s", h->name,
+                       wait_ms == 0 ? "the count is not zero"
+                                    : "timed out waiting for zero");
+  return dlock__sync_call_end(h, rc == 1 ? 0 : wrongtype(rc, h, fn));
+}
+
+int dlock_latch_delete(dlock_latch_t *l, bool *existed) {
+  const char *fn = "dlock_latch_delete";
+  if (existed)
+    *existed = false;
+  dlock__sync *h = latch_h(l);
+  int rc = begin(h, fn);
+  if (rc)
+    return rc;
+  bool was = false;
+  rc = h->client->ops->latch_delete(h->client->be, h->name, &was);
+  if (!rc && existed)
+    *existed = was;
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}

@@ -1,0 +1,408 @@
+/*
+ * semaphore.c - the counting semaphore (dlock_semaphore_*, Redisson's
+ * RSemaphore) and the permit semaphore (dlock_permit_sem_*, Redisson's
+ * RPermitExpirableSemaphore). Both keep their available count in the key
+ * `name` and announce changes on one channel; the backend owns the layout.
+ *
+ * Waiting (sync.c): a release publishes the new count, which wakes that
+ * many of this client's waiters (DLOCK__WAKE_COUNT); the woken retry, and
+ * those that lose the race sleep again. A permit semaphore's waiter also
+ * never sleeps past the earliest expiry among the permits in use: its own
+ * retry is what returns a crashed holder's permit to the count.
+ *
+ * Permits: ids are 16 random bytes in hex, made here. A permit with a
+ * watchdog lease is recorded as a hold (DLOCK__HK_PERMIT, tid 0) that the
+ * renewer extends until release; a fixed-lease permit is recorded too (not
+ * renewed) so that its release can tell DLOCK_ELOST (it expired) from
+ * DLOCK_ENOTOWNER (never ours). Holds live under client->mu; no backend
+ * call is made with it held.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/holds.h"
+#include "core/sync.h"
+
+/* ------------------------------------------------------------ shared */
+
+static int check_wait(int64_t wait_ms, const char *fn) {
+  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
+  return 0;
+}
+
+static int wrongtype(int rc, const dlock__sync *h, const char *fn) {
+  if (rc == DLOCK_EWRONGTYPE)
+    return dlock__seterr(rc,
+                         "%s: key '%.200s' holds a value of another type (not "
+                         "a semaphore)",
+                         fn, h->name);
+  return rc;
+}
+
+static int try_set(dlock__sync *h, uint32_t magic, int64_t permits, bool *set,
+                   const char *fn) {
+  if (set)
+    *set = false;
+  if (permits < 0)
+    return dlock__seterr(DLOCK_EINVAL, "%s: permits must be >= 0", fn);
+  int rc = dlock__sync_call_begin(h, magic, "semaphore", fn);
+  if (rc)
+    return rc;
+  bool done = false;
+  rc = h->client->ops->sem_set(h->client->be, h->name, permits, &done);
+  if (!rc && set)
+    *set = done;
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+static int add(dlock__sync *h, uint32_t magic, int64_t n, const char *fn) {
+  int rc = dlock__sync_call_begin(h, magic, "semaphore", fn);
+  if (rc)
+    return rc;
+  rc = h->client->ops->sem_add(h->client->be, h->name, n);
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+static int available(dlock__sync *h, uint32_t magic, int64_t *out,
+                     const char *fn) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
+  *out = 0;
+  int rc = dlock__sync_call_begin(h, magic, "semaphore", fn);
+  if (rc)
+    return rc;
+  rc = h->client->ops->sem_available(h->client->be, h->kind, h->name, out);
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+/* --------------------------------------------------------- semaphore */
+
+static dlock__sync *sem_h(const dlock_semaphore_t *s) {
+  return s ? (dlock__sync *)&s->h : NULL;
+}
+
+int dlock_semaphore_new(dlock_client_t *c, const char *name,
+                        dlock_semaphore_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_semaphore_new: out is NULL");
+  dlock__sync *h = NULL;
+  int rc = dlock__sync_new(c, name, DLOCK__SYNC_SEM, DLOCK__SEM_MAGIC,
+                           "dlock_semaphore_new", &h);
+  *out = (dlock_semaphore_t *)h;
+  return rc;
+}
+
+void dlock_semaphore_free(dlock_semaphore_t *s) {
+  dlock__sync_free(sem_h(s), DLOCK__SEM_MAGIC, NULL);
+}
+
+const char *dlock_semaphore_name(const dlock_semaphore_t *s) {
+  if (!s || s->h.magic != DLOCK__SEM_MAGIC)
+    return "";
+  return s->h.name;
+}
+
+int dlock_semaphore_try_set_permits(dlock_semaphore_t *s, int64_t permits,
+                                    bool *set) {
+  return try_set(sem_h(s), DLOCK__SEM_MAGIC, permits, set,
+                 "dlock_semaphore_try_set_permits");
+}
+
+int dlock_semaphore_add_permits(dlock_semaphore_t *s, int64_t n) {
+  return add(sem_h(s), DLOCK__SEM_MAGIC, n, "dlock_semaphore_add_permits");
+}
+
+typedef struct sem_try {
+  dlock__sync *h;
+  int64_t permits;
+} sem_try;
+
+static int sem_attempt(void *ctx, int64_t *bound) {
+  sem_try *t = ctx;
+  *bound = -1; /* permits come back by release only: no expiry to wait for */
+  return t->h->client->ops->sem_acquire(t->h->client->be, t->h->name,
+                                        t->permits);
+}
+
+int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
+                            int64_t wait_ms) {
+  const char *fn = "dlock_semaphore_acquire";
+  if (permits < 1)
+    return dlock__seterr(DLOCK_EINVAL, "%s: permits must be >= 1", fn);
+  int rc = check_wait(wait_ms, fn);
+  if (rc)
+    return rc;
+  dlock__sync *h = sem_h(s);
+  if ((rc = dlock__sync_call_begin(h, DLOCK__SEM_MAGIC, "semaphore", fn)))
+    return rc;
+  int64_t deadline = dlock__deadline_after(wait_ms);
+  sem_try t = {h, permits};
+  int64_t bound;
+  rc = sem_attempt(&t, &bound);
+  if (rc == 0 && wait_ms != 0)
+    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, deadline, sem_attempt, &t);
+  if (rc == 0)
+    rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                       "semaphore '%.200s': %s %" PRId64 " permit(s)", h->name,
+                       wait_ms == 0 ? "fewer available than"
+                                    : "timed out waiting for",
+                       permits);
+  return dlock__sync_call_end(h, rc == 1 ? 0 : wrongtype(rc, h, fn));
+}
+
+int dlock_semaphore_release(dlock_semaphore_t *s, int64_t permits) {
+  const char *fn = "dlock_semaphore_release";
+  if (permits < 1)
+    return dlock__seterr(DLOCK_EINVAL, "%s: permits must be >= 1", fn);
+  dlock__sync *h = sem_h(s);
+  int rc = dlock__sync_call_begin(h, DLOCK__SEM_MAGIC, "semaphore", fn);
+  if (rc)
+    return rc;
+  rc = h->client->ops->sem_release(h->client->be, h->name, permits);
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+int dlock_semaphore_available(dlock_semaphore_t *s, int64_t *out) {
+  return available(sem_h(s), DLOCK__SEM_MAGIC, out,
+                   "dlock_semaphore_available");
+}
+
+static int delete_sem(dlock__sync *h, uint32_t magic, bool *existed,
+                      const char *fn) {
+  if (existed)
+    *existed = false;
+  int rc = dlock__sync_call_begin(h, magic, "semaphore", fn);
+  if (rc)
+    return rc;
+  bool was = false;
+  rc = h->client->ops->sem_delete(h->client->be, h->kind, h->name, &was);
+  if (!rc && existed)
+    *existed = was;
+  return dlock__sync_call_end(h, rc);
+}
+
+int dlock_semaphore_delete(dlock_semaphore_t *s, bool *existed) {
+  return delete_sem(sem_h(s), DLOCK__SEM_MAGIC, existed,
+                    "dlock_semaphore_delete");
+}
+
+/* -------------------------------------------------- permit semaphore */
+
+static dlock__sync *psem_h(const dlock_permit_sem_t *s) {
+  return s ? (dlock__sync *)&s->h : NULL;
+}
+
+int dlock_permit_sem_new(dlock_client_t *c, const char *name,
+                         dlock_permit_sem_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_permit_sem_new: out is NULL");
+  dlock__sync *h = NULL;
+  int rc = dlock__sync_new(c, name, DLOCK__SYNC_PERMIT, DLOCK__PSEM_MAGIC,
+                           "dlock_permit_sem_new", &h);
+  *out = (dlock_permit_sem_t *)h;
+  return rc;
+}
+
+/* The last permit semaphore handle on `name` is gone (mu held): its
+ * permits are forgotten, so watchdog permits stop being renewed and
+ * expire on the server, as a lock's holds do when its last handle goes. */
+static void drop_orphan_permits_locked(struct dlock_client *c,
+                                       const char *name) {
+  for (dlock__sync *o = c->syncs; o; o = o->next)
+    if (o->magic == DLOCK__PSEM_MAGIC && strcmp(o->name, name) == 0)
+      return;
+  size_t cur;
+  dlock__map_entry *e = dlock__map_first(&c->holds, &cur);
+  while (e) {
+    dlock__hold *hd = e->value;
+    e = dlock__map_next(&c->holds, e, &cur);
+    if (hd->kind == DLOCK__HK_PERMIT && strcmp(hd->name, name) == 0)
+      dlock__hold_remove_locked(c, hd);
+  }
+}
+
+void dlock_permit_sem_free(dlock_permit_sem_t *s) {
+  dlock__sync_free(psem_h(s), DLOCK__PSEM_MAGIC, drop_orphan_permits_locked);
+}
+
+const char *dlock_permit_sem_name(const dlock_permit_sem_t *s) {
+  if (!s || s->h.magic != DLOCK__PSEM_MAGIC)
+    return "";
+  return s->h.name;
+}
+
+int dlock_permit_sem_try_set_permits(dlock_permit_sem_t *s, int64_t permits,
+                                     bool *set) {
+  return try_set(psem_h(s), DLOCK__PSEM_MAGIC, permits, set,
+                 "dlock_permit_sem_try_set_permits");
+}
+
+int dlock_permit_sem_add_permits(dlock_permit_sem_t *s, int64_t n) {
+  return add(psem_h(s), DLOCK__PSEM_MAGIC, n, "dlock_permit_sem_add_permits");
+}
+
+typedef struct psem_try {
+  dlock__sync *h;
+  const char *id;
+  int64_t lease;
+  int64_t since; /* when the attempt that took the permit was sent */
+} psem_try;
+
+static int psem_attempt(void *ctx, int64_t *bound) {
+  psem_try *t = ctx;
+  t->since = dlock__now_ms();
+  return t->h->client->ops->psem_acquire(t->h->client->be, t->h->name, t->id,
+                                         t->lease, bound);
+}
+
+int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
+                             int64_t lease_ms, char *id) {
+  const char *fn = "dlock_permit_sem_acquire";
+  if (!id)
+    return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
+  id[0] = '\0';
+  int rc = check_wait(wait_ms, fn);
+  if (rc)
+    return rc;
+  if ((lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG) ||
+      lease_ms > DLOCK_LEASE_MAX)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: lease must be 1..DLOCK_LEASE_MAX ms or "
+                         "DLOCK_LEASE_WATCHDOG",
+                         fn);
+  dlock__sync *h = psem_h(s);
+  if ((rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore",
+                                   fn)))
+    return rc;
+  struct dlock_client *c = h->client;
+  bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
+  char pid[DLOCK__HEX_ID_LEN + 1];
+  if ((rc = dlock__hex_id(pid)))
+    return dlock__sync_call_end(h, rc);
+  int64_t deadline = dlock__deadline_after(wait_ms);
+  psem_try t = {h, pid, watchdog ? c->opts.watchdog_ms : lease_ms, 0};
+  int64_t bound;
+  rc = psem_attempt(&t, &bound);
+  if (rc == 0 && wait_ms != 0)
+    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, deadline, psem_attempt, &t);
+  if (rc == 0)
+    rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                       "permit semaphore '%.200s': %s", h->name,
+                       wait_ms == 0 ? "no permit available"
+                                    : "timed out waiting for a permit");
+  if (rc < 0)
+    return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *hd = dlock__hold_acquired_locked(
+      c, DLOCK__HK_PERMIT, h->name, 0, pid, t.lease, watchdog, t.since);
+  pthread_mutex_unlock(&c->mu);
+  if (!hd && watchdog) {
+    /* it would never be renewed: give it back rather than lose it later */
+    c->ops->psem_release(c->be, h->name, pid);
+    return dlock__sync_call_end(h, DLOCK_ENOMEM);
+  }
+  memcpy(id, pid, sizeof pid);
+  return dlock__sync_call_end(h, 0);
+}
+
+static bool valid_id(const char *id) {
+  for (size_t i = 0; i < DLOCK__HEX_ID_LEN; i++)
+    if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+      return false; /* also stops at a NUL before 32 */
+  return id[DLOCK__HEX_ID_LEN] == '\0';
+}
+
+int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
+  const char *fn = "dlock_permit_sem_release";
+  if (!id)
+    return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
+  if (!valid_id(id))
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: a permit id is %d lowercase hex digits", fn,
+                         DLOCK__HEX_ID_LEN);
+  dlock__sync *h = psem_h(s);
+  int rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore", fn);
+  if (rc)
+    return rc;
+  struct dlock_client *c = h->client;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *hd =
+      dlock__hold_find_locked(c, DLOCK__HK_PERMIT, h->name, 0, id);
+  if (hd)
+    hd->releasing = true; /* a renewal that meets our release is no loss */
+  pthread_mutex_unlock(&c->mu);
+
+  /* A release whose reply was lost is sent once more; the second one
+   * finding the id gone means the first one released it. */
+  bool retried = false;
+  int out = c->ops->psem_release(c->be, h->name, id);
+  if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
+    retried = true;
+    out = c->ops->psem_release(c->be, h->name, id);
+  }
+
+  pthread_mutex_lock(&c->mu);
+  hd = dlock__hold_find_locked(c, DLOCK__HK_PERMIT, h->name, 0, id);
+  if (hd)
+    hd->releasing = false;
+  if (out < 0) {
+    rc = wrongtype(out, h, fn);
+  } else if (out == 0 && !(hd && retried)) {
+    rc = hd ? dlock__seterr(DLOCK_ELOST,
+                            "permit %s of '%.200s' expired before its release "
+                            "(lease ran out, or it was reclaimed)",
+                            id, h->name)
+            : dlock__seterr(DLOCK_ENOTOWNER,
+                            "permit %s of '%.200s' is not in use", id, h->name);
+    if (hd)
+      dlock__hold_remove_locked(c, hd);
+  } else if (hd && hd->lost) {
+    /* released, but the client had already reported it lost (its lease
+     * could not be confirmed in time): the caller was told; say so again */
+    dlock__hold_remove_locked(c, hd);
+    rc = dlock__seterr(DLOCK_ELOST,
+                       "permit %s of '%.200s' was reported lost before this "
+                       "release",
+                       id, h->name);
+  } else {
+    if (hd)
+      dlock__hold_remove_locked(c, hd);
+    rc = 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return dlock__sync_call_end(h, rc);
+}
+
+int dlock_permit_sem_available(dlock_permit_sem_t *s, int64_t *out) {
+  return available(psem_h(s), DLOCK__PSEM_MAGIC, out,
+                   "dlock_permit_sem_available");
+}
+
+int dlock_permit_sem_state(dlock_permit_sem_t *s, dlock_sem_state_t **out) {
+  const char *fn = "dlock_permit_sem_state";
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
+  *out = NULL;
+  dlock__sync *h = psem_h(s);
+  int rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore", fn);
+  if (rc)
+    return rc;
+  rc = h->client->ops->psem_state(h->client->be, h->name, out);
+  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+}
+
+void dlock_sem_state_free(dlock_sem_state_t *st) {
+  if (!st)
+    return;
+  for (size_t i = 0; st->permits && i < st->npermits; i++)
+    dlock__free((void *)st->permits[i].id);
+  dlock__free(st->permits);
+  dlock__free((void *)st->name);
+  dlock__free(st);
+}

@@ -1,0 +1,142 @@
+/*
+ * sync.c - handles and waiting shared by semaphores, permit semaphores and
+ * latches (see sync.h).
+ *
+ * Handles: one struct for the three kinds, linked in client->syncs under
+ * client->mu so that dlock_client_free() frees those left over; the magic
+ * says which public type a handle is, so a latch passed as a semaphore is
+ * DLOCK_EBADHANDLE, not a crash.
+ *
+ * Waiting: the discipline of lock.c without its hand-off queue. The caller
+ * made one attempt that failed; the waiter registers on the channel, asks
+ * for the subscription, waits for it (at most one command timeout), and
+ * only then attempts again, so a release between the failed attempt and
+ * the subscription cannot be missed. Afterwards it sleeps until a message
+ * (semaphores: the new count wakes that many waiters; latches: every
+ * message wakes all), a reconnect (every waiter retries: messages may have
+ * been lost), the attempt's bound (a permit semaphore's earliest expiry) or
+ * the deadline. Threads: any caller thread; client->mu is taken only inside
+ * the waiter and handle-list calls, never across a backend call.
+ */
+#include "core/sync.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+int dlock__sync_new(struct dlock_client *c, const char *name,
+                    dlock__sync_kind kind, uint32_t magic, const char *fn,
+                    dlock__sync **out) {
+  *out = NULL;
+  int rc = dlock__client_check(c, fn);
+  if (!rc)
+    rc = dlock__check_name(name, fn);
+  if (rc)
+    return rc;
+  dlock__sync *h = dlock__calloc(1, sizeof *h);
+  if (!h || !(h->name = dlock__strdup(name)) ||
+      !(h->channel = c->ops->sync_channel(c->be, kind, name))) {
+    if (h)
+      dlock__free(h->name);
+    dlock__free(h);
+    return DLOCK_ENOMEM;
+  }
+  h->magic = magic;
+  h->kind = kind;
+  h->client = c;
+  pthread_mutex_lock(&c->mu);
+  h->next = c->syncs;
+  if (c->syncs)
+    c->syncs->prev = h;
+  c->syncs = h;
+  pthread_mutex_unlock(&c->mu);
+  *out = h;
+  return 0;
+}
+
+void dlock__sync_free(dlock__sync *h, uint32_t magic,
+                      void (*name_gone)(struct dlock_client *c,
+                                        const char *name)) {
+  if (!h || h->magic != magic)
+    return;
+  struct dlock_client *c = h->client;
+  h->magic = DLOCK__DEAD_MAGIC;
+  if (c->magic == DLOCK__CLIENT_MAGIC) {
+    /* in a forked child the mutex may be held by a thread that is not
+     * there: this copy of the client has no other user, so skip it */
+    bool forked = dlock__client_check(c, "free") == DLOCK_ECLOSED;
+    if (!forked)
+      pthread_mutex_lock(&c->mu);
+    if (h->prev)
+      h->prev->next = h->next;
+    else
+      c->syncs = h->next;
+    if (h->next)
+      h->next->prev = h->prev;
+    if (name_gone)
+      name_gone(c, h->name);
+    if (!forked)
+      pthread_mutex_unlock(&c->mu);
+  }
+  dlock__free(h->name);
+  dlock__free(h->channel);
+  dlock__free(h);
+}
+
+int dlock__sync_call_begin(const dlock__sync *h, uint32_t magic,
+                           const char *what, const char *fn) {
+  if (!h)
+    return dlock__seterr(DLOCK_EINVAL, "%s: %s is NULL", fn, what);
+  if (h->magic != magic)
+    return dlock__seterr(DLOCK_EBADHANDLE, "%s: %s handle is not live", fn,
+                         what);
+  return dlock__call_begin(h->client, fn);
+}
+
+int dlock__sync_call_end(const dlock__sync *h, int rc) {
+  dlock__call_end(h->client);
+  return rc;
+}
+
+static _Atomic uint64_t wait_seq; /* tells one wait from the next */
+
+int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t deadline,
+                     dlock__sync_attempt_fn attempt, void *ctx) {
+  struct dlock_client *c = h->client;
+  dlock__waiter w;
+  uint64_t seq = atomic_fetch_add(&wait_seq, 1) + 1;
+  int rc = dlock__waiter_begin(c, &w, h->name, h->channel, NULL,
+                               dlock_thread_id(), seq, mode);
+  if (rc)
+    return rc;
+  if (!dlock__waiter_want(c, &w, false)) {
+    int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
+    if (sub_deadline > deadline)
+      sub_deadline = deadline;
+    /* not subscribed by then: attempt anyway; the confirmation, when it
+     * comes, wakes this waiter for another attempt */
+    dlock__waiter_await_subscription(c, &w, sub_deadline);
+    rc = dlock__waiter_error(c, &w);
+  }
+  while (rc == 0) {
+    if (dlock__client_stopping(c)) {
+      rc = dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
+      break;
+    }
+    int64_t bound = -1;
+    if ((rc = attempt(ctx, &bound)) != 0)
+      break;
+    int64_t now = dlock__now_ms();
+    if (now >= deadline)
+      break;
+    int64_t until = deadline;
+    if (bound >= 0 && bound < until - now) /* no overflow on a huge bound */
+      until = now + (bound > 0 ? bound : 1);
+    dlock__waiter_sleep(c, &w, until);
+  }
+  dlock__waiter_end(c, &w);
+  return rc;
+}

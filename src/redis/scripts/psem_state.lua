@@ -1,0 +1,29 @@
+-- Permit semaphore: read-only view (writes nothing).
+-- KEYS[1] semaphore name; KEYS[2] {name}:timeout.
+-- ARGV[1] most permits to list (0: none, only the count).
+-- Returns {available, {id...}, {ms left...}}: available = the count plus
+-- the expired permits not yet returned to it; then the unexpired permits
+-- in use, soonest expiry first, with their time left (-1: never).
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local value = redis.call('get', KEYS[1])
+local count = 0
+if value ~= false then
+  count = tonumber(value)
+end
+local expired = redis.call('zcount', KEYS[2], '-inf', now)
+local ids, left = {}, {}
+local limit = tonumber(ARGV[1])
+if limit > 0 then
+  local live = redis.call('zrangebyscore', KEYS[2], '(' .. now, '+inf',
+                          'WITHSCORES', 'LIMIT', 0, limit)
+  for i = 1, #live, 2 do
+    ids[#ids + 1] = live[i]
+    local ms = tonumber(live[i + 1]) - now
+    if ms ~= ms or ms > 9007199254740991 then
+      ms = -1
+    end
+    left[#left + 1] = ms
+  end
+end
+return {count + expired, ids, left}
