@@ -167,6 +167,13 @@ int main(int argc, char **argv) {
   memset(&c, 0, sizeof c);
   c.o = &o;
   cli_printable(o.name, 120, c.name_shown, sizeof c.name_shown);
+  c.shared_name = malloc(strlen(o.name) + sizeof CLI_SHARED_SUFFIX);
+  if (c.shared_name == NULL) {
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EX_SOFTWARE;
+  }
+  strcpy(c.shared_name, o.name);
+  strcat(c.shared_name, CLI_SHARED_SUFFIX);
 
   /* The backend, and its secret out of argv. */
   env_url = getenv("DLOCK_URL");
@@ -286,6 +293,7 @@ out:
   free(url_secret);
   free(shown);
   free(url);
+  free(c.shared_name);
   fflush(stdout);
   return rc;
 }
