@@ -423,6 +423,9 @@ static int spawn_child(struct run *r) {
 static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
   const struct cli_ctx *c = r->c;
   const struct cli_opts *o = c->o;
+  /* An exclusive hold is two locks: their losses are one event. */
+  if (r->lost)
+    return;
   r->lost = true;
   if (r->child <= 0) {
     cli_msg(c, "lost lock '%s': %s%s", c->name_shown, lost_reason(reason),
@@ -662,6 +665,7 @@ int cli_run(struct cli_ctx *c) {
   struct run r;
   pthread_t th;
   int rc;
+  char early_lost = 0;
 
   memset(&r, 0, sizeof r);
   r.c = c;
@@ -702,7 +706,11 @@ int cli_run(struct cli_ctx *c) {
       cli_msg(c, "internal error: waiting for the lock: %s", strerror(errno));
       return CLI_EX_SOFTWARE;
     }
-    /* SIGCHLD (none of ours yet) and early lost notes: nothing to do. */
+    /* A lock lost before the grant was complete (the first of an
+     * exclusive kind's two, removed while dlock waited for the second)
+     * counts once the grant is known. SIGCHLD: none of ours yet. */
+    if (ev.kind == EV_LOST)
+      early_lost = ev.lost;
   }
   pthread_join(th, NULL);
 
@@ -735,6 +743,15 @@ int cli_run(struct cli_ctx *c) {
               c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");
   }
 
+  if (early_lost != 0) {
+    int64_t unused = -1;
+    handle_lost(&r, early_lost, &unused);
+    if (c->o->on_lost != CLI_LOST_IGNORE) {
+      /* the command has not started: it does not run without the lock */
+      release_and_close(&r);
+      return CLI_EX_TEMPFAIL;
+    }
+  }
   if (c->o->mode == CLI_MODE_HOLD)
     rc = hold(&r);
   else
