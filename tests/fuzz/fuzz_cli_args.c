@@ -123,7 +123,7 @@ static void check_options(int argc, char **argv, const struct cli_opts *o) {
     return;
   FCHECK(o->name != NULL);
   size_t nl = strlen(o->name);
-  FCHECK(nl >= 1 && nl <= DLOCK_NAME_MAX);
+  FCHECK(nl >= 1 && nl <= CLI_NAME_MAX);
   FCHECK(o->wait_ms == DLOCK_WAIT_FOREVER ||
          (o->wait_ms >= 0 && o->wait_ms <= CLI_SECS_MAX * 1000));
   FCHECK(o->lease_ms == DLOCK_LEASE_WATCHDOG ||

@@ -11,8 +11,14 @@
  * "--wait 5"; "--" ends them), then NAME, then either "-c CMD" or COMMAND
  * ARG... verbatim. "-c CMD" may also come before NAME. Every rule that the
  * contract states about combinations is checked here, so main() only deals
- * with the outside world. Options of lock kinds the library does not serve
- * yet are recognised and refused with "not available yet" (exit 64).
+ * with the outside world. Options of lock kinds the command does not serve
+ * yet (-N, --all) are recognised and refused with "not available yet"
+ * (exit 64).
+ *
+ * Kinds. -x (the default) and -F are exclusive, -s is shared; -x and -s, and
+ * -F and -s, exclude each other (64). With --status and --force-unlock the
+ * same options select which lock is shown or broken. What each kind takes
+ * on the server is run.c's business (see its design note).
  *
  * Messages are one line of printable ASCII: user text is passed through
  * cli_printable() before it is quoted back.
@@ -86,6 +92,7 @@ static const struct optdef optdefs[] = {
 /* What the options said, before the final consistency checks. */
 struct seen {
   bool nonblock, wait, lease, watchdog, status, force_unlock, json;
+  bool exclusive, shared, fair;
 };
 
 void cli_printable(const char *s, size_t max, char *out, size_t outlen) {
@@ -239,8 +246,8 @@ static int opt_secs(const char *spelled, const char *value, int64_t min_ms,
 static int not_yet(char *err, size_t errlen, const char *spelled,
                    const char *what) {
   return fail(err, errlen,
-              "%s: %s not available yet (this dlock serves exclusive "
-              "reentrant locks on one Redis server)",
+              "%s: %s not available yet (this dlock serves exclusive, "
+              "fair and shared locks on one Redis server)",
               spelled, what);
 }
 
@@ -264,11 +271,14 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
   case O_ALL:
     return not_yet(err, errlen, spelled, "multilock over several servers is");
   case O_EXCLUSIVE:
+    sn->exclusive = true;
     return 0;
   case O_SHARED:
-    return not_yet(err, errlen, spelled, "shared (read-write) locks are");
+    sn->shared = true;
+    return 0;
   case O_FAIR:
-    return not_yet(err, errlen, spelled, "fair locks are");
+    sn->fair = true;
+    return 0;
   case O_LIMIT:
     return not_yet(err, errlen, spelled, "semaphores are");
   case O_NONBLOCK:
@@ -465,9 +475,9 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
   o->name = argv[i++];
   if (o->name[0] == '\0')
     return fail(err, errlen, "the lock NAME must not be empty");
-  if (strlen(o->name) > DLOCK_NAME_MAX)
+  if (strlen(o->name) > CLI_NAME_MAX)
     return fail(err, errlen, "the lock NAME is longer than %d bytes",
-                DLOCK_NAME_MAX);
+                CLI_NAME_MAX);
 
   /* After NAME: "-c CMD", or COMMAND ARG... verbatim. */
   if (i < argc && argv[i] != NULL && is_dash_c(argv[i])) {
@@ -492,6 +502,13 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
                 sn.status ? "--status" : "--force-unlock");
   if (sn.json && !sn.status)
     return fail(err, errlen, "--json goes with --status");
+  if (sn.shared && sn.fair)
+    return fail(err, errlen,
+                "-F and -s exclude each other: a fair lock is exclusive (use "
+                "-F for an exclusive lock served in arrival order, -s for a "
+                "shared one)");
+  if (sn.shared && sn.exclusive)
+    return fail(err, errlen, "-x and -s exclude each other");
   if (sn.nonblock && sn.wait)
     return fail(err, errlen, "-n and -w exclude each other");
   if (sn.lease && sn.watchdog)
@@ -503,6 +520,9 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
                 "give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both");
 
   o->json = sn.json;
+  o->kind = sn.shared ? CLI_KIND_SHARED
+            : sn.fair ? CLI_KIND_FAIR
+                      : CLI_KIND_EXCLUSIVE;
   if (sn.status)
     o->mode = CLI_MODE_STATUS;
   else if (sn.force_unlock)

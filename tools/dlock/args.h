@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <dlock/dlock.h>
+
 /* sysexits.h values the command's contract (CLI.md) promises. */
 #define CLI_EX_USAGE 64
 #define CLI_EX_UNAVAILABLE 69
@@ -29,6 +31,23 @@ enum cli_mode {
 
 enum cli_on_lost { CLI_LOST_TERM, CLI_LOST_KILL, CLI_LOST_IGNORE };
 
+/* Which lock the options select (see the mapping in args.c). */
+enum cli_kind {
+  CLI_KIND_EXCLUSIVE, /* default, -x: fenced lock NAME + write side of the
+                         read-write lock NAME CLI_SHARED_SUFFIX */
+  CLI_KIND_FAIR,      /* -F: fair lock NAME + the same write side */
+  CLI_KIND_SHARED     /* -s: read side of the read-write lock NAME
+                         CLI_SHARED_SUFFIX */
+};
+
+/* The read-write lock that -s shares and exclusive holders exclude lives
+ * under NAME with this suffix: Redisson's read-write layout and its lock
+ * layout cannot share one key (a read acquire would take over a held
+ * lock's hash). */
+#define CLI_SHARED_SUFFIX ":dlock-rw"
+/* Longest NAME the command accepts (the suffixed name must fit). */
+#define CLI_NAME_MAX (DLOCK_NAME_MAX - (int)(sizeof CLI_SHARED_SUFFIX - 1))
+
 struct cli_opts {
   enum cli_mode mode;
   const char *name;          /* the lock name (points into argv) */
@@ -42,6 +61,7 @@ struct cli_opts {
   int64_t kill_after_ms;     /* --kill-after, default 10000 */
   int conflict_exit;         /* -E, default 1 */
   enum cli_on_lost on_lost;  /* --on-lost, default term */
+  enum cli_kind kind;        /* -x (default), -F, -s */
   int verbose;               /* number of -v */
   bool json;                 /* --json */
 };

@@ -4,10 +4,16 @@
  * and the helpers that turn a library error into one stderr line and an
  * exit status (report.c), run a command under the lock (run.c), and show
  * or break a lock (status.c).
+ *
+ * Every kind the options select is one or two locks on the server (args.h,
+ * enum cli_kind): the "main" lock NAME (fenced, or fair with -F) that
+ * exclusive holders take first, and the read-write lock NAME:dlock-rw whose
+ * write side they take next and whose read side -s takes.
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <dlock/dlock.h>
@@ -24,6 +30,7 @@ struct cli_ctx {
   size_t nsecrets;
   dlock_options_t *dopts; /* library options (owned by main) */
   char name_shown[160];   /* NAME as printable ASCII, bounded */
+  char *shared_name;      /* NAME CLI_SHARED_SUFFIX (owned by main) */
 };
 
 /* Prints "dlock: <formatted>\n" to stderr on one line, secrets hidden.
@@ -41,10 +48,19 @@ int cli_exit_for(int err);
  * detail does not already name the backend. */
 int cli_lib_error(const struct cli_ctx *c, const char *subject, int err);
 
-/* Connects and makes the handle for NAME. 0, or an exit status after an
- * error line. */
-int cli_connect(const struct cli_ctx *c, dlock_client_t **client,
-                dlock_lock_t **lock);
+/* Connects. 0, or an exit status after an error line. */
+int cli_connect(const struct cli_ctx *c, dlock_client_t **client);
+
+/* The library kind of the main lock NAME for the selected kind: fenced for
+ * -x, fair for -F; for -s there is none (returns DLOCK_READ, the kind of
+ * the read-write lock's side it takes). */
+dlock_lock_kind_t cli_main_kind(const struct cli_ctx *c);
+
+/* A handle on NAME (shared_rw false) with `kind`, or on the read-write lock
+ * NAME CLI_SHARED_SUFFIX (shared_rw true; kind DLOCK_READ or DLOCK_WRITE).
+ * 0, or an exit status after an error line. */
+int cli_lock_new(const struct cli_ctx *c, dlock_client_t *client,
+                 bool shared_rw, dlock_lock_kind_t kind, dlock_lock_t **lock);
 
 /* Monotonic clock in milliseconds. */
 int64_t cli_now_ms(void);

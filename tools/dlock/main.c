@@ -38,12 +38,19 @@ static const char usage_text[] =
     "\n"
     "Run a command while holding a distributed lock on Redis, so that it runs\n"
     "on one machine at a time. Redisson's lock layout: Java processes using\n"
-    "Redisson's RLock on the same NAME exclude dlock and vice versa.\n"
+    "Redisson's RLock (or RFencedLock) on the same NAME exclude dlock and\n"
+    "vice versa.\n"
     "\n"
     "Options:\n"
     "  -u, --url URL            backend (default: $DLOCK_URL, else\n"
     "                           " DEFAULT_URL ")\n"
-    "  -x, --exclusive          exclusive lock (the default)\n"
+    "  -x, --exclusive          exclusive lock (the default), with a fencing\n"
+    "                           token in DLOCK_TOKEN\n"
+    "  -s, --shared             shared lock: any number of -s holders at once;\n"
+    "                           they exclude every exclusive (-x, -F) holder\n"
+    "                           of NAME and are excluded by it\n"
+    "  -F, --fair               exclusive lock served in arrival order (no\n"
+    "                           DLOCK_TOKEN); not with -s\n"
     "  -n, --nonblock           fail at once if the lock is held\n"
     "  -w, --wait SECS          wait at most SECS (decimals allowed; alias\n"
     "      --timeout SECS       --timeout); default: wait forever\n"
@@ -62,15 +69,28 @@ static const char usage_text[] =
     "  -c, --command CMD        run CMD with /bin/sh -c\n"
     "  -v, --verbose            report time waited, owner, renewals, loss\n"
     "                           (-vv: library debug messages too)\n"
-    "      --status             show the lock: kind, holders, lease left\n"
+    "      --status             show the lock: kind, holders, lease left,\n"
+    "                           waiters, token; with -s the shared lock's\n"
+    "                           view, with -F the fair queue and deadlines\n"
     "      --json               with --status: one JSON object\n"
-    "      --force-unlock       delete the lock whoever holds it\n"
+    "      --force-unlock       delete the lock whoever holds it (with -s:\n"
+    "                           only the shared lock; with -F: the fair one)\n"
     "      --password-file FILE read the password from FILE's first line\n"
     "  -h, --help               this text\n"
     "      --version            version of dlock and libdlock\n"
     "\n"
-    "Not available yet (later lock kinds; they exit 64 today): -s/--shared,\n"
-    "-F/--fair, -N/--limit, --all, several -u (Redlock), rediss:// (TLS).\n"
+    "Kinds on the server: an exclusive holder takes the fenced lock NAME (the\n"
+    "RLock hash NAME plus its token), a -F holder the fair lock NAME, and both\n"
+    "then the write side of the read-write lock NAME:dlock-rw, whose read side\n"
+    "-s takes. So -s, -x and -F holders of one NAME all exclude each other as\n"
+    "flock(1)'s -s and -x do, and plain dlock still excludes library and\n"
+    "Redisson users of the lock NAME. Library and Redisson users who want to\n"
+    "share with -s must use the read-write lock NAME:dlock-rw (a read-write\n"
+    "lock on the key NAME itself would break the lock there). NAME is at most\n"
+    "1015 bytes.\n"
+    "\n"
+    "Not available yet (they exit 64 today): -N/--limit, --all, several -u\n"
+    "(Redlock), rediss:// (TLS).\n"
     "\n"
     "URLs: redis://[[user]:password@]host[:port][/db], "
     "unix:///path/redis.sock.\n"
@@ -80,8 +100,10 @@ static const char usage_text[] =
     "  DLOCK_URL       backend when -u is not given\n"
     "  DLOCK_PASSWORD  password when neither the URL nor --password-file has "
     "one\n"
-    "  The command gets DLOCK_NAME (the lock's name). DLOCK_TOKEN, a fencing\n"
-    "  token that grows with every grant, comes with fenced locks.\n"
+    "  The command gets DLOCK_NAME (the lock's name) and, for an exclusive\n"
+    "  lock (-x, the default), DLOCK_TOKEN: a decimal fencing token greater\n"
+    "  than every earlier grant's of NAME (-v prints it). -s and -F holders\n"
+    "  get no DLOCK_TOKEN (an inherited one is removed).\n"
     "\n"
     "SIGINT, SIGTERM and SIGHUP are forwarded to the command; the lock is\n"
     "released after it exits.\n"
@@ -167,6 +189,13 @@ int main(int argc, char **argv) {
   memset(&c, 0, sizeof c);
   c.o = &o;
   cli_printable(o.name, 120, c.name_shown, sizeof c.name_shown);
+  c.shared_name = malloc(strlen(o.name) + sizeof CLI_SHARED_SUFFIX);
+  if (c.shared_name == NULL) {
+    fprintf(stderr, "dlock: out of memory\n");
+    return CLI_EX_SOFTWARE;
+  }
+  strcpy(c.shared_name, o.name);
+  strcat(c.shared_name, CLI_SHARED_SUFFIX);
 
   /* The backend, and its secret out of argv. */
   env_url = getenv("DLOCK_URL");
@@ -286,6 +315,7 @@ out:
   free(url_secret);
   free(shown);
   free(url);
+  free(c.shared_name);
   fflush(stdout);
   return rc;
 }

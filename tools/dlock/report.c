@@ -119,20 +119,34 @@ int cli_lib_error(const struct cli_ctx *c, const char *subject, int err) {
   return cli_exit_for(err);
 }
 
-int cli_connect(const struct cli_ctx *c, dlock_client_t **client,
-                dlock_lock_t **lock) {
+int cli_connect(const struct cli_ctx *c, dlock_client_t **client) {
   int err;
   *client = NULL;
-  *lock = NULL;
   err = dlock_client_new(client, c->url, c->dopts);
   if (err != 0)
     return cli_lib_error(c, NULL, err);
-  err = dlock_lock_new(*client, c->o->name, lock);
-  if (err != 0) {
-    int rc = cli_lib_error(c, c->name_shown, err);
-    dlock_client_free(*client);
-    *client = NULL;
-    return rc;
+  return 0;
+}
+
+dlock_lock_kind_t cli_main_kind(const struct cli_ctx *c) {
+  switch (c->o->kind) {
+  case CLI_KIND_FAIR:
+    return DLOCK_FAIR;
+  case CLI_KIND_SHARED:
+    return DLOCK_READ;
+  case CLI_KIND_EXCLUSIVE:
+  default:
+    return DLOCK_FENCED;
   }
+}
+
+int cli_lock_new(const struct cli_ctx *c, dlock_client_t *client,
+                 bool shared_rw, dlock_lock_kind_t kind, dlock_lock_t **lock) {
+  int err;
+  *lock = NULL;
+  err = dlock_lock_new_kind(client, shared_rw ? c->shared_name : c->o->name,
+                            kind, lock);
+  if (err != 0)
+    return cli_lib_error(c, c->name_shown, err);
   return 0;
 }

@@ -26,6 +26,21 @@
  *   whole process group (si_code SI_KERNEL) while the child is in that group:
  *   it has already received it, and a second copy would make a program that
  *   counts Ctrl-C (a REPL) quit.
+ * - Kinds (args.h). An exclusive holder (-x, the default) takes two locks,
+ *   in this order: the fenced lock NAME (Redisson's RLock hash plus its
+ *   token key, so library and Redisson users of the lock NAME are excluded,
+ *   and the child gets DLOCK_TOKEN), then the write side of the read-write
+ *   lock NAME:dlock-rw. A -F holder takes the fair lock NAME instead of the
+ *   fenced one, then the same write side. A -s holder takes only the read
+ *   side of NAME:dlock-rw. So -s holders share with each other and exclude
+ *   every -x and -F holder, and no read-write hash ever lands on the key
+ *   NAME (a read acquire would take over a lock hash there). Every exclusive
+ *   holder takes NAME first and readers never take it, so the order cannot
+ *   deadlock. One wait budget (-w) covers both acquires; if the second one
+ *   gives up, the first is released. Release goes in the reverse order.
+ * - DLOCK_TOKEN reaches the child through posix_spawn's environment array
+ *   (built after the grant; setenv() is not safe once threads run). A fair
+ *   or shared holder has no token: the variable is then absent.
  * - Exit status: the child's (128+S when killed by S), 75 when --on-lost
  *   terminated it, the -E status when -n/-w gave up.
  */
@@ -64,7 +79,9 @@ struct run {
   /* Written by the worker before it sends 'A'; read after the join (and,
    * once published, the handles by the main thread too). */
   dlock_client_t *client;
-  dlock_lock_t *lock;
+  dlock_lock_t *lock; /* fenced or fair NAME; for -s the read side */
+  dlock_lock_t *side; /* exclusive kinds: the write side, else NULL */
+  int64_t token;      /* fenced grant's token; 0: none */
   int acquire_err;
   bool failed; /* no lock: worker_rc is the exit status */
   int worker_rc;
@@ -96,12 +113,57 @@ static void on_lost(void *userdata, const char *name, uint64_t thread_id,
   while (n < 0 && errno == EINTR);
 }
 
+/* Acquires the lock(s) of the selected kind as r->owner (see the design
+ * note); 0 or a library error, with everything released on an error. */
+static int acquire_all(struct run *r) {
+  const struct cli_opts *o = r->c->o;
+  int64_t t0 = cli_now_ms(), wait = o->wait_ms;
+  int err;
+  if (dlock_lock_kind(r->lock) == DLOCK_FENCED)
+    err = dlock_lock_acquire_fenced_as(r->lock, r->owner, o->wait_ms,
+                                       o->lease_ms, &r->token);
+  else
+    err = dlock_lock_acquire_as(r->lock, r->owner, o->wait_ms, o->lease_ms);
+  if (err != 0 || r->side == NULL)
+    return err;
+  if (wait > 0) {
+    /* what is left of -w; at least a try */
+    wait -= cli_now_ms() - t0;
+    if (wait <= 0)
+      wait = 0;
+  }
+  err = dlock_lock_acquire_as(r->side, r->owner, wait, o->lease_ms);
+  if (err != 0) {
+    /* keep the first error for the report; the release is best effort */
+    char subject[256];
+    int rel;
+    snprintf(subject, sizeof subject, "releasing '%s' after a failed wait",
+             r->c->name_shown);
+    if (err != DLOCK_EBUSY && err != DLOCK_ETIMEDOUT)
+      r->worker_rc = cli_lib_error(r->c, r->c->name_shown, err);
+    rel = dlock_lock_release_as(r->lock, r->owner);
+    if (rel != 0 && rel != DLOCK_ELOST && rel != DLOCK_ENOTOWNER)
+      cli_lib_error(r->c, subject, rel);
+  }
+  return err;
+}
+
 static void *worker(void *arg) {
   struct run *r = arg;
-  const struct cli_opts *o = r->c->o;
-  int rc = cli_connect(r->c, &r->client, &r->lock);
+  const struct cli_ctx *c = r->c;
+  const struct cli_opts *o = c->o;
+  int rc = cli_connect(c, &r->client);
   char b = 'A';
   ssize_t n;
+  if (rc == 0) {
+    if (o->kind == CLI_KIND_SHARED) {
+      rc = cli_lock_new(c, r->client, true, DLOCK_READ, &r->lock);
+    } else {
+      rc = cli_lock_new(c, r->client, false, cli_main_kind(c), &r->lock);
+      if (rc == 0)
+        rc = cli_lock_new(c, r->client, true, DLOCK_WRITE, &r->side);
+    }
+  }
   if (rc != 0) {
     r->failed = true;
     r->worker_rc = rc;
@@ -117,15 +179,17 @@ static void *worker(void *arg) {
       goto done;
     }
     if (o->verbose)
-      cli_msg(r->c, "connected to %s as client %s; acquiring '%s'",
-              r->c->url_shown, dlock_client_id(r->client), r->c->name_shown);
-    r->acquire_err =
-        dlock_lock_acquire_as(r->lock, r->owner, o->wait_ms, o->lease_ms);
+      cli_msg(c, "connected to %s as client %s; acquiring '%s' (%s)",
+              c->url_shown, dlock_client_id(r->client), c->name_shown,
+              o->kind == CLI_KIND_SHARED ? "shared"
+              : o->kind == CLI_KIND_FAIR ? "fair, exclusive"
+                                         : "exclusive, fenced");
+    r->acquire_err = acquire_all(r);
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
       r->worker_rc = o->conflict_exit;
-    else if (r->acquire_err != 0)
-      r->worker_rc = cli_lib_error(r->c, r->c->name_shown, r->acquire_err);
+    else if (r->acquire_err != 0 && r->worker_rc == 0)
+      r->worker_rc = cli_lib_error(c, c->name_shown, r->acquire_err);
   }
 done:
   r->t_acquired = cli_now_ms();
@@ -222,20 +286,13 @@ static double secs(int64_t ms) { return (double)ms / 1000.0; }
 /* Releases the hold and frees the client. Problems are reported, never
  * turned into the exit status: the command's outcome is what matters, and
  * the lease expires by itself. */
-static void release_and_close(struct run *r) {
+static void release_one(struct run *r, dlock_lock_t *lock) {
   const struct cli_ctx *c = r->c;
-  int err;
-  if (r->lost) {
-    /* Nothing left to release, and with an unreachable backend the attempt
-     * would only cost a command timeout. */
-    if (c->o->verbose)
-      cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
-    goto close;
-  }
-  err = dlock_lock_release_as(r->lock, r->owner);
+  int err = dlock_lock_release_as(lock, r->owner);
   if (err == 0) {
     if (c->o->verbose)
-      cli_msg(c, "released '%s'", c->name_shown);
+      cli_msg(c, "released '%s'%s", c->name_shown,
+              lock == r->side ? " (write side)" : "");
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
     /* Expected after a fixed lease ran out: worth a line with -v only. */
     if (c->o->lease_ms <= 0 || c->o->verbose > 0)
@@ -249,11 +306,57 @@ static void release_and_close(struct run *r) {
     cli_msg(c, "'%s' will expire by itself when its lease runs out",
             c->name_shown);
   }
+}
+
+static void release_and_close(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  if (r->lost) {
+    /* Nothing left to release, and with an unreachable backend the attempt
+     * would only cost a command timeout. (A lost exclusive hold may be only
+     * one of its two locks: the other expires with its lease once the
+     * client stops renewing it, below.) */
+    if (c->o->verbose)
+      cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
+    goto close;
+  }
+  if (r->side != NULL)
+    release_one(r, r->side);
+  release_one(r, r->lock);
 close:
+  dlock_lock_free(r->side);
   dlock_lock_free(r->lock);
   dlock_client_free(r->client);
+  r->side = NULL;
   r->lock = NULL;
   r->client = NULL;
+}
+
+/* The child's environment: ours plus DLOCK_TOKEN when there is a token
+ * (DLOCK_TOKEN itself was removed from ours before any thread started).
+ * NULL when out of memory. The strings are environ's; free the array and
+ * *tokvar. */
+static char **child_env(const struct run *r, char **tokvar) {
+  size_t n = 0, i;
+  char **env;
+  *tokvar = NULL;
+  while (environ[n] != NULL)
+    n++;
+  env = calloc(n + 2, sizeof *env);
+  if (env == NULL)
+    return NULL;
+  for (i = 0; i < n; i++)
+    env[i] = environ[i];
+  if (r->token > 0) {
+    *tokvar = malloc(48);
+    if (*tokvar == NULL) {
+      free(env);
+      return NULL;
+    }
+    snprintf(*tokvar, 48, "DLOCK_TOKEN=%lld", (long long)r->token);
+    env[n++] = *tokvar;
+  }
+  env[n] = NULL;
+  return env;
 }
 
 static int spawn_child(struct run *r) {
@@ -261,10 +364,19 @@ static int spawn_child(struct run *r) {
   posix_spawnattr_t at;
   sigset_t def;
   char *sh_argv[4];
+  char **env, *tokvar;
   int err;
   const char *what;
 
+  env = child_env(r, &tokvar);
+  if (env == NULL) {
+    cli_msg(c, "cannot start the command: out of memory");
+    return CLI_EX_SOFTWARE;
+  }
+
   if (posix_spawnattr_init(&at) != 0) {
+    free(env);
+    free(tokvar);
     cli_msg(c, "cannot start the command: out of memory");
     return CLI_EX_SOFTWARE;
   }
@@ -280,12 +392,14 @@ static int spawn_child(struct run *r) {
     sh_argv[2] = (char *)c->o->shell_command;
     sh_argv[3] = NULL;
     what = "/bin/sh";
-    err = posix_spawn(&r->child, "/bin/sh", NULL, &at, sh_argv, environ);
+    err = posix_spawn(&r->child, "/bin/sh", NULL, &at, sh_argv, env);
   } else {
     what = c->o->command[0];
-    err = posix_spawnp(&r->child, what, NULL, &at, c->o->command, environ);
+    err = posix_spawnp(&r->child, what, NULL, &at, c->o->command, env);
   }
   posix_spawnattr_destroy(&at);
+  free(env);
+  free(tokvar);
   if (err == 0)
     return 0;
   {
@@ -309,6 +423,9 @@ static int spawn_child(struct run *r) {
 static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
   const struct cli_ctx *c = r->c;
   const struct cli_opts *o = c->o;
+  /* An exclusive hold is two locks: their losses are one event. */
+  if (r->lost)
+    return;
   r->lost = true;
   if (r->child <= 0) {
     cli_msg(c, "lost lock '%s': %s%s", c->name_shown, lost_reason(reason),
@@ -351,14 +468,24 @@ static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
  * lease, as after a crash.
  */
 static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
-  bool published, held = false;
+  bool published, held = false, first = false;
   int64_t deadline;
   pthread_mutex_lock(&r->mu);
   r->stopping = true;
   published = r->published;
   pthread_mutex_unlock(&r->mu);
-  if (!published || dlock_lock_is_held_by_thread(r->lock, &held) != 0 || !held)
+  if (!published)
     die_by_signal(signo);
+  /* Granted means the last lock of the kind is held (the write side of an
+   * exclusive kind is taken after NAME). An exclusive holder still waiting
+   * for its write side gives NAME back before ending. */
+  if (dlock_lock_is_held_by_thread(r->side ? r->side : r->lock, &held) != 0 ||
+      !held) {
+    if (r->side != NULL &&
+        dlock_lock_is_held_by_thread(r->lock, &first) == 0 && first)
+      dlock_lock_release_as(r->lock, r->owner);
+    die_by_signal(signo);
+  }
   /* Granted: the worker returns within a round trip or so. */
   deadline = cli_now_ms() + 10000;
   for (;;) {
@@ -538,6 +665,7 @@ int cli_run(struct cli_ctx *c) {
   struct run r;
   pthread_t th;
   int rc;
+  char early_lost = 0;
 
   memset(&r, 0, sizeof r);
   r.c = c;
@@ -578,7 +706,11 @@ int cli_run(struct cli_ctx *c) {
       cli_msg(c, "internal error: waiting for the lock: %s", strerror(errno));
       return CLI_EX_SOFTWARE;
     }
-    /* SIGCHLD (none of ours yet) and early lost notes: nothing to do. */
+    /* A lock lost before the grant was complete (the first of an
+     * exclusive kind's two, removed while dlock waited for the second)
+     * counts once the grant is known. SIGCHLD: none of ours yet. */
+    if (ev.kind == EV_LOST)
+      early_lost = ev.lost;
   }
   pthread_join(th, NULL);
 
@@ -587,6 +719,7 @@ int cli_run(struct cli_ctx *c) {
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
               c->name_shown, secs(r.t_acquired - r.t_start));
+    dlock_lock_free(r.side);
     dlock_lock_free(r.lock);
     dlock_client_free(r.client);
     return r.worker_rc;
@@ -603,8 +736,22 @@ int cli_run(struct cli_ctx *c) {
     cli_msg(c, "acquired '%s' after %.3f s as %s:%llu (%s)", c->name_shown,
             secs(r.t_acquired - r.t_start), dlock_client_id(r.client),
             (unsigned long long)r.owner, how);
+    if (r.token > 0)
+      cli_msg(c, "fencing token %lld (DLOCK_TOKEN)", (long long)r.token);
+    else
+      cli_msg(c, "no fencing token: %s lock (DLOCK_TOKEN is not set)",
+              c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");
   }
 
+  if (early_lost != 0) {
+    int64_t unused = -1;
+    handle_lost(&r, early_lost, &unused);
+    if (c->o->on_lost != CLI_LOST_IGNORE) {
+      /* the command has not started: it does not run without the lock */
+      release_and_close(&r);
+      return CLI_EX_TEMPFAIL;
+    }
+  }
   if (c->o->mode == CLI_MODE_HOLD)
     rc = hold(&r);
   else

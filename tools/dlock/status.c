@@ -8,6 +8,7 @@
  * Names and owners are arbitrary bytes: the plain output escapes anything
  * unprintable, the JSON output escapes per RFC 8259 and turns bytes that are
  * not UTF-8 into U+FFFD, so the output is always one valid JSON object.
+ * Which locks a view reads, per kind, is described above cli_status().
  */
 #include "cli.h"
 
@@ -61,22 +62,39 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void print_plain(const struct cli_ctx *c, const dlock_lock_state_t *st,
-                        bool held) {
+/* One view of the lock: which key it reads and what it found. */
+struct view {
+  const char *key;  /* NAME, or NAME:dlock-rw */
+  const char *what; /* "exclusive", "fair" or "shared" */
+  dlock_lock_state_t *st;
+  bool held;
+};
+
+static void print_plain(const struct cli_ctx *c, const struct view *v) {
+  const dlock_lock_state_t *st = v->st;
   char *buf;
-  size_t cap = 4 * DLOCK_NAME_MAX + 8, i;
+  size_t cap = 4 * DLOCK_NAME_MAX + 64, i;
   buf = malloc(cap);
   if (buf == NULL)
     return;
   cli_printable(c->o->name, DLOCK_NAME_MAX, buf, cap);
   printf("lock:    %s\n", buf);
-  printf("kind:    %s\n", held ? st->kind : "free");
-  for (i = 0; held && i < st->nholders; i++) {
+  if (strcmp(v->key, c->o->name) != 0) {
+    cli_printable(v->key, DLOCK_NAME_MAX + 16, buf, cap);
+    printf("key:     %s (the read-write lock of -s)\n", buf);
+  }
+  printf("kind:    %s\n", v->held ? st->kind : "free");
+  for (i = 0; v->held && i < st->nholders; i++) {
     cli_printable(st->holders[i].owner ? st->holders[i].owner : "?",
                   DLOCK_NAME_MAX, buf, cap);
-    printf("holder:  %s (count %lld)\n", buf, (long long)st->holders[i].count);
+    if (st->holders[i].side != NULL)
+      printf("holder:  %s (count %lld, %s)\n", buf,
+             (long long)st->holders[i].count, st->holders[i].side);
+    else
+      printf("holder:  %s (count %lld)\n", buf,
+             (long long)st->holders[i].count);
   }
-  if (held) {
+  if (v->held) {
     if (st->ttl_ms >= 0)
       printf("lease:   %lld ms left\n", (long long)st->ttl_ms);
     else
@@ -85,28 +103,47 @@ static void print_plain(const struct cli_ctx *c, const dlock_lock_state_t *st,
   for (i = 0; i < st->nwaiters; i++) {
     cli_printable(st->waiters[i] ? st->waiters[i] : "?", DLOCK_NAME_MAX, buf,
                   cap);
-    printf("waiter:  %s (queued %zu)\n", buf, i + 1);
+    if (st->waiter_deadlines_ms != NULL)
+      printf("waiter:  %s (queued %zu, keeps its place for %lld ms)\n", buf,
+             i + 1, (long long)st->waiter_deadlines_ms[i]);
+    else
+      printf("waiter:  %s (queued %zu)\n", buf, i + 1);
   }
+  if (st->token > 0)
+    printf("token:   %lld (the last fencing token granted)\n",
+           (long long)st->token);
   free(buf);
 }
 
-static void print_json(const struct cli_ctx *c, const dlock_lock_state_t *st,
-                       bool held) {
+/* Field names of the first version (name, kind, held, lease_ms, holders
+ * with owner and count, waiters) keep their meaning; the rest were added
+ * with the lock kinds. */
+static void print_json(const struct cli_ctx *c, const struct view *v) {
+  const dlock_lock_state_t *st = v->st;
   size_t i;
   fputs("{\"name\":", stdout);
   json_string(stdout, c->o->name);
+  fputs(",\"key\":", stdout);
+  json_string(stdout, v->key);
+  fputs(",\"view\":", stdout);
+  json_string(stdout, v->what);
   fputs(",\"kind\":", stdout);
-  json_string(stdout, held ? st->kind : "free");
-  printf(",\"held\":%s,\"lease_ms\":", held ? "true" : "false");
-  if (held && st->ttl_ms >= 0)
+  json_string(stdout, v->held ? st->kind : "free");
+  printf(",\"held\":%s,\"lease_ms\":", v->held ? "true" : "false");
+  if (v->held && st->ttl_ms >= 0)
     printf("%lld", (long long)st->ttl_ms);
   else
     fputs("null", stdout);
   fputs(",\"holders\":[", stdout);
-  for (i = 0; held && i < st->nholders; i++) {
+  for (i = 0; v->held && i < st->nholders; i++) {
     fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
     json_string(stdout, st->holders[i].owner ? st->holders[i].owner : "");
-    printf(",\"count\":%lld}", (long long)st->holders[i].count);
+    printf(",\"count\":%lld,\"side\":", (long long)st->holders[i].count);
+    if (st->holders[i].side != NULL)
+      json_string(stdout, st->holders[i].side);
+    else
+      fputs("null", stdout);
+    fputc('}', stdout);
   }
   fputs("],\"waiters\":[", stdout);
   for (i = 0; i < st->nwaiters; i++) {
@@ -114,54 +151,115 @@ static void print_json(const struct cli_ctx *c, const dlock_lock_state_t *st,
       fputc(',', stdout);
     json_string(stdout, st->waiters[i] ? st->waiters[i] : "");
   }
-  fputs("]}\n", stdout);
+  fputs("],\"waiter_deadlines_ms\":", stdout);
+  if (st->waiter_deadlines_ms != NULL) {
+    fputc('[', stdout);
+    for (i = 0; i < st->nwaiters; i++)
+      printf("%s%lld", i ? "," : "", (long long)st->waiter_deadlines_ms[i]);
+    fputc(']', stdout);
+  } else {
+    fputs("null", stdout);
+  }
+  fputs(",\"token\":", stdout);
+  if (st->token > 0)
+    printf("%lld", (long long)st->token);
+  else
+    fputs("null", stdout);
+  fputs("}\n", stdout);
 }
 
-int cli_status(struct cli_ctx *c) {
-  dlock_client_t *client;
+/* Reads one view: `shared_rw` selects NAME:dlock-rw. 0 or an exit status. */
+static int read_view(const struct cli_ctx *c, dlock_client_t *client,
+                     bool shared_rw, dlock_lock_kind_t kind, struct view *v) {
   dlock_lock_t *lock;
-  dlock_lock_state_t *st = NULL;
-  bool held;
-  int rc = cli_connect(c, &client, &lock), err;
+  int rc = cli_lock_new(c, client, shared_rw, kind, &lock), err;
   if (rc != 0)
     return rc;
-  err = dlock_lock_state(lock, &st);
-  if (err != 0) {
-    rc = cli_lib_error(c, c->name_shown, err);
-  } else {
-    held =
-        st->nholders > 0 && st->kind != NULL && strcmp(st->kind, "free") != 0;
+  v->key = shared_rw ? c->shared_name : c->o->name;
+  v->what = shared_rw ? "shared" : kind == DLOCK_FAIR ? "fair" : "exclusive";
+  v->st = NULL;
+  err = dlock_lock_state(lock, &v->st);
+  dlock_lock_free(lock);
+  if (err != 0)
+    return cli_lib_error(c, c->name_shown, err);
+  v->held = v->st->nholders > 0 && v->st->kind != NULL &&
+            strcmp(v->st->kind, "free") != 0;
+  return 0;
+}
+
+/*
+ * Views: plain --status reads the fenced lock NAME (holders, dlock's queue
+ * of waiters, the token); when that is free it also reads the read-write
+ * lock NAME:dlock-rw and shows it instead if -s holders hold it, so "free"
+ * (exit 1) means that an exclusive dlock would get the lock at once. -F
+ * reads the fair lock NAME (its queue with each waiter's deadline), -s the
+ * read-write lock (readers, or the exclusive holder's write side).
+ */
+int cli_status(struct cli_ctx *c) {
+  dlock_client_t *client;
+  struct view v, rw;
+  int rc = cli_connect(c, &client);
+  if (rc != 0)
+    return rc;
+  memset(&v, 0, sizeof v);
+  memset(&rw, 0, sizeof rw);
+  if (c->o->kind == CLI_KIND_SHARED)
+    rc = read_view(c, client, true, DLOCK_READ, &v);
+  else
+    rc = read_view(c, client, false, cli_main_kind(c), &v);
+  if (rc == 0 && !v.held && c->o->kind == CLI_KIND_EXCLUSIVE) {
+    rc = read_view(c, client, true, DLOCK_READ, &rw);
+    if (rc == 0 && rw.held) {
+      dlock_lock_state_free(v.st);
+      v = rw;
+      rw.st = NULL;
+    }
+  }
+  if (rc == 0) {
     if (c->o->json)
-      print_json(c, st, held);
+      print_json(c, &v);
     else
-      print_plain(c, st, held);
+      print_plain(c, &v);
     if (fflush(stdout) != 0)
       rc = CLI_EX_SOFTWARE;
     else
-      rc = held ? 0 : 1;
-    dlock_lock_state_free(st);
+      rc = v.held ? 0 : 1;
   }
-  dlock_lock_free(lock);
+  dlock_lock_state_free(v.st);
+  dlock_lock_state_free(rw.st);
   dlock_client_free(client);
   return rc;
 }
 
+/* Breaks what the kind takes: the main lock NAME (fenced, or fair with -F)
+ * and the read-write lock NAME:dlock-rw; with -s only the latter. */
 int cli_force_unlock(struct cli_ctx *c) {
   dlock_client_t *client;
-  dlock_lock_t *lock;
-  bool was = false;
-  int rc = cli_connect(c, &client, &lock), err;
+  dlock_lock_t *lock = NULL;
+  bool was = false, was_rw = false;
+  int rc = cli_connect(c, &client), err = 0;
   if (rc != 0)
     return rc;
-  err = dlock_lock_force_release(lock, &was);
-  if (err != 0) {
+  if (c->o->kind != CLI_KIND_SHARED) {
+    rc = cli_lock_new(c, client, false, cli_main_kind(c), &lock);
+    if (rc == 0)
+      err = dlock_lock_force_release(lock, &was);
+    dlock_lock_free(lock);
+    lock = NULL;
+  }
+  if (rc == 0 && err == 0) {
+    rc = cli_lock_new(c, client, true, DLOCK_WRITE, &lock);
+    if (rc == 0)
+      err = dlock_lock_force_release(lock, &was_rw);
+    dlock_lock_free(lock);
+  }
+  if (rc == 0 && err != 0) {
     rc = cli_lib_error(c, c->name_shown, err);
-  } else {
+  } else if (rc == 0) {
     printf("%s: %s\n", c->name_shown,
-           was ? "unlocked (it was held)" : "was not locked");
+           was || was_rw ? "unlocked (it was held)" : "was not locked");
     rc = fflush(stdout) != 0 ? CLI_EX_SOFTWARE : 0;
   }
-  dlock_lock_free(lock);
   dlock_client_free(client);
   return rc;
 }

@@ -12,8 +12,10 @@
  * -DDLOCK_LIBFUZZER it is instead a libFuzzer target over the same checks.
  *
  * Invariants: the parser returns 0 or 64; on 64 the message is one
- * non-empty line of printable ASCII; on 0 the name is 1..DLOCK_NAME_MAX
- * bytes, the mode agrees with command/-c, the numbers are in range. The
+ * non-empty line of printable ASCII; on 0 the name is 1..CLI_NAME_MAX
+ * bytes, the mode agrees with command/-c, the numbers are in range, the
+ * kind is one of the three and is shared only when -s (or --shared) was
+ * given and neither -F nor -x was. The
  * redacted URL never contains the secret span it replaced (when that span
  * has no '*' and occurs once), cli_redact_text never writes past its buffer
  * and hides every secret.
@@ -164,7 +166,50 @@ static void check_parse(int argc, char **argv) {
   if (o.mode == CLI_MODE_HELP || o.mode == CLI_MODE_VERSION)
     return;
   CHECK(o.name != NULL);
-  CHECK(strlen(o.name) >= 1 && strlen(o.name) <= DLOCK_NAME_MAX);
+  CHECK(strlen(o.name) >= 1 && strlen(o.name) <= CLI_NAME_MAX);
+  CHECK(o.kind == CLI_KIND_EXCLUSIVE || o.kind == CLI_KIND_FAIR ||
+        o.kind == CLI_KIND_SHARED);
+  {
+    /* options end at NAME (or at "--" before it) */
+    bool s = false, f = false, x = false;
+    for (i = 1; i < (size_t)argc && argv[i] != o.name; i++) {
+      const char *a = argv[i];
+      if (strcmp(a, "--") == 0)
+        break;
+      if (strcmp(a, "--shared") == 0)
+        s = true;
+      else if (strcmp(a, "--fair") == 0)
+        f = true;
+      else if (strcmp(a, "--exclusive") == 0)
+        x = true;
+      else if (a[0] == '-' && a[1] != '-') {
+        /* a short cluster up to its first option with a value */
+        for (const char *q = a + 1; *q != '\0'; q++) {
+          if (strchr("uNwElc", *q) != NULL) {
+            if (q[1] == '\0')
+              i++; /* its value is the next argument */
+            break;
+          }
+          s = s || *q == 's';
+          f = f || *q == 'F';
+          x = x || *q == 'x';
+        }
+      } else if (a[0] == '-' && strchr(a, '=') == NULL &&
+                 (strcmp(a, "--url") == 0 || strcmp(a, "--limit") == 0 ||
+                  strcmp(a, "--wait") == 0 || strcmp(a, "--timeout") == 0 ||
+                  strcmp(a, "--conflict-exit-code") == 0 ||
+                  strcmp(a, "--lease") == 0 || strcmp(a, "--watchdog") == 0 ||
+                  strcmp(a, "--on-lost") == 0 ||
+                  strcmp(a, "--kill-after") == 0 ||
+                  strcmp(a, "--command") == 0 ||
+                  strcmp(a, "--password-file") == 0)) {
+        i++; /* its value is the next argument */
+      }
+    }
+    CHECK(!(s && (f || x)));
+    CHECK((o.kind == CLI_KIND_SHARED) == s);
+    CHECK((o.kind == CLI_KIND_FAIR) == (f && !s));
+  }
   CHECK(o.conflict_exit >= 0 && o.conflict_exit <= 255);
   CHECK(o.wait_ms == DLOCK_WAIT_FOREVER ||
         (o.wait_ms >= 0 && o.wait_ms <= CLI_SECS_MAX * 1000));

@@ -136,6 +136,29 @@ is_free() {
   [ $? -eq 1 ]
 }
 
+# json_valid FILE: FILE is one valid JSON document (python3 -m json.tool).
+json_valid() {
+  python3 -m json.tool "$1" >/dev/null 2>&1
+}
+
+# json_py FILE EXPR: prints the Python expression EXPR evaluated with `j`
+# bound to FILE's JSON (e.g. 'len(j["holders"])'); "error" when it fails.
+json_py() {
+  python3 -c 'import json,sys
+j = json.load(open(sys.argv[1]))
+print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || echo error
+}
+
+# $T/waitfor FILE: a script for the commands run under dlock; waits until
+# FILE exists, polling every 20 ms at most 1000 times (20 s); exit 0 when it
+# appeared, 1 when it did not.
+cat >"$T/waitfor" <<'SH'
+i=0
+while [ ! -e "$1" ] && [ $i -lt 1000 ]; do sleep 0.02; i=$((i + 1)); done
+[ -e "$1" ]
+SH
+chmod +x "$T/waitfor"
+
 finish() {
   if [ "$failures" -ne 0 ]; then
     echo "$failures of $checks checks failed" >&2

@@ -37,13 +37,13 @@ expect_true "holder running" wait_until 10000 test -s "$T/ready"
 owner=$($REDIS_CLI HKEYS cli-st)
 "$DLOCK" --status cli-st >"$T/held.out"
 expect "--status on a held lock exits 0" 0 $?
-expect_grep "held: kind" "kind:    reentrant" "$T/held.out"
+expect_grep "held: kind" "kind:    fenced" "$T/held.out"
 expect_grep "held: holder is the owner on the server" "holder:  $owner (count 1)" "$T/held.out"
 expect_grep "held: lease shown" "ms left" "$T/held.out"
 "$DLOCK" --json --status cli-st >"$T/held.json"
 expect "--status --json on a held lock exits 0" 0 $?
 expect "held json: held" true "$(json_get "$T/held.json" .held)"
-expect "held json: kind" reentrant "$(json_get "$T/held.json" .kind)"
+expect "held json: kind" fenced "$(json_get "$T/held.json" .kind)"
 expect "held json: owner" "$owner" "$(json_get "$T/held.json" '.holders[0].owner')"
 expect "held json: count" 1 "$(json_get "$T/held.json" '.holders[0].count')"
 lease=$(json_get "$T/held.json" .lease_ms)

@@ -72,9 +72,11 @@ usage "-c and COMMAND" -c 'echo' NAME true
 usage "-c twice" -c a NAME -c b
 usage "empty NAME" '' true
 usage "NAME too long" "$long" true
-usage "-s not available yet" -s NAME true
-usage "--shared not available yet" --shared NAME true
-usage "-F not available yet" -F NAME true
+usage "-F with -s" -F -s NAME true
+usage "--fair with --shared" --shared --fair NAME true
+usage "-F with -s and --status" -F -s --status NAME
+usage "-x with -s" -x -s NAME true
+usage "NAME too long for its read-write lock" "$(printf 'n%.0s' $(seq 1016))" true
 usage "-N not available yet" -N 3 NAME true
 usage "--limit not available yet" --limit=3 NAME true
 usage "--all not available yet" --all -u redis://a -u redis://b NAME true
