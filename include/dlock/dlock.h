@@ -431,6 +431,11 @@ DLOCK_EXTERN int dlock_permit_sem_release(dlock_permit_sem_t *sem,
 DLOCK_EXTERN int dlock_permit_sem_available(dlock_permit_sem_t *sem,
                                             int64_t *out);
 
+/* Deletes the semaphore and its permits in use (their holders' releases
+ * then report DLOCK_ELOST); *existed (may be NULL) tells if there was one. */
+DLOCK_EXTERN int dlock_permit_sem_delete(dlock_permit_sem_t *sem,
+                                         bool *existed);
+
 typedef struct dlock_permit {
   const char *id;
   int64_t expires_in_ms; /* -1: never */

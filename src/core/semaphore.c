@@ -379,6 +379,11 @@ int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
   return dlock__sync_call_end(h, rc);
 }
 
+int dlock_permit_sem_delete(dlock_permit_sem_t *s, bool *existed) {
+  return delete_sem(psem_h(s), DLOCK__PSEM_MAGIC, existed,
+                    "dlock_permit_sem_delete");
+}
+
 int dlock_permit_sem_available(dlock_permit_sem_t *s, int64_t *out) {
   return available(psem_h(s), DLOCK__PSEM_MAGIC, out,
                    "dlock_permit_sem_available");

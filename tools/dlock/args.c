@@ -92,7 +92,7 @@ static const struct optdef optdefs[] = {
 /* What the options said, before the final consistency checks. */
 struct seen {
   bool nonblock, wait, lease, watchdog, status, force_unlock, json;
-  bool exclusive, shared, fair;
+  bool exclusive, shared, fair, limit;
 };
 
 void cli_printable(const char *s, size_t max, char *out, size_t outlen) {
@@ -280,7 +280,15 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
     sn->fair = true;
     return 0;
   case O_LIMIT:
-    return not_yet(err, errlen, spelled, "semaphores are");
+    if (!parse_int(value, 1, CLI_LIMIT_MAX, &n)) {
+      quote_arg(value, 40, pv, sizeof pv);
+      return fail(err, errlen,
+                  "%s: '%s' is not a number of holders (1..%d)", spelled, pv,
+                  CLI_LIMIT_MAX);
+    }
+    sn->limit = true;
+    o->limit = n;
+    return 0;
   case O_NONBLOCK:
     sn->nonblock = true;
     o->wait_ms = 0;
@@ -509,6 +517,11 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
                 "shared one)");
   if (sn.shared && sn.exclusive)
     return fail(err, errlen, "-x and -s exclude each other");
+  if (sn.limit && (sn.shared || sn.fair || sn.exclusive))
+    return fail(err, errlen,
+                "-N takes a permit of the semaphore NAME; it does not go with "
+                "%s",
+                sn.shared ? "-s" : sn.fair ? "-F" : "-x");
   if (sn.nonblock && sn.wait)
     return fail(err, errlen, "-n and -w exclude each other");
   if (sn.lease && sn.watchdog)
@@ -520,9 +533,10 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
                 "give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both");
 
   o->json = sn.json;
-  o->kind = sn.shared ? CLI_KIND_SHARED
-            : sn.fair ? CLI_KIND_FAIR
-                      : CLI_KIND_EXCLUSIVE;
+  o->kind = sn.limit    ? CLI_KIND_LIMIT
+            : sn.shared ? CLI_KIND_SHARED
+            : sn.fair   ? CLI_KIND_FAIR
+                        : CLI_KIND_EXCLUSIVE;
   if (sn.status)
     o->mode = CLI_MODE_STATUS;
   else if (sn.force_unlock)

@@ -36,9 +36,13 @@ enum cli_kind {
   CLI_KIND_EXCLUSIVE, /* default, -x: fenced lock NAME + write side of the
                          read-write lock NAME CLI_SHARED_SUFFIX */
   CLI_KIND_FAIR,      /* -F: fair lock NAME + the same write side */
-  CLI_KIND_SHARED     /* -s: read side of the read-write lock NAME
+  CLI_KIND_SHARED,    /* -s: read side of the read-write lock NAME
                          CLI_SHARED_SUFFIX */
+  CLI_KIND_LIMIT      /* -N LIMIT: a permit of the permit semaphore NAME */
 };
+
+/* Largest -N. */
+#define CLI_LIMIT_MAX 1000000
 
 /* The read-write lock that -s shares and exclusive holders exclude lives
  * under NAME with this suffix: Redisson's read-write layout and its lock
@@ -61,7 +65,8 @@ struct cli_opts {
   int64_t kill_after_ms;     /* --kill-after, default 10000 */
   int conflict_exit;         /* -E, default 1 */
   enum cli_on_lost on_lost;  /* --on-lost, default term */
-  enum cli_kind kind;        /* -x (default), -F, -s */
+  enum cli_kind kind;        /* -x (default), -F, -s, -N */
+  long limit;                /* -N */
   int verbose;               /* number of -v */
   bool json;                 /* --json */
 };

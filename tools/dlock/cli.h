@@ -8,13 +8,15 @@
  * Every kind the options select is one or two locks on the server (args.h,
  * enum cli_kind): the "main" lock NAME (fenced, or fair with -F) that
  * exclusive holders take first, and the read-write lock NAME:dlock-rw whose
- * write side they take next and whose read side -s takes.
+ * write side they take next and whose read side -s takes. -N takes a
+ * permit of the permit semaphore NAME instead (limit.c).
  */
 #ifndef DLOCK_CLI_H
 #define DLOCK_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include <dlock/dlock.h>
 
@@ -71,5 +73,16 @@ int cli_run(struct cli_ctx *c);
 /* status.c: --status and --force-unlock; return the exit status. */
 int cli_status(struct cli_ctx *c);
 int cli_force_unlock(struct cli_ctx *c);
+/* One JSON string (RFC 8259 escapes; bytes that are not UTF-8 become
+ * U+FFFD). */
+void cli_json_string(FILE *f, const char *s);
+
+/* limit.c: -N. Opens the permit semaphore NAME, creating it with -N's
+ * permits or checking that it has that many (0, or an exit status after an
+ * error line); and its --status and --force-unlock. */
+int cli_limit_open(const struct cli_ctx *c, dlock_client_t *client,
+                   dlock_permit_sem_t **out);
+int cli_limit_status(struct cli_ctx *c);
+int cli_limit_force_unlock(struct cli_ctx *c);
 
 #endif /* DLOCK_CLI_H */

@@ -51,6 +51,10 @@ static const char usage_text[] =
     "                           of NAME and are excluded by it\n"
     "  -F, --fair               exclusive lock served in arrival order (no\n"
     "                           DLOCK_TOKEN); not with -s\n"
+    "  -N, --limit N            semaphore: at most N holders at once; a\n"
+    "                           crashed holder's permit comes back when its\n"
+    "                           lease runs out (no DLOCK_TOKEN); not with\n"
+    "                           -x, -s or -F\n"
     "  -n, --nonblock           fail at once if the lock is held\n"
     "  -w, --wait SECS          wait at most SECS (decimals allowed; alias\n"
     "      --timeout SECS       --timeout); default: wait forever\n"
@@ -71,10 +75,12 @@ static const char usage_text[] =
     "                           (-vv: library debug messages too)\n"
     "      --status             show the lock: kind, holders, lease left,\n"
     "                           waiters, token; with -s the shared lock's\n"
-    "                           view, with -F the fair queue and deadlines\n"
+    "                           view, with -F the fair queue and deadlines,\n"
+    "                           with -N the permits free and in use\n"
     "      --json               with --status: one JSON object\n"
     "      --force-unlock       delete the lock whoever holds it (with -s:\n"
-    "                           only the shared lock; with -F: the fair one)\n"
+    "                           only the shared lock; with -F: the fair one;\n"
+    "                           with -N: the semaphore)\n"
     "      --password-file FILE read the password from FILE's first line\n"
     "  -h, --help               this text\n"
     "      --version            version of dlock and libdlock\n"
@@ -89,8 +95,13 @@ static const char usage_text[] =
     "lock on the key NAME itself would break the lock there). NAME is at most\n"
     "1015 bytes.\n"
     "\n"
-    "Not available yet (they exit 64 today): -N/--limit, --all, several -u\n"
-    "(Redlock), rediss:// (TLS).\n"
+    "-N takes one permit of the permit semaphore NAME (Redisson's\n"
+    "RPermitExpirableSemaphore layout), created with N permits by the first\n"
+    "holder; a holder giving another N is refused (exit 64) until\n"
+    "'dlock --force-unlock -N N NAME' deletes the semaphore.\n"
+    "\n"
+    "Not available yet (they exit 64 today): --all, several -u (Redlock),\n"
+    "rediss:// (TLS).\n"
     "\n"
     "URLs: redis://[[user]:password@]host[:port][/db], "
     "unix:///path/redis.sock.\n"
@@ -297,10 +308,11 @@ int main(int argc, char **argv) {
 
   switch (o.mode) {
   case CLI_MODE_STATUS:
-    rc = cli_status(&c);
+    rc = c.o->kind == CLI_KIND_LIMIT ? cli_limit_status(&c) : cli_status(&c);
     break;
   case CLI_MODE_FORCE_UNLOCK:
-    rc = cli_force_unlock(&c);
+    rc = c.o->kind == CLI_KIND_LIMIT ? cli_limit_force_unlock(&c)
+                                     : cli_force_unlock(&c);
     break;
   default:
     rc = cli_run(&c);

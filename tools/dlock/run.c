@@ -81,6 +81,8 @@ struct run {
   dlock_client_t *client;
   dlock_lock_t *lock; /* fenced or fair NAME; for -s the read side */
   dlock_lock_t *side; /* exclusive kinds: the write side, else NULL */
+  dlock_permit_sem_t *sem;               /* -N: the semaphore, else NULL */
+  char permit[DLOCK_PERMIT_ID_LEN + 1]; /* -N: the permit held */
   int64_t token;      /* fenced grant's token; 0: none */
   int acquire_err;
   bool failed; /* no lock: worker_rc is the exit status */
@@ -119,6 +121,9 @@ static int acquire_all(struct run *r) {
   const struct cli_opts *o = r->c->o;
   int64_t t0 = cli_now_ms(), wait = o->wait_ms;
   int err;
+  if (r->sem != NULL)
+    return dlock_permit_sem_acquire(r->sem, o->wait_ms, o->lease_ms,
+                                    r->permit);
   if (dlock_lock_kind(r->lock) == DLOCK_FENCED)
     err = dlock_lock_acquire_fenced_as(r->lock, r->owner, o->wait_ms,
                                        o->lease_ms, &r->token);
@@ -156,7 +161,9 @@ static void *worker(void *arg) {
   char b = 'A';
   ssize_t n;
   if (rc == 0) {
-    if (o->kind == CLI_KIND_SHARED) {
+    if (o->kind == CLI_KIND_LIMIT) {
+      rc = cli_limit_open(c, r->client, &r->sem);
+    } else if (o->kind == CLI_KIND_SHARED) {
       rc = cli_lock_new(c, r->client, true, DLOCK_READ, &r->lock);
     } else {
       rc = cli_lock_new(c, r->client, false, cli_main_kind(c), &r->lock);
@@ -181,9 +188,10 @@ static void *worker(void *arg) {
     if (o->verbose)
       cli_msg(c, "connected to %s as client %s; acquiring '%s' (%s)",
               c->url_shown, dlock_client_id(r->client), c->name_shown,
-              o->kind == CLI_KIND_SHARED ? "shared"
-              : o->kind == CLI_KIND_FAIR ? "fair, exclusive"
-                                         : "exclusive, fenced");
+              o->kind == CLI_KIND_SHARED  ? "shared"
+              : o->kind == CLI_KIND_FAIR  ? "fair, exclusive"
+              : o->kind == CLI_KIND_LIMIT ? "one of the semaphore's permits"
+                                          : "exclusive, fenced");
     r->acquire_err = acquire_all(r);
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
@@ -308,6 +316,28 @@ static void release_one(struct run *r, dlock_lock_t *lock) {
   }
 }
 
+/* -N: gives the permit back (problems reported as for a lock). */
+static void release_permit(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  int err = dlock_permit_sem_release(r->sem, r->permit);
+  if (err == 0) {
+    if (c->o->verbose)
+      cli_msg(c, "released permit %s of '%s'", r->permit, c->name_shown);
+  } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
+    if (c->o->lease_ms <= 0 || c->o->verbose > 0)
+      cli_msg(c, "the permit of '%s' was no longer ours at release (%s)",
+              c->name_shown,
+              c->o->lease_ms > 0 ? "its fixed lease had run out"
+                                 : "it was lost");
+  } else {
+    char subject[256];
+    snprintf(subject, sizeof subject, "releasing a permit of '%s'",
+             c->name_shown);
+    cli_lib_error(c, subject, err);
+    cli_msg(c, "the permit comes back by itself when its lease runs out");
+  }
+}
+
 static void release_and_close(struct run *r) {
   const struct cli_ctx *c = r->c;
   if (r->lost) {
@@ -319,10 +349,16 @@ static void release_and_close(struct run *r) {
       cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
     goto close;
   }
+  if (r->sem != NULL) {
+    release_permit(r);
+    goto close;
+  }
   if (r->side != NULL)
     release_one(r, r->side);
   release_one(r, r->lock);
 close:
+  dlock_permit_sem_free(r->sem);
+  r->sem = NULL;
   dlock_lock_free(r->side);
   dlock_lock_free(r->lock);
   dlock_client_free(r->client);
@@ -475,6 +511,10 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
   published = r->published;
   pthread_mutex_unlock(&r->mu);
   if (!published)
+    die_by_signal(signo);
+  /* -N: whether a permit was granted cannot be asked; one granted in flight
+   * comes back when its lease runs out, as after a crash */
+  if (r->sem != NULL)
     die_by_signal(signo);
   /* Granted means the last lock of the kind is held (the write side of an
    * exclusive kind is taken after NAME). An exclusive holder still waiting
@@ -719,6 +759,7 @@ int cli_run(struct cli_ctx *c) {
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
               c->name_shown, secs(r.t_acquired - r.t_start));
+    dlock_permit_sem_free(r.sem);
     dlock_lock_free(r.side);
     dlock_lock_free(r.lock);
     dlock_client_free(r.client);
@@ -738,6 +779,9 @@ int cli_run(struct cli_ctx *c) {
             (unsigned long long)r.owner, how);
     if (r.token > 0)
       cli_msg(c, "fencing token %lld (DLOCK_TOKEN)", (long long)r.token);
+    else if (r.sem != NULL)
+      cli_msg(c, "permit %s of %ld; no fencing token (DLOCK_TOKEN is not set)",
+              r.permit, c->o->limit);
     else
       cli_msg(c, "no fencing token: %s lock (DLOCK_TOKEN is not set)",
               c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");

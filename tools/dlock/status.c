@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void json_string(FILE *f, const char *s) {
+void cli_json_string(FILE *f, const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   fputc('"', f);
   while (*p != '\0') {
@@ -122,13 +122,13 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
   const dlock_lock_state_t *st = v->st;
   size_t i;
   fputs("{\"name\":", stdout);
-  json_string(stdout, c->o->name);
+  cli_json_string(stdout, c->o->name);
   fputs(",\"key\":", stdout);
-  json_string(stdout, v->key);
+  cli_json_string(stdout, v->key);
   fputs(",\"view\":", stdout);
-  json_string(stdout, v->what);
+  cli_json_string(stdout, v->what);
   fputs(",\"kind\":", stdout);
-  json_string(stdout, v->held ? st->kind : "free");
+  cli_json_string(stdout, v->held ? st->kind : "free");
   printf(",\"held\":%s,\"lease_ms\":", v->held ? "true" : "false");
   if (v->held && st->ttl_ms >= 0)
     printf("%lld", (long long)st->ttl_ms);
@@ -137,10 +137,10 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
   fputs(",\"holders\":[", stdout);
   for (i = 0; v->held && i < st->nholders; i++) {
     fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
-    json_string(stdout, st->holders[i].owner ? st->holders[i].owner : "");
+    cli_json_string(stdout, st->holders[i].owner ? st->holders[i].owner : "");
     printf(",\"count\":%lld,\"side\":", (long long)st->holders[i].count);
     if (st->holders[i].side != NULL)
-      json_string(stdout, st->holders[i].side);
+      cli_json_string(stdout, st->holders[i].side);
     else
       fputs("null", stdout);
     fputc('}', stdout);
@@ -149,7 +149,7 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
   for (i = 0; i < st->nwaiters; i++) {
     if (i)
       fputc(',', stdout);
-    json_string(stdout, st->waiters[i] ? st->waiters[i] : "");
+    cli_json_string(stdout, st->waiters[i] ? st->waiters[i] : "");
   }
   fputs("],\"waiter_deadlines_ms\":", stdout);
   if (st->waiter_deadlines_ms != NULL) {
