@@ -168,10 +168,11 @@ static void check_parse(int argc, char **argv) {
   CHECK(o.name != NULL);
   CHECK(strlen(o.name) >= 1 && strlen(o.name) <= CLI_NAME_MAX);
   CHECK(o.kind == CLI_KIND_EXCLUSIVE || o.kind == CLI_KIND_FAIR ||
-        o.kind == CLI_KIND_SHARED);
+        o.kind == CLI_KIND_SHARED || o.kind == CLI_KIND_LIMIT);
+  CHECK(o.kind != CLI_KIND_LIMIT || (o.limit >= 1 && o.limit <= CLI_LIMIT_MAX));
   {
     /* options end at NAME (or at "--" before it) */
-    bool s = false, f = false, x = false;
+    bool s = false, f = false, x = false, n = false;
     for (i = 1; i < (size_t)argc && argv[i] != o.name; i++) {
       const char *a = argv[i];
       if (strcmp(a, "--") == 0)
@@ -182,10 +183,13 @@ static void check_parse(int argc, char **argv) {
         f = true;
       else if (strcmp(a, "--exclusive") == 0)
         x = true;
+      else if (strncmp(a, "--limit", 7) == 0)
+        n = true;
       else if (a[0] == '-' && a[1] != '-') {
         /* a short cluster up to its first option with a value */
         for (const char *q = a + 1; *q != '\0'; q++) {
           if (strchr("uNwElc", *q) != NULL) {
+            n = n || *q == 'N';
             if (q[1] == '\0')
               i++; /* its value is the next argument */
             break;
@@ -207,6 +211,8 @@ static void check_parse(int argc, char **argv) {
       }
     }
     CHECK(!(s && (f || x)));
+    CHECK(!(n && (s || f || x)));
+    CHECK((o.kind == CLI_KIND_LIMIT) == n);
     CHECK((o.kind == CLI_KIND_SHARED) == s);
     CHECK((o.kind == CLI_KIND_FAIR) == (f && !s));
   }

@@ -77,8 +77,11 @@ usage "--fair with --shared" --shared --fair NAME true
 usage "-F with -s and --status" -F -s --status NAME
 usage "-x with -s" -x -s NAME true
 usage "NAME too long for its read-write lock" "$(printf 'n%.0s' $(seq 1016))" true
-usage "-N not available yet" -N 3 NAME true
-usage "--limit not available yet" --limit=3 NAME true
+usage "-N 0" -N 0 NAME true
+usage "--limit=abc" --limit=abc NAME true
+usage "-N above the maximum" -N 1000001 NAME true
+usage "-N with -F" -N 2 -F NAME true
+usage "-N with -x" -x --limit 2 NAME true
 usage "--all not available yet" --all -u redis://a -u redis://b NAME true
 usage "two -u not available yet" -u redis://127.0.0.1:1 -u redis://127.0.0.1:2 NAME true
 usage "rediss:// not available yet" -u rediss://127.0.0.1:1 NAME true
