@@ -18,6 +18,12 @@
  *                      harnesses;
  *   uncontended        one thread, one lock;
  *   contended          W forked processes on one lock, for each hold time;
+ *                      --kind picks the lock kind (reentrant, fair,
+ *                      fenced, write);
+ *   readers            R forked processes on the read side of one
+ *                      read-write lock (holds overlap by design, so
+ *                      overlaps are checked per reader), then the same
+ *                      loop on the reentrant lock, in one run;
  *   threads            T threads of one client on one lock, then on T locks;
  *   renewal            one client holding K watchdog locks: server commands,
  *                      read events and client CPU per renewal cycle;
@@ -83,7 +89,12 @@ typedef struct config {
   int nlocks;
   int64_t watchdog_ms;
   int cycles;
+  dlock_lock_kind_t kind; /* contended: --kind */
+  int readers;            /* readers: --readers R */
 } config_t;
+
+static const char *const KIND_NAMES[] = {"reentrant", "fair", "fenced",
+                                         "read", "write"};
 
 static void usage(FILE *f) {
   fputs(
@@ -97,7 +108,11 @@ static void usage(FILE *f) {
       "  dlock-bench SCENARIO [options]\n"
       "      uncontended  one thread, one lock (pairs per second)\n"
       "      contended    --workers W (8) processes on one lock, --hold-us\n"
-      "                   list (default 0,1000)\n"
+      "                   list (default 0,1000), --kind reentrant|fair|\n"
+      "                   fenced|write (default reentrant)\n"
+      "      readers      --readers R (8) processes read-acquiring one\n"
+      "                   read-write lock, then the same on the reentrant\n"
+      "                   lock (--hold-us H, default 0)\n"
       "      threads      --threads T (8) threads on one lock, then on T "
       "locks\n"
       "      renewal      one client holding --locks K list (1,100,10000)\n"
@@ -141,6 +156,7 @@ static int parse_args(int argc, char **argv, config_t *c) {
   c->threads = -1;
   c->watchdog_ms = 600;
   c->cycles = 10;
+  c->readers = 8;
   int first = 1;
   if (argc > 1 && argv[1][0] != '-') {
     c->scenario = argv[1];
@@ -161,6 +177,8 @@ static int parse_args(int argc, char **argv, config_t *c) {
     O_WATCHDOG,
     O_CYCLES,
     O_CSV,
+    O_KIND,
+    O_READERS,
     O_HELP
   };
   static const struct option opts[] = {
@@ -178,6 +196,8 @@ static int parse_args(int argc, char **argv, config_t *c) {
       {"watchdog-ms", required_argument, NULL, O_WATCHDOG},
       {"cycles", required_argument, NULL, O_CYCLES},
       {"csv", required_argument, NULL, O_CSV},
+      {"kind", required_argument, NULL, O_KIND},
+      {"readers", required_argument, NULL, O_READERS},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   optind = first;
@@ -255,6 +275,21 @@ static int parse_args(int argc, char **argv, config_t *c) {
     case O_CSV:
       c->csv = optarg;
       break;
+    case O_KIND: {
+      int k = -1;
+      for (int i = 0; i < 5; i++)
+        if (strcmp(optarg, KIND_NAMES[i]) == 0 && i != DLOCK_READ)
+          k = i;
+      if (k < 0)
+        return -1;
+      c->kind = (dlock_lock_kind_t)k;
+      break;
+    }
+    case O_READERS:
+      c->readers = atoi(optarg);
+      if (c->readers < 1 || c->readers > MAX_WORKERS)
+        return -1;
+      break;
     case O_HELP:
       usage(stdout);
       exit(0);
@@ -315,6 +350,7 @@ typedef struct worker {
   dlock_client_t *client;
   char lock_name[DLOCK_NAME_MAX + 1];
   int id;
+  dlock_lock_kind_t kind;
   int64_t hold_ns;
   int64_t start_ns;
   int64_t end_ns;
@@ -336,7 +372,7 @@ static void worker_fail(worker_t *w, const char *what, int rc) {
 static void *worker_run(void *arg) {
   worker_t *w = arg;
   dlock_lock_t *lock = NULL;
-  int rc = dlock_lock_new(w->client, w->lock_name, &lock);
+  int rc = dlock_lock_new_kind(w->client, w->lock_name, w->kind, &lock);
   if (rc) {
     worker_fail(w, "lock_new", rc);
     return NULL;
@@ -349,7 +385,11 @@ static void *worker_run(void *arg) {
     if (now >= w->end_ns)
       break;
     int64_t wait_ms = (w->end_ns - now + NS_PER_MS - 1) / NS_PER_MS;
-    rc = dlock_lock_acquire(lock, wait_ms, DLOCK_LEASE_WATCHDOG);
+    int64_t token = 0;
+    rc = w->kind == DLOCK_FENCED
+             ? dlock_lock_acquire_fenced(lock, wait_ms, DLOCK_LEASE_WATCHDOG,
+                                         &token)
+             : dlock_lock_acquire(lock, wait_ms, DLOCK_LEASE_WATCHDOG);
     if (rc == DLOCK_ETIMEDOUT)
       break; /* the run ended while waiting */
     if (rc) {
@@ -586,9 +626,12 @@ typedef struct slot {
   bench_rec_t v[];
 } slot_t;
 
-static int scen_contended_one(const config_t *c, int64_t hold_us,
-                              bool *overlap) {
-  int W = c->workers;
+/* W forked processes on one lock of `kind` (the contended and readers
+ * scenarios). Readers hold together, so their overlaps are checked per
+ * reader (per_reader). */
+static int fork_run(const config_t *c, const char *scenario, int W,
+                    dlock_lock_kind_t kind, int64_t hold_us, bool per_reader,
+                    bool *overlap, bench_stats_t *out) {
   size_t cap = (size_t)(c->seconds * 200000.0) + 1024;
   if (cap > MAX_RECORDS)
     cap = MAX_RECORDS;
@@ -601,8 +644,11 @@ static int scen_contended_one(const config_t *c, int64_t hold_us,
     perror("dlock-bench: mmap");
     return -1;
   }
-  char name[DLOCK_NAME_MAX + 1];
-  snprintf(name, sizeof name, "%.900s:contended:%" PRId64, c->name, hold_us);
+  char name[DLOCK_NAME_MAX + 1], kind_sfx[32] = "";
+  if (kind != DLOCK_REENTRANT || strcmp(scenario, "contended") != 0)
+    snprintf(kind_sfx, sizeof kind_sfx, ":%s", KIND_NAMES[kind]);
+  snprintf(name, sizeof name, "%.900s:%s:%" PRId64 "%s", c->name, scenario,
+           hold_us, kind_sfx);
   snap_t s;
   snap_begin(&s, c);
   int64_t start = now_ns() + 300 * NS_PER_MS + W * 30 * NS_PER_MS;
@@ -625,6 +671,7 @@ static int scen_contended_one(const config_t *c, int64_t hold_us,
       if (!w)
         _exit(1);
       worker_setup(w, client, name, nstarted, hold_us, start, end);
+      w->kind = kind;
       w->recs.max = cap;
       worker_run(w);
       sl->n = w->recs.n < cap ? w->recs.n : cap;
@@ -683,17 +730,27 @@ static int scen_contended_one(const config_t *c, int64_t hold_us,
     fprintf(stderr, "dlock-bench: a worker reached the start %.1f ms late\n",
             (double)late / 1e6);
   bench_stats_t st;
-  bench_analyse(&all, W, start, end, false, &st);
-  char kase[64];
-  snprintf(kase, sizeof kase, "W=%d H=%" PRId64 "us", W, hold_us);
-  report_case("contended", kase, &st, &s);
+  bench_analyse(&all, W, start, end, per_reader, &st);
+  char kase[96];
+  if (strcmp(scenario, "readers") == 0)
+    snprintf(kase, sizeof kase, "R=%d H=%" PRId64 "us %s", W, hold_us,
+             KIND_NAMES[kind]);
+  else
+    snprintf(kase, sizeof kase, "W=%d H=%" PRId64 "us%s%s", W, hold_us,
+             kind_sfx[0] ? " " : "", kind_sfx[0] ? KIND_NAMES[kind] : "");
+  report_case(scenario, kase, &st, &s);
   char suffix[64];
-  snprintf(suffix, sizeof suffix, ".H%" PRId64, hold_us);
+  snprintf(suffix, sizeof suffix, ".H%" PRId64 "%s", hold_us, kind_sfx);
+  for (char *p = suffix; *p; p++)
+    if (*p == ':')
+      *p = '.';
   if (write_records(c, &all, suffix))
     failed = 1;
   bench_recs_free(&all);
   if (st.overlaps)
     *overlap = true;
+  if (out)
+    *out = st;
   return failed ? -1 : 0;
 }
 
@@ -705,8 +762,39 @@ static int scen_contended(const config_t *c) {
   bool overlap = false;
   bench_stats_header(stdout);
   for (int i = 0; i < nh; i++)
-    if (scen_contended_one(c, holds[i], &overlap))
+    if (fork_run(c, "contended", c->workers, c->kind, holds[i], false,
+                 &overlap, NULL))
       rc = 1;
+  return rc || overlap ? 1 : 0;
+}
+
+/* R readers on one read-write lock, then R processes on the reentrant
+ * lock with the same loop: what sharing buys. */
+static int scen_readers(const config_t *c) {
+  int R = c->readers;
+  int64_t hold = c->nhold ? c->hold_us[0] : 0;
+  bench_stats_t st[2];
+  static const dlock_lock_kind_t kinds[2] = {DLOCK_READ, DLOCK_REENTRANT};
+  bool overlap = false;
+  int rc = 0;
+  bench_stats_header(stdout);
+  for (int i = 0; i < 2; i++) {
+    memset(&st[i], 0, sizeof st[i]);
+    if (fork_run(c, "readers", R, kinds[i], hold, i == 0, &overlap, &st[i]))
+      rc = 1;
+  }
+  for (int i = 0; i < 2; i++) {
+    char kase[64];
+    snprintf(kase, sizeof kase, "R=%d H=%" PRId64 "us %s", R, hold,
+             KIND_NAMES[kinds[i]]);
+    printf("readers: %-9s %10.1f acquisitions/s in total, %9.1f per "
+           "process (R=%d)\n",
+           KIND_NAMES[kinds[i]], st[i].per_sec, st[i].per_sec / R, R);
+    csv_row("readers", kase, "acq_per_s_per_process", st[i].per_sec / R);
+  }
+  if (st[1].per_sec > 0)
+    printf("readers: read side / reentrant = %.2f\n",
+           st[0].per_sec / st[1].per_sec);
   return rc || overlap ? 1 : 0;
 }
 
@@ -973,6 +1061,8 @@ int main(int argc, char **argv) {
     rc = scen_uncontended(&c);
   else if (strcmp(c.scenario, "contended") == 0)
     rc = scen_contended(&c);
+  else if (strcmp(c.scenario, "readers") == 0)
+    rc = scen_readers(&c);
   else if (strcmp(c.scenario, "threads") == 0)
     rc = scen_threads(&c);
   else if (strcmp(c.scenario, "renewal") == 0)

@@ -4,7 +4,8 @@
 #
 # Runs dlock-bench for one second twice: 3 forked processes on one lock with a
 # 100 us hold (contended scenario), and one worker-mode process with 2
-# threads. Then checks, independently of dlock-bench's own analysis, that each
+# threads; then half a second each of the fair lock contended and of the
+# readers scenario. Then checks, independently of dlock-bench's own analysis, that each
 # records file has records and that no hold began before the previous hold of
 # the same lock had ended.
 set -u
@@ -42,6 +43,18 @@ check() {
   --hold-us 100 --seconds 1 --records "$tmp/contended" ||
   fail "dlock-bench contended exited with $?"
 check "$tmp/contended.H100"
+
+# the lock kinds, briefly: the fair lock contended, and readers (their own
+# holds overlap by design: dlock-bench checks them per reader; the file
+# checked here is the reentrant half of the run)
+"$bench" contended --url "$DLOCK_URL" --name smoke --kind fair --workers 2 \
+  --hold-us 100 --seconds 0.5 --records "$tmp/fair" ||
+  fail "dlock-bench contended --kind fair exited with $?"
+check "$tmp/fair.H100.fair"
+"$bench" readers --url "$DLOCK_URL" --name smoke --readers 2 --seconds 0.5 \
+  --records "$tmp/readers" || fail "dlock-bench readers exited with $?"
+[ -s "$tmp/readers.H0.read" ] || fail "readers: no records of the read side"
+check "$tmp/readers.H0.reentrant"
 
 "$bench" --url "$DLOCK_URL" --name smoke-worker --hold-us 100 --seconds 1 \
   --threads 2 --worker 0 --records "$tmp/worker.csv" ||

@@ -370,6 +370,17 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
                   [[r["rep"], r["K"]] + [r.get(m) for m in metrics]
                    for r in rows])
 
+    kinds = {}
+    for r in results.get("kinds", []):
+        kinds.setdefault((r["scenario"], r["case"]), []).append(r)
+    kind_cols = ["acq_per_s", "acq_per_s_per_process", "worst_wait_ms",
+                 "jain", "xgap_p50_us", "server_calls_per_acq"]
+    write_csv(os.path.join(out, "kinds.csv"),
+              ["scenario", "case", "rep"] + kind_cols + ["overlaps"],
+              [[r["scenario"], r["case"], r["rep"]] +
+               [r.get(c) for c in kind_cols] + [r.get("overlaps")]
+               for r in results.get("kinds", [])])
+
     made = []
     plot_note = ""
     if with_plots and shutil.which("gnuplot"):
@@ -503,6 +514,28 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
                 fmt(v.get("client_cpu_us_per_cycle")),
                 fmt(v.get("lost"), 0)))
         w("")
+    if kinds:
+        w("## Lock kinds (dlock)\n")
+        w("`dlock-bench contended --kind reentrant|fair` (W processes, H = 1 "
+          "ms) and `dlock-bench readers` (R processes looping "
+          "acquire/release on the read side of one read-write lock, then on "
+          "the reentrant lock), same server, same run; medians over "
+          "repetitions. Readers hold together, so their overlaps are "
+          "checked per reader.\n")
+        w("| scenario | case | acq/s | acq/s per process | worst wait ms | "
+          "Jain | server calls/acq | overlaps |")
+        w("|---|---|---|---|---|---|---|---|")
+        for (scen, case), rows in sorted(kinds.items()):
+            def med(col):
+                v = sorted(x[col] for x in rows if x.get(col) is not None)
+                return v[len(v) // 2] if v else None
+            w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                scen, case, fmt(med("acq_per_s")),
+                fmt(med("acq_per_s_per_process")),
+                fmt(med("worst_wait_ms")), fmt(med("jain"), 3),
+                fmt(med("server_calls_per_acq")),
+                fmt(sum(x.get("overlaps") or 0 for x in rows), 0)))
+        w("")
     if memory:
         w("## Memory (dlock)\n")
         w("| K held locks | client heap B/lock | client RSS B/lock | Redis "
@@ -536,6 +569,7 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
         w("")
     w("Files: runs.csv (every run), summary.csv (medians), waits.csv (each "
       "worker's longest wait), accounting.csv, limits.csv, renewal.csv, "
+      "kinds.csv (lock kinds: contended fair vs reentrant, readers), "
       "memory.csv, handoff_cdf.csv (cross-worker hand-off percentiles, all "
       "repetitions pooled). raw/ holds the records and logs (not "
       "committed).\n")

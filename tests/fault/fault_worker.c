@@ -4,9 +4,15 @@
  * Design note. The fault tests fork/exec this program so that holders and
  * waiters are real, separate processes that can be killed, paused and cut
  * off. It uses libdlock only through the public API and writes every hold
- * through the fenced resource (fence.h): grant -> token (INCR on the lock
- * server until fenced locks exist) -> fence_begin -> writes -> fence_end ->
- * release.
+ * through the fenced resource (fence.h): grant -> token -> fence_begin ->
+ * writes -> fence_end -> release.
+ *
+ * --kind reentrant|fair|fenced|read|write|rw picks the lock kind (default
+ * reentrant). The token is the lock's own fencing token for `fenced`
+ * (dlock_lock_acquire_fenced, drawn with the grant), an INCR on the lock
+ * server for the other kinds. Read holds are shared holds for the checker
+ * (fence_begin_as/fence_write_as): their "writes" are reads. `rw` (contend
+ * only) takes the read or the write side of each lock at random, per cycle.
  *
  * Two modes:
  *   hold     one lock, held by the main thread. Acquires at start, then
@@ -51,6 +57,7 @@
 
 #define MAX_LOCKS 16
 #define MAX_THREADS 32
+#define KIND_RW 100 /* contend: the read or the write side, at random */
 
 static struct cfg {
   const char *url, *tag, *mode;
@@ -62,8 +69,10 @@ static struct cfg {
   int nlocks;
   int64_t watchdog_ms, lease_ms, wait_ms, connect_ms, command_ms;
   int64_t write_every_ms, hold_ms, duration_ms, max_life_ms, rss_at_ms;
+  int64_t fair_thread_wait_ms;
   int threads, iters, retry, churn, log_level;
   bool stop_on_lost;
+  int kind; /* a dlock_lock_kind_t, or KIND_RW */
 } cfg = {.lease_ms = DLOCK_LEASE_WATCHDOG,
          .wait_ms = DLOCK_WAIT_FOREVER,
          .connect_ms = 2000,
@@ -172,6 +181,9 @@ static dlock_client_t *new_client(void) {
   if (cfg.watchdog_ms > 0 &&
       dlock_options_set_watchdog_timeout(o, cfg.watchdog_ms) != 0)
     die("bad --watchdog");
+  if (cfg.fair_thread_wait_ms > 0 &&
+      dlock_options_set_fair_thread_wait(o, cfg.fair_thread_wait_ms) != 0)
+    die("bad --fair-thread-wait");
   dlock_options_set_lost_callback(o, on_lost, NULL);
   dlock_options_set_log_callback(o, on_log, NULL,
                                  (dlock_log_level_t)cfg.log_level);
@@ -221,10 +233,39 @@ static int64_t next_token(tokensrc_t *t, const char *lock) {
   return -1;
 }
 
+static bool is_shared(dlock_lock_t *l) {
+  return dlock_lock_kind(l) == DLOCK_READ;
+}
+
+/* The token of a hold just granted: the fenced lock's own (fenced >= 1),
+ * else an INCR on the lock server. -1 on failure. */
+static int64_t hold_token(tokensrc_t *t, const char *lock, int64_t fenced) {
+  if (fenced > 0)
+    return fenced;
+  return next_token(t, lock);
+}
+
+static dlock_lock_kind_t kind_of(uint64_t *rnd);
+
+/* A handle of the configured kind (rw: a side drawn from *rnd). */
+static int lock_new(dlock_client_t *c, const char *name, uint64_t *rnd,
+                    dlock_lock_t **out) {
+  return dlock_lock_new_kind(c, name, kind_of(rnd), out);
+}
+
+/* Acquire of any kind; a fenced lock's token goes to *token (else 0). */
+static int acquire_once(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms,
+                        int64_t *token) {
+  *token = 0;
+  if (dlock_lock_kind(l) == DLOCK_FENCED)
+    return dlock_lock_acquire_fenced(l, wait_ms, lease_ms, token);
+  return dlock_lock_acquire(l, wait_ms, lease_ms);
+}
+
 /* Acquire with a bounded number of retries after backend errors (the API
  * returns those at once; retrying is the caller's policy). */
 static int acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms,
-                   int *errors) {
+                   int *errors, int64_t *token) {
   int rc = -1;
   int64_t t0 = fence_now_us();
   for (int i = 0;; i++) {
@@ -235,7 +276,7 @@ static int acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms,
         return DLOCK_ETIMEDOUT;
       }
     }
-    rc = dlock_lock_acquire(l, w, lease_ms);
+    rc = acquire_once(l, w, lease_ms, token);
     if (!is_backend_err(rc) || i >= cfg.retry)
       return rc;
     (*errors)++;
@@ -284,7 +325,9 @@ static void hold_acquire(hold_state_t *h) {
   int errors = 0;
   int64_t t0 = fence_now_us();
   atomic_store(&slots[0].lost_us, 0);
-  int rc = acquire(h->l, cfg.wait_ms, cfg.lease_ms, &errors);
+  int64_t ftoken = 0;
+  emit("ACQUIRING t=%lld", (long long)t0);
+  int rc = acquire(h->l, cfg.wait_ms, cfg.lease_ms, &errors, &ftoken);
   h->errors += errors;
   int64_t now = fence_now_us();
   if (rc != 0) {
@@ -294,23 +337,25 @@ static void hold_acquire(hold_state_t *h) {
     return;
   }
   h->acq_us = now;
-  h->token = next_token(&h->ts, lock);
+  h->token = hold_token(&h->ts, lock, ftoken);
   if (h->token < 0)
     die("token INCR failed");
-  int b = fence_begin(h->f, lock, h->holder, h->token, h->acq_us);
+  int b = fence_begin_as(h->f, lock, h->holder, h->token, h->acq_us,
+                         is_shared(h->l));
   if (b == FENCE_ERROR)
     die("resource unreachable");
   h->held = true;
   h->grants++;
   emit("ACQUIRED lock=%s holder=%s token=%lld t=%lld waited_ms=%lld "
-       "errors=%d begin=%s tid=%llu",
+       "errors=%d begin=%s tid=%llu kind=%d",
        lock, h->holder, (long long)h->token, (long long)h->acq_us,
        (long long)(now - t0) / 1000, errors, b ? "ok" : "refused",
-       (unsigned long long)dlock_thread_id());
+       (unsigned long long)dlock_thread_id(), (int)dlock_lock_kind(h->l));
 }
 
 static void hold_write(hold_state_t *h) {
-  int w = fence_write(h->f, cfg.locks[0], h->holder, h->token);
+  int w = fence_write_as(h->f, cfg.locks[0], h->holder, h->token,
+                         is_shared(h->l));
   if (w == FENCE_ERROR)
     die("resource unreachable");
   if (w)
@@ -355,8 +400,8 @@ static int run_hold(void) {
     die("resource unreachable");
   h.c = new_client();
   atomic_store(&slots[0].tid, dlock_thread_id());
-  if (dlock_lock_new(h.c, cfg.locks[0], &h.l) != 0)
-    die("dlock_lock_new");
+  if (lock_new(h.c, cfg.locks[0], NULL, &h.l) != 0)
+    die("dlock_lock_new_kind");
   emit("READY pid=%d client=%s tid=%llu", (int)getpid(), dlock_client_id(h.c),
        (unsigned long long)dlock_thread_id());
   hold_acquire(&h);
@@ -455,7 +500,7 @@ typedef struct contender {
   int64_t end_us;
   /* results */
   long grants, busy, timeouts, errors, elost, lost, writes_ok, writes_refused,
-      churned, reentries;
+      churned, reentries, reads;
   int64_t max_wait_us;
   int failed;
 } contender_t;
@@ -477,7 +522,9 @@ static int one_cycle(contender_t *me, dlock_lock_t *l, const char *lock,
   int errors = 0;
   int64_t t0 = fence_now_us();
   atomic_store(&slots[me->idx].lost_us, 0);
-  int rc = acquire(l, wait_ms, lease_ms, &errors);
+  int64_t ftoken = 0;
+  bool shared = is_shared(l);
+  int rc = acquire(l, wait_ms, lease_ms, &errors, &ftoken);
   me->errors += errors;
   int64_t acq = fence_now_us();
   if (rc == DLOCK_EBUSY) {
@@ -500,17 +547,25 @@ static int one_cycle(contender_t *me, dlock_lock_t *l, const char *lock,
   if (acq - t0 > me->max_wait_us)
     me->max_wait_us = acq - t0;
   me->grants++;
-  int64_t token = next_token(ts, lock);
+  if (shared)
+    me->reads++;
+  int64_t token = hold_token(ts, lock, ftoken);
   if (token < 0) {
     emit("ERROR token INCR failed");
     return -1;
   }
-  if (fence_begin(f, lock, holder, token, acq) == FENCE_ERROR)
+  if (fence_begin_as(f, lock, holder, token, acq, shared) == FENCE_ERROR)
     return -1;
   if (reenter) {
-    rc = dlock_lock_acquire(l, 0, lease_ms);
+    int64_t inner = 0;
+    rc = acquire_once(l, 0, lease_ms, &inner);
     if (rc != 0 && !is_backend_err(rc)) {
       emit("ERROR re-entry of %s: %s", lock, dlock_err_name(rc));
+      return -1;
+    }
+    if (rc == 0 && ftoken > 0 && inner <= ftoken) {
+      emit("ERROR re-entry of fenced %s: token %lld not above %lld", lock,
+           (long long)inner, (long long)ftoken);
       return -1;
     }
     if (rc == 0)
@@ -522,7 +577,7 @@ static int one_cycle(contender_t *me, dlock_lock_t *l, const char *lock,
   for (int w = 0;; w++) {
     if (atomic_load(&slots[me->idx].lost_us))
       break; /* told: stop writing */
-    int r = fence_write(f, lock, holder, token);
+    int r = fence_write_as(f, lock, holder, token, shared);
     if (r == FENCE_ERROR)
       return -1;
     if (r)
@@ -580,10 +635,19 @@ static void *contender_main(void *arg) {
     return NULL;
   }
   tokensrc_t ts = {0};
-  dlock_lock_t *locks[MAX_LOCKS] = {0};
-  for (int i = 0; i < cfg.nlocks; i++)
-    if (dlock_lock_new(me->c, cfg.locks[i], &locks[i]) != 0)
+  /* [side][lock]: side 1 is the read side, used by rw only */
+  dlock_lock_t *locks[2][MAX_LOCKS] = {{0}};
+  for (int i = 0; i < cfg.nlocks; i++) {
+    if (cfg.kind == KIND_RW) {
+      if (dlock_lock_new_kind(me->c, cfg.locks[i], DLOCK_WRITE,
+                              &locks[0][i]) != 0 ||
+          dlock_lock_new_kind(me->c, cfg.locks[i], DLOCK_READ,
+                              &locks[1][i]) != 0)
+        me->failed = 1;
+    } else if (lock_new(me->c, cfg.locks[i], NULL, &locks[0][i]) != 0) {
       me->failed = 1;
+    }
+  }
   for (int it = 0; !me->failed && (cfg.iters <= 0 || it < cfg.iters); it++) {
     if (fence_now_us() >= me->end_us)
       break;
@@ -608,7 +672,7 @@ static void *contender_main(void *arg) {
       /* a client of its own, used once and freed (client lifecycle) */
       dlock_client_t *tmp = new_client();
       dlock_lock_t *tl = NULL;
-      if (dlock_lock_new(tmp, cfg.locks[k], &tl) != 0)
+      if (lock_new(tmp, cfg.locks[k], &me->rnd, &tl) != 0)
         me->failed = 1;
       else if (one_cycle(me, tl, cfg.locks[k], f, &ts, holder, cfg.wait_ms,
                          DLOCK_LEASE_WATCHDOG, 0, false) != 0)
@@ -618,19 +682,23 @@ static void *contender_main(void *arg) {
       me->churned++;
       continue;
     }
-    if (one_cycle(me, locks[k], cfg.locks[k], f, &ts, holder, wait, lease,
-                  hold_us, reenter) != 0)
+    int side = cfg.kind == KIND_RW ? (int)(rnd_next(&me->rnd) % 2) : 0;
+    if (one_cycle(me, locks[side][k], cfg.locks[k], f, &ts, holder, wait,
+                  lease, hold_us, reenter) != 0)
       me->failed = 1;
     /* now and then a fresh handle on the same lock (handle lifecycle) */
     if (dice >= 990) {
-      dlock_lock_free(locks[k]);
-      locks[k] = NULL;
-      if (dlock_lock_new(me->c, cfg.locks[k], &locks[k]) != 0)
+      dlock_lock_kind_t kd = dlock_lock_kind(locks[side][k]);
+      dlock_lock_free(locks[side][k]);
+      locks[side][k] = NULL;
+      if (dlock_lock_new_kind(me->c, cfg.locks[k], kd, &locks[side][k]) != 0)
         me->failed = 1;
     }
   }
-  for (int i = 0; i < cfg.nlocks; i++)
-    dlock_lock_free(locks[i]);
+  for (int i = 0; i < cfg.nlocks; i++) {
+    dlock_lock_free(locks[0][i]);
+    dlock_lock_free(locks[1][i]);
+  }
   if (ts.ctx)
     redisFree(ts.ctx);
   fence_close(f);
@@ -662,6 +730,7 @@ static int run_contend(void) {
          (long long)(fence_now_us() - start) / 1000);
   }
   contender_t sum = {0};
+  long min_grants = -1;
   int failed = 0;
   for (int i = 0; i < cfg.threads; i++) {
     pthread_join(th[i].th, NULL);
@@ -675,6 +744,9 @@ static int run_contend(void) {
     sum.writes_refused += th[i].writes_refused;
     sum.churned += th[i].churned;
     sum.reentries += th[i].reentries;
+    sum.reads += th[i].reads;
+    if (min_grants < 0 || th[i].grants < min_grants)
+      min_grants = th[i].grants;
     if (th[i].max_wait_us > sum.max_wait_us)
       sum.max_wait_us = th[i].max_wait_us;
     failed += th[i].failed;
@@ -684,10 +756,11 @@ static int run_contend(void) {
   dlock_client_free(c);
   emit("DONE grants=%ld busy=%ld timeouts=%ld errors=%ld elost=%ld lost=%ld "
        "lostcb=%d writes_ok=%ld writes_refused=%ld churned=%ld reentries=%ld "
-       "max_wait_ms=%lld failed=%d",
+       "max_wait_ms=%lld failed=%d reads=%ld min_thread_grants=%ld",
        sum.grants, sum.busy, sum.timeouts, sum.errors, sum.elost, sum.lost,
        atomic_load(&nlost), sum.writes_ok, sum.writes_refused, sum.churned,
-       sum.reentries, (long long)sum.max_wait_us / 1000, failed);
+       sum.reentries, (long long)sum.max_wait_us / 1000, failed, sum.reads,
+       min_grants);
   return failed ? 4 : 0;
 }
 
@@ -700,7 +773,9 @@ static void usage(void) {
           "  --watchdog MS --lease MS --wait MS --connect-timeout MS\n"
           "  --command-timeout MS --write-every MS --hold-ms MS --retry N\n"
           "  --stop-on-lost --threads N --iters N --duration MS --churn N\n"
-          "  --rss-at MS --max-life MS --log-level 0..3\n");
+          "  --rss-at MS --max-life MS --log-level 0..3\n"
+          "  --kind reentrant|fair|fenced|read|write|rw (rw: contend only)\n"
+          "  --fair-thread-wait MS\n");
   exit(64);
 }
 
@@ -711,6 +786,25 @@ static void parse_hostport(const char *s, char *host, size_t n, int *port) {
   memcpy(host, s, (size_t)(colon - s));
   host[colon - s] = '\0';
   *port = atoi(colon + 1);
+}
+
+static int parse_kind(const char *s) {
+  static const struct {
+    const char *name;
+    int kind;
+  } kinds[] = {{"reentrant", DLOCK_REENTRANT}, {"fair", DLOCK_FAIR},
+               {"fenced", DLOCK_FENCED},       {"read", DLOCK_READ},
+               {"write", DLOCK_WRITE},         {"rw", KIND_RW}};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(s, kinds[i].name) == 0)
+      return kinds[i].kind;
+  return -1;
+}
+
+static dlock_lock_kind_t kind_of(uint64_t *rnd) {
+  if (cfg.kind != KIND_RW)
+    return (dlock_lock_kind_t)cfg.kind;
+  return rnd && rnd_next(rnd) % 2 ? DLOCK_READ : DLOCK_WRITE;
 }
 
 int main(int argc, char **argv) {
@@ -738,6 +832,8 @@ int main(int argc, char **argv) {
       {"rss-at", required_argument, 0, 'm'},
       {"max-life", required_argument, 0, 'M'},
       {"log-level", required_argument, 0, 'g'},
+      {"kind", required_argument, 0, 'k'},
+      {"fair-thread-wait", required_argument, 0, 'F'},
       {0, 0, 0, 0}};
   int o;
   char *names = NULL;
@@ -803,6 +899,14 @@ int main(int argc, char **argv) {
     case 'g':
       cfg.log_level = atoi(optarg);
       break;
+    case 'F':
+      cfg.fair_thread_wait_ms = atoll(optarg);
+      break;
+    case 'k':
+      cfg.kind = parse_kind(optarg);
+      if (cfg.kind < 0)
+        usage();
+      break;
     default:
       usage();
     }
@@ -826,7 +930,7 @@ int main(int argc, char **argv) {
                  &cfg.lock_port);
   alarm((unsigned)((cfg.max_life_ms + 999) / 1000));
   signal(SIGPIPE, SIG_IGN);
-  if (strcmp(cfg.mode, "hold") == 0)
+  if (strcmp(cfg.mode, "hold") == 0 && cfg.kind != KIND_RW)
     return run_hold();
   if (strcmp(cfg.mode, "contend") == 0)
     return run_contend();

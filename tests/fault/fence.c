@@ -15,13 +15,23 @@
  * refused, equal or higher is accepted (and raises the maximum). Nothing is
  * shared between threads: each thread opens its own fence_t.
  *
+ * Shared holds (the read side of a read-write lock) log S (begin) and R (a
+ * read) instead of B and W. Readers hold together, each with its own token,
+ * so a shared record is checked against fence:maxw:{lock}, the highest token
+ * of an exclusive record only: a reader is refused once a writer with a
+ * higher token has been seen, never because of another reader. It still
+ * raises fence:max, so a stale writer is refused after a later reader.
+ * Locks with exclusive holds only behave exactly as before.
+ *
  * The analysis rebuilds holds from the log (a holder's records arrive in
  * its program order) and checks two things on the holders' shared monotonic
  * clock:
  *   overlap: a hold granted before an earlier hold of the same lock ended
  *            (sessions sorted by grant time, a sweep over the latest end);
+ *            for a shared hold only earlier exclusive holds count;
  *   stale write accepted: an accepted write sent after a later hold had
- *            been granted. Grant times, not tokens, decide "later", so a
+ *            been granted (for a shared hold's read: a later exclusive
+ *            hold). Grant times, not tokens, decide "later", so a
  *            token drawn out of order (the interim INCR token) cannot hide
  *            a stale write.
  * A correct lock makes both impossible: a holder stamps its end before it
@@ -44,7 +54,14 @@ struct fence {
 static const char FENCE_LUA[] =
     "local max = tonumber(redis.call('get', KEYS[1]) or '0')\n"
     "local t = tonumber(ARGV[2])\n"
-    "local ok = t >= max\n"
+    "local shared = ARGV[1] == 'S' or ARGV[1] == 'R'\n"
+    "local ok\n"
+    "if shared then\n"
+    "  ok = t >= tonumber(redis.call('get', KEYS[4]) or '0')\n"
+    "else\n"
+    "  ok = t >= max\n"
+    "  if ok then redis.call('set', KEYS[4], ARGV[2]) end\n"
+    "end\n"
     "if ok then\n"
     "  if t > max then redis.call('set', KEYS[1], ARGV[2]) end\n"
     "  if ARGV[1] == 'W' then\n"
@@ -95,13 +112,14 @@ void fence_close(fence_t *f) {
 
 static int fenced(fence_t *f, const char *kind, const char *lock,
                   const char *holder, int64_t token, int64_t stamp) {
-  char kmax[1200], klog[1200], kdata[1200];
+  char kmax[1200], klog[1200], kdata[1200], kmaxw[1200];
   keyname(kmax, sizeof kmax, "max", lock);
   keyname(klog, sizeof klog, "log", lock);
   keyname(kdata, sizeof kdata, "data", lock);
-  redisReply *r = redisCommand(f->ctx, "EVAL %s 3 %s %s %s %s %lld %s %lld",
-                               FENCE_LUA, kmax, klog, kdata, kind,
-                               (long long)token, holder, (long long)stamp);
+  keyname(kmaxw, sizeof kmaxw, "maxw", lock);
+  redisReply *r = redisCommand(
+      f->ctx, "EVAL %s 4 %s %s %s %s %s %lld %s %lld", FENCE_LUA, kmax, klog,
+      kdata, kmaxw, kind, (long long)token, holder, (long long)stamp);
   int rc = FENCE_ERROR;
   if (r && r->type == REDIS_REPLY_INTEGER)
     rc = r->integer == 1 ? FENCE_ACCEPTED : FENCE_REFUSED;
@@ -115,12 +133,22 @@ static int fenced(fence_t *f, const char *kind, const char *lock,
 
 int fence_begin(fence_t *f, const char *lock, const char *holder, int64_t token,
                 int64_t acq_us) {
-  return fenced(f, "B", lock, holder, token, acq_us);
+  return fence_begin_as(f, lock, holder, token, acq_us, false);
 }
 
 int fence_write(fence_t *f, const char *lock, const char *holder,
                 int64_t token) {
-  return fenced(f, "W", lock, holder, token, fence_now_us());
+  return fence_write_as(f, lock, holder, token, false);
+}
+
+int fence_begin_as(fence_t *f, const char *lock, const char *holder,
+                   int64_t token, int64_t acq_us, bool shared) {
+  return fenced(f, shared ? "S" : "B", lock, holder, token, acq_us);
+}
+
+int fence_write_as(fence_t *f, const char *lock, const char *holder,
+                   int64_t token, bool shared) {
+  return fenced(f, shared ? "R" : "W", lock, holder, token, fence_now_us());
 }
 
 int fence_end(fence_t *f, const char *lock, const char *holder, int64_t token,
@@ -160,7 +188,10 @@ typedef struct session {
   int64_t token, acq, end;
   bool lost;    /* outcome "lost": the holder was told */
   bool closed;  /* has an end record */
-  int64_t next; /* earliest grant after this one (INT64_MAX: none) */
+  bool shared;  /* a shared (read) hold */
+  /* earliest grant after this one that excludes it (INT64_MAX: none): any
+   * grant for an exclusive hold, an exclusive grant for a shared one */
+  int64_t next;
 } session_t;
 
 typedef struct wrec {
@@ -236,7 +267,7 @@ static int take_record(const char *line, vec_t *sess, vec_t *writes,
     return -1;
   if (token > out->max_token)
     out->max_token = token;
-  if (kind == 'B') {
+  if (kind == 'B' || kind == 'S') {
     if (o->sess != SIZE_MAX)
       problem(out, "%s began a hold (token %lld) with one still open (%lld)",
               holder, token, (long long)((session_t *)sess->v)[o->sess].token);
@@ -247,11 +278,14 @@ static int take_record(const char *line, vec_t *sess, vec_t *writes,
     s->token = token;
     s->acq = stamp;
     s->end = INT64_MAX;
+    s->shared = kind == 'S';
     o->sess = sess->n - 1;
     out->sessions++;
+    if (s->shared)
+      out->shared_sessions++;
     if (strcmp(res, "ok") != 0)
       out->begins_refused++;
-  } else if (kind == 'W') {
+  } else if (kind == 'W' || kind == 'R') {
     wrec_t *w = vec_push(writes);
     if (!w)
       return -1;
@@ -327,30 +361,50 @@ int fence_analyze(redisContext *resource, const char *lock,
     for (size_t i = 0; i < sess.n; i++)
       order[i] = &S[i];
     qsort(order, sess.n, sizeof *order, by_acq);
-    int64_t end_told = INT64_MIN, end_silent = INT64_MIN;
-    const session_t *silent_by = NULL;
+    /* [0]: every hold, [1]: exclusive holds only. An exclusive hold must
+     * begin after every earlier hold ended, a shared one after every
+     * earlier exclusive hold ended. */
+    int64_t end_told[2] = {INT64_MIN, INT64_MIN};
+    int64_t end_silent[2] = {INT64_MIN, INT64_MIN};
+    int64_t end_shared = INT64_MIN;
+    const session_t *silent_by[2] = {NULL, NULL};
     for (size_t k = 0; k < sess.n; k++) {
       session_t *s = order[k];
-      s->next = k + 1 < sess.n ? order[k + 1]->acq : INT64_MAX;
-      if (s->acq < end_silent) {
+      int ref = s->shared ? 1 : 0;
+      if (s->acq < end_silent[ref]) {
         out->overlaps++;
         problem(out,
-                "%s (token %lld) granted %lld us before %s (token %lld) "
+                "%s (token %lld%s) granted %lld us before %s (token %lld) "
                 "ended its hold",
-                s->holder, (long long)s->token,
-                (long long)(end_silent - s->acq),
-                silent_by ? silent_by->holder : "?",
-                silent_by ? (long long)silent_by->token : -1LL);
-      } else if (s->acq < end_told) {
+                s->holder, (long long)s->token, s->shared ? ", shared" : "",
+                (long long)(end_silent[ref] - s->acq),
+                silent_by[ref] ? silent_by[ref]->holder : "?",
+                silent_by[ref] ? (long long)silent_by[ref]->token : -1LL);
+      } else if (s->acq < end_told[ref]) {
         out->overlaps_lost++;
       }
-      if (s->lost) {
-        if (s->end > end_told)
-          end_told = s->end;
-      } else if (s->end > end_silent) {
-        end_silent = s->end;
-        silent_by = s;
+      if (s->shared && s->acq < end_shared)
+        out->shared_overlaps++;
+      for (int i = 0; i < (s->shared ? 1 : 2); i++) {
+        if (s->lost) {
+          if (s->end > end_told[i])
+            end_told[i] = s->end;
+        } else if (s->end > end_silent[i]) {
+          end_silent[i] = s->end;
+          silent_by[i] = s;
+        }
       }
+      if (s->shared && s->end > end_shared)
+        end_shared = s->end;
+    }
+    /* the next grant that excludes each hold, from the back */
+    int64_t next_any = INT64_MAX, next_excl = INT64_MAX;
+    for (size_t k = sess.n; k-- > 0;) {
+      session_t *s = order[k];
+      s->next = s->shared ? next_excl : next_any;
+      next_any = s->acq;
+      if (!s->shared)
+        next_excl = s->acq;
     }
   }
   /* stale writes: accepted after a later grant */
@@ -388,6 +442,8 @@ void fence_report_add(fence_report_t *a, const fence_report_t *b) {
   a->writes_refused += b->writes_refused;
   a->overlaps += b->overlaps;
   a->overlaps_lost += b->overlaps_lost;
+  a->shared_sessions += b->shared_sessions;
+  a->shared_overlaps += b->shared_overlaps;
   a->stale_accepted += b->stale_accepted;
   if (b->max_token > a->max_token)
     a->max_token = b->max_token;

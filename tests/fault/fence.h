@@ -19,11 +19,16 @@
  * refused, to a log list. fence_analyze() reads the log back and reports
  * overlapping holds and stale writes that were accepted.
  *
- * Tokens. The checker takes the token as an argument so that a real fenced
- * lock (Redisson's RFencedLock, whose acquire script INCRs
- * redisson_lock_token:{name} and returns the token with the grant) plugs in
- * unchanged. Until dlock has one, holders call fence_token_next() right
- * after acquiring: an INCR of fault_fence_token:{name} on the lock server.
+ * Exclusive and shared holds. Holds of a mutex and of a read-write lock's
+ * write side are exclusive (fence_begin/fence_write); the read side's are
+ * shared (fence_begin_as/fence_write_as with shared = true): a shared hold
+ * may overlap other shared holds, never an exclusive one.
+ *
+ * Tokens. The checker takes the token as an argument. A DLOCK_FENCED
+ * holder passes the lock's own fencing token (dlock_lock_acquire_fenced,
+ * Redisson's RFencedLock layout: drawn in the grant script, so in grant
+ * order). Holders of the other kinds call fence_token_next() right after
+ * acquiring: an INCR of fault_fence_token:{name} on the lock server.
  * That token is NOT atomic with the grant: a holder paused between its
  * grant and its INCR can draw a token above the next holder's. The checker
  * detects what that would cause (a stale write accepted), which is why its
@@ -67,6 +72,14 @@ int fence_begin(fence_t *f, const char *lock, const char *holder, int64_t token,
  * sent. */
 int fence_write(fence_t *f, const char *lock, const char *holder,
                 int64_t token);
+/* The same for a shared hold (a reader of a read-write lock): begin logs
+ * S, write logs R (a read of the protected data). A shared record is
+ * refused only when its token is below the highest token of an exclusive
+ * record, so readers holding together do not refuse one another. */
+int fence_begin_as(fence_t *f, const char *lock, const char *holder,
+                   int64_t token, int64_t acq_us, bool shared);
+int fence_write_as(fence_t *f, const char *lock, const char *holder,
+                   int64_t token, bool shared);
 /* End of the hold at end_us. outcome: "ok" (released), "lost" (told by
  * ELOST or the lost callback), "killed" (written by the test for a holder
  * it killed), or "err:<code>" (release failed, fate unknown). 0 or -1. */
@@ -91,6 +104,9 @@ typedef struct fence_report {
    * lock (a violation), `overlaps_lost` where it was (outcome "lost": the
    * documented limit of a lease-based lock, e.g. a paused holder) */
   int64_t overlaps, overlaps_lost;
+  /* shared holds (readers); shared holds that began while another shared
+   * hold was open (allowed: shows readers did hold together) */
+  int64_t shared_sessions, shared_overlaps;
   /* accepted writes made after a later hold of the same lock had been
    * granted (the harm fencing must prevent) */
   int64_t stale_accepted;

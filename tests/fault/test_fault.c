@@ -23,7 +23,11 @@
  *
  * Cases: kill_holder pause_holder aof_restart kill_redis cli_on_lost
  * pubsub_kill partition partition_short lossy soak, and regressions for
- * two races the soak found: long_wait_handoff release_during_renewal. Main
+ * two races the soak found: long_wait_handoff release_during_renewal.
+ * kill_holder and pause_holder run for the reentrant lock and, as
+ * kill_holder_<kind> and pause_holder_<kind>, for the fair, fenced, write
+ * and read-write (mixed sides) kinds, with contend_<kind>, a short
+ * contention run (a kind case parameterises the one scenario body). Main
  * thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
@@ -241,6 +245,74 @@ static const char *str_field(const char *line, const char *key) {
   return fproc_field_str(line, key, buf[k], sizeof buf[k]);
 }
 
+/* ------------------------------------------------------ lock kinds */
+
+/*
+ * The kill -9, SIGSTOP and contention scenarios run for every lock kind. A
+ * kind case names the scenario and lock suffix ("" for the reentrant
+ * original, whose names are unchanged) and the worker --kind of each
+ * process: the holder first, then the waiters. The read-write lock mixes
+ * its sides: a writer killed with a reader and a writer waiting, a reader
+ * paused while a writer waits, and random sides under contention.
+ */
+typedef struct kcase {
+  const char *sfx;      /* "", "_fair", "_fenced", "_write", "_rw" */
+  const char *kinds[3]; /* --kind of the holder, then of the waiters */
+  /* how the kill_holder waiters wait, and how much later than the lease's
+   * end the next grant may come on top of the usual slack */
+  const char *wait;
+  int64_t nap_ms;
+} kcase_t;
+
+#define WAIT20 "--wait 20000"
+static const kcase_t K_REENTRANT = {
+    "", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0};
+/* A fair waiter behind the head sleeps until its estimated turn unless
+ * woken; when the head took the lock by expiry (its holder was killed) and
+ * is killed in turn, nobody wakes it: it comes back at its next queue
+ * refresh (thread-wait / 3 for a wait longer than thread-wait; a finite
+ * wait is its own thread-wait, so it would sleep to its deadline). Hence
+ * waiters that wait without a deadline, thread-wait 3000 ms: a refresh
+ * every 1000 ms. docs/RELIABILITY.md has the figures. */
+static const kcase_t K_FAIR = {"_fair",
+                               {"fair", "fair", "fair"},
+                               "--fair-thread-wait 3000",
+                               1000};
+static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0};
+static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0};
+static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0};
+static const kcase_t K_RW_PAUSE = {"_rw", {"read", "write", "write"}, WAIT20, 0};
+static const kcase_t K_RW_CONTEND = {"_rw", {"rw", "rw", "rw"}, WAIT20, 0};
+
+/* The scenario's and its lock's names for kind case k. */
+static void kname(const kcase_t *k, const char *scen, const char *lock,
+                  char *sname, char *lname) {
+  snprintf(sname, 64, "%s%s", scen, k->sfx);
+  snprintf(lname, 64, "%s%s", lock, k->sfx);
+}
+
+/* Waits until worker w, of `kind`, waits for `lock` behind n-1 others:
+ * queued on the server for the kinds that queue (a reentrant or fenced
+ * lock's dlock queue, a fair lock's queue), else (a read-write lock keeps
+ * no queue) until it has said it calls acquire. */
+static void wait_waiter(env_t *e, const char *lock, const char *kind,
+                        fproc_t *w, int64_t n) {
+  if (strcmp(kind, "fair") == 0) {
+    bool ok;
+    TH_WAIT_FOR(ok,
+                th_redis_int(e->lock, "LLEN redisson_lock_queue:{%s}", lock) >=
+                    n,
+                BOUND(10000));
+    CHECKF(ok, "%lld waiters expected in the fair queue of %s", (long long)n,
+           lock);
+  } else if (strcmp(kind, "read") == 0 || strcmp(kind, "write") == 0) {
+    size_t from = 0;
+    WANT(w, "ACQUIRING", &from, BOUND(10000));
+  } else {
+    wait_queued(e, lock, n);
+  }
+}
+
 /* -------------------------------------------------- holder killed (-9) */
 
 /*
@@ -249,20 +321,24 @@ static const char *str_field(const char *line, const char *key) {
  * lease (its PTTL when the kill landed), then the same again for the new
  * holder.
  */
-static void t_kill_holder(void) {
+static void kill_holder(const kcase_t *k) {
   env_t e;
   env_start(&e, NULL);
-  const char *L = "fault-kill";
-  const char *wopts = "--name fault-kill --watchdog 1000 --wait 20000";
+  char sname[64], L[64], wopts[3][160];
+  kname(k, "kill_holder", "fault-kill", sname, L);
+  for (int i = 0; i < 3; i++)
+    snprintf(wopts[i], sizeof wopts[i],
+             "--name %s --watchdog 1000 %s --kind %s", L,
+             i ? k->wait : "--wait 20000", k->kinds[i]);
   fproc_t *w[3];
   size_t from[3] = {0, 0, 0};
-  w[0] = spawn_worker(&e, "k0", e.lock->url, "hold", wopts);
+  w[0] = spawn_worker(&e, "k0", e.lock->url, "hold", wopts[0]);
   const char *acq = WANT(w[0], "ACQUIRED", &from[0], BOUND(10000));
   int64_t tokens[3] = {fproc_field(acq, "token"), 0, 0};
-  w[1] = spawn_worker(&e, "k1", e.lock->url, "hold", wopts);
-  wait_queued(&e, L, 1);
-  w[2] = spawn_worker(&e, "k2", e.lock->url, "hold", wopts);
-  wait_queued(&e, L, 2);
+  w[1] = spawn_worker(&e, "k1", e.lock->url, "hold", wopts[1]);
+  wait_waiter(&e, L, k->kinds[1], w[1], 1);
+  w[2] = spawn_worker(&e, "k2", e.lock->url, "hold", wopts[2]);
+  wait_waiter(&e, L, k->kinds[2], w[2], 2);
   int holder = 0;
   int64_t worst = 0;
   for (int round = 1; round <= 2; round++) {
@@ -280,7 +356,8 @@ static void t_kill_holder(void) {
     for (int i = 0; i < 3; i++)
       rest[i] = i == holder || w[i]->pid == 0 ? NULL : w[i];
     const char *line = NULL;
-    int next = want_any(rest, 3, "ACQUIRED", from, BOUND(1000 + 2000), &line);
+    int next = want_any(rest, 3, "ACQUIRED", from,
+                        BOUND(1000 + 2000) + k->nap_ms, &line);
     if (next < 0) {
       for (int i = 0; i < 3; i++)
         fproc_dump(w[i]);
@@ -288,28 +365,30 @@ static void t_kill_holder(void) {
     CHECKF(next >= 0, "no waiter got the lock within the lease after kill -9");
     tokens[next] = fproc_field(line, "token");
     int64_t delay_ms = (line_us(line) - t_kill) / 1000;
-    printf("FIGURE kill_holder.round%d: %lld ms from SIGKILL of the holder "
-           "to the next grant (watchdog lease 1000 ms; the lock's PTTL at "
-           "the kill was %lld ms)\n",
-           round, (long long)delay_ms, (long long)pttl);
-    CHECKF(delay_ms <= pttl + BOUND(300),
+    printf("FIGURE %s.round%d: %lld ms from SIGKILL of the holder (%s) "
+           "to the next grant (%s; watchdog lease 1000 ms; the lock's PTTL "
+           "at the kill was %lld ms)\n",
+           sname, round, (long long)delay_ms, k->kinds[holder],
+           k->kinds[next], (long long)pttl);
+    CHECKF(delay_ms <= pttl + k->nap_ms + BOUND(300),
            "the next grant took %lld ms, the lease had %lld ms left",
            (long long)delay_ms, (long long)pttl);
-    CHECK_INT(delay_ms, <=, 1000 + BOUND(300));
+    CHECK_INT(delay_ms, <=, 1000 + k->nap_ms + BOUND(300));
+    CHECK_INT(tokens[next], >, tokens[holder]);
     if (delay_ms > worst)
       worst = delay_ms;
     holder = next;
   }
-  printf("FIGURE kill_holder: %lld ms worst delay from SIGKILL to the next "
+  printf("FIGURE %s: %lld ms worst delay from SIGKILL to the next "
          "grant (watchdog lease 1000 ms, 2 rounds)\n",
-         (long long)worst);
+         sname, (long long)worst);
   CHECK(fproc_send(w[holder], "release") == 0);
   const char *rel = WANT(w[holder], "RELEASED", &from[holder], BOUND(5000));
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   CHECK(fproc_send(w[holder], "quit") == 0);
   finish_worker(w[holder]);
   const char *locks[] = {L, NULL};
-  checker(&e, "kill_holder", locks, 0);
+  checker(&e, sname, locks, 0);
   for (int i = 0; i < 3; i++)
     fproc_free(w[i]);
   env_stop(&e);
@@ -321,40 +400,50 @@ static void t_kill_holder(void) {
  * A holder (watchdog 1000 ms) is stopped with SIGSTOP and stays stopped
  * until another process holds the lock and has written. Resumed, it goes
  * on writing as a paused process would (it cannot know): every write must
- * be refused by token, its lost callback must fire, and its release must
- * say DLOCK_ELOST. Its interval overlaps the new holder's: the known limit
- * of any lease-based lock, reported as such by the checker.
+ * be refused by token (the new holder's is higher: for a fenced lock the
+ * lock's own fencing token), its lost callback must fire, and its release
+ * must say DLOCK_ELOST. Its interval overlaps the new holder's: the known
+ * limit of any lease-based lock, reported as such by the checker. A paused
+ * reader of a read-write lock is refused its reads once a writer holds.
  */
-static void t_pause_holder(void) {
+static void pause_holder(const kcase_t *k) {
   env_t e;
   env_start(&e, NULL);
-  const char *L = "fault-pause";
+  char sname[64], L[64], o0[160], o1[160];
+  kname(k, "pause_holder", "fault-pause", sname, L);
+  snprintf(o0, sizeof o0, "--name %s --watchdog 1000 --kind %s", L,
+           k->kinds[0]);
+  snprintf(o1, sizeof o1, "--name %s --watchdog 1000 --wait 20000 --kind %s",
+           L, k->kinds[1]);
   size_t f0 = 0, f1 = 0;
-  fproc_t *a = spawn_worker(&e, "p0", e.lock->url, "hold",
-                            "--name fault-pause --watchdog 1000");
-  WANT(a, "ACQUIRED", &f0, BOUND(10000));
-  fproc_t *b = spawn_worker(&e, "p1", e.lock->url, "hold",
-                            "--name fault-pause --watchdog 1000 --wait 20000");
-  wait_queued(&e, L, 1);
+  fproc_t *a = spawn_worker(&e, "p0", e.lock->url, "hold", o0);
+  const char *acq0 = WANT(a, "ACQUIRED", &f0, BOUND(10000));
+  int64_t stale_token = fproc_field(acq0, "token");
+  fproc_t *b = spawn_worker(&e, "p1", e.lock->url, "hold", o1);
+  wait_waiter(&e, L, k->kinds[1], b, 1);
   WANT(a, "WRITE ok", &f0, BOUND(2000));
   int64_t t_stop = fproc_now_us();
   CHECK(fproc_signal(a, SIGSTOP) == 0);
   const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(1000 + 2000));
   int64_t grant_ms = (line_us(acq) - t_stop) / 1000;
-  printf("FIGURE pause_holder.grant: %lld ms from SIGSTOP of the holder to "
-         "the next grant (watchdog lease 1000 ms)\n",
-         (long long)grant_ms);
+  int64_t new_token = fproc_field(acq, "token");
+  printf("FIGURE %s.grant: %lld ms from SIGSTOP of the holder (%s) to "
+         "the next grant (%s; watchdog lease 1000 ms); tokens: stale %lld, "
+         "new %lld\n",
+         sname, (long long)grant_ms, k->kinds[0], k->kinds[1],
+         (long long)stale_token, (long long)new_token);
   CHECK_INT(grant_ms, <=, 1000 + BOUND(300));
+  CHECK_INT(new_token, >, stale_token);
   WANT(b, "WRITE ok", &f1, BOUND(2000));
   int64_t t_cont = fproc_now_us();
   CHECK(fproc_signal(a, SIGCONT) == 0);
   const char *ref = WANT(a, "WRITE refused", &f0, BOUND(3000));
   size_t fl = 0;
   const char *lost = WANT(a, "LOST ", &fl, BOUND(3000));
-  printf("FIGURE pause_holder.lost_callback: %lld ms after SIGCONT (reason "
+  printf("FIGURE %s.lost_callback: %lld ms after SIGCONT (reason "
          "%s); first refused write %lld ms after SIGCONT\n",
-         (long long)(line_us(lost) - t_cont) / 1000, str_field(lost, "reason"),
-         (long long)(line_us(ref) - t_cont) / 1000);
+         sname, (long long)(line_us(lost) - t_cont) / 1000,
+         str_field(lost, "reason"), (long long)(line_us(ref) - t_cont) / 1000);
   /* no write of the resumed holder was accepted */
   for (size_t i = 0; i < a->nlines; i++)
     if (strstr(a->lines[i], "WRITE ok") && line_us(a->lines[i]) > t_cont) {
@@ -363,15 +452,15 @@ static void t_pause_holder(void) {
     }
   CHECK(fproc_send(a, "release") == 0);
   const char *rel = WANT(a, "RELEASED", &f0, BOUND(5000));
-  printf(
-      "FIGURE pause_holder.release: %s (resumed holder's release, %lld ms)\n",
-      str_field(rel, "rc"), (long long)fproc_field(rel, "took_ms"));
+  printf("FIGURE %s.release: %s (resumed holder's release, %lld ms)\n", sname,
+         str_field(rel, "rc"), (long long)fproc_field(rel, "took_ms"));
   CHECK_STR(str_field(rel, "rc"), "DLOCK_ELOST");
   CHECK(fproc_send(a, "quit") == 0);
   finish_worker(a);
   const char *done = WANT(a, "DONE", &f0, 1000);
   CHECK_INT(fproc_field(done, "lost"), >=, 1);
   int64_t refused = fproc_field(done, "writes_refused");
+  CHECK_INT(refused, >=, 1);
   /* the new holder still owns it and can release it */
   CHECK(fproc_send(b, "release") == 0);
   rel = WANT(b, "RELEASED", &f1, BOUND(5000));
@@ -379,15 +468,19 @@ static void t_pause_holder(void) {
   CHECK(fproc_send(b, "quit") == 0);
   finish_worker(b);
   const char *locks[] = {L, NULL};
-  fence_report_t r = checker(&e, "pause_holder", locks, 1);
+  fence_report_t r = checker(&e, sname, locks, 1);
   CHECK_INT(r.writes_refused, >=, 1);
-  printf("FIGURE pause_holder: %lld stale writes refused by token, 0 accepted "
-         "(holder paused past its 1000 ms lease)\n",
-         (long long)refused);
+  printf("FIGURE %s: %lld stale writes refused by token (%lld < %lld), 0 "
+         "accepted (holder paused past its 1000 ms lease)\n",
+         sname, (long long)refused, (long long)stale_token,
+         (long long)new_token);
   fproc_free(a);
   fproc_free(b);
   env_stop(&e);
 }
+
+static void t_kill_holder(void) { kill_holder(&K_REENTRANT); }
+static void t_pause_holder(void) { pause_holder(&K_REENTRANT); }
 
 /* ------------------------------------------------ restart with AOF */
 
@@ -1256,6 +1349,96 @@ static void t_lossy(void) {
   env_stop(&e);
 }
 
+/* ------------------------------------------------ contention per kind */
+
+/*
+ * 3 processes x 3 threads contend on two locks of one kind for 4 s
+ * (waiting, try-once, re-entrant and fixed-lease acquires; rw: each cycle
+ * takes the read or the write side at random). No overlap, no stale write
+ * accepted, every worker clean. Per kind: a fair lock must serve every
+ * process (no starvation; the worst wait is printed); a fenced lock's
+ * tokens come with the grant, so no begin is refused by token unless a
+ * hold was lost; the read-write lock must have let readers hold together.
+ */
+static void contend(const kcase_t *k) {
+  env_t e;
+  env_start(&e, NULL);
+  char sname[64], base[64], la[80], lb[80], opts[320];
+  kname(k, "contend", "fault-contend", sname, base);
+  snprintf(la, sizeof la, "%s-a", base);
+  snprintf(lb, sizeof lb, "%s-b", base);
+  snprintf(opts, sizeof opts,
+           "--name %s,%s --threads 3 --duration 4000 --watchdog 3000 "
+           "--wait 15000 --kind %s",
+           la, lb, k->kinds[0]);
+  const int n = 3;
+  fproc_t *w[3];
+  size_t from[3] = {0, 0, 0};
+  for (int i = 0; i < n; i++) {
+    char tag[8];
+    snprintf(tag, sizeof tag, "c%d", i);
+    w[i] = spawn_worker(&e, tag, e.lock->url, "contend", opts);
+  }
+  wait_done(w, n, from, BOUND(4000 + 15000));
+  int64_t grants = sum_done(w, n, from, "grants");
+  int64_t reads = sum_done(w, n, from, "reads");
+  int64_t lost = sum_done(w, n, from, "lost") + sum_done(w, n, from, "elost");
+  int64_t maxwait = max_done(w, n, from, "max_wait_ms");
+  int64_t least = INT64_MAX, least_thread = INT64_MAX;
+  for (int i = 0; i < n; i++) {
+    size_t f = from[i];
+    const char *d = fproc_expect(w[i], "DONE", &f, 0);
+    CHECK(d);
+    if (fproc_field(d, "grants") < least)
+      least = fproc_field(d, "grants");
+    if (fproc_field(d, "min_thread_grants") < least_thread)
+      least_thread = fproc_field(d, "min_thread_grants");
+  }
+  const char *locks[] = {la, lb, NULL};
+  fence_report_t r = checker(&e, sname, locks, 0);
+  printf("FIGURE %s: %lld violations in %lld grants (%s; 3 processes x 3 "
+         "threads, 2 locks, 4 s; %lld read holds, %lld of them while another "
+         "reader held; fewest grants of a process %lld, of a thread %lld; "
+         "longest wait %lld ms; %lld begins refused by token; %lld holds "
+         "lost)\n",
+         sname, (long long)(r.overlaps + r.stale_accepted), (long long)grants,
+         k->kinds[0], (long long)reads, (long long)r.shared_overlaps,
+         (long long)least, (long long)least_thread, (long long)maxwait,
+         (long long)r.begins_refused, (long long)lost);
+  CHECK_INT(sum_done(w, n, from, "failed"), ==, 0);
+  CHECK_INT(grants, >=, 20);
+  if (strcmp(k->kinds[0], "fair") == 0) {
+    printf("FIGURE %s.wait: %lld ms worst wait of a fair waiter; every "
+           "process got the lock (fewest %lld grants)\n",
+           sname, (long long)maxwait, (long long)least);
+    CHECK_INT(least, >=, 1);
+  }
+  if (strcmp(k->kinds[0], "fenced") == 0 && lost == 0)
+    CHECK_INT(r.begins_refused, ==, 0);
+  if (strcmp(k->kinds[0], "rw") == 0) {
+    CHECK_INT(reads, >=, 1);
+    CHECK_INT(grants - reads, >=, 1);
+    CHECK_INT(r.shared_sessions, ==, reads);
+    CHECK_INT(r.shared_overlaps, >=, 1);
+  }
+  for (int i = 0; i < n; i++)
+    fproc_free(w[i]);
+  env_stop(&e);
+}
+
+static void t_kill_holder_fair(void) { kill_holder(&K_FAIR); }
+static void t_kill_holder_fenced(void) { kill_holder(&K_FENCED); }
+static void t_kill_holder_write(void) { kill_holder(&K_WRITE); }
+static void t_kill_holder_rw(void) { kill_holder(&K_RW_KILL); }
+static void t_pause_holder_fair(void) { pause_holder(&K_FAIR); }
+static void t_pause_holder_fenced(void) { pause_holder(&K_FENCED); }
+static void t_pause_holder_write(void) { pause_holder(&K_WRITE); }
+static void t_pause_holder_rw(void) { pause_holder(&K_RW_PAUSE); }
+static void t_contend_fair(void) { contend(&K_FAIR); }
+static void t_contend_fenced(void) { contend(&K_FENCED); }
+static void t_contend_write(void) { contend(&K_WRITE); }
+static void t_contend_rw(void) { contend(&K_RW_CONTEND); }
+
 /* ------------------------------------------------------------- soak */
 
 static int64_t env_int(const char *name, int64_t dflt) {
@@ -1443,6 +1626,18 @@ static const check_case_t cases[] = {
     {"lossy", t_lossy},
     {"long_wait_handoff", t_long_wait_handoff},
     {"release_during_renewal", t_release_during_renewal},
+    {"kill_holder_fair", t_kill_holder_fair},
+    {"kill_holder_fenced", t_kill_holder_fenced},
+    {"kill_holder_write", t_kill_holder_write},
+    {"kill_holder_rw", t_kill_holder_rw},
+    {"pause_holder_fair", t_pause_holder_fair},
+    {"pause_holder_fenced", t_pause_holder_fenced},
+    {"pause_holder_write", t_pause_holder_write},
+    {"pause_holder_rw", t_pause_holder_rw},
+    {"contend_fair", t_contend_fair},
+    {"contend_fenced", t_contend_fenced},
+    {"contend_write", t_contend_write},
+    {"contend_rw", t_contend_rw},
     {"soak", t_soak},
 };
 
