@@ -267,17 +267,10 @@ typedef struct kcase {
 #define WAIT20 "--wait 20000"
 static const kcase_t K_REENTRANT = {
     "", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0};
-/* A fair waiter behind the head sleeps until its estimated turn unless
- * woken; when the head took the lock by expiry (its holder was killed) and
- * is killed in turn, nobody wakes it: it comes back at its next queue
- * refresh (thread-wait / 3 for a wait longer than thread-wait; a finite
- * wait is its own thread-wait, so it would sleep to its deadline). Hence
- * waiters that wait without a deadline, thread-wait 3000 ms: a refresh
- * every 1000 ms. docs/RELIABILITY.md has the figures. */
-static const kcase_t K_FAIR = {"_fair",
-                               {"fair", "fair", "fair"},
-                               "--fair-thread-wait 3000",
-                               1000};
+/* Fair waiters wait as the others do: a waiter behind the head never
+ * sleeps past the holder's lease, so when a holder that took the lock by
+ * expiry is killed in turn, the next one still learns it in time. */
+static const kcase_t K_FAIR = {"_fair", {"fair", "fair", "fair"}, WAIT20, 0};
 static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0};
 static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0};
 static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0};

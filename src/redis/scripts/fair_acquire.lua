@@ -33,13 +33,28 @@ while true do
   redis.call('lpop', KEYS[2])
 end
 -- A waiter behind others sleeps until woken on its own channel, its
--- estimated turn, or the head's deadline (a dead head is dropped then, and
--- nobody would tell this waiter), whichever comes first.
+-- estimated turn, the head's deadline (a dead head is dropped then, and
+-- nobody would tell this waiter), or the holder's lease (a holder that
+-- dies is not followed by a message either: the head takes the lock when
+-- the lease runs out, and this waiter, maybe the head by then, must come
+-- back to learn it), whichever comes first.
 local function until_news(estimate)
   local head = redis.call('lindex', KEYS[2], 0)
   local hd = head and tonumber(redis.call('zscore', KEYS[3], head) or '0')
   if hd and hd - now < estimate then
     estimate = hd - now
+  end
+  local pttl = redis.call('pttl', KEYS[1])
+  if pttl == 0 then
+    pttl = 1 -- expires this very millisecond
+  elseif pttl == -2 then
+    -- free, and the head is about to take it: nobody will say when it did,
+    -- so come back after about a lease (this waiter's, standing in for the
+    -- head's) to sleep on the new holder's PTTL from then on
+    pttl = tonumber(ARGV[1])
+  end
+  if pttl > 0 and pttl < estimate then
+    estimate = pttl
   end
   if estimate < 1 then
     estimate = 1
