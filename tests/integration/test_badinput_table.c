@@ -571,7 +571,7 @@ static int t_err_name(tctx_t *x) {
 }
 
 static int t_every_code(tctx_t *x) {
-  for (int code = -16; code <= 0; code++) {
+  for (int code = -17; code <= 0; code++) {
     const char *m = dlock_strerror(code), *n = dlock_err_name(code);
     if (!m || !n || !m[0] || strcmp(m, "unknown error") == 0 ||
         strncmp(n, "DLOCK_", 6) != 0 || strcmp(n, "DLOCK_E?") == 0)
@@ -819,11 +819,184 @@ static void g_null_args(void) {
   group_done("null_args", failed);
 }
 
+/* Semaphores, permit semaphores and latches: every function's NULL
+ * handle, and each out-of-range number (test_semaphore.sem_badinput and
+ * test_latch.latch_badinput go further). */
+static dlock_semaphore_t *g_sem;
+static dlock_permit_sem_t *g_psem;
+static dlock_latch_t *g_latch;
+static char g_id[DLOCK_PERMIT_ID_LEN + 1];
+
+static int t_sem_new(tctx_t *x) {
+  dlock_semaphore_t *s = (dlock_semaphore_t *)x;
+  int rc = dlock_semaphore_new(x->num ? x->c : NULL, x->arg, &s);
+  if (rc == 0)
+    dlock_semaphore_free(s);
+  return rc || !s ? rc : 0;
+}
+THUNK(t_sem_new_out, dlock_semaphore_new(x->c, "bt", NULL))
+THUNK(t_sem_acquire_null, dlock_semaphore_acquire(NULL, 1, 0))
+THUNK(t_sem_acquire_n, dlock_semaphore_acquire(g_sem, x->num, 0))
+THUNK(t_sem_acquire_wait, dlock_semaphore_acquire(g_sem, 1, x->num))
+THUNK(t_sem_release_null, dlock_semaphore_release(NULL, 1))
+THUNK(t_sem_release_n, dlock_semaphore_release(g_sem, x->num))
+THUNK(t_sem_set_null, dlock_semaphore_try_set_permits(NULL, 1, &g_b))
+THUNK(t_sem_set_n, dlock_semaphore_try_set_permits(g_sem, x->num, &g_b))
+THUNK(t_sem_add_null, dlock_semaphore_add_permits(NULL, 1))
+THUNK(t_sem_avail_null, dlock_semaphore_available(NULL, &g_v))
+THUNK(t_sem_avail_out, dlock_semaphore_available(g_sem, NULL))
+THUNK(t_sem_delete_null, dlock_semaphore_delete(NULL, &g_b))
+static int t_sem_name_null(tctx_t *x) {
+  const char *n = dlock_semaphore_name(NULL);
+  return n && n[0] == '\0' ? 0 : wrong(x, "not \"\"");
+}
+static int t_sem_free_null(tctx_t *x) {
+  (void)x;
+  dlock_semaphore_free(NULL);
+  dlock_permit_sem_free(NULL);
+  dlock_latch_free(NULL);
+  dlock_sem_state_free(NULL);
+  return 0;
+}
+THUNK(t_psem_new_out, dlock_permit_sem_new(x->c, "bt", NULL))
+static int t_psem_new_client(tctx_t *x) {
+  dlock_permit_sem_t *p = (dlock_permit_sem_t *)x;
+  int rc = dlock_permit_sem_new(NULL, "bt", &p);
+  return p == NULL ? rc : wrong(x, "*out not NULL after a failure");
+}
+THUNK(t_psem_acquire_null, dlock_permit_sem_acquire(NULL, 0, WD, g_id))
+THUNK(t_psem_acquire_id, dlock_permit_sem_acquire(g_psem, 0, WD, NULL))
+THUNK(t_psem_acquire_lease, dlock_permit_sem_acquire(g_psem, 0, x->num, g_id))
+THUNK(t_psem_release_null,
+      dlock_permit_sem_release(NULL, "0123456789abcdef0123456789abcdef"))
+THUNK(t_psem_release_id, dlock_permit_sem_release(g_psem, x->arg))
+THUNK(t_psem_state_null, dlock_permit_sem_state(g_psem, NULL))
+THUNK(t_psem_delete_null, dlock_permit_sem_delete(NULL, &g_b))
+THUNK(t_latch_new_out, dlock_latch_new(x->c, "bt", NULL))
+static int t_latch_new_name(tctx_t *x) {
+  dlock_latch_t *l = (dlock_latch_t *)x;
+  int rc = dlock_latch_new(x->c, x->arg, &l);
+  if (rc == 0)
+    dlock_latch_free(l);
+  return l == NULL || rc == 0 ? rc : wrong(x, "*out not NULL after a failure");
+}
+THUNK(t_latch_set_null, dlock_latch_try_set_count(NULL, 1, &g_b))
+THUNK(t_latch_set_n, dlock_latch_try_set_count(g_latch, x->num, &g_b))
+THUNK(t_latch_down_null, dlock_latch_count_down(NULL))
+THUNK(t_latch_count_out, dlock_latch_count(g_latch, NULL))
+THUNK(t_latch_await_null, dlock_latch_await(NULL, 0))
+THUNK(t_latch_await_wait, dlock_latch_await(g_latch, x->num))
+THUNK(t_latch_delete_null, dlock_latch_delete(NULL, &g_b))
+
+static void g_sync_objects(void) {
+  tctx_t x;
+  setup(&x, NULL);
+  CHECK_OK(dlock_semaphore_new(x.c, "bt-sem", &g_sem));
+  CHECK_OK(dlock_permit_sem_new(x.c, "bt-psem", &g_psem));
+  CHECK_OK(dlock_latch_new(x.c, "bt-latch", &g_latch));
+  static const row_t rows[] = {
+      ROW("dlock_semaphore_new", "client NULL", t_sem_new, "bt", 0,
+          DLOCK_EINVAL, "client is NULL"),
+      ROW("dlock_semaphore_new", "name NULL", t_sem_new, NULL, 1, DLOCK_EINVAL,
+          "name is NULL"),
+      ROW("dlock_semaphore_new", "name empty", t_sem_new, "", 1, DLOCK_EINVAL,
+          "name is empty"),
+      ROW("dlock_semaphore_new", "out NULL", t_sem_new_out, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_semaphore_name/free, dlock_permit_sem_free, "
+          "dlock_latch_free, dlock_sem_state_free",
+          "NULL (accepted)", t_sem_free_null, NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_semaphore_name", "NULL: \"\"", t_sem_name_null, NULL, 0,
+          DLOCK_OK, NULL),
+      ROW("dlock_semaphore_acquire", "semaphore NULL", t_sem_acquire_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_semaphore_acquire", "permits 0", t_sem_acquire_n, NULL, 0,
+          DLOCK_EINVAL, "permits"),
+      ROW("dlock_semaphore_acquire", "permits -1", t_sem_acquire_n, NULL, -1,
+          DLOCK_EINVAL, "permits"),
+      ROW("dlock_semaphore_acquire", "wait_ms -2", t_sem_acquire_wait, NULL,
+          -2, DLOCK_EINVAL, "wait"),
+      ROW("dlock_semaphore_acquire", "no such semaphore: no permits",
+          t_sem_acquire_n, NULL, 1, DLOCK_EBUSY, NULL),
+      ROW("dlock_semaphore_release", "semaphore NULL", t_sem_release_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_semaphore_release", "permits 0", t_sem_release_n, NULL, 0,
+          DLOCK_EINVAL, "permits"),
+      ROW("dlock_semaphore_try_set_permits", "semaphore NULL", t_sem_set_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_semaphore_try_set_permits", "permits -1", t_sem_set_n, NULL,
+          -1, DLOCK_EINVAL, "permits"),
+      ROW("dlock_semaphore_add_permits", "semaphore NULL", t_sem_add_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_semaphore_available", "semaphore NULL", t_sem_avail_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_semaphore_available", "out NULL", t_sem_avail_out, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_semaphore_delete", "semaphore NULL", t_sem_delete_null, NULL,
+          0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_permit_sem_new", "client NULL", t_psem_new_client, NULL, 0,
+          DLOCK_EINVAL, "client is NULL"),
+      ROW("dlock_permit_sem_new", "out NULL", t_psem_new_out, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_permit_sem_acquire", "semaphore NULL", t_psem_acquire_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_permit_sem_acquire", "id NULL", t_psem_acquire_id, NULL, 0,
+          DLOCK_EINVAL, "id is NULL"),
+      ROW("dlock_permit_sem_acquire", "lease_ms 0", t_psem_acquire_lease, NULL,
+          0, DLOCK_EINVAL, "lease"),
+      ROW("dlock_permit_sem_acquire", "no such semaphore: no permits",
+          t_psem_acquire_lease, NULL, 1000, DLOCK_EBUSY, NULL),
+      ROW("dlock_permit_sem_release", "semaphore NULL", t_psem_release_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_permit_sem_release", "id NULL", t_psem_release_id, NULL, 0,
+          DLOCK_EINVAL, "id"),
+      ROW("dlock_permit_sem_release", "id not 32 hex digits",
+          t_psem_release_id, "abc", 0, DLOCK_EINVAL, "id"),
+      ROW("dlock_permit_sem_release", "id in upper case",
+          t_psem_release_id, "0123456789ABCDEF0123456789ABCDEF", 0,
+          DLOCK_EINVAL, "id"),
+      ROW("dlock_permit_sem_release", "unknown id", t_psem_release_id,
+          "0123456789abcdef0123456789abcdef", 0, DLOCK_ENOTOWNER, NULL),
+      ROW("dlock_permit_sem_state", "out NULL", t_psem_state_null, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_permit_sem_delete", "semaphore NULL", t_psem_delete_null,
+          NULL, 0, DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_latch_new", "out NULL", t_latch_new_out, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_latch_new", "reserved name", t_latch_new_name,
+          "dlock_lock_x", 0, DLOCK_EINVAL, "reserved"),
+      ROW("dlock_latch_try_set_count", "latch NULL", t_latch_set_null, NULL, 0,
+          DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_latch_try_set_count", "count 0", t_latch_set_n, NULL, 0,
+          DLOCK_EINVAL, "count"),
+      ROW("dlock_latch_count_down", "latch NULL", t_latch_down_null, NULL, 0,
+          DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_latch_count", "out NULL", t_latch_count_out, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_latch_await", "latch NULL", t_latch_await_null, NULL, 0,
+          DLOCK_EINVAL, "is NULL"),
+      ROW("dlock_latch_await", "wait_ms -2", t_latch_await_wait, NULL, -2,
+          DLOCK_EINVAL, "wait"),
+      ROW("dlock_latch_await", "no such latch: counts as zero",
+          t_latch_await_wait, NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_latch_delete", "latch NULL", t_latch_delete_null, NULL, 0,
+          DLOCK_EINVAL, "is NULL"),
+  };
+  int failed = RUN_ROWS(&x, "sync_objects", rows);
+  /* none of it left a key behind */
+  CHECK_INT(it_lock_keys(x.s), ==, 0);
+  dlock_semaphore_free(g_sem);
+  dlock_permit_sem_free(g_psem);
+  dlock_latch_free(g_latch);
+  teardown(&x);
+  group_done("sync_objects", failed);
+}
+
 static void g_codes(void) {
   tctx_t x;
   memset(&x, 0, sizeof x);
   static const row_t rows[] = {
-      ROW("dlock_strerror", "every code -16..0", t_every_code, NULL, 0,
+      ROW("dlock_strerror", "every code -17..0", t_every_code, NULL, 0,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "1 (not a code)", t_strerror, "unknown error", 1,
           DLOCK_OK, NULL),
@@ -1392,6 +1565,7 @@ static void g_server_busy_script(void) {
 static const check_case_t cases[] = {
     {"null_args", g_null_args},
     {"codes", g_codes},
+    {"sync_objects", g_sync_objects},
     {"handles", g_handles},
     {"names", g_names},
     {"durations", g_durations},
