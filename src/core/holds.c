@@ -102,6 +102,18 @@ void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h) {
   dlock__free(h);
 }
 
+void dlock__holds_drop_locked(struct dlock_client *c, const char *name,
+                              bool permits) {
+  size_t cur;
+  dlock__map_entry *e = dlock__map_first(&c->holds, &cur);
+  while (e) {
+    dlock__hold *h = e->value;
+    e = dlock__map_next(&c->holds, e, &cur);
+    if ((h->kind == DLOCK__HK_PERMIT) == permits && strcmp(h->name, name) == 0)
+      dlock__hold_remove_locked(c, h);
+  }
+}
+
 void dlock__holds_free_all_locked(struct dlock_client *c) {
   size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;

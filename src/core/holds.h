@@ -75,6 +75,10 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
                                          const char *permit, int64_t lease_ms,
                                          bool watchdog, int64_t since);
 void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h);
+/* Forgets every hold of `name`: its permits (permits true) or its lock
+ * holds (false). They are no longer renewed. */
+void dlock__holds_drop_locked(struct dlock_client *c, const char *name,
+                              bool permits);
 void dlock__holds_free_all_locked(struct dlock_client *c);
 
 int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,

@@ -120,14 +120,7 @@ static void drop_orphan_holds_locked(struct dlock_client *c, const char *name) {
   for (dlock_lock_t *o = c->locks; o; o = o->next)
     if (strcmp(o->name, name) == 0)
       return;
-  size_t cur;
-  dlock__map_entry *e = dlock__map_first(&c->holds, &cur);
-  while (e) {
-    dlock__hold *h = e->value;
-    e = dlock__map_next(&c->holds, e, &cur);
-    if (h->kind != DLOCK__HK_PERMIT && strcmp(h->name, name) == 0)
-      dlock__hold_remove_locked(c, h);
-  }
+  dlock__holds_drop_locked(c, name, false);
 }
 
 void dlock_lock_free(dlock_lock_t *l) {

@@ -217,14 +217,7 @@ static void drop_orphan_permits_locked(struct dlock_client *c,
   for (dlock__sync *o = c->syncs; o; o = o->next)
     if (o->magic == DLOCK__PSEM_MAGIC && strcmp(o->name, name) == 0)
       return;
-  size_t cur;
-  dlock__map_entry *e = dlock__map_first(&c->holds, &cur);
-  while (e) {
-    dlock__hold *hd = e->value;
-    e = dlock__map_next(&c->holds, e, &cur);
-    if (hd->kind == DLOCK__HK_PERMIT && strcmp(hd->name, name) == 0)
-      dlock__hold_remove_locked(c, hd);
-  }
+  dlock__holds_drop_locked(c, name, true);
 }
 
 void dlock_permit_sem_free(dlock_permit_sem_t *s) {

@@ -115,18 +115,25 @@ static int run_on_channel(dlock__redis *r, const dlock__script *s,
 
 /* ----------------------------------------------------------- semaphore */
 
-int dlock__redis_sem_set(void *be, const char *name, int64_t permits,
+/* A script that sets `name` to n if it is absent and announces it on the
+ * kind's channel (sem_set, latch_set): *set = whether it did. */
+static int set_if_absent(dlock__redis *r, const dlock__script *s,
+                         dlock__sync_kind kind, const char *name, int64_t n,
                          bool *set) {
-  dlock__redis *r = be;
-  char n[24];
-  snprintf(n, sizeof n, "%" PRId64, permits);
-  const char *args[2] = {n, r->publish};
+  char num[24];
+  snprintf(num, sizeof num, "%" PRId64, n);
+  const char *args[2] = {num, r->publish};
   int64_t v = 0;
-  int rc = run_on_channel(r, &dlock__script_sem_set, DLOCK__SYNC_SEM, name,
-                          args, 2, &v);
+  int rc = run_on_channel(r, s, kind, name, args, 2, &v);
   if (!rc)
     *set = v == 1;
   return rc;
+}
+
+int dlock__redis_sem_set(void *be, const char *name, int64_t permits,
+                         bool *set) {
+  return set_if_absent(be, &dlock__script_sem_set, DLOCK__SYNC_SEM, name,
+                       permits, set);
 }
 
 int dlock__redis_sem_add(void *be, const char *name, int64_t n) {
@@ -319,16 +326,8 @@ int dlock__redis_psem_state(void *be, const char *name,
 
 int dlock__redis_latch_set(void *be, const char *name, int64_t count,
                            bool *set) {
-  dlock__redis *r = be;
-  char n[24];
-  snprintf(n, sizeof n, "%" PRId64, count);
-  const char *args[2] = {n, r->publish};
-  int64_t v = 0;
-  int rc = run_on_channel(r, &dlock__script_latch_set, DLOCK__SYNC_LATCH, name,
-                          args, 2, &v);
-  if (!rc)
-    *set = v == 1;
-  return rc;
+  return set_if_absent(be, &dlock__script_latch_set, DLOCK__SYNC_LATCH, name,
+                       count, set);
 }
 
 int dlock__redis_latch_count_down(void *be, const char *name) {
