@@ -520,6 +520,59 @@ static void t_fenced_tokens(void) {
   th_server_stop(s);
 }
 
+/* RFencedLock as REDIS-LAYOUT.md describes it: the RLock acquire plus INCR
+ * of redisson_lock_token:{name} on success, {-1, token} or {pttl, -1}. */
+static const char RS_FENCED_ACQUIRE[] =
+    "if (redis.call('exists', KEYS[1]) == 0) or "
+    "(redis.call('hexists', KEYS[1], ARGV[2]) == 1) then "
+    "redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); "
+    "return {-1, redis.call('incr', KEYS[2])}; end; "
+    "return {redis.call('pttl', KEYS[1]), -1};";
+
+static int64_t rs_fenced_acquire(th_server_t *s, const char *name) {
+  redisReply *r = th_redis_cmd(s, "EVAL %s 2 %s redisson_lock_token:{%s} 30000 %s",
+                               RS_FENCED_ACQUIRE, name, name, RS_OWNER);
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  int64_t v = r->element[0]->integer == -1 ? r->element[1]->integer : -1;
+  freeReplyObject(r);
+  return v;
+}
+
+/* dlock and Redisson fenced locks share one token sequence and exclude each
+ * other; Redisson's release wakes a dlock waiter, which gets the next
+ * token. */
+static void t_fenced_redisson(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = kind_lock(c, "fence-rs", DLOCK_FENCED);
+  int64_t t1 = 0, t3 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, WD, &t1));
+  CHECK_INT(rs_fenced_acquire(s, "fence-rs"), ==, -1); /* held by dlock */
+  CHECK_OK(dlock_lock_release(l));
+  int64_t t2 = rs_fenced_acquire(s, "fence-rs");
+  CHECK_INT(t2, ==, t1 + 1);
+  CHECK_RC(dlock_lock_acquire_fenced(l, 0, WD, &t3), DLOCK_EBUSY);
+  it_async_t w;
+  it_async_start(&w, l, 10000, WD, false);
+  CHECK(it_wait_subscribers(s, "fence-rs", 1, 5000));
+  /* Redisson's release: DEL, publish 0 on the lock's channel */
+  th_redis_int(s, "DEL fence-rs");
+  CHECK_INT(th_redis_int(s, "PUBLISH redisson_lock__channel:{fence-rs} 0"), >=,
+            1);
+  CHECK(it_async_wait(&w, 3000));
+  CHECK_OK(w.rc);
+  dlock_lock_state_t *st = NULL;
+  CHECK_OK(dlock_lock_state(l, &st));
+  CHECK_INT(st->token, ==, t2 + 1);
+  dlock_lock_state_free(st);
+  CHECK_OK(it_async_finish(&w));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* Processes: each child takes the lock ROUNDS times and logs its tokens in
  * order; all are distinct, each child's grow, and the last is the count. */
 enum { NP = 3, ROUNDS = 20 };
@@ -610,6 +663,7 @@ static void t_other_kind_refused(void) {
 static const check_case_t cases[] = {
     {"other_kind_refused", t_other_kind_refused},
     {"fenced_tokens_processes", t_fenced_tokens_processes},
+    {"fenced_redisson", t_fenced_redisson},
     {"readers_overlap", t_readers_overlap},
     {"writer_excludes", t_writer_excludes},
     {"downgrade", t_downgrade},
