@@ -91,6 +91,7 @@ struct run {
   /* Main thread only. */
   pid_t child;
   bool lost;  /* the library reported the hold lost */
+  char lost_reason; /* 'G' gone, 'U' unreachable */
   bool acted; /* --on-lost signalled the child */
 };
 
@@ -302,8 +303,9 @@ static void release_one(struct run *r, dlock_lock_t *lock) {
       cli_msg(c, "released '%s'%s", c->name_shown,
               lock == r->side ? " (write side)" : "");
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
-    /* Expected after a fixed lease ran out: worth a line with -v only. */
-    if (c->o->lease_ms <= 0 || c->o->verbose > 0)
+    /* Expected after a fixed lease ran out: worth a line with -v only; a
+     * loss already reported is not reported again. */
+    if ((c->o->lease_ms <= 0 && !r->lost) || c->o->verbose > 0)
       cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "the lock was lost");
@@ -324,7 +326,7 @@ static void release_permit(struct run *r) {
     if (c->o->verbose)
       cli_msg(c, "released permit %s of '%s'", r->permit, c->name_shown);
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
-    if (c->o->lease_ms <= 0 || c->o->verbose > 0)
+    if ((c->o->lease_ms <= 0 && !r->lost) || c->o->verbose > 0)
       cli_msg(c, "the permit of '%s' was no longer ours at release (%s)",
               c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
@@ -340,15 +342,18 @@ static void release_permit(struct run *r) {
 
 static void release_and_close(struct run *r) {
   const struct cli_ctx *c = r->c;
-  if (r->lost) {
-    /* Nothing left to release, and with an unreachable backend the attempt
-     * would only cost a command timeout. (A lost exclusive hold may be only
-     * one of its two locks: the other expires with its lease once the
-     * client stops renewing it, below.) */
+  if (r->lost && r->lost_reason == 'U') {
+    /* With an unreachable backend a release would only cost a command
+     * timeout: what is still held expires with its lease once the client
+     * stops renewing it, below. */
     if (c->o->verbose)
       cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
     goto close;
   }
+  /* A hold lost while the server answers may be one of an exclusive
+   * kind's two locks: the other is still ours and is released now (left
+   * to its lease, it would keep -s holders and the next exclusive one out
+   * for a lease). The lost one answers DLOCK_ELOST, said with -v only. */
   if (r->sem != NULL) {
     release_permit(r);
     goto close;
@@ -463,6 +468,7 @@ static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
   if (r->lost)
     return;
   r->lost = true;
+  r->lost_reason = reason;
   if (r->child <= 0) {
     cli_msg(c, "lost lock '%s': %s%s", c->name_shown, lost_reason(reason),
             o->on_lost == CLI_LOST_IGNORE ? "; --on-lost ignore: still waiting"
