@@ -157,19 +157,24 @@ static int fenced(fence_t *f, const char *kind, const char *lock,
   return rc;
 }
 
+/* 0 when r is a reply of `type`, else -1 (said on stderr); frees r. */
+static int reply_is(fence_t *f, redisReply *r, int type, const char *what) {
+  int rc = r && r->type == type ? 0 : -1;
+  if (rc)
+    fprintf(stderr, "fence: %s: %s\n", what,
+            r && r->type == REDIS_REPLY_ERROR ? r->str : f->ctx->errstr);
+  if (r)
+    freeReplyObject(r);
+  return rc;
+}
+
 int fence_set_capacity(fence_t *f, const char *lock, int capacity) {
   if (capacity < 1)
     return -1;
   char kcap[1200];
   keyname(kcap, sizeof kcap, "cap", lock);
-  redisReply *r = redisCommand(f->ctx, "SET %s %d", kcap, capacity);
-  int rc = r && r->type == REDIS_REPLY_STATUS ? 0 : -1;
-  if (rc)
-    fprintf(stderr, "fence: capacity: %s\n",
-            r && r->type == REDIS_REPLY_ERROR ? r->str : f->ctx->errstr);
-  if (r)
-    freeReplyObject(r);
-  return rc;
+  return reply_is(f, redisCommand(f->ctx, "SET %s %d", kcap, capacity),
+                  REDIS_REPLY_STATUS, "capacity");
 }
 
 int fence_begin(fence_t *f, const char *lock, const char *holder, int64_t token,
@@ -200,28 +205,17 @@ int fence_end(fence_t *f, const char *lock, const char *holder, int64_t token,
   char rec[256];
   snprintf(rec, sizeof rec, "E %s %lld %lld %s", holder, (long long)token,
            (long long)end_us, outcome);
-  redisReply *r = redisCommand(f->ctx, "EVAL %s 2 %s %s %s %s", FENCE_END_LUA,
-                               klog, kopen, holder, rec);
-  int rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : -1;
-  if (rc)
-    fprintf(stderr, "fence: end: %s\n",
-            r && r->type == REDIS_REPLY_ERROR ? r->str : f->ctx->errstr);
-  if (r)
-    freeReplyObject(r);
-  return rc;
+  return reply_is(f,
+                  redisCommand(f->ctx, "EVAL %s 2 %s %s %s %s", FENCE_END_LUA,
+                               klog, kopen, holder, rec),
+                  REDIS_REPLY_INTEGER, "end");
 }
 
 int fence_leave(fence_t *f, const char *lock, const char *holder) {
   char kopen[1200];
   keyname(kopen, sizeof kopen, "open", lock);
-  redisReply *r = redisCommand(f->ctx, "ZREM %s %s", kopen, holder);
-  int rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : -1;
-  if (rc)
-    fprintf(stderr, "fence: leave: %s\n",
-            r && r->type == REDIS_REPLY_ERROR ? r->str : f->ctx->errstr);
-  if (r)
-    freeReplyObject(r);
-  return rc;
+  return reply_is(f, redisCommand(f->ctx, "ZREM %s %s", kopen, holder),
+                  REDIS_REPLY_INTEGER, "leave");
 }
 
 void fence_token_key(const char *lock, char *buf, size_t n) {
