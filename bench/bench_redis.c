@@ -2,8 +2,9 @@
  * bench_redis.c - INFO snapshots for the benchmark (see bench_redis.h).
  *
  * Design: one blocking hiredis connection, used only by the main thread
- * between measured phases, never while workers run; it parses the few INFO
- * fields the benchmark reports. The URL parser accepts the forms dlock
+ * between measured phases (and, in the latch scenario, between rounds: the
+ * subscriber count of a channel); it parses the few INFO fields the
+ * benchmark reports. The URL parser accepts the forms dlock
  * accepts (redis://, unix://) but only what INFO needs: address and
  * credentials (the db is irrelevant to INFO). No global state.
  */
@@ -143,6 +144,19 @@ void bench_redis_close(bench_redis_t *r) {
     return;
   redisFree(r->ctx);
   free(r);
+}
+
+int bench_redis_numsub(bench_redis_t *r, const char *channel,
+                       long long *out) {
+  *out = 0;
+  redisReply *rep = redisCommand(r->ctx, "PUBSUB NUMSUB %s", channel);
+  int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+           rep->element[1]->type == REDIS_REPLY_INTEGER;
+  if (ok)
+    *out = rep->element[1]->integer;
+  if (rep)
+    freeReplyObject(rep);
+  return ok ? 0 : -1;
 }
 
 static long long field(const char *text, const char *name) {

@@ -1,6 +1,7 @@
 /*
  * bench_redis.h - the benchmark's own view of the server: INFO snapshots
- * (command counts, memory, read events) over a separate hiredis connection.
+ * (command counts, memory, read events) and channel subscriber counts over a
+ * separate hiredis connection.
  * This is measurement plumbing only; locks go through libdlock's public API.
  */
 #ifndef DLOCK_BENCH_REDIS_H
@@ -30,6 +31,10 @@ int bench_redis_open(const char *url, bench_redis_t **out, char *err,
 void bench_redis_close(bench_redis_t *r);
 /* One `INFO commandstats stats memory keyspace` round trip. 0 or -1. */
 int bench_redis_info(bench_redis_t *r, bench_info_t *out);
+
+/* PUBSUB NUMSUB of one channel: connections subscribed to it. 0 or -1. */
+int bench_redis_numsub(bench_redis_t *r, const char *channel,
+                       long long *out);
 
 /* Calls of one command between two snapshots (0 when absent). */
 long long bench_info_delta(const bench_info_t *a, const bench_info_t *b,

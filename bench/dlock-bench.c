@@ -24,6 +24,19 @@
  *                      read-write lock (holds overlap by design, so
  *                      overlaps are checked per reader), then the same
  *                      loop on the reentrant lock, in one run;
+ *   semaphore          W forked processes on one semaphore of P permits,
+ *                      then on a permit semaphore (watchdog lease), same
+ *                      loop (a permit is the "lock"); overlaps are checked
+ *                      per process, and the holders at once are counted in
+ *                      a MAP_SHARED page (up after the acquire returned,
+ *                      down before the release is sent, so never above the
+ *                      real count): above P fails the run;
+ *   latch              R rounds: this process sets a fresh latch to 1, W
+ *                      forked waiters await it (a shared page tells them
+ *                      the round and collects their wake instants), and
+ *                      once PUBSUB NUMSUB shows all W subscribed to its
+ *                      channel (at most 2 s) it counts down; the release
+ *                      latency is each wake minus count_down's return;
  *   threads            T threads of one client on one lock, then on T locks;
  *   renewal            one client holding K watchdog locks: server commands,
  *                      read events and client CPU per renewal cycle;
@@ -31,12 +44,16 @@
  *
  * Threads and processes: worker threads share one client (that is the
  * library's model) and write only their own record buffer; the main thread
- * merges buffers after joining. `contended` forks before any client exists
- * (a client does not survive fork); children hand their records back through
- * a shared anonymous mapping and are reaped, or killed by PID after a bound.
+ * merges buffers after joining. `contended` (and `readers`, `semaphore`,
+ * `latch`) fork before any client exists in this process (a client does
+ * not survive fork; a semaphore's set-up client is freed before the fork);
+ * children hand their records back through a shared anonymous mapping and
+ * are reaped, or killed by PID after a bound.
  *
- * Bounds: every loop ends by count (records per worker, iterations) and by
- * time (the end instant; each acquire waits at most until it).
+ * Bounds: every loop ends by count (records per worker, iterations, latch
+ * rounds) and by time (the end instant; each acquire waits at most until
+ * it; every latch round and every poll of a shared counter has a
+ * deadline).
  */
 #define _GNU_SOURCE
 #include <dlock/dlock.h>
@@ -52,6 +69,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,6 +82,7 @@
 #define MAX_RECORDS (2u << 20) /* per worker */
 #define MAX_ITER (64u << 20)   /* loop passes per worker, whatever happens */
 #define MAX_LOCKS 1000000
+#define MAX_ROUNDS 10000 /* latch rounds */
 #define REAP_GRACE_NS (30 * NS_PER_S)
 #define NS_PER_S 1000000000LL
 #define NS_PER_MS 1000000LL
@@ -91,6 +110,9 @@ typedef struct config {
   int cycles;
   dlock_lock_kind_t kind; /* contended: --kind */
   int readers;            /* readers: --readers R */
+  int permits;            /* semaphore: --permits P */
+  int waiters;            /* latch: --waiters W */
+  int rounds;             /* latch: --rounds R */
 } config_t;
 
 static const char *const KIND_NAMES[] = {"reentrant", "fair", "fenced",
@@ -113,6 +135,11 @@ static void usage(FILE *f) {
       "      readers      --readers R (8) processes read-acquiring one\n"
       "                   read-write lock, then the same on the reentrant\n"
       "                   lock (--hold-us H, default 0)\n"
+      "      semaphore    --workers W (8) processes on a semaphore of\n"
+      "                   --permits P (2), then on a permit semaphore\n"
+      "                   (watchdog lease), --hold-us H (1000)\n"
+      "      latch        --waiters W (8) processes await a latch of count 1\n"
+      "                   that this process counts down, --rounds R (100)\n"
       "      threads      --threads T (8) threads on one lock, then on T "
       "locks\n"
       "      renewal      one client holding --locks K list (1,100,10000)\n"
@@ -145,6 +172,18 @@ static int parse_list(const char *s, int64_t *out, int max) {
   return *p ? -1 : n;
 }
 
+/* An integer option in [lo, hi] into *out: 0, or -1 (not a whole number,
+ * or out of range). */
+static int int_arg(const char *s, int lo, int hi, int *out) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi)
+    return -1;
+  *out = (int)v;
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, config_t *c) {
   memset(c, 0, sizeof *c);
   c->url = getenv("DLOCK_URL");
@@ -157,6 +196,9 @@ static int parse_args(int argc, char **argv, config_t *c) {
   c->watchdog_ms = 600;
   c->cycles = 10;
   c->readers = 8;
+  c->permits = 2;
+  c->waiters = 8;
+  c->rounds = 100;
   int first = 1;
   if (argc > 1 && argv[1][0] != '-') {
     c->scenario = argv[1];
@@ -179,6 +221,9 @@ static int parse_args(int argc, char **argv, config_t *c) {
     O_CSV,
     O_KIND,
     O_READERS,
+    O_PERMITS,
+    O_WAITERS,
+    O_ROUNDS,
     O_HELP
   };
   static const struct option opts[] = {
@@ -198,13 +243,35 @@ static int parse_args(int argc, char **argv, config_t *c) {
       {"csv", required_argument, NULL, O_CSV},
       {"kind", required_argument, NULL, O_KIND},
       {"readers", required_argument, NULL, O_READERS},
+      {"permits", required_argument, NULL, O_PERMITS},
+      {"waiters", required_argument, NULL, O_WAITERS},
+      {"rounds", required_argument, NULL, O_ROUNDS},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   optind = first;
   int o;
   int64_t tmp[MAX_LIST];
+  /* the whole-number options: option, range, field */
+  const struct {
+    int opt, lo, hi;
+    int *field;
+  } ints[] = {{O_WORKERS, 1, MAX_WORKERS, &c->workers},
+              {O_THREADS, 1, MAX_WORKERS, &c->threads},
+              {O_CYCLES, 1, 10000, &c->cycles},
+              {O_READERS, 1, MAX_WORKERS, &c->readers},
+              {O_PERMITS, 1, MAX_WORKERS, &c->permits},
+              {O_WAITERS, 1, MAX_WORKERS, &c->waiters},
+              {O_ROUNDS, 1, MAX_ROUNDS, &c->rounds}};
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     char *end = NULL;
+    size_t ik = 0;
+    while (ik < sizeof ints / sizeof ints[0] && ints[ik].opt != o)
+      ik++;
+    if (ik < sizeof ints / sizeof ints[0]) {
+      if (int_arg(optarg, ints[ik].lo, ints[ik].hi, ints[ik].field))
+        return -1;
+      continue;
+    }
     switch (o) {
     case O_URL:
       c->url = optarg;
@@ -237,16 +304,6 @@ static int parse_args(int argc, char **argv, config_t *c) {
     case O_RECORDS:
       c->records = optarg;
       break;
-    case O_WORKERS:
-      c->workers = atoi(optarg);
-      if (c->workers < 1 || c->workers > MAX_WORKERS)
-        return -1;
-      break;
-    case O_THREADS:
-      c->threads = atoi(optarg);
-      if (c->threads < 1 || c->threads > MAX_WORKERS)
-        return -1;
-      break;
     case O_DISTINCT:
       c->distinct = true;
       break;
@@ -267,11 +324,6 @@ static int parse_args(int argc, char **argv, config_t *c) {
       if (c->watchdog_ms < 3)
         return -1;
       break;
-    case O_CYCLES:
-      c->cycles = atoi(optarg);
-      if (c->cycles < 1 || c->cycles > 10000)
-        return -1;
-      break;
     case O_CSV:
       c->csv = optarg;
       break;
@@ -285,11 +337,6 @@ static int parse_args(int argc, char **argv, config_t *c) {
       c->kind = (dlock_lock_kind_t)k;
       break;
     }
-    case O_READERS:
-      c->readers = atoi(optarg);
-      if (c->readers < 1 || c->readers > MAX_WORKERS)
-        return -1;
-      break;
     case O_HELP:
       usage(stdout);
       exit(0);
@@ -345,12 +392,36 @@ static void csv_stats(const char *scenario, const char *kase,
 
 /* ------------------------------------------------------- worker loop */
 
+/* What the loop acquires: a lock of some kind, one permit of a semaphore,
+ * or one permit of a permit semaphore (watchdog lease). */
+typedef enum target { TGT_LOCK = 0, TGT_SEM, TGT_PSEM } target_t;
+static const char *const TARGET_NAMES[] = {"lock", "plain", "permit"};
+
+/* Holders at once, counted by the forked workers in a MAP_SHARED page:
+ * up right after an acquire returned, down right before the release is
+ * sent, so the count never exceeds the real holders. */
+typedef struct held_count {
+  atomic_int held, peak;
+  atomic_long over; /* acquisitions that made held exceed the permits */
+} held_count_t;
+
+/* One handle of any target and the permit it holds. */
+typedef struct holder {
+  dlock_lock_t *lock;
+  dlock_semaphore_t *sem;
+  dlock_permit_sem_t *psem;
+  char permit[DLOCK_PERMIT_ID_LEN + 1];
+} holder_t;
+
 typedef struct worker {
   pthread_t thread;
   dlock_client_t *client;
   char lock_name[DLOCK_NAME_MAX + 1];
   int id;
   dlock_lock_kind_t kind;
+  target_t target;
+  int permits;          /* a semaphore's permits (count checked) */
+  held_count_t *count;  /* NULL: not counted */
   int64_t hold_ns;
   int64_t start_ns;
   int64_t end_ns;
@@ -368,13 +439,69 @@ static void worker_fail(worker_t *w, const char *what, int rc) {
            rc ? dlock_err_name(rc) : "failed", dlock_last_error());
 }
 
-/* The loop. Runs on its own thread (or process); touches only *w. */
+static int holder_open(const worker_t *w, holder_t *h) {
+  memset(h, 0, sizeof *h);
+  if (w->target == TGT_SEM)
+    return dlock_semaphore_new(w->client, w->lock_name, &h->sem);
+  if (w->target == TGT_PSEM)
+    return dlock_permit_sem_new(w->client, w->lock_name, &h->psem);
+  return dlock_lock_new_kind(w->client, w->lock_name, w->kind, &h->lock);
+}
+
+static int holder_acquire(holder_t *h, int64_t wait_ms) {
+  if (h->sem)
+    return dlock_semaphore_acquire(h->sem, 1, wait_ms);
+  if (h->psem)
+    return dlock_permit_sem_acquire(h->psem, wait_ms, DLOCK_LEASE_WATCHDOG,
+                                    h->permit);
+  int64_t token = 0;
+  if (dlock_lock_kind(h->lock) == DLOCK_FENCED)
+    return dlock_lock_acquire_fenced(h->lock, wait_ms, DLOCK_LEASE_WATCHDOG,
+                                     &token);
+  return dlock_lock_acquire(h->lock, wait_ms, DLOCK_LEASE_WATCHDOG);
+}
+
+static int holder_release(holder_t *h) {
+  if (h->sem)
+    return dlock_semaphore_release(h->sem, 1);
+  if (h->psem)
+    return dlock_permit_sem_release(h->psem, h->permit);
+  return dlock_lock_release(h->lock);
+}
+
+static void holder_close(holder_t *h) {
+  dlock_lock_free(h->lock);
+  dlock_semaphore_free(h->sem);
+  dlock_permit_sem_free(h->psem);
+  memset(h, 0, sizeof *h);
+}
+
+/* The shared count of holders: one more (checked against the permits). */
+static void count_up(worker_t *w) {
+  if (!w->count)
+    return;
+  int n = atomic_fetch_add(&w->count->held, 1) + 1;
+  if (n > w->permits)
+    atomic_fetch_add(&w->count->over, 1);
+  int peak = atomic_load(&w->count->peak);
+  for (int i = 0; i < 1000 && n > peak; i++)
+    if (atomic_compare_exchange_weak(&w->count->peak, &peak, n))
+      break;
+}
+
+static void count_down(worker_t *w) {
+  if (w->count)
+    atomic_fetch_sub(&w->count->held, 1);
+}
+
+/* The loop. Runs on its own thread (or process); touches only *w (and the
+ * shared count, atomically). */
 static void *worker_run(void *arg) {
   worker_t *w = arg;
-  dlock_lock_t *lock = NULL;
-  int rc = dlock_lock_new_kind(w->client, w->lock_name, w->kind, &lock);
+  holder_t h;
+  int rc = holder_open(w, &h);
   if (rc) {
-    worker_fail(w, "lock_new", rc);
+    worker_fail(w, "handle_new", rc);
     return NULL;
   }
   int64_t t0 = now_ns();
@@ -385,11 +512,7 @@ static void *worker_run(void *arg) {
     if (now >= w->end_ns)
       break;
     int64_t wait_ms = (w->end_ns - now + NS_PER_MS - 1) / NS_PER_MS;
-    int64_t token = 0;
-    rc = w->kind == DLOCK_FENCED
-             ? dlock_lock_acquire_fenced(lock, wait_ms, DLOCK_LEASE_WATCHDOG,
-                                         &token)
-             : dlock_lock_acquire(lock, wait_ms, DLOCK_LEASE_WATCHDOG);
+    rc = holder_acquire(&h, wait_ms);
     if (rc == DLOCK_ETIMEDOUT)
       break; /* the run ended while waiting */
     if (rc) {
@@ -397,12 +520,14 @@ static void *worker_run(void *arg) {
       break;
     }
     int64_t acq = now_ns();
+    count_up(w);
     int64_t rel = acq;
     /* busy hold: bounded by time, and by count in case the clock stalls */
     for (uint32_t spin = 0; rel - acq < w->hold_ns && spin < 2000000000u;
          spin++)
       rel = now_ns();
-    rc = dlock_lock_release(lock);
+    count_down(w);
+    rc = holder_release(&h);
     if (rc) {
       worker_fail(w, "release", rc);
       break;
@@ -413,7 +538,7 @@ static void *worker_run(void *arg) {
       break;
     }
   }
-  dlock_lock_free(lock);
+  holder_close(&h);
   return NULL;
 }
 
@@ -617,6 +742,37 @@ static int scen_uncontended(const config_t *c) {
   return rc || st.overlaps ? 1 : 0;
 }
 
+/* Waits for n forked children (bounded by `deadline`); whoever is left
+ * then is killed by its PID. 1 when a child failed or had to be killed. */
+static int reap(pid_t *pids, int n, int64_t deadline, const char *what) {
+  int left = n, failed = 0;
+  for (int i = 0; left > 0 && i < 1000000 && now_ns() < deadline; i++) {
+    for (int k = 0; k < n; k++) {
+      if (pids[k] <= 0)
+        continue;
+      int st = 0;
+      if (waitpid(pids[k], &st, WNOHANG) == pids[k]) {
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+          failed = 1;
+        pids[k] = 0;
+        left--;
+      }
+    }
+    if (left > 0)
+      sleep_ms(10);
+  }
+  for (int k = 0; k < n; k++) {
+    if (pids[k] > 0) {
+      fprintf(stderr, "dlock-bench: %s %d (pid %d) overran; killing it\n",
+              what, k, (int)pids[k]);
+      kill(pids[k], SIGKILL);
+      waitpid(pids[k], NULL, 0);
+      failed = 1;
+    }
+  }
+  return failed;
+}
+
 /* Shared-memory slot through which a forked worker returns its records. */
 typedef struct slot {
   size_t n;
@@ -626,12 +782,62 @@ typedef struct slot {
   bench_rec_t v[];
 } slot_t;
 
-/* W forked processes on one lock of `kind` (the contended and readers
- * scenarios). Readers hold together, so their overlaps are checked per
- * reader (per_reader). */
-static int fork_run(const config_t *c, const char *scenario, int W,
-                    dlock_lock_kind_t kind, int64_t hold_us, bool per_reader,
-                    bool *overlap, bench_stats_t *out) {
+/* One forked run: W processes on one lock of `kind`, or on one semaphore
+ * of `permits` permits (target). */
+typedef struct run {
+  const char *scenario;
+  int W;
+  target_t target;
+  dlock_lock_kind_t kind;
+  int permits;
+  int64_t hold_us;
+  /* holds overlap by design (readers, semaphores): overlaps are checked
+   * per worker */
+  bool per_worker;
+} run_t;
+
+/* A semaphore run starts from a fresh semaphore of r->permits permits,
+ * made by this process before it forks (its client is freed by then). */
+static int sem_setup(const config_t *c, const run_t *r, const char *name) {
+  if (r->target == TGT_LOCK)
+    return 0;
+  dlock_client_t *client = NULL;
+  if (new_client(c, 0, &client))
+    return -1;
+  int rc;
+  if (r->target == TGT_SEM) {
+    dlock_semaphore_t *sem = NULL;
+    rc = dlock_semaphore_new(client, name, &sem);
+    if (!rc)
+      rc = dlock_semaphore_delete(sem, NULL);
+    if (!rc)
+      rc = dlock_semaphore_try_set_permits(sem, r->permits, NULL);
+    dlock_semaphore_free(sem);
+  } else {
+    dlock_permit_sem_t *sem = NULL;
+    rc = dlock_permit_sem_new(client, name, &sem);
+    if (!rc)
+      rc = dlock_permit_sem_delete(sem, NULL);
+    if (!rc)
+      rc = dlock_permit_sem_try_set_permits(sem, r->permits, NULL);
+    dlock_permit_sem_free(sem);
+  }
+  if (rc)
+    fprintf(stderr, "dlock-bench: cannot set up %s: %s (%s)\n", name,
+            dlock_err_name(rc), dlock_last_error());
+  dlock_client_free(client);
+  return rc ? -1 : 0;
+}
+
+/* W forked processes on one lock or semaphore (the contended, readers and
+ * semaphore scenarios). For a semaphore, the holders at once are counted
+ * in a shared page; *count gets the result. */
+static int fork_run(const config_t *c, const run_t *run, bool *overlap,
+                    bench_stats_t *out, held_count_t *count) {
+  const char *scenario = run->scenario;
+  int W = run->W;
+  dlock_lock_kind_t kind = run->kind;
+  int64_t hold_us = run->hold_us;
   size_t cap = (size_t)(c->seconds * 200000.0) + 1024;
   if (cap > MAX_RECORDS)
     cap = MAX_RECORDS;
@@ -645,10 +851,28 @@ static int fork_run(const config_t *c, const char *scenario, int W,
     return -1;
   }
   char name[DLOCK_NAME_MAX + 1], kind_sfx[32] = "";
-  if (kind != DLOCK_REENTRANT || strcmp(scenario, "contended") != 0)
+  if (run->target != TGT_LOCK)
+    snprintf(kind_sfx, sizeof kind_sfx, ":%s", TARGET_NAMES[run->target]);
+  else if (kind != DLOCK_REENTRANT || strcmp(scenario, "contended") != 0)
     snprintf(kind_sfx, sizeof kind_sfx, ":%s", KIND_NAMES[kind]);
   snprintf(name, sizeof name, "%.900s:%s:%" PRId64 "%s", c->name, scenario,
            hold_us, kind_sfx);
+  held_count_t *shared_count = NULL;
+  if (run->target != TGT_LOCK) {
+    shared_count = mmap(NULL, sizeof *shared_count, PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared_count == MAP_FAILED || sem_setup(c, run, name)) {
+      if (shared_count == MAP_FAILED)
+        perror("dlock-bench: mmap");
+      else
+        munmap(shared_count, sizeof *shared_count);
+      munmap(shm, slot_bytes * (size_t)W);
+      return -1;
+    }
+    atomic_init(&shared_count->held, 0);
+    atomic_init(&shared_count->peak, 0);
+    atomic_init(&shared_count->over, 0);
+  }
   snap_t s;
   snap_begin(&s, c);
   int64_t start = now_ns() + 300 * NS_PER_MS + W * 30 * NS_PER_MS;
@@ -672,6 +896,9 @@ static int fork_run(const config_t *c, const char *scenario, int W,
         _exit(1);
       worker_setup(w, client, name, nstarted, hold_us, start, end);
       w->kind = kind;
+      w->target = run->target;
+      w->permits = run->permits;
+      w->count = shared_count;
       w->recs.max = cap;
       worker_run(w);
       sl->n = w->recs.n < cap ? w->recs.n : cap;
@@ -685,33 +912,9 @@ static int fork_run(const config_t *c, const char *scenario, int W,
     pids[nstarted] = pid;
   }
   /* reap, bounded in time; whoever is left is killed by its PID */
-  int left = nstarted, failed = nstarted < W;
-  int64_t deadline = end + REAP_GRACE_NS;
-  for (int i = 0; left > 0 && i < 1000000 && now_ns() < deadline; i++) {
-    for (int k = 0; k < nstarted; k++) {
-      if (pids[k] <= 0)
-        continue;
-      int st = 0;
-      pid_t r = waitpid(pids[k], &st, WNOHANG);
-      if (r == pids[k]) {
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-          failed = 1;
-        pids[k] = 0;
-        left--;
-      }
-    }
-    if (left > 0)
-      sleep_ms(10);
-  }
-  for (int k = 0; k < nstarted; k++) {
-    if (pids[k] > 0) {
-      fprintf(stderr, "dlock-bench: worker %d (pid %d) overran; killing it\n",
-              k, (int)pids[k]);
-      kill(pids[k], SIGKILL);
-      waitpid(pids[k], NULL, 0);
-      failed = 1;
-    }
-  }
+  int failed = nstarted < W;
+  if (reap(pids, nstarted, end + REAP_GRACE_NS, "worker"))
+    failed = 1;
   snap_end(&s);
   bench_recs_t all;
   bench_recs_init(&all, (size_t)W * cap);
@@ -730,9 +933,12 @@ static int fork_run(const config_t *c, const char *scenario, int W,
     fprintf(stderr, "dlock-bench: a worker reached the start %.1f ms late\n",
             (double)late / 1e6);
   bench_stats_t st;
-  bench_analyse(&all, W, start, end, per_reader, &st);
+  bench_analyse(&all, W, start, end, run->per_worker, &st);
   char kase[96];
-  if (strcmp(scenario, "readers") == 0)
+  if (run->target != TGT_LOCK)
+    snprintf(kase, sizeof kase, "P=%d W=%d H=%" PRId64 "us %s", run->permits, W,
+             hold_us, TARGET_NAMES[run->target]);
+  else if (strcmp(scenario, "readers") == 0)
     snprintf(kase, sizeof kase, "R=%d H=%" PRId64 "us %s", W, hold_us,
              KIND_NAMES[kind]);
   else
@@ -751,6 +957,14 @@ static int fork_run(const config_t *c, const char *scenario, int W,
     *overlap = true;
   if (out)
     *out = st;
+  if (shared_count) {
+    if (count) {
+      atomic_init(&count->held, atomic_load(&shared_count->held));
+      atomic_init(&count->peak, atomic_load(&shared_count->peak));
+      atomic_init(&count->over, atomic_load(&shared_count->over));
+    }
+    munmap(shared_count, sizeof *shared_count);
+  }
   return failed ? -1 : 0;
 }
 
@@ -761,10 +975,14 @@ static int scen_contended(const config_t *c) {
   int rc = 0;
   bool overlap = false;
   bench_stats_header(stdout);
-  for (int i = 0; i < nh; i++)
-    if (fork_run(c, "contended", c->workers, c->kind, holds[i], false,
-                 &overlap, NULL))
+  for (int i = 0; i < nh; i++) {
+    run_t r = {.scenario = "contended",
+               .W = c->workers,
+               .kind = c->kind,
+               .hold_us = holds[i]};
+    if (fork_run(c, &r, &overlap, NULL, NULL))
       rc = 1;
+  }
   return rc || overlap ? 1 : 0;
 }
 
@@ -780,7 +998,12 @@ static int scen_readers(const config_t *c) {
   bench_stats_header(stdout);
   for (int i = 0; i < 2; i++) {
     memset(&st[i], 0, sizeof st[i]);
-    if (fork_run(c, "readers", R, kinds[i], hold, i == 0, &overlap, &st[i]))
+    run_t r = {.scenario = "readers",
+               .W = R,
+               .kind = kinds[i],
+               .hold_us = hold,
+               .per_worker = i == 0};
+    if (fork_run(c, &r, &overlap, &st[i], NULL))
       rc = 1;
   }
   for (int i = 0; i < 2; i++) {
@@ -796,6 +1019,262 @@ static int scen_readers(const config_t *c) {
     printf("readers: read side / reentrant = %.2f\n",
            st[0].per_sec / st[1].per_sec);
   return rc || overlap ? 1 : 0;
+}
+
+/* W processes on a semaphore of P permits, then on a permit semaphore
+ * (watchdog lease), with the same loop: acquisitions/s, worst wait, Jain,
+ * and the holders at once (never above P, or the run fails). */
+static int scen_semaphore(const config_t *c) {
+  int P = c->permits, W = c->workers;
+  int64_t hold = c->nhold ? c->hold_us[0] : 1000;
+  static const target_t targets[2] = {TGT_SEM, TGT_PSEM};
+  bench_stats_t st[2];
+  held_count_t cnt[2];
+  bool overlap = false;
+  int rc = 0;
+  bench_stats_header(stdout);
+  for (int i = 0; i < 2; i++) {
+    memset(&st[i], 0, sizeof st[i]);
+    memset(&cnt[i], 0, sizeof cnt[i]);
+    run_t r = {.scenario = "semaphore",
+               .W = W,
+               .target = targets[i],
+               .permits = P,
+               .hold_us = hold,
+               .per_worker = true};
+    if (fork_run(c, &r, &overlap, &st[i], &cnt[i]))
+      rc = 1;
+  }
+  for (int i = 0; i < 2; i++) {
+    char kase[64];
+    snprintf(kase, sizeof kase, "P=%d W=%d H=%" PRId64 "us %s", P, W, hold,
+             TARGET_NAMES[targets[i]]);
+    long over = atomic_load(&cnt[i].over);
+    int peak = atomic_load(&cnt[i].peak);
+    printf("semaphore: %-9s %10.1f acquisitions/s, worst wait %.1f ms, "
+           "Jain %.3f, at most %d of %d permits held at once%s\n",
+           TARGET_NAMES[targets[i]], st[i].per_sec,
+           (double)st[i].worst_wait / 1e6, st[i].jain, peak, P,
+           over ? " (VIOLATED)" : "");
+    csv_row("semaphore", kase, "peak_holders", (double)peak);
+    csv_row("semaphore", kase, "over_permits", (double)over);
+    if (over) {
+      fprintf(stderr,
+              "dlock-bench: %ld acquisitions of the %s found more than %d "
+              "holders\n",
+              over, TARGET_NAMES[targets[i]], P);
+      rc = 1;
+    }
+  }
+  return rc || overlap ? 1 : 0;
+}
+
+/* The latch scenario's shared page: the round the main process has armed,
+ * the waiters that reached it, and every wake-up instant. */
+typedef struct latch_shm {
+  atomic_int armed;  /* rounds armed so far (round r is armed at r + 1) */
+  atomic_int failed; /* waiters that failed */
+  atomic_int ready[MAX_ROUNDS];
+  atomic_int woke[MAX_ROUNDS];
+  int64_t wake_ns[]; /* [waiter * rounds + round]; 0: did not wake */
+} latch_shm_t;
+
+static void latch_name(const config_t *c, int round, char *buf, size_t n) {
+  snprintf(buf, n, "%.900s:latch:%d", c->name, round);
+}
+
+/* Polls *v (bounded by `deadline`) until it reaches `want`. */
+static bool await_counter(atomic_int *v, int want, int64_t deadline) {
+  for (uint32_t i = 0; i < 100000000u; i++) {
+    if (atomic_load(v) >= want)
+      return true;
+    if (now_ns() >= deadline)
+      return false;
+    struct timespec ts = {0, 50000}; /* 50 us */
+    nanosleep(&ts, NULL);
+  }
+  return false;
+}
+
+/* One waiter process: for each round, wait for it to be armed, say so,
+ * await the latch and stamp the wake-up. */
+static void latch_waiter(const config_t *c, latch_shm_t *shm, int me,
+                         int64_t deadline) {
+  dlock_client_t *client = NULL;
+  if (new_client(c, 0, &client)) {
+    atomic_fetch_add(&shm->failed, 1);
+    return;
+  }
+  for (int r = 0; r < c->rounds; r++) {
+    if (!await_counter(&shm->armed, r + 1, deadline))
+      break;
+    char name[DLOCK_NAME_MAX + 1];
+    latch_name(c, r, name, sizeof name);
+    dlock_latch_t *l = NULL;
+    int rc = dlock_latch_new(client, name, &l);
+    atomic_fetch_add(&shm->ready[r], 1);
+    int64_t left_ms = (deadline - now_ns()) / NS_PER_MS;
+    if (!rc)
+      rc = dlock_latch_await(l, left_ms > 1 ? left_ms : 1);
+    int64_t t = now_ns();
+    dlock_latch_free(l);
+    if (rc) {
+      fprintf(stderr, "dlock-bench: latch waiter %d round %d: %s (%s)\n", me,
+              r, dlock_err_name(rc), dlock_last_error());
+      atomic_fetch_add(&shm->failed, 1);
+      break;
+    }
+    shm->wake_ns[(size_t)me * (size_t)c->rounds + (size_t)r] = t;
+    atomic_fetch_add(&shm->woke[r], 1);
+  }
+  dlock_client_free(client);
+}
+
+static int cmp_i64_asc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* R rounds: this process sets a fresh latch to 1, W waiter processes
+ * await it, and once every waiter is subscribed to its channel this
+ * process counts down. Release latency: from count_down's return to each
+ * waiter's wake-up (CLOCK_MONOTONIC, shared by the processes). */
+static int scen_latch(const config_t *c) {
+  int W = c->waiters, R = c->rounds;
+  size_t bytes =
+      sizeof(latch_shm_t) + (size_t)W * (size_t)R * sizeof(int64_t);
+  latch_shm_t *shm = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) {
+    perror("dlock-bench: mmap");
+    return 1;
+  }
+  /* the whole run is bounded: 10 s per round at most, 60 s for a start */
+  int64_t deadline = now_ns() + 60 * NS_PER_S + (int64_t)R * 10 * NS_PER_S;
+  pid_t pids[MAX_WORKERS];
+  int nstarted = 0, rc = 0;
+  fflush(NULL);
+  for (; nstarted < W; nstarted++) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      perror("dlock-bench: fork");
+      rc = 1;
+      break;
+    }
+    if (pid == 0) {
+      latch_waiter(c, shm, nstarted, deadline);
+      _exit(0);
+    }
+    pids[nstarted] = pid;
+  }
+  dlock_client_t *client = NULL;
+  bench_redis_t *srv = NULL;
+  char err[256];
+  if (!rc && new_client(c, 0, &client))
+    rc = 1;
+  if (!rc && bench_redis_open(c->url, &srv, err, sizeof err)) {
+    fprintf(stderr, "dlock-bench: %s\n", err);
+    rc = 1;
+  }
+  int64_t *cd_ret = calloc((size_t)R, sizeof *cd_ret);
+  int64_t *lat = calloc((size_t)W * (size_t)R, sizeof *lat);
+  if (!cd_ret || !lat)
+    rc = 1;
+  int64_t t0 = now_ns(), cd_call_max = 0;
+  int rounds = 0, unconfirmed = 0;
+  for (int r = 0; !rc && r < R; r++) {
+    char name[DLOCK_NAME_MAX + 1], chan[DLOCK_NAME_MAX + 64];
+    latch_name(c, r, name, sizeof name);
+    dlock_latch_t *l = NULL;
+    bool set = false;
+    int lrc = dlock_latch_new(client, name, &l);
+    if (!lrc)
+      lrc = dlock_latch_try_set_count(l, 1, &set);
+    if (lrc || !set) {
+      fprintf(stderr, "dlock-bench: latch round %d: cannot set the count: "
+                      "%s\n",
+              r, lrc ? dlock_err_name(lrc) : "already set");
+      dlock_latch_free(l);
+      rc = 1;
+      break;
+    }
+    atomic_store(&shm->armed, r + 1);
+    int64_t bound = now_ns() + 10 * NS_PER_S;
+    if (bound > deadline)
+      bound = deadline;
+    bool ok = await_counter(&shm->ready[r], W, bound);
+    /* every waiter subscribed to the latch's channel (Redisson's layout;
+     * one pub/sub connection per waiter process), or 2 s */
+    snprintf(chan, sizeof chan, "redisson_countdownlatch__channel__{%s}",
+             name);
+    long long subs = 0;
+    int64_t sub_bound = now_ns() + 2 * NS_PER_S;
+    for (uint32_t i = 0; ok && i < 1000000u; i++) {
+      if (bench_redis_numsub(srv, chan, &subs) || subs >= W ||
+          now_ns() >= sub_bound)
+        break;
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+    if (subs < W)
+      unconfirmed++;
+    int64_t cd0 = now_ns();
+    lrc = ok ? dlock_latch_count_down(l) : DLOCK_ETIMEDOUT;
+    cd_ret[r] = now_ns();
+    if (cd_ret[r] - cd0 > cd_call_max)
+      cd_call_max = cd_ret[r] - cd0;
+    dlock_latch_free(l);
+    if (lrc || !await_counter(&shm->woke[r], W, bound) ||
+        atomic_load(&shm->failed)) {
+      fprintf(stderr, "dlock-bench: latch round %d: %s\n", r,
+              lrc ? dlock_err_name(lrc) : "not every waiter woke");
+      rc = 1;
+      break;
+    }
+    rounds++;
+  }
+  int64_t elapsed = now_ns() - t0;
+  /* let the waiters go (a failed run stops arming rounds: they time out
+   * at the deadline at the latest, or are killed below) */
+  atomic_store(&shm->armed, R + 1);
+  if (reap(pids, nstarted, now_ns() + (rc ? 2 : 30) * NS_PER_S,
+           "latch waiter"))
+    rc = 1;
+  size_t n = 0;
+  for (int r = 0; lat && r < rounds; r++)
+    for (int w = 0; w < W; w++)
+      lat[n++] = shm->wake_ns[(size_t)w * (size_t)R + (size_t)r] - cd_ret[r];
+  if (n) {
+    qsort(lat, n, sizeof *lat, cmp_i64_asc);
+    double p50 = (double)lat[(n - 1) / 2] / 1e3;
+    double p99 = (double)lat[(size_t)((double)(n - 1) * 0.99)] / 1e3;
+    double mx = (double)lat[n - 1] / 1e3, mn = (double)lat[0] / 1e3;
+    double per_s = elapsed > 0 ? rounds * 1e9 / (double)elapsed : 0;
+    printf("latch: W=%d waiters, %d rounds, %.1f rounds/s\n", W, rounds,
+           per_s);
+    printf("latch: release latency (count_down return -> waiter awake) "
+           "p50 %.1f us, p99 %.1f us, max %.1f us, min %.1f us "
+           "(%zu wake-ups; slowest count_down call %.1f us)\n",
+           p50, p99, mx, mn, n, (double)cd_call_max / 1e3);
+    if (unconfirmed)
+      printf("latch: %d rounds counted down before every waiter was seen "
+             "subscribed (2 s bound)\n",
+             unconfirmed);
+    char kase[64];
+    snprintf(kase, sizeof kase, "W=%d", W);
+    csv_row("latch", kase, "rounds", rounds);
+    csv_row("latch", kase, "rounds_per_s", per_s);
+    csv_row("latch", kase, "release_p50_us", p50);
+    csv_row("latch", kase, "release_p99_us", p99);
+    csv_row("latch", kase, "release_max_us", mx);
+    csv_row("latch", kase, "release_min_us", mn);
+  }
+  free(cd_ret);
+  free(lat);
+  bench_redis_close(srv);
+  dlock_client_free(client);
+  munmap(shm, bytes);
+  return rc || rounds < R ? 1 : 0;
 }
 
 static int scen_threads(const config_t *c) {
@@ -1063,6 +1542,10 @@ int main(int argc, char **argv) {
     rc = scen_contended(&c);
   else if (strcmp(c.scenario, "readers") == 0)
     rc = scen_readers(&c);
+  else if (strcmp(c.scenario, "semaphore") == 0)
+    rc = scen_semaphore(&c);
+  else if (strcmp(c.scenario, "latch") == 0)
+    rc = scen_latch(&c);
   else if (strcmp(c.scenario, "threads") == 0)
     rc = scen_threads(&c);
   else if (strcmp(c.scenario, "renewal") == 0)

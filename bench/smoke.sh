@@ -4,8 +4,9 @@
 #
 # Runs dlock-bench for one second twice: 3 forked processes on one lock with a
 # 100 us hold (contended scenario), and one worker-mode process with 2
-# threads; then half a second each of the fair lock contended and of the
-# readers scenario. Then checks, independently of dlock-bench's own analysis, that each
+# threads; then half a second each of the fair lock contended, of the
+# readers scenario and of the semaphore scenario, and 5 rounds of the latch
+# scenario. Then checks, independently of dlock-bench's own analysis, that each
 # records file has records and that no hold began before the previous hold of
 # the same lock had ended.
 set -u
@@ -55,6 +56,17 @@ check "$tmp/fair.H100.fair"
   --records "$tmp/readers" || fail "dlock-bench readers exited with $?"
 [ -s "$tmp/readers.H0.read" ] || fail "readers: no records of the read side"
 check "$tmp/readers.H0.reentrant"
+
+# the semaphores (holds overlap up to P by design: dlock-bench itself
+# fails the run if more than P held at once; here: records exist) and the
+# latch (a few rounds; dlock-bench fails if a waiter did not wake)
+"$bench" semaphore --url "$DLOCK_URL" --name smoke --permits 2 --workers 3 \
+  --hold-us 100 --seconds 0.5 --records "$tmp/sem" ||
+  fail "dlock-bench semaphore exited with $?"
+[ -s "$tmp/sem.H100.plain" ] || fail "semaphore: no records of the plain one"
+[ -s "$tmp/sem.H100.permit" ] || fail "semaphore: no records of the permit one"
+"$bench" latch --url "$DLOCK_URL" --name smoke --waiters 2 --rounds 5 ||
+  fail "dlock-bench latch exited with $?"
 
 "$bench" --url "$DLOCK_URL" --name smoke-worker --hold-us 100 --seconds 1 \
   --threads 2 --worker 0 --records "$tmp/worker.csv" ||

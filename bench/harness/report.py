@@ -374,7 +374,9 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
     for r in results.get("kinds", []):
         kinds.setdefault((r["scenario"], r["case"]), []).append(r)
     kind_cols = ["acq_per_s", "acq_per_s_per_process", "worst_wait_ms",
-                 "jain", "xgap_p50_us", "server_calls_per_acq"]
+                 "jain", "xgap_p50_us", "server_calls_per_acq",
+                 "peak_holders", "rounds_per_s", "release_p50_us",
+                 "release_p99_us", "release_max_us"]
     write_csv(os.path.join(out, "kinds.csv"),
               ["scenario", "case", "rep"] + kind_cols + ["overlaps"],
               [[r["scenario"], r["case"], r["rep"]] +
@@ -519,16 +521,22 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
         w("`dlock-bench contended --kind reentrant|fair` (W processes, H = 1 "
           "ms) and `dlock-bench readers` (R processes looping "
           "acquire/release on the read side of one read-write lock, then on "
-          "the reentrant lock), same server, same run; medians over "
+          "the reentrant lock), `dlock-bench semaphore` (P = 2, H = 1 "
+          "ms), same server, same run; medians over "
           "repetitions. Readers hold together, so their overlaps are "
           "checked per reader.\n")
         w("| scenario | case | acq/s | acq/s per process | worst wait ms | "
           "Jain | server calls/acq | overlaps |")
         w("|---|---|---|---|---|---|---|---|")
+        def med_of(rows, col):
+            v = sorted(x[col] for x in rows if x.get(col) is not None)
+            return v[len(v) // 2] if v else None
         for (scen, case), rows in sorted(kinds.items()):
-            def med(col):
-                v = sorted(x[col] for x in rows if x.get(col) is not None)
-                return v[len(v) // 2] if v else None
+            if scen == "latch":
+                continue
+
+            def med(col, rows=rows):
+                return med_of(rows, col)
             w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 scen, case, fmt(med("acq_per_s")),
                 fmt(med("acq_per_s_per_process")),
@@ -536,6 +544,26 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
                 fmt(med("server_calls_per_acq")),
                 fmt(sum(x.get("overlaps") or 0 for x in rows), 0)))
         w("")
+        w("`semaphore` rows: W processes on a semaphore of P permits, then "
+          "on a permit semaphore (watchdog lease); holds overlap up to P by "
+          "design, so overlaps are checked per process and dlock-bench "
+          "fails the run if more than P ever held at once.\n")
+        latch = [(case, rows) for (scen, case), rows in sorted(kinds.items())
+                 if scen == "latch"]
+        if latch:
+            w("`dlock-bench latch`: W processes await a latch of count 1, "
+              "this process counts it down, 100 rounds; release latency from "
+              "count_down's return to each waiter's wake-up (medians over "
+              "repetitions).\n")
+            w("| case | rounds/s | p50 us | p99 us | max us |")
+            w("|---|---|---|---|---|")
+            for case, rows in latch:
+                w("| %s | %s | %s | %s | %s |" % (
+                    case, fmt(med_of(rows, "rounds_per_s")),
+                    fmt(med_of(rows, "release_p50_us")),
+                    fmt(med_of(rows, "release_p99_us")),
+                    fmt(med_of(rows, "release_max_us"))))
+            w("")
     if memory:
         w("## Memory (dlock)\n")
         w("| K held locks | client heap B/lock | client RSS B/lock | Redis "
@@ -569,7 +597,8 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
         w("")
     w("Files: runs.csv (every run), summary.csv (medians), waits.csv (each "
       "worker's longest wait), accounting.csv, limits.csv, renewal.csv, "
-      "kinds.csv (lock kinds: contended fair vs reentrant, readers), "
+      "kinds.csv (lock kinds: contended fair vs reentrant, readers, "
+      "semaphores, latch), "
       "memory.csv, handoff_cdf.csv (cross-worker hand-off percentiles, all "
       "repetitions pooled). raw/ holds the records and logs (not "
       "committed).\n")

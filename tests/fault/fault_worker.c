@@ -13,6 +13,15 @@
  * server for the other kinds. Read holds are shared holds for the checker
  * (fence_begin_as/fence_write_as): their "writes" are reads. `rw` (contend
  * only) takes the read or the write side of each lock at random, per cycle.
+ * `permit --limit N` holds permits of the permit semaphore of each name
+ * (created with N permits by try_set_permits, first come): the resource is
+ * given capacity N (fence_set_capacity), the token is the INCR one (a
+ * permit has none), a holder leaves the resource's open set right before
+ * it releases (fence_leave), and there is no re-entry. A permit's lost callback
+ * carries no thread id: hold mode (one permit) takes it as its own; a
+ * contend thread learns of a lost permit from its release (DLOCK_ELOST).
+ * A hold is a handle_t, a lock handle or a permit semaphore handle with the
+ * permit it holds, so both modes run one code path for every kind.
  *
  * Two modes:
  *   hold     one lock, held by the main thread. Acquires at start, then
@@ -58,6 +67,7 @@
 #define MAX_LOCKS 16
 #define MAX_THREADS 32
 #define KIND_RW 100 /* contend: the read or the write side, at random */
+#define KIND_PERMIT 101 /* permits of a permit semaphore (--limit N) */
 
 static struct cfg {
   const char *url, *tag, *mode;
@@ -70,9 +80,9 @@ static struct cfg {
   int64_t watchdog_ms, lease_ms, wait_ms, connect_ms, command_ms;
   int64_t write_every_ms, hold_ms, duration_ms, max_life_ms, rss_at_ms;
   int64_t fair_thread_wait_ms;
-  int threads, iters, retry, churn, log_level;
+  int threads, iters, retry, churn, log_level, limit;
   bool stop_on_lost;
-  int kind; /* a dlock_lock_kind_t, or KIND_RW */
+  int kind; /* a dlock_lock_kind_t, KIND_RW or KIND_PERMIT */
 } cfg = {.lease_ms = DLOCK_LEASE_WATCHDOG,
          .wait_ms = DLOCK_WAIT_FOREVER,
          .connect_ms = 2000,
@@ -151,8 +161,11 @@ static void on_lost(void *ud, const char *name, uint64_t tid,
   (void)ud;
   int64_t now = fence_now_us();
   atomic_fetch_add(&nlost, 1);
+  /* a permit (tid 0) is slot 0's in hold mode, unattributed in contend */
+  bool permit_of_hold = tid == 0 && strcmp(cfg.mode, "hold") == 0;
   for (int i = 0; i < MAX_THREADS; i++) {
-    if (atomic_load(&slots[i].tid) == tid) {
+    if ((permit_of_hold && i == 0) ||
+        (tid != 0 && atomic_load(&slots[i].tid) == tid)) {
       int64_t zero = 0;
       atomic_compare_exchange_strong(&slots[i].lost_us, &zero, now);
       atomic_store(&slots[i].lost_reason, (int)reason);
@@ -233,8 +246,21 @@ static int64_t next_token(tokensrc_t *t, const char *lock) {
   return -1;
 }
 
-static bool is_shared(dlock_lock_t *l) {
-  return dlock_lock_kind(l) == DLOCK_READ;
+/* One hold: a lock handle, or a permit semaphore handle and the id of the
+ * permit it holds ("" when none). */
+typedef struct handle {
+  dlock_lock_t *l;
+  dlock_permit_sem_t *sem;
+  char permit[DLOCK_PERMIT_ID_LEN + 1];
+} handle_t;
+
+static bool is_shared(const handle_t *h) {
+  return h->l && dlock_lock_kind(h->l) == DLOCK_READ;
+}
+
+/* The --kind value of a handle (a dlock_lock_kind_t or KIND_PERMIT). */
+static int handle_kind(const handle_t *h) {
+  return h->sem ? KIND_PERMIT : (int)dlock_lock_kind(h->l);
 }
 
 /* The token of a hold just granted: the fenced lock's own (fenced >= 1),
@@ -247,24 +273,74 @@ static int64_t hold_token(tokensrc_t *t, const char *lock, int64_t fenced) {
 
 static dlock_lock_kind_t kind_of(uint64_t *rnd);
 
-/* A handle of the configured kind (rw: a side drawn from *rnd). */
-static int lock_new(dlock_client_t *c, const char *name, uint64_t *rnd,
-                    dlock_lock_t **out) {
-  return dlock_lock_new_kind(c, name, kind_of(rnd), out);
+/* A handle of the configured kind, or of `kind` when >= 0 (rw: a side
+ * drawn from *rnd). */
+static int handle_new(dlock_client_t *c, const char *name, uint64_t *rnd,
+                      int kind, handle_t *out) {
+  memset(out, 0, sizeof *out);
+  if (kind < 0)
+    kind = cfg.kind == KIND_PERMIT ? KIND_PERMIT : (int)kind_of(rnd);
+  if (kind == KIND_PERMIT)
+    return dlock_permit_sem_new(c, name, &out->sem);
+  return dlock_lock_new_kind(c, name, (dlock_lock_kind_t)kind, &out->l);
+}
+
+static void handle_free(handle_t *h) {
+  dlock_lock_free(h->l);
+  dlock_permit_sem_free(h->sem);
+  memset(h, 0, sizeof *h);
 }
 
 /* Acquire of any kind; a fenced lock's token goes to *token (else 0). */
-static int acquire_once(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms,
+static int acquire_once(handle_t *h, int64_t wait_ms, int64_t lease_ms,
                         int64_t *token) {
   *token = 0;
-  if (dlock_lock_kind(l) == DLOCK_FENCED)
-    return dlock_lock_acquire_fenced(l, wait_ms, lease_ms, token);
-  return dlock_lock_acquire(l, wait_ms, lease_ms);
+  if (h->sem)
+    return dlock_permit_sem_acquire(h->sem, wait_ms, lease_ms, h->permit);
+  if (dlock_lock_kind(h->l) == DLOCK_FENCED)
+    return dlock_lock_acquire_fenced(h->l, wait_ms, lease_ms, token);
+  return dlock_lock_acquire(h->l, wait_ms, lease_ms);
+}
+
+/* One release call; a permit handle gives back its permit (and forgets
+ * it unless the reply was a backend error, which is retried). */
+static int release_once(handle_t *h) {
+  if (!h->sem)
+    return dlock_lock_release(h->l);
+  if (!h->permit[0])
+    return DLOCK_ENOTOWNER;
+  int rc = dlock_permit_sem_release(h->sem, h->permit);
+  if (!is_backend_err(rc))
+    h->permit[0] = '\0';
+  return rc;
+}
+
+/* The permit semaphores get --limit permits (if they do not exist yet) and
+ * the resource the same capacity. */
+static void permits_setup(dlock_client_t *c) {
+  if (cfg.kind != KIND_PERMIT)
+    return;
+  fence_t *f = fence_open(cfg.res_host, cfg.res_port);
+  if (!f)
+    die("resource unreachable");
+  for (int i = 0; i < cfg.nlocks; i++) {
+    handle_t h;
+    if (handle_new(c, cfg.locks[i], NULL, KIND_PERMIT, &h) != 0)
+      die("dlock_permit_sem_new");
+    int rc = dlock_permit_sem_try_set_permits(h.sem, cfg.limit, NULL);
+    handle_free(&h);
+    if (rc != 0)
+      die("try_set_permits(%s, %d): %s", cfg.locks[i], cfg.limit,
+          dlock_err_name(rc));
+    if (fence_set_capacity(f, cfg.locks[i], cfg.limit) != 0)
+      die("resource capacity");
+  }
+  fence_close(f);
 }
 
 /* Acquire with a bounded number of retries after backend errors (the API
  * returns those at once; retrying is the caller's policy). */
-static int acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms,
+static int acquire(handle_t *l, int64_t wait_ms, int64_t lease_ms,
                    int *errors, int64_t *token) {
   int rc = -1;
   int64_t t0 = fence_now_us();
@@ -288,10 +364,10 @@ static int acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms,
 
 /* Release with up to two retries after backend errors (the library keeps
  * the request id, so a retry never releases twice). */
-static int release(dlock_lock_t *l) {
+static int release(handle_t *l) {
   int rc = -1;
   for (int i = 0; i < 3; i++) {
-    rc = dlock_lock_release(l);
+    rc = release_once(l);
     if (!is_backend_err(rc))
       break;
   }
@@ -311,7 +387,7 @@ static const char *outcome_of(int rc, bool lost, char *buf, size_t n) {
 
 typedef struct hold_state {
   dlock_client_t *c;
-  dlock_lock_t *l;
+  handle_t l;
   fence_t *f;
   tokensrc_t ts;
   char holder[64];
@@ -327,7 +403,7 @@ static void hold_acquire(hold_state_t *h) {
   atomic_store(&slots[0].lost_us, 0);
   int64_t ftoken = 0;
   emit("ACQUIRING t=%lld", (long long)t0);
-  int rc = acquire(h->l, cfg.wait_ms, cfg.lease_ms, &errors, &ftoken);
+  int rc = acquire(&h->l, cfg.wait_ms, cfg.lease_ms, &errors, &ftoken);
   h->errors += errors;
   int64_t now = fence_now_us();
   if (rc != 0) {
@@ -341,21 +417,22 @@ static void hold_acquire(hold_state_t *h) {
   if (h->token < 0)
     die("token INCR failed");
   int b = fence_begin_as(h->f, lock, h->holder, h->token, h->acq_us,
-                         is_shared(h->l));
+                         is_shared(&h->l));
   if (b == FENCE_ERROR)
     die("resource unreachable");
   h->held = true;
   h->grants++;
   emit("ACQUIRED lock=%s holder=%s token=%lld t=%lld waited_ms=%lld "
-       "errors=%d begin=%s tid=%llu kind=%d",
+       "errors=%d begin=%s tid=%llu kind=%d permit=%s",
        lock, h->holder, (long long)h->token, (long long)h->acq_us,
        (long long)(now - t0) / 1000, errors, b ? "ok" : "refused",
-       (unsigned long long)dlock_thread_id(), (int)dlock_lock_kind(h->l));
+       (unsigned long long)dlock_thread_id(), handle_kind(&h->l),
+       h->l.permit[0] ? h->l.permit : "-");
 }
 
 static void hold_write(hold_state_t *h) {
   int w = fence_write_as(h->f, cfg.locks[0], h->holder, h->token,
-                         is_shared(h->l));
+                         is_shared(&h->l));
   if (w == FENCE_ERROR)
     die("resource unreachable");
   if (w)
@@ -368,7 +445,7 @@ static void hold_write(hold_state_t *h) {
 
 static void hold_release(hold_state_t *h) {
   if (!h->held) {
-    int rc = dlock_lock_release(h->l);
+    int rc = release_once(&h->l);
     emit("RELEASED rc=%s t=%lld took_ms=0 held=0", dlock_err_name(rc),
          (long long)fence_now_us());
     return;
@@ -377,7 +454,9 @@ static void hold_release(hold_state_t *h) {
   int64_t called = fence_now_us(), end = called;
   if (cfg.stop_on_lost && lost_us)
     end = lost_us;
-  int rc = release(h->l);
+  if (h->l.sem && fence_leave(h->f, cfg.locks[0], h->holder) != 0)
+    die("resource unreachable");
+  int rc = release(&h->l);
   int64_t done = fence_now_us();
   char buf[64];
   lost_us = atomic_load(&slots[0].lost_us);
@@ -400,8 +479,9 @@ static int run_hold(void) {
     die("resource unreachable");
   h.c = new_client();
   atomic_store(&slots[0].tid, dlock_thread_id());
-  if (lock_new(h.c, cfg.locks[0], NULL, &h.l) != 0)
-    die("dlock_lock_new_kind");
+  permits_setup(h.c);
+  if (handle_new(h.c, cfg.locks[0], NULL, -1, &h.l) != 0)
+    die("handle_new");
   emit("READY pid=%d client=%s tid=%llu", (int)getpid(), dlock_client_id(h.c),
        (unsigned long long)dlock_thread_id());
   hold_acquire(&h);
@@ -477,7 +557,7 @@ static int run_hold(void) {
       have = 0; /* garbage without newline */
   }
   int64_t t0 = fence_now_us();
-  dlock_lock_free(h.l);
+  handle_free(&h.l);
   dlock_client_free(h.c);
   int64_t freed_ms = (fence_now_us() - t0) / 1000;
   if (h.ts.ctx)
@@ -515,7 +595,7 @@ static uint64_t rnd_next(uint64_t *s) {
 
 /* One hold of `l` by thread `me` using client handle l; returns 0, or -1
  * when something the test must see went wrong (printed). */
-static int one_cycle(contender_t *me, dlock_lock_t *l, const char *lock,
+static int one_cycle(contender_t *me, handle_t *l, const char *lock,
                      fence_t *f, tokensrc_t *ts, const char *holder,
                      int64_t wait_ms, int64_t lease_ms, int64_t hold_us,
                      bool reenter) {
@@ -556,6 +636,8 @@ static int one_cycle(contender_t *me, dlock_lock_t *l, const char *lock,
   }
   if (fence_begin_as(f, lock, holder, token, acq, shared) == FENCE_ERROR)
     return -1;
+  if (reenter && l->sem)
+    reenter = false; /* a permit is not re-entrant */
   if (reenter) {
     int64_t inner = 0;
     rc = acquire_once(l, 0, lease_ms, &inner);
@@ -595,6 +677,8 @@ static int one_cycle(contender_t *me, dlock_lock_t *l, const char *lock,
   int64_t lost_us = atomic_load(&slots[me->idx].lost_us);
   if (lost_us)
     end = lost_us;
+  if (l->sem && fence_leave(f, lock, holder) != 0)
+    return -1;
   if (reenter) {
     rc = release(l);
     if (rc != 0 && rc != DLOCK_ELOST) {
@@ -636,15 +720,15 @@ static void *contender_main(void *arg) {
   }
   tokensrc_t ts = {0};
   /* [side][lock]: side 1 is the read side, used by rw only */
-  dlock_lock_t *locks[2][MAX_LOCKS] = {{0}};
+  handle_t locks[2][MAX_LOCKS];
+  memset(locks, 0, sizeof locks);
   for (int i = 0; i < cfg.nlocks; i++) {
     if (cfg.kind == KIND_RW) {
-      if (dlock_lock_new_kind(me->c, cfg.locks[i], DLOCK_WRITE,
-                              &locks[0][i]) != 0 ||
-          dlock_lock_new_kind(me->c, cfg.locks[i], DLOCK_READ,
-                              &locks[1][i]) != 0)
+      if (handle_new(me->c, cfg.locks[i], NULL, DLOCK_WRITE, &locks[0][i]) !=
+              0 ||
+          handle_new(me->c, cfg.locks[i], NULL, DLOCK_READ, &locks[1][i]) != 0)
         me->failed = 1;
-    } else if (lock_new(me->c, cfg.locks[i], NULL, &locks[0][i]) != 0) {
+    } else if (handle_new(me->c, cfg.locks[i], NULL, -1, &locks[0][i]) != 0) {
       me->failed = 1;
     }
   }
@@ -671,33 +755,32 @@ static void *contender_main(void *arg) {
     if (cfg.churn > 0 && it > 0 && it % cfg.churn == 0) {
       /* a client of its own, used once and freed (client lifecycle) */
       dlock_client_t *tmp = new_client();
-      dlock_lock_t *tl = NULL;
-      if (lock_new(tmp, cfg.locks[k], &me->rnd, &tl) != 0)
+      handle_t tl;
+      if (handle_new(tmp, cfg.locks[k], &me->rnd, -1, &tl) != 0)
         me->failed = 1;
-      else if (one_cycle(me, tl, cfg.locks[k], f, &ts, holder, cfg.wait_ms,
+      else if (one_cycle(me, &tl, cfg.locks[k], f, &ts, holder, cfg.wait_ms,
                          DLOCK_LEASE_WATCHDOG, 0, false) != 0)
         me->failed = 1;
-      dlock_lock_free(tl);
+      handle_free(&tl);
       dlock_client_free(tmp);
       me->churned++;
       continue;
     }
     int side = cfg.kind == KIND_RW ? (int)(rnd_next(&me->rnd) % 2) : 0;
-    if (one_cycle(me, locks[side][k], cfg.locks[k], f, &ts, holder, wait,
+    if (one_cycle(me, &locks[side][k], cfg.locks[k], f, &ts, holder, wait,
                   lease, hold_us, reenter) != 0)
       me->failed = 1;
     /* now and then a fresh handle on the same lock (handle lifecycle) */
     if (dice >= 990) {
-      dlock_lock_kind_t kd = dlock_lock_kind(locks[side][k]);
-      dlock_lock_free(locks[side][k]);
-      locks[side][k] = NULL;
-      if (dlock_lock_new_kind(me->c, cfg.locks[k], kd, &locks[side][k]) != 0)
+      int kd = handle_kind(&locks[side][k]);
+      handle_free(&locks[side][k]);
+      if (handle_new(me->c, cfg.locks[k], NULL, kd, &locks[side][k]) != 0)
         me->failed = 1;
     }
   }
   for (int i = 0; i < cfg.nlocks; i++) {
-    dlock_lock_free(locks[0][i]);
-    dlock_lock_free(locks[1][i]);
+    handle_free(&locks[0][i]);
+    handle_free(&locks[1][i]);
   }
   if (ts.ctx)
     redisFree(ts.ctx);
@@ -708,6 +791,7 @@ static void *contender_main(void *arg) {
 static int run_contend(void) {
   static contender_t th[MAX_THREADS];
   dlock_client_t *c = new_client();
+  permits_setup(c);
   emit("READY pid=%d client=%s", (int)getpid(), dlock_client_id(c));
   int64_t start = fence_now_us();
   int64_t end = cfg.duration_ms > 0 ? start + cfg.duration_ms * 1000
@@ -775,6 +859,7 @@ static void usage(void) {
           "  --stop-on-lost --threads N --iters N --duration MS --churn N\n"
           "  --rss-at MS --max-life MS --log-level 0..3\n"
           "  --kind reentrant|fair|fenced|read|write|rw (rw: contend only)\n"
+          "  --kind permit --limit N (permits of a permit semaphore)\n"
           "  --fair-thread-wait MS\n");
   exit(64);
 }
@@ -794,7 +879,8 @@ static int parse_kind(const char *s) {
     int kind;
   } kinds[] = {{"reentrant", DLOCK_REENTRANT}, {"fair", DLOCK_FAIR},
                {"fenced", DLOCK_FENCED},       {"read", DLOCK_READ},
-               {"write", DLOCK_WRITE},         {"rw", KIND_RW}};
+               {"write", DLOCK_WRITE},         {"rw", KIND_RW},
+               {"permit", KIND_PERMIT}};
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (strcmp(s, kinds[i].name) == 0)
       return kinds[i].kind;
@@ -834,6 +920,7 @@ int main(int argc, char **argv) {
       {"log-level", required_argument, 0, 'g'},
       {"kind", required_argument, 0, 'k'},
       {"fair-thread-wait", required_argument, 0, 'F'},
+      {"limit", required_argument, 0, 'N'},
       {0, 0, 0, 0}};
   int o;
   char *names = NULL;
@@ -902,6 +989,9 @@ int main(int argc, char **argv) {
     case 'F':
       cfg.fair_thread_wait_ms = atoll(optarg);
       break;
+    case 'N':
+      cfg.limit = atoi(optarg);
+      break;
     case 'k':
       cfg.kind = parse_kind(optarg);
       if (cfg.kind < 0)
@@ -912,7 +1002,8 @@ int main(int argc, char **argv) {
     }
   }
   if (optind != argc - 1 || !cfg.url || !cfg.tag || !names || !cfg.res_port ||
-      cfg.threads < 1 || cfg.threads > MAX_THREADS || cfg.write_every_ms < 1)
+      cfg.threads < 1 || cfg.threads > MAX_THREADS || cfg.write_every_ms < 1 ||
+      (cfg.kind == KIND_PERMIT) != (cfg.limit >= 1))
     usage();
   cfg.mode = argv[optind];
   for (char *save = NULL, *tok = strtok_r(names, ",", &save); tok;

@@ -23,6 +23,16 @@
  * raises fence:max, so a stale writer is refused after a later reader.
  * Locks with exclusive holds only behave exactly as before.
  *
+ * Capacity (fence:cap:{lock}, absent = 1). Above 1, begins and writes are
+ * checked against fence:open:{lock}, a sorted set of the open holds (holder
+ * -> token; a begin adds, fence_leave or an end removes): refused when N
+ * open holds have a higher token. Holders leave the set before they
+ * release (their end record comes after the release, with its outcome), so
+ * the set never names a hold that was already given back, and a refusal
+ * means N + 1 holders, one of them stale. The analysis then counts, at each grant, the holds still
+ * open (a violation when N untold ones were), and calls a write stale when
+ * N holds granted after its own were open when it was sent.
+ *
  * The analysis rebuilds holds from the log (a holder's records arrive in
  * its program order) and checks two things on the holders' shared monotonic
  * clock:
@@ -53,11 +63,17 @@ struct fence {
 
 static const char FENCE_LUA[] =
     "local max = tonumber(redis.call('get', KEYS[1]) or '0')\n"
+    "local cap = tonumber(redis.call('get', KEYS[5]) or '1')\n"
     "local t = tonumber(ARGV[2])\n"
     "local shared = ARGV[1] == 'S' or ARGV[1] == 'R'\n"
     "local ok\n"
     "if shared then\n"
     "  ok = t >= tonumber(redis.call('get', KEYS[4]) or '0')\n"
+    "elseif cap > 1 then\n"
+    "  ok = redis.call('zcount', KEYS[6], '(' .. ARGV[2], '+inf') < cap\n"
+    "  if ok and ARGV[1] == 'B' then\n"
+    "    redis.call('zadd', KEYS[6], ARGV[2], ARGV[3])\n"
+    "  end\n"
     "else\n"
     "  ok = t >= max\n"
     "  if ok then redis.call('set', KEYS[4], ARGV[2]) end\n"
@@ -72,6 +88,12 @@ static const char FENCE_LUA[] =
     "  ARGV[2] .. ' ' .. ARGV[4] .. ' ' .. (ok and 'ok' or 'refused'))\n"
     "if ok then return 1 end\n"
     "return 0\n";
+
+/* End of a hold: the log record, and the hold leaves the open set (used
+ * with a capacity above 1 only; ZREM of a missing member does nothing). */
+static const char FENCE_END_LUA[] =
+    "redis.call('zrem', KEYS[2], ARGV[1])\n"
+    "return redis.call('rpush', KEYS[1], ARGV[2])\n";
 
 int64_t fence_now_us(void) {
   struct timespec ts;
@@ -112,14 +134,18 @@ void fence_close(fence_t *f) {
 
 static int fenced(fence_t *f, const char *kind, const char *lock,
                   const char *holder, int64_t token, int64_t stamp) {
-  char kmax[1200], klog[1200], kdata[1200], kmaxw[1200];
+  char kmax[1200], klog[1200], kdata[1200], kmaxw[1200], kcap[1200],
+      kopen[1200];
   keyname(kmax, sizeof kmax, "max", lock);
   keyname(klog, sizeof klog, "log", lock);
   keyname(kdata, sizeof kdata, "data", lock);
   keyname(kmaxw, sizeof kmaxw, "maxw", lock);
+  keyname(kcap, sizeof kcap, "cap", lock);
+  keyname(kopen, sizeof kopen, "open", lock);
   redisReply *r = redisCommand(
-      f->ctx, "EVAL %s 4 %s %s %s %s %s %lld %s %lld", FENCE_LUA, kmax, klog,
-      kdata, kmaxw, kind, (long long)token, holder, (long long)stamp);
+      f->ctx, "EVAL %s 6 %s %s %s %s %s %s %s %lld %s %lld", FENCE_LUA, kmax,
+      klog, kdata, kmaxw, kcap, kopen, kind, (long long)token, holder,
+      (long long)stamp);
   int rc = FENCE_ERROR;
   if (r && r->type == REDIS_REPLY_INTEGER)
     rc = r->integer == 1 ? FENCE_ACCEPTED : FENCE_REFUSED;
@@ -129,6 +155,26 @@ static int fenced(fence_t *f, const char *kind, const char *lock,
   if (r)
     freeReplyObject(r);
   return rc;
+}
+
+/* 0 when r is a reply of `type`, else -1 (said on stderr); frees r. */
+static int reply_is(fence_t *f, redisReply *r, int type, const char *what) {
+  int rc = r && r->type == type ? 0 : -1;
+  if (rc)
+    fprintf(stderr, "fence: %s: %s\n", what,
+            r && r->type == REDIS_REPLY_ERROR ? r->str : f->ctx->errstr);
+  if (r)
+    freeReplyObject(r);
+  return rc;
+}
+
+int fence_set_capacity(fence_t *f, const char *lock, int capacity) {
+  if (capacity < 1)
+    return -1;
+  char kcap[1200];
+  keyname(kcap, sizeof kcap, "cap", lock);
+  return reply_is(f, redisCommand(f->ctx, "SET %s %d", kcap, capacity),
+                  REDIS_REPLY_STATUS, "capacity");
 }
 
 int fence_begin(fence_t *f, const char *lock, const char *holder, int64_t token,
@@ -153,18 +199,23 @@ int fence_write_as(fence_t *f, const char *lock, const char *holder,
 
 int fence_end(fence_t *f, const char *lock, const char *holder, int64_t token,
               int64_t end_us, const char *outcome) {
-  char klog[1200];
+  char klog[1200], kopen[1200];
   keyname(klog, sizeof klog, "log", lock);
+  keyname(kopen, sizeof kopen, "open", lock);
   char rec[256];
   snprintf(rec, sizeof rec, "E %s %lld %lld %s", holder, (long long)token,
            (long long)end_us, outcome);
-  redisReply *r = redisCommand(f->ctx, "RPUSH %s %s", klog, rec);
-  int rc = r && r->type == REDIS_REPLY_INTEGER ? 0 : -1;
-  if (rc)
-    fprintf(stderr, "fence: end: %s\n", f->ctx->errstr);
-  if (r)
-    freeReplyObject(r);
-  return rc;
+  return reply_is(f,
+                  redisCommand(f->ctx, "EVAL %s 2 %s %s %s %s", FENCE_END_LUA,
+                               klog, kopen, holder, rec),
+                  REDIS_REPLY_INTEGER, "end");
+}
+
+int fence_leave(fence_t *f, const char *lock, const char *holder) {
+  char kopen[1200];
+  keyname(kopen, sizeof kopen, "open", lock);
+  return reply_is(f, redisCommand(f->ctx, "ZREM %s %s", kopen, holder),
+                  REDIS_REPLY_INTEGER, "leave");
 }
 
 void fence_token_key(const char *lock, char *buf, size_t n) {
@@ -192,6 +243,7 @@ typedef struct session {
   /* earliest grant after this one that excludes it (INT64_MAX: none): any
    * grant for an exclusive hold, an exclusive grant for a shared one */
   int64_t next;
+  size_t rank; /* position in grant order */
 } session_t;
 
 typedef struct wrec {
@@ -313,6 +365,118 @@ static int take_record(const char *line, vec_t *sess, vec_t *writes,
   return 0;
 }
 
+/* Exclusive and shared holds (capacity 1): the sweep in grant order over
+ * the latest end so far, kept apart for holds whose holder was told it
+ * lost the lock; then each hold's next excluding grant. */
+static void exclusive_sweep(session_t **order, size_t n, fence_report_t *out) {
+  /* [0]: every hold, [1]: exclusive holds only. An exclusive hold must
+   * begin after every earlier hold ended, a shared one after every
+   * earlier exclusive hold ended. */
+  int64_t end_told[2] = {INT64_MIN, INT64_MIN};
+  int64_t end_silent[2] = {INT64_MIN, INT64_MIN};
+  int64_t end_shared = INT64_MIN;
+  const session_t *silent_by[2] = {NULL, NULL};
+  for (size_t k = 0; k < n; k++) {
+    session_t *s = order[k];
+    int ref = s->shared ? 1 : 0;
+    if (s->acq < end_silent[ref]) {
+      out->overlaps++;
+      problem(out,
+              "%s (token %lld%s) granted %lld us before %s (token %lld) "
+              "ended its hold",
+              s->holder, (long long)s->token, s->shared ? ", shared" : "",
+              (long long)(end_silent[ref] - s->acq),
+              silent_by[ref] ? silent_by[ref]->holder : "?",
+              silent_by[ref] ? (long long)silent_by[ref]->token : -1LL);
+    } else if (s->acq < end_told[ref]) {
+      out->overlaps_lost++;
+    }
+    if (s->shared && s->acq < end_shared)
+      out->shared_overlaps++;
+    for (int i = 0; i < (s->shared ? 1 : 2); i++) {
+      if (s->lost) {
+        if (s->end > end_told[i])
+          end_told[i] = s->end;
+      } else if (s->end > end_silent[i]) {
+        end_silent[i] = s->end;
+        silent_by[i] = s;
+      }
+    }
+    if (s->shared && s->end > end_shared)
+      end_shared = s->end;
+  }
+  /* the next grant that excludes each hold, from the back */
+  int64_t next_any = INT64_MAX, next_excl = INT64_MAX;
+  for (size_t k = n; k-- > 0;) {
+    session_t *s = order[k];
+    s->next = s->shared ? next_excl : next_any;
+    next_any = s->acq;
+    if (!s->shared)
+      next_excl = s->acq;
+  }
+}
+
+/* Capacity cap > 1 (permits of a semaphore): the sweep in grant order
+ * keeps the holds still open at each grant. A grant while cap holds whose
+ * holders were never told were open is a violation; one that exceeds cap
+ * only by counting holds whose holder was told (outcome "lost") is counted
+ * apart, as for exclusive holds. max_holders is the peak of untold holds
+ * (the new one included). 0 or -1 (out of memory). */
+static int capacity_sweep(session_t **order, size_t n, int64_t cap,
+                          fence_report_t *out) {
+  size_t *open = calloc(n, sizeof *open);
+  if (!open)
+    return -1;
+  size_t nopen = 0;
+  for (size_t k = 0; k < n; k++) {
+    session_t *s = order[k];
+    s->rank = k;
+    int64_t silent = 0, told = 0;
+    const session_t *by = NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < nopen; i++) {
+      const session_t *o = order[open[i]];
+      if (o->end <= s->acq)
+        continue;
+      open[m++] = open[i];
+      if (o->lost) {
+        told++;
+      } else {
+        silent++;
+        by = o;
+      }
+    }
+    nopen = m;
+    if (silent + 1 > cap) {
+      out->overlaps++;
+      problem(out,
+              "%s (token %lld) granted while %lld holds of capacity %lld were "
+              "open (one of them %s, token %lld)",
+              s->holder, (long long)s->token, (long long)silent,
+              (long long)cap, by ? by->holder : "?",
+              by ? (long long)by->token : -1LL);
+    } else if (silent + told + 1 > cap) {
+      out->overlaps_lost++;
+    }
+    if (silent + 1 > out->max_holders)
+      out->max_holders = silent + 1;
+    open[nopen++] = k;
+  }
+  free(open);
+  return 0;
+}
+
+/* Capacity mode: a write of hold s sent at `sent` is stale when cap holds
+ * granted after s were open then (s's permit went to one of them). */
+static bool stale_in_capacity(session_t **order, size_t n, const session_t *s,
+                              int64_t sent, int64_t cap) {
+  int64_t later = 0;
+  for (size_t j = s->rank + 1; j < n && order[j]->acq < sent; j++)
+    if (order[j]->end > sent && ++later >= cap)
+      return true;
+  return false;
+}
+
 int fence_analyze(redisContext *resource, const char *lock,
                   fence_report_t *out) {
   memset(out, 0, sizeof *out);
@@ -322,6 +486,20 @@ int fence_analyze(redisContext *resource, const char *lock,
         open = {.size = sizeof(open_map_t)};
   session_t **order = NULL;
   int rc = -1;
+  char kcap[1200];
+  keyname(kcap, sizeof kcap, "cap", lock);
+  redisReply *cr = redisCommand(resource, "GET %s", kcap);
+  if (!cr || (cr->type != REDIS_REPLY_STRING && cr->type != REDIS_REPLY_NIL)) {
+    fprintf(stderr, "fence: GET %s: %s\n", kcap,
+            cr ? "bad reply" : resource->errstr);
+    if (cr)
+      freeReplyObject(cr);
+    goto done;
+  }
+  out->capacity = cr->type == REDIS_REPLY_STRING ? atoll(cr->str) : 1;
+  freeReplyObject(cr);
+  if (out->capacity < 1)
+    out->capacity = 1;
   const long long chunk = 20000;
   for (long long from = 0;; from += chunk) {
     redisReply *r = redisCommand(resource, "LRANGE %s %lld %lld", klog, from,
@@ -352,8 +530,7 @@ int fence_analyze(redisContext *resource, const char *lock,
   for (size_t i = 0; i < sess.n; i++)
     if (!S[i].closed)
       out->open++;
-  /* overlaps: sweep in grant order over the latest end so far, kept apart
-   * for holds whose holder was told it lost the lock */
+  /* overlaps: a sweep in grant order */
   if (sess.n) {
     order = calloc(sess.n, sizeof *order);
     if (!order)
@@ -361,53 +538,15 @@ int fence_analyze(redisContext *resource, const char *lock,
     for (size_t i = 0; i < sess.n; i++)
       order[i] = &S[i];
     qsort(order, sess.n, sizeof *order, by_acq);
-    /* [0]: every hold, [1]: exclusive holds only. An exclusive hold must
-     * begin after every earlier hold ended, a shared one after every
-     * earlier exclusive hold ended. */
-    int64_t end_told[2] = {INT64_MIN, INT64_MIN};
-    int64_t end_silent[2] = {INT64_MIN, INT64_MIN};
-    int64_t end_shared = INT64_MIN;
-    const session_t *silent_by[2] = {NULL, NULL};
-    for (size_t k = 0; k < sess.n; k++) {
-      session_t *s = order[k];
-      int ref = s->shared ? 1 : 0;
-      if (s->acq < end_silent[ref]) {
-        out->overlaps++;
-        problem(out,
-                "%s (token %lld%s) granted %lld us before %s (token %lld) "
-                "ended its hold",
-                s->holder, (long long)s->token, s->shared ? ", shared" : "",
-                (long long)(end_silent[ref] - s->acq),
-                silent_by[ref] ? silent_by[ref]->holder : "?",
-                silent_by[ref] ? (long long)silent_by[ref]->token : -1LL);
-      } else if (s->acq < end_told[ref]) {
-        out->overlaps_lost++;
-      }
-      if (s->shared && s->acq < end_shared)
-        out->shared_overlaps++;
-      for (int i = 0; i < (s->shared ? 1 : 2); i++) {
-        if (s->lost) {
-          if (s->end > end_told[i])
-            end_told[i] = s->end;
-        } else if (s->end > end_silent[i]) {
-          end_silent[i] = s->end;
-          silent_by[i] = s;
-        }
-      }
-      if (s->shared && s->end > end_shared)
-        end_shared = s->end;
-    }
-    /* the next grant that excludes each hold, from the back */
-    int64_t next_any = INT64_MAX, next_excl = INT64_MAX;
-    for (size_t k = sess.n; k-- > 0;) {
-      session_t *s = order[k];
-      s->next = s->shared ? next_excl : next_any;
-      next_any = s->acq;
-      if (!s->shared)
-        next_excl = s->acq;
+    if (out->capacity > 1) {
+      if (capacity_sweep(order, sess.n, out->capacity, out) != 0)
+        goto done;
+    } else {
+      exclusive_sweep(order, sess.n, out);
     }
   }
-  /* stale writes: accepted after a later grant */
+  /* stale writes: accepted after a later grant (capacity mode: after as
+   * many later grants as there are permits, all still open) */
   wrec_t *W = writes.v;
   for (size_t i = 0; i < writes.n; i++) {
     if (!W[i].ok)
@@ -418,7 +557,15 @@ int fence_analyze(redisContext *resource, const char *lock,
       continue;
     }
     const session_t *s = &S[W[i].sess];
-    if (W[i].sent > s->next) {
+    if (out->capacity > 1) {
+      if (stale_in_capacity(order, sess.n, s, W[i].sent, out->capacity)) {
+        out->stale_accepted++;
+        problem(out,
+                "%s (token %lld) wrote while %lld later holds were open, "
+                "accepted",
+                s->holder, (long long)s->token, (long long)out->capacity);
+      }
+    } else if (W[i].sent > s->next) {
       out->stale_accepted++;
       problem(out,
               "%s (token %lld) wrote %lld us after a later grant, accepted",
@@ -445,6 +592,10 @@ void fence_report_add(fence_report_t *a, const fence_report_t *b) {
   a->shared_sessions += b->shared_sessions;
   a->shared_overlaps += b->shared_overlaps;
   a->stale_accepted += b->stale_accepted;
+  if (b->capacity > a->capacity)
+    a->capacity = b->capacity;
+  if (b->max_holders > a->max_holders)
+    a->max_holders = b->max_holders;
   if (b->max_token > a->max_token)
     a->max_token = b->max_token;
   if (!a->first_problem[0] && b->first_problem[0])

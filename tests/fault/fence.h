@@ -24,6 +24,19 @@
  * shared (fence_begin_as/fence_write_as with shared = true): a shared hold
  * may overlap other shared holds, never an exclusive one.
  *
+ * Capacity. A resource may allow N holders at once (the permits of a
+ * semaphore): fence_set_capacity(N), once, before the first hold. With N
+ * above 1 the resource keeps the set of open holds (begun, not left or
+ * ended) and
+ * refuses a begin or write whose token is below the tokens of N open
+ * holds; the checker asks "at most N holders at once" instead of
+ * exclusion, and a write is stale when N holds granted after its own were
+ * open when it was sent. N = 1 (the default) is the exclusive/shared
+ * semantics above, unchanged. A permit has no fencing token of its own: its
+ * holder draws the interim token below, so the resource can only refuse the
+ * oldest of N + 1 (a holder paused past its lease is refused once N later
+ * holds are open).
+ *
  * Tokens. The checker takes the token as an argument. A DLOCK_FENCED
  * holder passes the lock's own fencing token (dlock_lock_acquire_fenced,
  * Redisson's RFencedLock layout: drawn in the grant script, so in grant
@@ -80,6 +93,12 @@ int fence_begin_as(fence_t *f, const char *lock, const char *holder,
                    int64_t token, int64_t acq_us, bool shared);
 int fence_write_as(fence_t *f, const char *lock, const char *holder,
                    int64_t token, bool shared);
+/* Lets `lock` have n >= 1 holders at once (see Capacity above). 0 or -1. */
+int fence_set_capacity(fence_t *f, const char *lock, int n);
+/* Capacity above 1: the holder is about to release; its hold stops
+ * counting against the others' begins and writes (it is still open for the
+ * checker until fence_end). Call it right before the release. 0 or -1. */
+int fence_leave(fence_t *f, const char *lock, const char *holder);
 /* End of the hold at end_us. outcome: "ok" (released), "lost" (told by
  * ELOST or the lost callback), "killed" (written by the test for a holder
  * it killed), or "err:<code>" (release failed, fate unknown). 0 or -1. */
@@ -111,13 +130,18 @@ typedef struct fence_report {
    * granted (the harm fencing must prevent) */
   int64_t stale_accepted;
   int64_t max_token;
+  /* the resource's capacity (1: exclusive); with a capacity above 1, the
+   * most holds whose holder was not told that were open at once (0 with
+   * capacity 1) */
+  int64_t capacity, max_holders;
   char first_problem[256]; /* "" or a description of the first violation */
 } fence_report_t;
 
 /* Reads lock's log from the resource server and checks it. 0 or -1. */
 int fence_analyze(redisContext *resource, const char *lock,
                   fence_report_t *out);
-/* Adds b into a (counts; first_problem kept from a if set). */
+/* Adds b into a (counts; capacity and max_holders: the larger;
+ * first_problem kept from a if set). */
 void fence_report_add(fence_report_t *a, const fence_report_t *b);
 
 #endif /* DLOCK_FAULT_FENCE_H */

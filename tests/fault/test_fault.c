@@ -27,8 +27,12 @@
  * kill_holder and pause_holder run for the reentrant lock and, as
  * kill_holder_<kind> and pause_holder_<kind>, for the fair, fenced, write
  * and read-write (mixed sides) kinds, with contend_<kind>, a short
- * contention run (a kind case parameterises the one scenario body). Main
- * thread only (the harness wants servers started there).
+ * contention run (a kind case parameterises the one scenario body). The
+ * permit semaphore runs the same three as a kind with a limit N = 2: N - 1
+ * "filler" processes hold the other permits throughout, so the scenario's
+ * holder and waiters meet exactly as on a lock, and the checker counts
+ * holders against N instead of 1. Main thread only (the harness wants
+ * servers started there).
  */
 #define _GNU_SOURCE 1
 #include "check.h"
@@ -219,6 +223,10 @@ static fence_report_t checker_x(env_t *e, const char *scenario,
          (long long)sum.overlaps_lost, (long long)sum.sessions,
          (long long)sum.writes_ok, (long long)sum.writes_refused,
          assert_it ? "" : " [not asserted here: see below]");
+  if (sum.capacity > 1)
+    printf("FIGURE %s.capacity: at most %lld untold holders at once (capacity "
+           "%lld)\n",
+           scenario, (long long)sum.max_holders, (long long)sum.capacity);
   if (sum.first_problem[0])
     printf("checker: %s\n", sum.first_problem);
   CHECKF(sum.open == 0, "%lld holds without an end record",
@@ -262,20 +270,90 @@ typedef struct kcase {
    * end the next grant may come on top of the usual slack */
   const char *wait;
   int64_t nap_ms;
+  /* permit semaphore: its permits (worker --limit); 0 for a lock */
+  int limit;
 } kcase_t;
 
 #define WAIT20 "--wait 20000"
 static const kcase_t K_REENTRANT = {
-    "", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0};
+    "", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0, 0};
 /* Fair waiters wait as the others do: a waiter behind the head never
  * sleeps past the holder's lease, so when a holder that took the lock by
  * expiry is killed in turn, the next one still learns it in time. */
-static const kcase_t K_FAIR = {"_fair", {"fair", "fair", "fair"}, WAIT20, 0};
-static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0};
-static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0};
-static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0};
-static const kcase_t K_RW_PAUSE = {"_rw", {"read", "write", "write"}, WAIT20, 0};
-static const kcase_t K_RW_CONTEND = {"_rw", {"rw", "rw", "rw"}, WAIT20, 0};
+static const kcase_t K_FAIR = {"_fair", {"fair", "fair", "fair"}, WAIT20, 0, 0};
+static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0};
+static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0, 0};
+static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0, 0};
+static const kcase_t K_RW_PAUSE = {"_rw", {"read", "write", "write"}, WAIT20, 0, 0};
+static const kcase_t K_RW_CONTEND = {"_rw", {"rw", "rw", "rw"}, WAIT20, 0, 0};
+static const kcase_t K_PERMIT = {
+    "_permit", {"permit", "permit", "permit"}, WAIT20, 0, 2};
+
+/* The worker options naming the kind of process i of case k. */
+static const char *kind_opts(const kcase_t *k, int i) {
+  static char buf[4][64];
+  static int n;
+  n = (n + 1) % 4;
+  if (k->limit > 0)
+    snprintf(buf[n], sizeof buf[n], "--kind %s --limit %d", k->kinds[i],
+             k->limit);
+  else
+    snprintf(buf[n], sizeof buf[n], "--kind %s", k->kinds[i]);
+  return buf[n];
+}
+
+/* Fillers: with a limit N, N - 1 more holders of `lock` (tags <pfx>f<i>)
+ * so that one permit is left for the scenario's holder to hold and its
+ * waiters to wait for. Started after that holder has its permit, so their
+ * tokens are above its own (the resource refuses the oldest of N + 1). */
+static int start_fillers(env_t *e, const kcase_t *k, const char *lock,
+                         const char *pfx, fproc_t **f) {
+  int n = k->limit > 1 ? k->limit - 1 : 0;
+  for (int i = 0; i < n; i++) {
+    char tag[16], opts[200];
+    snprintf(tag, sizeof tag, "%sf%d", pfx, i);
+    snprintf(opts, sizeof opts, "--name %s --watchdog 1000 %s", lock,
+             kind_opts(k, 0));
+    f[i] = spawn_worker(e, tag, e->lock->url, "hold", opts);
+    size_t from = 0;
+    WANT(f[i], "ACQUIRED", &from, BOUND(10000));
+  }
+  return n;
+}
+
+/* Fillers release (DLOCK_OK: they held all along) and quit. */
+static void stop_fillers(fproc_t **f, int n) {
+  for (int i = 0; i < n; i++) {
+    size_t from = 0;
+    CHECK(fproc_send(f[i], "release") == 0);
+    const char *rel = WANT(f[i], "RELEASED", &from, BOUND(5000));
+    CHECKF(strcmp(fproc_field_str(rel, "rc", (char[32]){0}, 32), "DLOCK_OK") ==
+               0,
+           "filler %s: %s", f[i]->tag, rel);
+    CHECK(fproc_send(f[i], "quit") == 0);
+    finish_worker(f[i]);
+    fproc_free(f[i]);
+  }
+}
+
+/* Remaining lease (ms) of the hold that `acq` (an ACQUIRED line) reported:
+ * the lock key's PTTL, or for a permit its expiry in the semaphore's
+ * timeout set against the server's clock. */
+static int64_t lease_left(env_t *e, const kcase_t *k, const char *lock,
+                          const char *acq) {
+  if (k->limit == 0)
+    return th_redis_int(e->lock, "PTTL %s", lock);
+  char key[128], id[64];
+  snprintf(key, sizeof key, "{%s}:timeout", lock);
+  return th_redis_int(
+      e->lock,
+      "EVAL %s 1 %s %s",
+      "local s = redis.call('zscore', KEYS[1], ARGV[1]) "
+      "if not s then return -2 end "
+      "local t = redis.call('time') "
+      "return math.floor(tonumber(s) - (t[1] * 1000 + t[2] / 1000))",
+      key, fproc_field_str(acq, "permit", id, sizeof id));
+}
 
 /* The scenario's and its lock's names for kind case k. */
 static void kname(const kcase_t *k, const char *scen, const char *lock,
@@ -298,7 +376,8 @@ static void wait_waiter(env_t *e, const char *lock, const char *kind,
                 BOUND(10000));
     CHECKF(ok, "%lld waiters expected in the fair queue of %s", (long long)n,
            lock);
-  } else if (strcmp(kind, "read") == 0 || strcmp(kind, "write") == 0) {
+  } else if (strcmp(kind, "read") == 0 || strcmp(kind, "write") == 0 ||
+             strcmp(kind, "permit") == 0) {
     size_t from = 0;
     WANT(w, "ACQUIRING", &from, BOUND(10000));
   } else {
@@ -312,7 +391,8 @@ static void wait_waiter(env_t *e, const char *lock, const char *kind,
  * A holder with a 1000 ms watchdog lease is killed with SIGKILL while two
  * waiters wait; the lock must go to a waiter within what is left of the
  * lease (its PTTL when the kill landed), then the same again for the new
- * holder.
+ * holder. A permit semaphore: the other permits are held by fillers, and
+ * what is left of the killed holder's permit is read from the timeout set.
  */
 static void kill_holder(const kcase_t *k) {
   env_t e;
@@ -320,14 +400,15 @@ static void kill_holder(const kcase_t *k) {
   char sname[64], L[64], wopts[3][160];
   kname(k, "kill_holder", "fault-kill", sname, L);
   for (int i = 0; i < 3; i++)
-    snprintf(wopts[i], sizeof wopts[i],
-             "--name %s --watchdog 1000 %s --kind %s", L,
-             i ? k->wait : "--wait 20000", k->kinds[i]);
-  fproc_t *w[3];
+    snprintf(wopts[i], sizeof wopts[i], "--name %s --watchdog 1000 %s %s", L,
+             i ? k->wait : "--wait 20000", kind_opts(k, i));
+  fproc_t *w[3], *fill[4];
   size_t from[3] = {0, 0, 0};
   w[0] = spawn_worker(&e, "k0", e.lock->url, "hold", wopts[0]);
   const char *acq = WANT(w[0], "ACQUIRED", &from[0], BOUND(10000));
   int64_t tokens[3] = {fproc_field(acq, "token"), 0, 0};
+  const char *acq_line[3] = {acq, NULL, NULL};
+  int nfill = start_fillers(&e, k, L, "k", fill);
   w[1] = spawn_worker(&e, "k1", e.lock->url, "hold", wopts[1]);
   wait_waiter(&e, L, k->kinds[1], w[1], 1);
   w[2] = spawn_worker(&e, "k2", e.lock->url, "hold", wopts[2]);
@@ -337,7 +418,7 @@ static void kill_holder(const kcase_t *k) {
   for (int round = 1; round <= 2; round++) {
     /* the holder is writing */
     WANT(w[holder], "WRITE ok", &from[holder], BOUND(2000));
-    int64_t pttl = th_redis_int(e.lock, "PTTL %s", L);
+    int64_t pttl = lease_left(&e, k, L, acq_line[holder]);
     CHECK(pttl > 0);
     int64_t t_kill = fproc_now_us();
     CHECK(fproc_signal(w[holder], SIGKILL) == 0);
@@ -357,12 +438,15 @@ static void kill_holder(const kcase_t *k) {
     }
     CHECKF(next >= 0, "no waiter got the lock within the lease after kill -9");
     tokens[next] = fproc_field(line, "token");
+    acq_line[next] = line;
     int64_t delay_ms = (line_us(line) - t_kill) / 1000;
     printf("FIGURE %s.round%d: %lld ms from SIGKILL of the holder (%s) "
-           "to the next grant (%s; watchdog lease 1000 ms; the lock's PTTL "
-           "at the kill was %lld ms)\n",
+           "to the next grant (%s; watchdog lease 1000 ms; the %s at the "
+           "kill was %lld ms)\n",
            sname, round, (long long)delay_ms, k->kinds[holder],
-           k->kinds[next], (long long)pttl);
+           k->kinds[next],
+           k->limit ? "permit's remaining lease" : "lock's PTTL",
+           (long long)pttl);
     CHECKF(delay_ms <= pttl + k->nap_ms + BOUND(300),
            "the next grant took %lld ms, the lease had %lld ms left",
            (long long)delay_ms, (long long)pttl);
@@ -380,6 +464,7 @@ static void kill_holder(const kcase_t *k) {
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   CHECK(fproc_send(w[holder], "quit") == 0);
   finish_worker(w[holder]);
+  stop_fillers(fill, nfill);
   const char *locks[] = {L, NULL};
   checker(&e, sname, locks, 0);
   for (int i = 0; i < 3; i++)
@@ -397,21 +482,27 @@ static void kill_holder(const kcase_t *k) {
  * lock's own fencing token), its lost callback must fire, and its release
  * must say DLOCK_ELOST. Its interval overlaps the new holder's: the known
  * limit of any lease-based lock, reported as such by the checker. A paused
- * reader of a read-write lock is refused its reads once a writer holds.
+ * reader of a read-write lock is refused its reads once a writer holds. A
+ * paused permit holder: the filler holds the other permit, the waiter takes
+ * the paused one's when its lease runs out; the resumed holder's writes are
+ * refused because N holds with later tokens are open, and the checker counts
+ * N + 1 holders only behind the told one.
  */
 static void pause_holder(const kcase_t *k) {
   env_t e;
   env_start(&e, NULL);
   char sname[64], L[64], o0[160], o1[160];
   kname(k, "pause_holder", "fault-pause", sname, L);
-  snprintf(o0, sizeof o0, "--name %s --watchdog 1000 --kind %s", L,
-           k->kinds[0]);
-  snprintf(o1, sizeof o1, "--name %s --watchdog 1000 --wait 20000 --kind %s",
-           L, k->kinds[1]);
+  snprintf(o0, sizeof o0, "--name %s --watchdog 1000 %s", L,
+           kind_opts(k, 0));
+  snprintf(o1, sizeof o1, "--name %s --watchdog 1000 --wait 20000 %s", L,
+           kind_opts(k, 1));
   size_t f0 = 0, f1 = 0;
   fproc_t *a = spawn_worker(&e, "p0", e.lock->url, "hold", o0);
   const char *acq0 = WANT(a, "ACQUIRED", &f0, BOUND(10000));
   int64_t stale_token = fproc_field(acq0, "token");
+  fproc_t *fill[4];
+  int nfill = start_fillers(&e, k, L, "p", fill);
   fproc_t *b = spawn_worker(&e, "p1", e.lock->url, "hold", o1);
   wait_waiter(&e, L, k->kinds[1], b, 1);
   WANT(a, "WRITE ok", &f0, BOUND(2000));
@@ -460,6 +551,7 @@ static void pause_holder(const kcase_t *k) {
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   CHECK(fproc_send(b, "quit") == 0);
   finish_worker(b);
+  stop_fillers(fill, nfill);
   const char *locks[] = {L, NULL};
   fence_report_t r = checker(&e, sname, locks, 1);
   CHECK_INT(r.writes_refused, >=, 1);
@@ -1351,7 +1443,8 @@ static void t_lossy(void) {
  * accepted, every worker clean. Per kind: a fair lock must serve every
  * process (no starvation; the worst wait is printed); a fenced lock's
  * tokens come with the grant, so no begin is refused by token unless a
- * hold was lost; the read-write lock must have let readers hold together.
+ * hold was lost; the read-write lock must have let readers hold together;
+ * a permit semaphore (limit N) never had more than N holders and reached N.
  */
 static void contend(const kcase_t *k) {
   env_t e;
@@ -1362,8 +1455,8 @@ static void contend(const kcase_t *k) {
   snprintf(lb, sizeof lb, "%s-b", base);
   snprintf(opts, sizeof opts,
            "--name %s,%s --threads 3 --duration 4000 --watchdog 3000 "
-           "--wait 15000 --kind %s",
-           la, lb, k->kinds[0]);
+           "--wait 15000 %s",
+           la, lb, kind_opts(k, 0));
   const int n = 3;
   fproc_t *w[3];
   size_t from[3] = {0, 0, 0};
@@ -1408,6 +1501,15 @@ static void contend(const kcase_t *k) {
   }
   if (strcmp(k->kinds[0], "fenced") == 0 && lost == 0)
     CHECK_INT(r.begins_refused, ==, 0);
+  if (k->limit > 1) {
+    /* never more than N (the checker), and N reached; holders leave the
+     * resource's open set before releasing, so without a lost hold no
+     * write can be refused */
+    CHECK_INT(r.capacity, ==, k->limit);
+    CHECK_INT(r.max_holders, ==, k->limit);
+    if (lost == 0)
+      CHECK_INT(r.writes_refused + r.begins_refused, ==, 0);
+  }
   if (strcmp(k->kinds[0], "rw") == 0) {
     CHECK_INT(reads, >=, 1);
     CHECK_INT(grants - reads, >=, 1);
@@ -1431,6 +1533,9 @@ static void t_contend_fair(void) { contend(&K_FAIR); }
 static void t_contend_fenced(void) { contend(&K_FENCED); }
 static void t_contend_write(void) { contend(&K_WRITE); }
 static void t_contend_rw(void) { contend(&K_RW_CONTEND); }
+static void t_kill_holder_permit(void) { kill_holder(&K_PERMIT); }
+static void t_pause_holder_permit(void) { pause_holder(&K_PERMIT); }
+static void t_contend_permit(void) { contend(&K_PERMIT); }
 
 /* ------------------------------------------------------------- soak */
 
@@ -1631,6 +1736,9 @@ static const check_case_t cases[] = {
     {"contend_fenced", t_contend_fenced},
     {"contend_write", t_contend_write},
     {"contend_rw", t_contend_rw},
+    {"kill_holder_permit", t_kill_holder_permit},
+    {"pause_holder_permit", t_pause_holder_permit},
+    {"contend_permit", t_contend_permit},
     {"soak", t_soak},
 };
 
