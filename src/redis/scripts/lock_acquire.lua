@@ -11,14 +11,15 @@
 -- The token grows with every grant: here, or in the release that hands
 -- the lock to a queued fenced waiter.
 -- With ARGV[3] = '' this is exactly Redisson's acquire.
+local token_key = ARGV[6] or ''
 local function granted(claimed)
-  if ARGV[6] == '' then
+  if token_key == '' then
     return nil
   end
   if claimed then
-    return {-1, tonumber(redis.call('get', ARGV[6]) or '0')}
+    return {-1, tonumber(redis.call('get', token_key) or '0')}
   end
-  return {-1, redis.call('incr', ARGV[6])}
+  return {-1, redis.call('incr', token_key)}
 end
 local member = ARGV[3]
 if member ~= '' and ARGV[5] == '1'
