@@ -119,11 +119,13 @@ typedef struct dlock__backend_ops {
    * at most before retrying (the holder's lease, or for a fair lock the
    * waiter's estimated turn; -1 no bound); DLOCK_EDEADLK when a reader
    * asks for the write side. A fair attempt that fails queues the owner;
-   * a reentrant or fenced one with a->q queues (or refreshes) its entry. */
+   * a reentrant, fenced or write one with a->q queues (or refreshes) its
+   * entry; a read one with a->q registers as a waiting reader. */
   int (*lock_acquire)(void *be, const dlock__acquire *a, int64_t *pttl,
                       int64_t *token);
-  /* A waiter gives up: removes its queue entry (member for reentrant and
-   * fenced; the owner for fair). 1 when the lock had already been handed
+  /* A waiter gives up: removes its queue entry (member for reentrant,
+   * fenced and write; the owner for fair) or a reader's registration
+   * (member; always 0). 1 when the lock had already been handed
    * to it (the caller owns it now, with a fresh a->lease_ms, and *token
    * is its fencing token for a fenced lock), else 0. */
   int (*lock_leave)(void *be, const dlock__acquire *a, const char *member,
