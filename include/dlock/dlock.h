@@ -249,7 +249,11 @@ typedef enum dlock_lock_kind {
    * gets DLOCK_EDEADLK at once (no upgrade). */
   DLOCK_READ = 3,
   /* the write side of the read-write lock `name`: one writer, no readers
-   * (except the writer's own read holds); its release wakes every reader */
+   * (except the writer's own read holds). Waiting writers are handed the
+   * lock in arrival order, as reentrant waiters are; a write release with
+   * readers waiting lets them in first (every reader wakes), so writers
+   * cannot starve readers. Readers do not queue behind waiting writers
+   * (Redisson's rule). */
   DLOCK_WRITE = 4
 } dlock_lock_kind_t;
 
@@ -350,7 +354,7 @@ typedef struct dlock_lock_state {
   dlock_holder_t *holders; /* nholders entries */
   /* Waiters queued on the server, oldest first (at most 100): for a fair
    * lock its queue, for a reentrant or fenced lock the dlock waiters queued
-   * for a hand-off; a read-write lock has none. */
+   * for a hand-off, for a read-write lock its queued dlock writers. */
   size_t nwaiters;
   const char **waiters; /* their owners */
   /* fair lock: for each waiter, ms until it loses its place unless it comes

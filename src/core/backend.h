@@ -61,7 +61,8 @@ typedef struct dlock__acquire {
   const char *name;
   const char *owner; /* "<client-id>:<tid>" */
   int64_t lease_ms;
-  /* reentrant and fenced: queue for a hand-off (NULL: don't) */
+  /* reentrant, fenced and write: queue for a hand-off; read: register as a
+   * waiting reader (NULL: don't) */
   const dlock__queue_entry *q;
   int64_t thread_wait_ms; /* fair: how long the queue keeps a silent waiter */
   bool try_once;          /* fair: do not join the queue on failure */
@@ -108,19 +109,23 @@ typedef struct dlock__backend_ops {
                         const char *owner);
   /* The channel on which releases hand this client a lock it queued for
    * (payload "<tid>:<seq>", or "<tid>:<seq>:<token>" for a fenced waiter);
-   * NULL when the backend has no hand-off. Reentrant and fenced only. */
-  char *(*lock_grant_channel)(void *be, const char *name,
-                              const char *client_id);
+   * NULL when the backend has no hand-off. Reentrant and fenced locks, and
+   * the write side of a read-write lock (whose readers subscribe to it
+   * too, so that a release can tell their client is alive). */
+  char *(*lock_grant_channel)(void *be, dlock_lock_kind_t kind,
+                              const char *name, const char *client_id);
   /* 1 acquired (or re-entered, or handed over while queued), *token = the
    * fencing token for a fenced lock; 0 held by another, *pttl = ms to wait
    * at most before retrying (the holder's lease, or for a fair lock the
    * waiter's estimated turn; -1 no bound); DLOCK_EDEADLK when a reader
    * asks for the write side. A fair attempt that fails queues the owner;
-   * a reentrant or fenced one with a->q queues (or refreshes) its entry. */
+   * a reentrant, fenced or write one with a->q queues (or refreshes) its
+   * entry; a read one with a->q registers as a waiting reader. */
   int (*lock_acquire)(void *be, const dlock__acquire *a, int64_t *pttl,
                       int64_t *token);
-  /* A waiter gives up: removes its queue entry (member for reentrant and
-   * fenced; the owner for fair). 1 when the lock had already been handed
+  /* A waiter gives up: removes its queue entry (member for reentrant,
+   * fenced and write; the owner for fair) or a reader's registration
+   * (member; always 0). 1 when the lock had already been handed
    * to it (the caller owns it now, with a fresh a->lease_ms, and *token
    * is its fencing token for a fenced lock), else 0. */
   int (*lock_leave)(void *be, const dlock__acquire *a, const char *member,

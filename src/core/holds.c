@@ -344,11 +344,18 @@ void dlock__renewer_run(struct dlock_client *c) {
 
 #define UNRESOLVED_RETRY_MS 1000
 
-int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
-                                 uint64_t tid, uint64_t seq, const char *member,
-                                 int64_t lease_ms, int64_t expires) {
+/* Unresolved waits are keyed like holds: the write side of a read-write
+ * lock apart from the reentrant lock of the same name. */
+static dlock__hold_kind unresolved_hk(dlock_lock_kind_t kind) {
+  return kind == DLOCK_WRITE ? DLOCK__HK_WRITE : DLOCK__HK_LOCK;
+}
+
+int dlock__unresolved_add_locked(struct dlock_client *c, dlock_lock_kind_t kind,
+                                 const char *name, uint64_t tid, uint64_t seq,
+                                 const char *member, int64_t lease_ms,
+                                 int64_t expires) {
   char key[KEY_MAX];
-  size_t klen = hold_key(key, DLOCK__HK_LOCK, name, tid, NULL);
+  size_t klen = hold_key(key, unresolved_hk(kind), name, tid, NULL);
   dlock__unresolved *u = dlock__map_get(&c->unresolved, key, klen);
   if (u && u->busy)
     return 0; /* being resolved: it covers the same queue entry */
@@ -362,6 +369,7 @@ int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
       return DLOCK_ENOMEM;
     }
   }
+  u->kind = kind;
   u->tid = tid;
   u->seq = seq;
   snprintf(u->member, sizeof u->member, "%s", member);
@@ -377,18 +385,21 @@ int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
 }
 
 dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
+                                                 dlock_lock_kind_t kind,
                                                  const char *name,
                                                  uint64_t tid) {
   if (c->unresolved.count == 0)
     return NULL;
   char key[KEY_MAX];
-  return dlock__map_get(&c->unresolved, key, hold_key(key, DLOCK__HK_LOCK, name, tid, NULL));
+  return dlock__map_get(&c->unresolved, key,
+                        hold_key(key, unresolved_hk(kind), name, tid, NULL));
 }
 
 void dlock__unresolved_remove_locked(struct dlock_client *c,
                                      dlock__unresolved *u) {
   char key[KEY_MAX];
-  dlock__map_del(&c->unresolved, key, hold_key(key, DLOCK__HK_LOCK, u->name, u->tid, NULL));
+  dlock__map_del(&c->unresolved, key,
+                 hold_key(key, unresolved_hk(u->kind), u->name, u->tid, NULL));
   dlock__free(u->name);
   dlock__free(u);
 }
@@ -422,6 +433,7 @@ void dlock__unresolved_free_all_locked(struct dlock_client *c) {
 /* Marks u busy and copies what resolving it needs; mu held. */
 typedef struct resolve_job {
   char *name;
+  dlock_lock_kind_t kind;
   uint64_t tid;
   char member[128];
   int64_t lease_ms;
@@ -431,6 +443,7 @@ static int job_take_locked(dlock__unresolved *u, resolve_job *j) {
   if (!(j->name = dlock__strdup(u->name)))
     return DLOCK_ENOMEM;
   u->busy = true;
+  j->kind = u->kind;
   j->tid = u->tid;
   memcpy(j->member, u->member, sizeof j->member);
   j->lease_ms = u->lease_ms;
@@ -439,7 +452,8 @@ static int job_take_locked(dlock__unresolved *u, resolve_job *j) {
 
 /* Applies a resolution outcome; mu held. rc < 0 keeps it for a retry. */
 static void job_done_locked(struct dlock_client *c, resolve_job *j, int rc) {
-  dlock__unresolved *u = dlock__unresolved_find_locked(c, j->name, j->tid);
+  dlock__unresolved *u =
+      dlock__unresolved_find_locked(c, j->kind, j->name, j->tid);
   if (u) {
     if (rc >= 0) {
       dlock__unresolved_remove_locked(c, u);
@@ -461,14 +475,14 @@ int dlock__unresolved_resolve_own(struct dlock_client *c,
                                   int64_t *token) {
   resolve_job j;
   pthread_mutex_lock(&c->mu);
-  dlock__unresolved *u = dlock__unresolved_find_locked(c, name, tid);
+  dlock__unresolved *u = dlock__unresolved_find_locked(c, kind, name, tid);
   /* wait (bounded) while the background thread is resolving it */
   int64_t deadline = dlock__deadline_after(c->opts.command_timeout_ms * 2);
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   while (u && u->busy && dlock__now_ms() < deadline) {
     pthread_cond_timedwait(&c->unresolved_cv, &c->mu, &ts);
-    u = dlock__unresolved_find_locked(c, name, tid);
+    u = dlock__unresolved_find_locked(c, kind, name, tid);
   }
   if (!u) {
     pthread_mutex_unlock(&c->mu);
@@ -524,8 +538,10 @@ int64_t dlock__unresolved_run(struct dlock_client *c) {
     resolve_job *j = &jobs[i];
     char owner[64], req[DLOCK__UUID_LEN + 1];
     dlock__owner(c, j->tid, owner, sizeof owner);
-    dlock__acquire a = {.kind = DLOCK_REENTRANT, .name = j->name,
-                       .owner = owner, .lease_ms = j->lease_ms};
+    dlock__acquire a = {.kind = j->kind,
+                        .name = j->name,
+                        .owner = owner,
+                        .lease_ms = j->lease_ms};
     int64_t token = 0;
     int rc = c->ops->lock_leave(c->be, &a, j->member, &token);
     if (rc == 1) {
@@ -533,8 +549,8 @@ int64_t dlock__unresolved_run(struct dlock_client *c) {
        * to the next waiter (its count is 1: a grant) */
       rc = dlock__uuid(req);
       if (rc == 0)
-        rc = c->ops->lock_release(c->be, DLOCK_REENTRANT, j->name, owner,
-                                  j->lease_ms, req, false);
+        rc = c->ops->lock_release(c->be, j->kind, j->name, owner, j->lease_ms,
+                                  req, false);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",
                  j->name, rc < 0 ? dlock_last_error() : "done");

@@ -51,6 +51,7 @@ typedef struct dlock__hold {
  * (it leaves the queue, and releases a grant so it passes on). */
 typedef struct dlock__unresolved {
   char *name;
+  dlock_lock_kind_t kind; /* reentrant, fenced or write */
   uint64_t tid;
   uint64_t seq;
   char member[128];
@@ -81,10 +82,12 @@ void dlock__holds_drop_locked(struct dlock_client *c, const char *name,
                               bool permits);
 void dlock__holds_free_all_locked(struct dlock_client *c);
 
-int dlock__unresolved_add_locked(struct dlock_client *c, const char *name,
-                                 uint64_t tid, uint64_t seq, const char *member,
-                                 int64_t lease_ms, int64_t expires);
+int dlock__unresolved_add_locked(struct dlock_client *c, dlock_lock_kind_t kind,
+                                 const char *name, uint64_t tid, uint64_t seq,
+                                 const char *member, int64_t lease_ms,
+                                 int64_t expires);
 dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
+                                                 dlock_lock_kind_t kind,
                                                  const char *name,
                                                  uint64_t tid);
 void dlock__unresolved_remove_locked(struct dlock_client *c,

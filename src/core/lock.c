@@ -3,11 +3,12 @@
  * fair, fenced, and the read and write sides of a read-write lock. They
  * share the wait discipline below; the backend knows each kind's layout.
  *
- * Kinds differ in three ways here: who may be handed a lock (reentrant and
- * fenced waiters queue for a hand-off; a fair waiter is queued by the
- * server in arrival order and woken alone on its own channel; read-write
- * waiters race when woken), what their hold is called (lock, read or write
- * side), and what a grant returns (a fenced lock's token).
+ * Kinds differ in three ways here: who may be handed a lock (reentrant,
+ * fenced and write waiters queue for a hand-off; a fair waiter is queued by
+ * the server in arrival order and woken alone on its own channel; read
+ * waiters register as waiting, so that releases let them in first, but
+ * race when woken), what their hold is called (lock, read or write side),
+ * and what a grant returns (a fenced lock's token).
  *
  * Acquire with a wait: register as a waiter on the lock's channels first
  * (Redisson's channel, and this client's hand-off channel), then attempt.
@@ -68,13 +69,16 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
                        (int)kind);
   if (rc)
     return rc;
-  bool handoff = kind == DLOCK_REENTRANT || kind == DLOCK_FENCED;
+  /* readers subscribe to the grant channel too, though they are never
+   * handed the lock: the channel is shared with the writers of the name,
+   * and a release tells a registered reader's client is alive by it */
+  bool handoff = kind != DLOCK_FAIR;
   dlock_lock_t *l = dlock__calloc(1, sizeof *l);
   if (!l || !(l->name = dlock__strdup(name)) ||
       (kind != DLOCK_FAIR &&
        !(l->channel = c->ops->lock_channel(c->be, kind, name, NULL))) ||
       (handoff && c->ops->lock_grant_channel &&
-       !(l->grant = c->ops->lock_grant_channel(c->be, name, c->id)))) {
+       !(l->grant = c->ops->lock_grant_channel(c->be, kind, name, c->id)))) {
     if (l) {
       dlock__free(l->name);
       dlock__free(l->channel);
@@ -113,7 +117,14 @@ static dlock__hold_kind hold_kind(dlock_lock_kind_t kind) {
                                : DLOCK__HK_LOCK;
 }
 
+/* Waits on the server: reentrant, fenced and write waiters queue for a
+ * hand-off, readers register as waiting (never handed the lock). */
 static bool has_handoff(const dlock_lock_t *l) { return l->grant != NULL; }
+
+/* A wait that may be handed the lock (its grant must be resolved). */
+static bool takes_grants(const dlock_lock_t *l) {
+  return has_handoff(l) && l->kind != DLOCK_READ;
+}
 
 /* Forgets the holds of `name` unless another handle still names it. */
 static void drop_orphan_holds_locked(struct dlock_client *c, const char *name) {
@@ -349,11 +360,12 @@ static int wait_and_acquire(wait_ctx *x) {
       rc = 1;
       x->since = sent;
     } else {
-      if (left < 0) {
-        /* the outcome of this wait is unknown: settle it later */
+      if (left < 0 && takes_grants(x->l)) {
+        /* the outcome of this wait is unknown: settle it later (a
+         * reader's registration just expires) */
         pthread_mutex_lock(&c->mu);
-        dlock__unresolved_add_locked(c, x->l->name, x->tid, x->seq, x->member,
-                                     x->lease, x->entry_until);
+        dlock__unresolved_add_locked(c, x->l->kind, x->l->name, x->tid, x->seq,
+                                     x->member, x->lease, x->entry_until);
         pthread_mutex_unlock(&c->mu);
       }
       dlock__seterr(rc, "%s", saved);
@@ -393,9 +405,9 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
 
   /* an earlier wait of this thread whose outcome is unknown comes first:
    * if it was handed the lock, this acquire claims that grant */
-  rc = has_handoff(l) ? dlock__unresolved_resolve_own(c, l->kind, l->name, tid,
-                                                      lease, &tok)
-                      : 0;
+  rc = takes_grants(l) ? dlock__unresolved_resolve_own(c, l->kind, l->name, tid,
+                                                       lease, &tok)
+                       : 0;
   if (rc == 0 && wait_ms == 0) {
     int64_t pttl = -1;
     since = dlock__now_ms();

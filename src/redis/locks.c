@@ -11,7 +11,9 @@
  *                      RFairLock queue (LIST) and deadlines (ZSET), one
  *                      wake channel per waiting owner;
  *   read, write        rw_*: the RReadWriteLock hash with a mode field, one
- *                      timeout key per read hold.
+ *                      timeout key per read hold; dlock's writer queue
+ *                      (hand-off as for the reentrant lock, in its own
+ *                      dlock_lock_rw_* keys) and waiting-reader registry.
  * Every kind renews through one batched call per kind, all pipelined in
  * one round trip (lock_renew, rw_read_renew, permit_renew).
  *
@@ -40,6 +42,15 @@
 #define QUEUE_TIMEOUT_PREFIX "dlock_lock_queue_timeout"
 #define GRANT_PREFIX "dlock_lock_grant"
 #define YIELD_PREFIX "dlock_lock_yield"
+#define RW_QUEUE_PREFIX "dlock_lock_rw_queue"
+#define RW_QUEUE_TIMEOUT_PREFIX "dlock_lock_rw_queue_timeout"
+#define RW_GRANT_PREFIX "dlock_lock_rw_grant"
+#define RW_YIELD_PREFIX "dlock_lock_rw_yield"
+#define RW_READERS_PREFIX "dlock_lock_rw_readers"
+#define RW_READTURN_PREFIX "dlock_lock_rw_readturn"
+/* How long dlock writers let registered readers in first after a write
+ * release woke them (rw_write_acquire.lua). */
+#define READTURN_MS "200"
 /* At most one release per this period leaves the lock to a race instead of
  * handing it over, when outsiders may be waiting (lock_release.lua). */
 #define YIELD_PERIOD_MS "50"
@@ -49,18 +60,24 @@
  * NULL. Built by keys_make, freed by keys_clear. */
 typedef struct lock_keys {
   char *channel;  /* wake channel (fair: the base, ":<owner>" appended) */
-  char *queue;    /* dlock_lock_queue, or the fair lock's LIST */
-  char *timeouts; /* dlock_lock_queue_timeout, or the fair lock's ZSET */
+  char *queue;    /* dlock_lock_queue (read-write: dlock_lock_rw_queue), or
+                     the fair lock's LIST */
+  char *timeouts; /* dlock_lock_queue_timeout (dlock_lock_rw_queue_timeout),
+                     or the fair lock's ZSET */
   char *token;    /* fenced: redisson_lock_token:{name} */
-  char *grant;    /* dlock_lock_grant:{name} (":<client-id>" appended) */
-  char *yield;    /* dlock_lock_yield:{name} */
+  char *grant;    /* dlock_lock_grant:{name} (dlock_lock_rw_grant:{name}),
+                     ":<client-id>" appended */
+  char *yield;    /* dlock_lock_yield:{name} (dlock_lock_rw_yield:{name}) */
   char *rw_mine;  /* read side: {name}:<owner>:rwlock_timeout */
   char *rw_base;  /* read side: {name} */
+  char *readers;  /* read-write: dlock_lock_rw_readers:{name} */
+  char *readturn; /* read-write: dlock_lock_rw_readturn:{name} */
 } lock_keys;
 
 static void keys_clear(lock_keys *k) {
-  char **all[] = {&k->channel, &k->queue, &k->timeouts, &k->token,
-                  &k->grant,   &k->yield, &k->rw_mine,  &k->rw_base};
+  char **all[] = {&k->channel, &k->queue,   &k->timeouts, &k->token,
+                  &k->grant,   &k->yield,   &k->rw_mine,  &k->rw_base,
+                  &k->readers, &k->readturn};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
     dlock__free(*all[i]);
     *all[i] = NULL;
@@ -77,7 +94,13 @@ static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
   memset(k, 0, sizeof *k);
   bool ok = true;
   if (is_rw(kind)) {
-    ok = (k->channel = dlock__redis_prefixed(RW_CHANNEL_PREFIX, name)) != NULL;
+    ok = (k->channel = dlock__redis_prefixed(RW_CHANNEL_PREFIX, name)) &&
+         (k->queue = dlock__redis_own_key(RW_QUEUE_PREFIX, name)) &&
+         (k->timeouts = dlock__redis_own_key(RW_QUEUE_TIMEOUT_PREFIX, name)) &&
+         (k->grant = dlock__redis_own_key(RW_GRANT_PREFIX, name)) &&
+         (k->yield = dlock__redis_own_key(RW_YIELD_PREFIX, name)) &&
+         (k->readers = dlock__redis_own_key(RW_READERS_PREFIX, name)) &&
+         (k->readturn = dlock__redis_own_key(RW_READTURN_PREFIX, name));
     if (ok && owner) {
       char *sfx = dlock__asprintf("%s:rwlock_timeout", owner);
       ok = sfx && (k->rw_mine = dlock__redis_suffixed(name, sfx)) != NULL;
@@ -128,10 +151,11 @@ char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
   return ch;
 }
 
-char *dlock__redis_lock_grant_channel(void *be, const char *name,
-                                      const char *client_id) {
+char *dlock__redis_lock_grant_channel(void *be, dlock_lock_kind_t kind,
+                                      const char *name, const char *client_id) {
   (void)be;
-  char *prefix = dlock__redis_own_key(GRANT_PREFIX, name);
+  char *prefix =
+      dlock__redis_own_key(is_rw(kind) ? RW_GRANT_PREFIX : GRANT_PREFIX, name);
   char *ch = prefix ? dlock__asprintf("%s:%s", prefix, client_id) : NULL;
   dlock__free(prefix);
   return ch;
@@ -169,20 +193,38 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     break;
   }
   case DLOCK_READ: {
+    /* a waiting reader registers (a->q), so that releases know */
     if ((rc = write_field(wfield, sizeof wfield, a->owner)))
       break;
-    const char *argv[MAX_ARGS] = {0,     0,        0,     a->name, k.rw_mine,
-                                  lease, a->owner, wfield};
-    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 2, 8, argv,
+    snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
+    const char *argv[MAX_ARGS] = {
+        0,         0,     0,        a->name, k.rw_mine,
+        k.readers, lease, a->owner, wfield,  a->q ? a->q->member : "",
+        ttl};
+    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 3, 11, argv,
                              false, &rep);
     break;
   }
   case DLOCK_WRITE: {
     if ((rc = write_field(wfield, sizeof wfield, a->owner)))
       break;
-    const char *argv[MAX_ARGS] = {0,     0,      0,       a->name, k.rw_mine,
-                                  lease, wfield, a->owner};
-    rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 2, 8, argv,
+    snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  a->name,
+                                  k.rw_mine,
+                                  k.queue,
+                                  k.timeouts,
+                                  k.readers,
+                                  k.readturn,
+                                  lease,
+                                  wfield,
+                                  a->owner,
+                                  a->q ? a->q->member : "",
+                                  ttl,
+                                  a->q && a->q->queued ? "1" : "0"};
+    rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 6, 15, argv,
                              false, &rep);
     break;
   }
@@ -246,16 +288,28 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
 int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
                             const char *member, int64_t *token) {
   dlock__redis *r = be;
-  char lease[24], tw[24];
+  char lease[24], tw[24], wfield[128];
   snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
-  if (is_rw(a->kind))
-    return 0; /* read-write waiters are not queued */
   lock_keys k;
-  int rc = keys_make(&k, a->kind, a->name, a->owner);
+  int rc = keys_make(&k, a->kind, a->name, NULL);
   if (rc)
     return rc;
   redisReply *rep = NULL;
-  if (a->kind == DLOCK_FAIR) {
+  if (is_rw(a->kind)) {
+    /* a writer leaves the queue (keeping a grant that raced), a reader its
+     * registration */
+    wfield[0] = '\0';
+    if (a->kind == DLOCK_WRITE &&
+        (rc = write_field(wfield, sizeof wfield, a->owner))) {
+      keys_clear(&k);
+      return rc;
+    }
+    const char *argv[MAX_ARGS] = {0,       0,          0,         a->name,
+                                  k.queue, k.timeouts, k.readers, wfield,
+                                  member,  lease};
+    rc = dlock__redis_script(r, &dlock__script_rw_leave, 4, 10, argv, true,
+                             &rep);
+  } else if (a->kind == DLOCK_FAIR) {
     snprintf(tw, sizeof tw, "%" PRId64, a->thread_wait_ms);
     const char *argv[MAX_ARGS] = {0,         0,        0,  a->name,   k.queue,
                                   k.timeouts, k.channel, a->owner, tw,
@@ -332,19 +386,52 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
   if (!latch_key) {
     rc = DLOCK_ENOMEM;
   } else if (kind == DLOCK_READ) {
-    const char *argv[MAX_ARGS] = {0,         0,          0,         name,
-                                  k.channel, k.rw_mine,  k.rw_base, latch_key,
-                                  "0",       owner,      r->publish, latch};
-    rc = dlock__redis_script(r, &dlock__script_rw_read_release, 5, 12, argv,
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  name,
+                                  k.channel,
+                                  k.rw_mine,
+                                  k.rw_base,
+                                  latch_key,
+                                  k.queue,
+                                  k.timeouts,
+                                  k.yield,
+                                  k.readers,
+                                  "0",
+                                  owner,
+                                  r->publish,
+                                  latch,
+                                  k.grant,
+                                  YIELD_PERIOD_MS,
+                                  watching ? "1" : "0"};
+    rc = dlock__redis_script(r, &dlock__script_rw_read_release, 9, 19, argv,
                              false, &rep);
     if (!rc)
       rc = release_outcome(rep, true);
   } else if (kind == DLOCK_WRITE) {
     if (!(rc = write_field(wfield, sizeof wfield, owner))) {
-      const char *argv[MAX_ARGS] = {0,   0,     0,      name,       k.channel,
-                                    latch_key, "1", lease, wfield, r->publish,
-                                    latch};
-      rc = dlock__redis_script(r, &dlock__script_rw_write_release, 3, 11, argv,
+      const char *argv[MAX_ARGS] = {0,
+                                    0,
+                                    0,
+                                    name,
+                                    k.channel,
+                                    latch_key,
+                                    k.queue,
+                                    k.timeouts,
+                                    k.yield,
+                                    k.readers,
+                                    k.readturn,
+                                    "1",
+                                    lease,
+                                    wfield,
+                                    r->publish,
+                                    latch,
+                                    k.grant,
+                                    YIELD_PERIOD_MS,
+                                    watching ? "1" : "0",
+                                    READTURN_MS};
+      rc = dlock__redis_script(r, &dlock__script_rw_write_release, 8, 20, argv,
                                false, &rep);
       if (!rc)
         rc = release_outcome(rep, false);
@@ -709,9 +796,9 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                                              : "lock";
   const char *third = kind == DLOCK_FAIR ? k.timeouts : k.token;
   const char *argv[MAX_ARGS] = {0, 0, 0, name, k.queue, third, label};
-  int nkeys = is_rw(kind) ? 1 : 3;
+  int nkeys = is_rw(kind) ? 2 : 3; /* read-write: its queued writers */
   if (is_rw(kind))
-    argv[4] = label;
+    argv[5] = label;
   rc = dlock__redis_script(be, &dlock__script_lock_state, nkeys, 4 + nkeys,
                            argv, true, &rep);
   keys_clear(&k);

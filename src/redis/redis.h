@@ -73,8 +73,8 @@ int dlock__redis_unexpected(redisReply *rep, const char *what);
 /* locks.c: every lock kind */
 char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
                                 const char *name, const char *owner);
-char *dlock__redis_lock_grant_channel(void *be, const char *name,
-                                      const char *client_id);
+char *dlock__redis_lock_grant_channel(void *be, dlock_lock_kind_t kind,
+                                      const char *name, const char *client_id);
 int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                               int64_t *token);
 int dlock__redis_lock_leave(void *be, const dlock__acquire *a,

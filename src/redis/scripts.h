@@ -24,6 +24,7 @@ extern const dlock__script dlock__script_lock_state;
 extern const dlock__script dlock__script_fair_acquire;
 extern const dlock__script dlock__script_fair_leave;
 extern const dlock__script dlock__script_fair_release;
+extern const dlock__script dlock__script_rw_leave;
 extern const dlock__script dlock__script_rw_read_acquire;
 extern const dlock__script dlock__script_rw_read_release;
 extern const dlock__script dlock__script_rw_read_renew;

@@ -248,25 +248,36 @@ static void t_reset_during_wait(void) {
   th_server_stop(s);
 }
 
+static dlock_lock_t *kind_lock(dlock_client_t *c, const char *name,
+                               dlock_lock_kind_t kind) {
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new_kind(c, name, kind, &l));
+  return l;
+}
+
 /* A waiter gives up while its commands do not get through, so its "leave
  * the queue" never reaches the server. The holder then releases: the lock
- * must not end up held for a whole lease by the waiter that left. */
-static void t_departed_waiter_lost_leave(void) {
+ * must not end up held for a whole lease by the waiter that left (the
+ * grant is resolved in the background and released, as the kind it is). */
+static void departed_case(dlock_lock_kind_t kind, const char *queue) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
   th_proxy_t *p = th_proxy_start(s->port);
   CHECK(p);
   dlock_client_t *b = proxied_client(s, p, 0, NULL);
   dlock_client_t *a = it_client(s), *c = it_client(s);
-  dlock_lock_t *la = it_lock(a, "left"), *lb = it_lock(b, "left"),
-               *lc = it_lock(c, "left");
+  dlock_lock_t *la = kind_lock(a, "left", kind), *lb = kind_lock(b, "left", kind),
+               *lc = kind_lock(c, "left", kind);
   CHECK_OK(dlock_lock_acquire(la, 0, WD));
   it_async_t w;
   it_async_start(&w, lb, 1000, WD, false);
-  CHECK(it_wait_subscribers(s, "left", 1, 5000));
   bool ok;
-  TH_WAIT_FOR(ok, th_redis_int(s, "ZCARD %s", "dlock_lock_queue:{left}") == 1,
-              2000);
+  if (kind == DLOCK_WRITE)
+    TH_WAIT_FOR(ok, it_numsub(s, "redisson_rwlock:{left}") >= 1, 5000);
+  else
+    ok = it_wait_subscribers(s, "left", 1, 5000);
+  CHECK(ok);
+  TH_WAIT_FOR(ok, th_redis_int(s, "ZCARD %s", queue) == 1, 2000);
   printf("waiter %s in dlock's queue\n", ok ? "seen" : "not seen");
   th_proxy_drop_requests(p, true);
   CHECKF(it_async_wait(&w, 1000 + 4 * SMALL_MS + 2000),
@@ -301,6 +312,14 @@ static void t_departed_waiter_lost_leave(void) {
   th_server_stop(s);
 }
 
+static void t_departed_waiter_lost_leave(void) {
+  departed_case(DLOCK_REENTRANT, "dlock_lock_queue:{left}");
+}
+
+static void t_departed_writer_lost_leave(void) {
+  departed_case(DLOCK_WRITE, "dlock_lock_rw_queue:{left}");
+}
+
 static const check_case_t cases[] = {
     {"release_reply_lost", t_release_reply_lost},
     {"acquire_reply_lost", t_acquire_reply_lost},
@@ -308,6 +327,7 @@ static const check_case_t cases[] = {
     {"partition_heals_during_wait", t_partition_heals_during_wait},
     {"reset_during_wait", t_reset_during_wait},
     {"departed_waiter_lost_leave", t_departed_waiter_lost_leave},
+    {"departed_writer_lost_leave", t_departed_writer_lost_leave},
 };
 
 CHECK_MAIN(cases)

@@ -634,6 +634,164 @@ static void t_fenced_tokens_processes(void) {
   th_server_stop(s);
 }
 
+/* ----------------------------------------------- writer hand-off queue */
+
+/* dlock's writer queue and reader registry (docs/LAYOUT.md): only used to
+ * order the setup of a case. -1 if absent. */
+static int64_t rw_zcard(th_server_t *s, const char *key, const char *name) {
+  return th_redis_int(s, "ZCARD %s:{%s}", key, name);
+}
+
+static bool rw_wait_zcard(th_server_t *s, const char *key, const char *name,
+                          int64_t n) {
+  bool ok;
+  TH_WAIT_FOR(ok, rw_zcard(s, key, name) == n, 5000);
+  return ok;
+}
+
+/* Three writers queued in a known order get the lock in that order, one
+ * release each: the release hands the lock over (with a race, the order
+ * would be anyone's and the releaser's own next wait could cut in). */
+static void t_write_handoff_order(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  enum { NW = 3 };
+  dlock_client_t *a = it_client(s), *c[NW];
+  dlock_lock_t *la = kind_lock(a, "rw-order", DLOCK_WRITE), *lw[NW];
+  it_async_t w[NW];
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  for (int i = 0; i < NW; i++) {
+    c[i] = it_client(s);
+    lw[i] = kind_lock(c[i], "rw-order", DLOCK_WRITE);
+    it_async_start(&w[i], lw[i], 20000, WD, false);
+    CHECKF(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-order", i + 1),
+           "writer %d did not queue", i);
+  }
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(la));
+  for (int i = 0; i < NW; i++) {
+    CHECKF(it_async_wait(&w[i], 5000), "writer %d not granted", i);
+    CHECK_OK(w[i].rc);
+    printf("writer %d got the lock %lld ms after the previous release\n", i,
+           (long long)(w[i].t_done - t_rel));
+    th_sleep_ms(50);
+    for (int j = i + 1; j < NW; j++)
+      CHECKF(!atomic_load(&w[j].done), "writer %d got in before writer %d", j,
+             i);
+    CHECK_INT(rw_zcard(s, "dlock_lock_rw_queue", "rw-order"), ==, NW - 1 - i);
+    t_rel = th_now_ms();
+    CHECK_OK(it_async_finish(&w[i]));
+  }
+  CHECK(!it_exists(s, "rw-order"));
+  CHECK_INT(it_persistent_keys(s), ==, 0);
+  for (int i = 0; i < NW; i++) {
+    dlock_lock_free(lw[i]);
+    dlock_client_free(c[i]);
+  }
+  dlock_lock_free(la);
+  dlock_client_free(a);
+  th_server_stop(s);
+}
+
+/* A reader waiting while writers are queued gets in right after the
+ * current writer's release (a stream of writer hand-offs cannot starve
+ * readers); the writers follow, in order, once it leaves. */
+static void t_reader_not_starved(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s),
+                 *d = it_client(s);
+  dlock_lock_t *la = kind_lock(a, "rw-starve", DLOCK_WRITE);
+  dlock_lock_t *lb = kind_lock(b, "rw-starve", DLOCK_WRITE);
+  dlock_lock_t *lc = kind_lock(c, "rw-starve", DLOCK_WRITE);
+  dlock_lock_t *ld = kind_lock(d, "rw-starve", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  it_async_t wb, wc, rd;
+  it_async_start(&wb, lb, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-starve", 1));
+  it_async_start(&wc, lc, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-starve", 2));
+  it_async_start(&rd, ld, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_readers", "rw-starve", 1));
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(la));
+  CHECK(it_async_wait(&rd, 5000));
+  CHECK_OK(rd.rc);
+  printf("the reader got in %lld ms after the write release\n",
+         (long long)(rd.t_done - t_rel));
+  th_sleep_ms(100);
+  CHECK(!atomic_load(&wb.done));
+  CHECK(!atomic_load(&wc.done));
+  CHECK_INT(rw_zcard(s, "dlock_lock_rw_readers", "rw-starve"), ==, 0);
+  /* the reader's release hands the lock to the first queued writer */
+  CHECK_OK(it_async_finish(&rd));
+  CHECK(it_async_wait(&wb, 5000));
+  CHECK_OK(wb.rc);
+  th_sleep_ms(50);
+  CHECK(!atomic_load(&wc.done));
+  CHECK_OK(it_async_finish(&wb));
+  CHECK(it_async_wait(&wc, 5000));
+  CHECK_OK(wc.rc);
+  CHECK_OK(it_async_finish(&wc));
+  CHECK(!it_exists(s, "rw-starve"));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_lock_free(lc);
+  dlock_lock_free(ld);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  dlock_client_free(d);
+  th_server_stop(s);
+}
+
+/* child: waits for the write side forever (until killed) */
+static int queued_writer_child(void *arg) {
+  th_server_t *s = arg;
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = kind_lock(c, "rw-killed", DLOCK_WRITE);
+  int rc = dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD);
+  printf("child writer returned %s\n", dlock_err_name(rc));
+  return 4; /* it was meant to be killed while waiting */
+}
+
+/* A queued writer process is killed: the release's grant to it reaches
+ * nobody (PUBLISH counts no receiver), so it is undone and the writer
+ * queued behind it gets the lock at once. */
+static void t_killed_writer_skipped(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_child_t ch;
+  it_child_fork(&ch, queued_writer_child, s); /* before any thread */
+  dlock_client_t *a = it_client(s), *b = it_client(s);
+  dlock_lock_t *la = kind_lock(a, "rw-killed", DLOCK_WRITE);
+  dlock_lock_t *lb = kind_lock(b, "rw-killed", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  it_child_go(&ch);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-killed", 1));
+  it_async_t w;
+  it_async_start(&w, lb, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-killed", 2));
+  kill(ch.pid, SIGKILL);
+  CHECK_INT(it_child_wait(&ch, 5000), ==, -1);
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(la));
+  CHECK(it_async_wait(&w, 5000));
+  CHECK_OK(w.rc);
+  printf("the writer behind the killed one got the lock %lld ms after the "
+         "release\n",
+         (long long)(w.t_done - t_rel));
+  CHECK_INT(w.t_done - t_rel, <, 3000);
+  CHECK_INT(rw_zcard(s, "dlock_lock_rw_queue", "rw-killed"), ==, 0);
+  CHECK_OK(it_async_finish(&w));
+  CHECK(!it_exists(s, "rw-killed"));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
 /* The read-write lock refuses a key that holds another kind of lock (it
  * would otherwise take a reentrant lock's hash for a free read-write lock),
  * and a string key. */
@@ -671,6 +829,9 @@ static const check_case_t cases[] = {
     {"reader_expiry_independent", t_reader_expiry_independent},
     {"wakeups", t_wakeups},
     {"redisson_interop", t_redisson_interop},
+    {"write_handoff_order", t_write_handoff_order},
+    {"reader_not_starved", t_reader_not_starved},
+    {"killed_writer_skipped", t_killed_writer_skipped},
     {"fenced_tokens", t_fenced_tokens},
 };
 

@@ -1,10 +1,15 @@
--- Read-side release (Redisson RReadWriteLock layout).
+-- Read-side release (Redisson RReadWriteLock layout) with dlock's hand-off
+-- to queued writers.
 -- KEYS[1] lock name; KEYS[2] channel redisson_rwlock:{name};
 -- KEYS[3] this owner's timeout-key prefix {name}:<owner>:rwlock_timeout;
 -- KEYS[4] the lock's key base for every owner's timeout keys ("{name}");
--- KEYS[5] latch redisson_unlock_latch:{name}:<request-id>.
+-- KEYS[5] latch redisson_unlock_latch:{name}:<request-id>;
+-- KEYS[6] own(dlock_lock_rw_queue); KEYS[7] own(dlock_lock_rw_queue_timeout);
+-- KEYS[8] own(dlock_lock_rw_yield); KEYS[9] own(dlock_lock_rw_readers).
 -- ARGV[1] message ("0"); ARGV[2] owner; ARGV[3] publish command;
--- ARGV[4] latch lifetime ms.
+-- ARGV[4] latch lifetime ms; ARGV[5] grant channel prefix
+-- own(dlock_lock_rw_grant); ARGV[6] yield period ms; ARGV[7] '1' when the
+-- releasing client is itself subscribed to Redisson's channel.
 -- Returns nil (this owner holds no live read hold: none, or its newest
 -- hold's lease ran out), else this owner's read holds left (0: its last
 -- one is gone).
@@ -12,6 +17,102 @@
 -- (each hold's own key): one reader's lease never keeps another's alive.
 -- As with the other releases, a retry is answered by the latch while the
 -- owner's count is above zero, and finds the field gone after its last.
+-- A release that frees the lock hands it to the oldest live queued writer
+-- (as a write release does), else publishes "0" as Redisson does.
+-- ---- hand-off to queued writers (the same block in rw_read_release.lua
+-- and rw_write_release.lua; docs/LAYOUT.md, "Read-write locks") ----
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- acc: the dlock clients known to be subscribed to Redisson's channel
+local function note(acc, cid)
+  if cid and not acc.seen[cid] then
+    acc.seen[cid] = true
+    acc.clients = acc.clients + 1
+  end
+end
+-- Drops expired reader registrations, and those of clients no longer
+-- subscribed to their grant channel (gone: at most 10 clients asked);
+-- returns how many live ones are left.
+local function live_readers(k, now, acc)
+  redis.call('zremrangebyscore', k.readers, '-inf', now)
+  local n, checked, asked = 0, {}, 0
+  for _, m in ipairs(redis.call('zrange', k.readers, 0, 99)) do
+    local cid = string.match(m, '^([^:]+):') or ''
+    local alive = checked[cid]
+    if alive == nil then
+      alive = true
+      if asked < 10 then
+        asked = asked + 1
+        local r = redis.pcall('pubsub', 'numsub', k.grant .. ':' .. cid)
+        if type(r) == 'table' and tonumber(r[2]) == 0 then
+          alive = false
+        end
+      end
+      checked[cid] = alive
+    end
+    if alive then
+      n = n + 1
+      note(acc, cid)
+    else
+      redis.call('zrem', k.readers, m)
+    end
+  end
+  return n
+end
+-- The lock (already deleted) goes to the oldest live queued writer, told
+-- on its client's grant channel; a grant nobody hears is undone and the
+-- next one tried (at most 10). At most once per yield period, when
+-- Redisson's channel has subscribers dlock cannot account for, nobody is
+-- handed the lock (everyone races). True when a writer took it.
+local function handoff(k, now, acc)
+  if redis.call('exists', k.queue) == 0 then
+    return false
+  end
+  local expired = redis.call('zrangebyscore', k.timeouts, '-inf', now,
+                             'LIMIT', 0, 100)
+  for _, m in ipairs(expired) do
+    redis.call('zrem', k.queue, m)
+    redis.call('zrem', k.timeouts, m)
+  end
+  local last = tonumber(redis.call('get', k.yield) or '0')
+  if now - last >= tonumber(k.period) then
+    local numsub = redis.pcall('pubsub', 'numsub', k.channel)
+    local subs = type(numsub) == 'table' and numsub[2] or 0
+    for _, m in ipairs(redis.call('zrange', k.queue, 0, 99)) do
+      note(acc, string.match(m, '^([^:]+):'))
+    end
+    if subs > acc.clients then
+      redis.call('set', k.yield, now, 'px', k.period)
+      return false
+    end
+  end
+  for _ = 1, 10 do
+    local head = redis.call('zrange', k.queue, 0, 0)[1]
+    if not head then
+      break
+    end
+    local expiry = tonumber(redis.call('zscore', k.timeouts, head) or '0')
+    redis.call('zrem', k.queue, head)
+    redis.call('zrem', k.timeouts, head)
+    local cid, tid, seq, lease, flag =
+        string.match(head, '^([^:]+):(%d+):(%d+):(%d+)(.*)$')
+    if cid and expiry > now and flag == '' then
+      redis.call('hset', k.name, 'mode', 'write')
+      redis.call('hset', k.name, cid .. ':' .. tid .. ':write', 1)
+      redis.call('pexpire', k.name, lease)
+      local heard = redis.pcall(k.publish, k.grant .. ':' .. cid,
+                                tid .. ':' .. seq)
+      if type(heard) == 'number' and heard > 0 then
+        return true
+      end
+      redis.call('del', k.name)
+    end
+  end
+  return false
+end
+-- ---- end of the hand-off block ----
 local alive = true
 local function result(mine)
   if not alive then
@@ -59,5 +160,17 @@ if redis.call('hlen', KEYS[1]) > 1 then
   end
 end
 redis.call('del', KEYS[1])
+local k = {name = KEYS[1], channel = KEYS[2], queue = KEYS[6],
+           timeouts = KEYS[7], yield = KEYS[8], readers = KEYS[9],
+           grant = ARGV[5], period = ARGV[6], publish = ARGV[3]}
+local now = now_ms()
+local acc = {seen = {}, clients = 0}
+if ARGV[7] == '1' then
+  note(acc, string.match(ARGV[2], '^([^:]+):'))
+end
+live_readers(k, now, acc)
+if handoff(k, now, acc) then
+  return result(mine)
+end
 redis.pcall(ARGV[3], KEYS[2], ARGV[1])
 return result(mine)
