@@ -17,21 +17,8 @@
 -- longer than Redisson's estimate keeps its place; a dead one stops
 -- refreshing and is dropped thread-wait after it reaches the head.
 -- Time is the server's (TIME), so clients' clocks do not matter.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- #include fair_purge.lua
 local tw = tonumber(ARGV[3])
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if head == false then
-    break
-  end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], head) or '0')
-  if deadline > now then
-    break
-  end
-  redis.call('zrem', KEYS[3], head)
-  redis.call('lpop', KEYS[2])
-end
 -- A waiter behind others sleeps until woken on its own channel, its
 -- estimated turn, the head's deadline (a dead head is dropped then, and
 -- nobody would tell this waiter), or the holder's lease (a holder that

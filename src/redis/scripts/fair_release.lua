@@ -11,20 +11,7 @@ local done = redis.call('get', KEYS[5])
 if done ~= false then
   return tonumber(done)
 end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if head == false then
-    break
-  end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], head) or '0')
-  if deadline > now then
-    break
-  end
-  redis.call('zrem', KEYS[3], head)
-  redis.call('lpop', KEYS[2])
-end
+-- #include fair_purge.lua
 local function wake_head()
   local head = redis.call('lindex', KEYS[2], 0)
   if head ~= false then

@@ -8,18 +8,8 @@
 --
 -- Expired permits (expiry <= now, the renewer's rule too) go back to the
 -- count first, and the new count is announced so that other waiters try.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-if #expired > 0 then
-  for i = 1, #expired, 1000 do
-    redis.call('zrem', KEYS[2], unpack(expired, i, math.min(i + 999, #expired)))
-  end
-  local value = redis.call('incrby', KEYS[1], #expired)
-  if value > 0 then
-    redis.call(ARGV[3], KEYS[3], value)
-  end
-end
+-- #include psem_reclaim.lua
+reclaim(ARGV[3])
 local value = redis.call('get', KEYS[1])
 if value ~= false and tonumber(value) >= 1 then
   redis.call('decrby', KEYS[1], 1)

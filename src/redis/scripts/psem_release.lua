@@ -5,18 +5,8 @@
 -- Returns 1 when released, 0 when the id is not in use (never issued,
 -- released already, or expired: expired permits are returned to the count
 -- first, as acquire does, so a late release cannot count one twice).
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now)
-if #expired > 0 then
-  for i = 1, #expired, 1000 do
-    redis.call('zrem', KEYS[2], unpack(expired, i, math.min(i + 999, #expired)))
-  end
-  local value = redis.call('incrby', KEYS[1], #expired)
-  if value > 0 then
-    redis.call(ARGV[2], KEYS[3], value)
-  end
-end
+-- #include psem_reclaim.lua
+reclaim(ARGV[2])
 if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
