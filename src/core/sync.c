@@ -63,13 +63,15 @@ void dlock__sync_free(dlock__sync *h, uint32_t magic,
   if (!h || h->magic != magic)
     return;
   struct dlock_client *c = h->client;
-  h->magic = DLOCK__DEAD_MAGIC;
   if (c->magic == DLOCK__CLIENT_MAGIC) {
     /* in a forked child the mutex may be held by a thread that is not
      * there: this copy of the client has no other user, so skip it */
     bool forked = dlock__client_check(c, "free") == DLOCK_ECLOSED;
     if (!forked)
       pthread_mutex_lock(&c->mu);
+    /* under mu: other threads read the magic of the handles on the list
+     * (drop_orphan_permits_locked) */
+    h->magic = DLOCK__DEAD_MAGIC;
     if (h->prev)
       h->prev->next = h->next;
     else
@@ -80,6 +82,8 @@ void dlock__sync_free(dlock__sync *h, uint32_t magic,
       name_gone(c, h->name);
     if (!forked)
       pthread_mutex_unlock(&c->mu);
+  } else {
+    h->magic = DLOCK__DEAD_MAGIC;
   }
   dlock__free(h->name);
   dlock__free(h->channel);
