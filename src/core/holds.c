@@ -60,16 +60,17 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
   if (!h) {
     h = dlock__calloc(1, sizeof *h);
     if (!h || !(h->name = dlock__strdup(name)) ||
+        (permit && permit[0] && !(h->permit = dlock__strdup(permit))) ||
         dlock__map_put(&c->holds, key, klen, h)) {
-      if (h)
+      if (h) {
         dlock__free(h->name);
+        dlock__free(h->permit);
+      }
       dlock__free(h);
       return NULL;
     }
     h->kind = kind;
     h->tid = tid;
-    if (permit)
-      snprintf(h->permit, sizeof h->permit, "%s", permit);
     h->gen = ++next_gen;
   }
   if (h->lost) {
@@ -99,6 +100,7 @@ void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h) {
   dlock__map_del(&c->holds, key,
                  hold_key(key, h->kind, h->name, h->tid, h->permit));
   dlock__free(h->name);
+  dlock__free(h->permit);
   dlock__free(h);
 }
 
@@ -120,6 +122,7 @@ void dlock__holds_free_all_locked(struct dlock_client *c) {
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
     dlock__free(h->name);
+    dlock__free(h->permit);
     dlock__free(h);
   }
   dlock__map_clear(&c->holds);
@@ -180,9 +183,9 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
     it->gen = h->gen;
     it->kind = h->kind;
     it->tid = h->tid;
-    memcpy(it->permit, h->permit, sizeof it->permit);
+    snprintf(it->permit, sizeof it->permit, "%s", h->permit ? h->permit : "");
     if (h->kind == DLOCK__HK_PERMIT)
-      memcpy(it->owner, h->permit, sizeof h->permit);
+      snprintf(it->owner, sizeof it->owner, "%s", it->permit);
     else
       dlock__owner(c, h->tid, it->owner, sizeof it->owner);
     (*ren)[i].kind = h->kind;

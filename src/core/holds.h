@@ -25,13 +25,13 @@
 #include "core/client.h"
 
 typedef struct dlock__hold {
-  dlock__hold_kind kind;
   char *name;
   uint64_t tid;     /* owner thread (0 for a permit) */
-  char permit[40];  /* a permit's id, else "" */
+  char *permit;     /* a permit's id, else NULL (out of line: rare) */
   int64_t token;    /* fenced lock: the token of the latest grant */
   int64_t count;    /* local reentry count */
   int64_t lease_ms; /* lease given on the last acquire */
+  dlock__hold_kind kind;
   bool watchdog;    /* renewed by the background thread */
   bool releasing;   /* a release is in flight: a renewal that finds the key
                        gone is that release, not a loss */
