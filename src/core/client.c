@@ -102,6 +102,23 @@ void dlock__client_poke(struct dlock_client *c) {
  * object of such a name could be another lock's bookkeeping. */
 #define DLOCK__RESERVED_PREFIX "dlock_lock_"
 
+int dlock__check_wait(int64_t wait_ms, const char *fn) {
+  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
+  return 0;
+}
+
+int dlock__check_lease(int64_t lease_ms, const char *fn) {
+  if ((lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG) ||
+      lease_ms > DLOCK_LEASE_MAX)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: lease must be 1..DLOCK_LEASE_MAX ms or "
+                         "DLOCK_LEASE_WATCHDOG",
+                         fn);
+  return 0;
+}
+
 int dlock__check_name(const char *name, const char *fn) {
   if (!name)
     return dlock__seterr(DLOCK_EINVAL, "%s: name is NULL", fn);

@@ -100,6 +100,10 @@ void dlock__log(struct dlock_client *c, dlock_log_level_t level,
 /* Checks a lock, semaphore or latch name (non-empty, at most
  * DLOCK_NAME_MAX bytes, not in dlock's reserved "dlock_lock_" space). */
 int dlock__check_name(const char *name, const char *fn);
+/* wait_ms: >= 0 or DLOCK_WAIT_FOREVER. */
+int dlock__check_wait(int64_t wait_ms, const char *fn);
+/* lease_ms: 1..DLOCK_LEASE_MAX or DLOCK_LEASE_WATCHDOG. */
+int dlock__check_lease(int64_t lease_ms, const char *fn);
 /* "<client-id>:<tid>" into buf (at least 64 bytes). */
 void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
                   size_t len);

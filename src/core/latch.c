@@ -105,9 +105,9 @@ static int at_zero(void *ctx, int64_t *bound) {
 
 int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
   const char *fn = "dlock_latch_await";
-  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
+  int bad = dlock__check_wait(wait_ms, fn);
+  if (bad)
+    return bad;
   dlock__sync *h = latch_h(l);
   int rc = begin(h, fn);
   if (rc)

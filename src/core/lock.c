@@ -378,18 +378,14 @@ static int wait_and_acquire(wait_ctx *x) {
 
 static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                    int64_t lease_ms, int64_t *token, const char *fn) {
-  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
-  if ((lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG) ||
-      lease_ms > DLOCK_LEASE_MAX)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: lease must be 1..DLOCK_LEASE_MAX ms or "
-                         "DLOCK_LEASE_WATCHDOG",
-                         fn);
+  int rc = dlock__check_wait(wait_ms, fn);
+  if (!rc)
+    rc = dlock__check_lease(lease_ms, fn);
+  if (rc)
+    return rc;
   if (tid == 0)
     return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
-  int rc = call_begin(l, fn);
+  rc = call_begin(l, fn);
   if (rc)
     return rc;
   struct dlock_client *c = l->client;

@@ -29,13 +29,6 @@
 
 /* ------------------------------------------------------------ shared */
 
-static int check_wait(int64_t wait_ms, const char *fn) {
-  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: wait must be >= 0 or DLOCK_WAIT_FOREVER", fn);
-  return 0;
-}
-
 static int wrongtype(int rc, const dlock__sync *h, const char *fn) {
   if (rc == DLOCK_EWRONGTYPE)
     return dlock__seterr(rc,
@@ -135,7 +128,7 @@ int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
   const char *fn = "dlock_semaphore_acquire";
   if (permits < 1)
     return dlock__seterr(DLOCK_EINVAL, "%s: permits must be >= 1", fn);
-  int rc = check_wait(wait_ms, fn);
+  int rc = dlock__check_wait(wait_ms, fn);
   if (rc)
     return rc;
   dlock__sync *h = sem_h(s);
@@ -260,15 +253,11 @@ int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
   if (!id)
     return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
   id[0] = '\0';
-  int rc = check_wait(wait_ms, fn);
+  int rc = dlock__check_wait(wait_ms, fn);
   if (rc)
     return rc;
-  if ((lease_ms <= 0 && lease_ms != DLOCK_LEASE_WATCHDOG) ||
-      lease_ms > DLOCK_LEASE_MAX)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: lease must be 1..DLOCK_LEASE_MAX ms or "
-                         "DLOCK_LEASE_WATCHDOG",
-                         fn);
+  if ((rc = dlock__check_lease(lease_ms, fn)))
+    return rc;
   dlock__sync *h = psem_h(s);
   if ((rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore",
                                    fn)))

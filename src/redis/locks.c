@@ -88,20 +88,50 @@ static bool is_rw(dlock_lock_kind_t kind) {
   return kind == DLOCK_READ || kind == DLOCK_WRITE;
 }
 
-/* The keys of `name` for `kind`; owner is needed by the read side only. */
+/* What an operation needs of lock_keys (keys_make builds only these: an
+ * uncontended acquire formats three names, not eight). */
+enum {
+  KM_CHANNEL = 1,  /* channel */
+  KM_QUEUE = 2,    /* queue, timeouts */
+  KM_TOKEN = 4,    /* token (fenced) */
+  KM_HANDOFF = 8,  /* grant, yield: what a release hands over with */
+  KM_READERS = 16, /* read-write: readers, readturn */
+  KM_MINE = 32,    /* read-write: rw_mine (needs the owner), rw_base */
+  KM_ALL = 63
+};
+
+/* Sets *slot to a fresh string unless it is not wanted; false when out of
+ * memory. */
+static bool want_key(char **slot, bool wanted, char *(*make)(const char *,
+                                                             const char *),
+                     const char *prefix, const char *name) {
+  if (!wanted)
+    return true;
+  *slot = make(prefix, name);
+  return *slot != NULL;
+}
+
+/* The keys of `name` for `kind` that `mask` asks for (KM_*); owner is
+ * needed by KM_MINE only. */
 static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
-                     const char *owner) {
+                     const char *owner, unsigned mask) {
   memset(k, 0, sizeof *k);
-  bool ok = true;
+  char *(*own)(const char *, const char *) = dlock__redis_own_key;
+  char *(*red)(const char *, const char *) = dlock__redis_prefixed;
+  bool ok;
   if (is_rw(kind)) {
-    ok = (k->channel = dlock__redis_prefixed(RW_CHANNEL_PREFIX, name)) &&
-         (k->queue = dlock__redis_own_key(RW_QUEUE_PREFIX, name)) &&
-         (k->timeouts = dlock__redis_own_key(RW_QUEUE_TIMEOUT_PREFIX, name)) &&
-         (k->grant = dlock__redis_own_key(RW_GRANT_PREFIX, name)) &&
-         (k->yield = dlock__redis_own_key(RW_YIELD_PREFIX, name)) &&
-         (k->readers = dlock__redis_own_key(RW_READERS_PREFIX, name)) &&
-         (k->readturn = dlock__redis_own_key(RW_READTURN_PREFIX, name));
-    if (ok && owner) {
+    ok = want_key(&k->channel, mask & KM_CHANNEL, red, RW_CHANNEL_PREFIX,
+                  name) &&
+         want_key(&k->queue, mask & KM_QUEUE, own, RW_QUEUE_PREFIX, name) &&
+         want_key(&k->timeouts, mask & KM_QUEUE, own, RW_QUEUE_TIMEOUT_PREFIX,
+                  name) &&
+         want_key(&k->grant, mask & KM_HANDOFF, own, RW_GRANT_PREFIX, name) &&
+         want_key(&k->yield, mask & KM_HANDOFF, own, RW_YIELD_PREFIX, name) &&
+         want_key(&k->readers, mask & (KM_READERS | KM_HANDOFF), own,
+                  RW_READERS_PREFIX, name) &&
+         want_key(&k->readturn, mask & (KM_READERS | KM_HANDOFF), own,
+                  RW_READTURN_PREFIX, name);
+    if (ok && (mask & KM_MINE) && owner) {
       char *sfx = dlock__asprintf("%s:rwlock_timeout", owner);
       ok = sfx && (k->rw_mine = dlock__redis_suffixed(name, sfx)) != NULL;
       dlock__free(sfx);
@@ -110,16 +140,20 @@ static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
       ok = ok && k->rw_base;
     }
   } else if (kind == DLOCK_FAIR) {
-    ok = (k->channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name)) &&
-         (k->queue = dlock__redis_prefixed(FAIR_QUEUE_PREFIX, name)) &&
-         (k->timeouts = dlock__redis_prefixed(FAIR_TIMEOUT_PREFIX, name));
+    ok = want_key(&k->channel, mask & KM_CHANNEL, red, LOCK_CHANNEL_PREFIX,
+                  name) &&
+         want_key(&k->queue, mask & KM_QUEUE, red, FAIR_QUEUE_PREFIX, name) &&
+         want_key(&k->timeouts, mask & KM_QUEUE, red, FAIR_TIMEOUT_PREFIX,
+                  name);
   } else {
-    ok = (k->channel = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name)) &&
-         (k->queue = dlock__redis_own_key(QUEUE_PREFIX, name)) &&
-         (k->timeouts = dlock__redis_own_key(QUEUE_TIMEOUT_PREFIX, name)) &&
-         (k->grant = dlock__redis_own_key(GRANT_PREFIX, name)) &&
-         (k->yield = dlock__redis_own_key(YIELD_PREFIX, name)) &&
-         (k->token = dlock__redis_prefixed(TOKEN_PREFIX, name));
+    ok = want_key(&k->channel, mask & KM_CHANNEL, red, LOCK_CHANNEL_PREFIX,
+                  name) &&
+         want_key(&k->queue, mask & KM_QUEUE, own, QUEUE_PREFIX, name) &&
+         want_key(&k->timeouts, mask & KM_QUEUE, own, QUEUE_TIMEOUT_PREFIX,
+                  name) &&
+         want_key(&k->grant, mask & KM_HANDOFF, own, GRANT_PREFIX, name) &&
+         want_key(&k->yield, mask & KM_HANDOFF, own, YIELD_PREFIX, name) &&
+         want_key(&k->token, mask & KM_TOKEN, red, TOKEN_PREFIX, name);
   }
   if (!ok) {
     keys_clear(k);
@@ -178,7 +212,9 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   char lease[24], ttl[24], tw[24], wfield[128];
   snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
   lock_keys k;
-  int rc = keys_make(&k, a->kind, a->name, a->owner);
+  unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
+  int rc = keys_make(&k, a->kind, a->name, a->owner,
+                     KM_QUEUE | km_token | KM_READERS | KM_MINE);
   if (rc)
     return rc;
   redisReply *rep = NULL;
@@ -291,7 +327,9 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
   char lease[24], tw[24], wfield[128];
   snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
   lock_keys k;
-  int rc = keys_make(&k, a->kind, a->name, NULL);
+  unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
+  int rc = keys_make(&k, a->kind, a->name, NULL,
+                     KM_CHANNEL | KM_QUEUE | km_token | KM_READERS);
   if (rc)
     return rc;
   redisReply *rep = NULL;
@@ -375,7 +413,7 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
   snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
   latch_ms(r, latch, sizeof latch);
   lock_keys k;
-  int rc = keys_make(&k, kind, name, owner);
+  int rc = keys_make(&k, kind, name, owner, KM_ALL);
   if (rc)
     return rc;
   char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
@@ -480,7 +518,7 @@ int dlock__redis_lock_force_release(void *be, dlock_lock_kind_t kind,
                                     const char *name, bool *deleted) {
   dlock__redis *r = be;
   lock_keys k;
-  int rc = keys_make(&k, kind, name, NULL);
+  int rc = keys_make(&k, kind, name, NULL, KM_CHANNEL | KM_QUEUE);
   if (rc)
     return rc;
   /* a read-write lock wakes everyone; a fair lock its head only */
@@ -786,7 +824,7 @@ static int state_holders(dlock_lock_state_t *st, const redisReply *fields,
 int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                             dlock_lock_state_t **out) {
   lock_keys k;
-  int rc = keys_make(&k, kind, name, NULL);
+  int rc = keys_make(&k, kind, name, NULL, KM_QUEUE | KM_TOKEN);
   if (rc)
     return rc;
   redisReply *rep = NULL;
