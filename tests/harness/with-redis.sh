@@ -95,10 +95,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A signal is forwarded to CMD once CMD exists. Between CMD's fork and
+# `cmd_pid=$!` a trap can already run (CMD may even have told the sender it
+# is ready); bash sets $! at the fork, so a handler that finds $! changed
+# forwards to it. A signal that comes before the fork is kept and sent to
+# CMD as soon as it exists.
+got_signal=""
+cmd_starting=""
+pending_signal=""
 on_signal() {
-  local sig=$1
-  if [ -n "$cmd_pid" ]; then
-    kill -s "$sig" "$cmd_pid" 2>/dev/null
+  local sig=$1 target=$cmd_pid
+  got_signal=yes
+  if [ -z "$target" ] && [ -n "$cmd_starting" ] && [ "$!" != "$server_pid" ]; then
+    target=$!
+  fi
+  if [ -n "$target" ]; then
+    kill -s "$sig" "$target" 2>/dev/null
+  elif [ -n "$cmd_starting" ]; then
+    pending_signal=$sig
   else
     exit $((128 + $(kill -l "$sig")))
   fi
@@ -194,15 +208,29 @@ export REDIS_PID="$server_pid"
 
 # Run CMD in the background (stdin kept explicitly) so that signals sent to
 # this script are handled at once and forwarded.
+cmd_starting=yes
 "$@" <&0 &
 cmd_pid=$!
-wait "$cmd_pid"
-status=$?
-# `wait` returns early when a trapped signal arrives: wait again until CMD
-# has really exited (bounded by CMD's own lifetime).
-while kill -0 "$cmd_pid" 2>/dev/null; do
+if [ -n "$pending_signal" ]; then
+  kill -s "$pending_signal" "$cmd_pid" 2>/dev/null
+fi
+# `wait` returns early (status > 128) when a trapped signal arrives; wait
+# again for CMD's own status. A CMD that exits in that same instant is
+# still collected by the next `wait`, which bash keeps its status for; a
+# `wait` on an already collected CMD says 127 and keeps the status we have.
+status=0
+while :; do
+  got_signal=""
   wait "$cmd_pid"
-  status=$?
+  rc=$?
+  if [ -z "$got_signal" ]; then
+    status=$rc
+    break
+  fi
+  if [ "$rc" -eq 127 ]; then
+    break
+  fi
+  status=$rc
 done
 cmd_pid=""
 exit "$status"
