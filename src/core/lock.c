@@ -328,7 +328,7 @@ static int wait_and_acquire(wait_ctx *x) {
     return DLOCK_ENOMEM;
   int rc = dlock__waiter_begin(
       c, &x->w, x->l->name, own_channel ? own_channel : x->l->channel,
-      x->l->grant, x->tid, x->seq, DLOCK__WAKE_LOCK);
+      x->l->grant, x->tid, x->seq, DLOCK__WAKE_LOCK, 1);
   if (rc) {
     dlock__free(own_channel);
     return rc;

@@ -4,9 +4,10 @@
  * RPermitExpirableSemaphore). Both keep their available count in the key
  * `name` and announce changes on one channel; the backend owns the layout.
  *
- * Waiting (sync.c): a release publishes the new count, which wakes that
- * many of this client's waiters (DLOCK__WAKE_COUNT); the woken retry, and
- * those that lose the race sleep again. A permit semaphore's waiter also
+ * Waiting (sync.c): a release publishes the new count, which wakes, oldest
+ * first, those of this client's waiters whose requests fit in it
+ * (DLOCK__WAKE_COUNT); the woken retry, and those that lose the race sleep
+ * again. A permit semaphore's waiter also
  * never sleeps past the earliest expiry among the permits in use: its own
  * retry is what returns a crashed holder's permit to the count.
  *
@@ -139,7 +140,8 @@ int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
   int64_t bound;
   rc = sem_attempt(&t, &bound);
   if (rc == 0 && wait_ms != 0)
-    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, deadline, sem_attempt, &t);
+    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, permits, deadline, sem_attempt,
+                          &t);
   if (rc == 0)
     rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                        "semaphore '%.200s': %s %" PRId64 " permit(s)", h->name,
@@ -272,7 +274,8 @@ int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
   int64_t bound;
   rc = psem_attempt(&t, &bound);
   if (rc == 0 && wait_ms != 0)
-    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, deadline, psem_attempt, &t);
+    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, 1, deadline, psem_attempt,
+                          &t);
   if (rc == 0)
     rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                        "permit semaphore '%.200s': %s", h->name,

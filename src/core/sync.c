@@ -107,13 +107,14 @@ int dlock__sync_call_end(const dlock__sync *h, int rc) {
 
 static _Atomic uint64_t wait_seq; /* tells one wait from the next */
 
-int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t deadline,
-                     dlock__sync_attempt_fn attempt, void *ctx) {
+int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t need,
+                     int64_t deadline, dlock__sync_attempt_fn attempt,
+                     void *ctx) {
   struct dlock_client *c = h->client;
   dlock__waiter w;
   uint64_t seq = atomic_fetch_add(&wait_seq, 1) + 1;
   int rc = dlock__waiter_begin(c, &w, h->name, h->channel, NULL,
-                               dlock_thread_id(), seq, mode);
+                               dlock_thread_id(), seq, mode, need);
   if (rc)
     return rc;
   if (!dlock__waiter_want(c, &w, false)) {

@@ -32,11 +32,13 @@ int dlock__sync_call_end(const dlock__sync *h, int rc);
 typedef int (*dlock__sync_attempt_fn)(void *ctx, int64_t *bound_ms);
 
 /* Waits for the attempt to succeed, after one that failed: registers a
- * waiter on the handle's channel, waits for the subscription, attempts
+ * waiter on the handle's channel (need: the permits a DLOCK__WAKE_COUNT
+ * waiter asks for), waits for the subscription, attempts
  * again, and then sleeps until a message, a pub/sub reconnect, the bound
  * or the deadline before each further attempt. Never polls. 1 done, 0 the
  * deadline passed, <0 error. */
-int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t deadline,
-                     dlock__sync_attempt_fn attempt, void *ctx);
+int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t need,
+                     int64_t deadline, dlock__sync_attempt_fn attempt,
+                     void *ctx);
 
 #endif

@@ -62,8 +62,12 @@ static void wake_one_per_lock(dlock__chan *ch) {
 
 /* A message on a channel, by each waiter's mode: lock waiters wake all on
  * "1" (Redisson's read-unlock) and one per lock otherwise; latch waiters
- * all wake; semaphore waiters wake as many as the payload counts (all when
- * it is not a number; the losers of the race sleep again). */
+ * all wake; semaphore waiters wake, oldest first, while the permits they ask
+ * for fit in the count the payload announces (all when it is not a number;
+ * the losers of the race sleep again). A waiter that asks for more than is
+ * left is passed over, so it cannot use up a wake-up that a smaller request
+ * behind it could have used; one already woken takes nothing from the
+ * count, so a burst of releases over-wakes rather than strands anyone. */
 static void wake_on_message(dlock__chan *ch, const char *p, size_t n) {
   bool one = n == 1 && p[0] == '1';
   if (!one)
@@ -80,8 +84,11 @@ static void wake_on_message(dlock__chan *ch, const char *p, size_t n) {
     if (w->mode == DLOCK__WAKE_ALL || (one && w->mode == DLOCK__WAKE_LOCK))
       wake(w);
     else if (w->mode == DLOCK__WAKE_COUNT && !w->woken &&
-             (!number || count-- > 0))
+             (!number || w->need <= count)) {
+      if (number)
+        count -= w->need;
       wake(w);
+    }
   }
 }
 
@@ -163,9 +170,10 @@ static void deliver_grant(struct dlock_client *c, dlock__chan *ch,
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
                         const char *lock, const char *channel,
                         const char *grant, uint64_t tid, uint64_t seq,
-                        dlock__wake_mode mode) {
+                        dlock__wake_mode mode, int64_t need) {
   memset(w, 0, sizeof *w);
   w->mode = mode;
+  w->need = need > 0 ? need : 1;
   w->lock = lock;
   w->grant = grant;
   w->tid = tid;

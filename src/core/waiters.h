@@ -49,8 +49,8 @@ typedef enum dlock__wake_mode {
   DLOCK__WAKE_LOCK = 0,
   /* every message wakes every such waiter (latches) */
   DLOCK__WAKE_ALL = 1,
-  /* the payload is a count of permits: wakes that many waiters, oldest
-   * first (semaphores) */
+  /* the payload is the count of permits available: wakes, oldest first,
+   * the waiters whose wants fit in it (semaphores) */
   DLOCK__WAKE_COUNT = 2
 } dlock__wake_mode;
 
@@ -80,17 +80,20 @@ struct dlock__waiter {
   bool woken;
   bool wants;         /* counted in chan->nwanting */
   dlock__wake_mode mode;
+  int64_t need;       /* DLOCK__WAKE_COUNT: permits this waiter asks for */
   bool granted;       /* a release handed this waiter the lock */
   int64_t grant_token; /* the fencing token its grant carried (0: none) */
   int64_t granted_at; /* when its grant message was read (monotonic ms) */
 };
 
-/* Caller side. grant may be NULL (no hand-off). Registering does not
- * subscribe anything: an acquire that succeeds at once costs no SUBSCRIBE. */
+/* Caller side. grant may be NULL (no hand-off); need is the permits a
+ * DLOCK__WAKE_COUNT waiter asks for (ignored by the other modes).
+ * Registering does not subscribe anything: an acquire that succeeds at once
+ * costs no SUBSCRIBE. */
 int dlock__waiter_begin(struct dlock_client *c, dlock__waiter *w,
                         const char *lock, const char *channel,
                         const char *grant, uint64_t tid, uint64_t seq,
-                        dlock__wake_mode mode);
+                        dlock__wake_mode mode, int64_t need);
 /* Asks for the channel's subscription and keeps it while this waiter is
  * registered. With only_if_subscribed, does so only when the channel is
  * already subscribed (atomically with that check). Returns whether it is

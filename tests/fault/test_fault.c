@@ -1575,7 +1575,8 @@ static int64_t leaked_keys(env_t *e, char **locks, int nlocks,
       if (strncmp(k, "fault_fence_token:", 18) == 0)
         continue;
       int64_t pttl = th_redis_int(e->lock, "PTTL %s", k);
-      if (!is_lock && pttl > 0 && is_bookkeeping(k)) {
+      /* PTTL 0: an expiry due within this millisecond */
+      if (!is_lock && pttl >= 0 && is_bookkeeping(k)) {
         (*bookkeeping)++;
         continue;
       }

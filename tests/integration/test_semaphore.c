@@ -216,6 +216,7 @@ static void t_psem_bound_processes(void) { run_bound(true); }
 typedef struct sem_waiter {
   dlock_semaphore_t *sem;
   dlock_permit_sem_t *psem;
+  int64_t permits; /* a semaphore waiter's request */
   int64_t wait_ms;
   pthread_t th;
   atomic_int done;
@@ -227,17 +228,20 @@ typedef struct sem_waiter {
 static void *sem_waiter_main(void *arg) {
   sem_waiter *w = arg;
   w->rc = w->psem ? dlock_permit_sem_acquire(w->psem, w->wait_ms, WD, w->id)
-                  : dlock_semaphore_acquire(w->sem, 1, w->wait_ms);
+                  : dlock_semaphore_acquire(w->sem, w->permits, w->wait_ms);
   w->t_done = th_now_ms();
   atomic_store(&w->done, 1);
   return NULL;
 }
 
+/* permits: a semaphore waiter's request (a permit waiter asks for one). */
 static void sem_waiter_start(sem_waiter *w, dlock_semaphore_t *sem,
-                             dlock_permit_sem_t *psem, int64_t wait_ms) {
+                             dlock_permit_sem_t *psem, int64_t permits,
+                             int64_t wait_ms) {
   memset(w, 0, sizeof *w);
   w->sem = sem;
   w->psem = psem;
+  w->permits = permits;
   w->wait_ms = wait_ms;
   CHECK(pthread_create(&w->th, NULL, sem_waiter_main, w) == 0);
 }
@@ -327,7 +331,7 @@ static void t_sem_wakes_on_release(void) {
   dlock_semaphore_t *q = it_sem(c, "swake");
   CHECK_OK(dlock_semaphore_try_set_permits(q, 0, NULL));
   sem_waiter w;
-  sem_waiter_start(&w, q, NULL, DLOCK_WAIT_FOREVER);
+  sem_waiter_start(&w, q, NULL, 1, DLOCK_WAIT_FOREVER);
   CHECK(wait_sem_subscribers(s, "swake", 1, 5000));
   /* the waiter's retry after subscribing is its last call until a wake */
   th_sleep_ms(300);
@@ -361,7 +365,7 @@ static void t_sem_release_wakes_many(void) {
   CHECK_OK(dlock_semaphore_try_set_permits(q, 0, NULL));
   sem_waiter w[3];
   for (int i = 0; i < 3; i++)
-    sem_waiter_start(&w[i], q, NULL, 10000);
+    sem_waiter_start(&w[i], q, NULL, 1, 10000);
   CHECK(wait_sem_subscribers(s, "smany", 1, 5000));
   /* the third never gets a permit; the first two do */
   CHECK_OK(dlock_semaphore_release(q, 2));
@@ -383,6 +387,45 @@ static void t_sem_release_wakes_many(void) {
     CHECK_OK(w[i].rc);
     pthread_join(w[i].th, NULL);
   }
+  dlock_semaphore_free(q);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* A release too small for the oldest waiter's request wakes a younger one
+ * whose request fits, instead of spending the wake-up on the one that
+ * cannot use it (which would leave the younger asleep until its deadline:
+ * nothing else is released here). */
+static void t_sem_mixed_requests(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_semaphore_t *q = it_sem(c, "smixed");
+  CHECK_OK(dlock_semaphore_try_set_permits(q, 0, NULL));
+  sem_waiter big, small;
+  sem_waiter_start(&big, q, NULL, 3, 10000);
+  CHECK(wait_sem_subscribers(s, "smixed", 1, 5000));
+  th_sleep_ms(200); /* its retry after subscribing is done: it sleeps */
+  int64_t before = script_calls(s);
+  sem_waiter_start(&small, q, NULL, 1, 10000);
+  bool ok; /* the younger's attempt, and its retry once registered */
+  TH_WAIT_FOR(ok, script_calls(s) >= before + 2, 5000);
+  CHECK(ok);
+  th_sleep_ms(200);
+  CHECK(!atomic_load(&big.done) && !atomic_load(&small.done));
+  CHECK_OK(dlock_semaphore_release(q, 1));
+  CHECKF(sem_waiter_wait(&small, PROMPT_MS),
+         "the 1-permit waiter was not woken by a release of 1 permit");
+  CHECK_OK(small.rc);
+  pthread_join(small.th, NULL);
+  CHECK(!atomic_load(&big.done));
+  CHECK_OK(dlock_semaphore_release(q, 3));
+  CHECKF(sem_waiter_wait(&big, PROMPT_MS), "the 3-permit waiter not woken");
+  CHECK_OK(big.rc);
+  pthread_join(big.th, NULL);
+  int64_t n = -1;
+  CHECK_OK(dlock_semaphore_available(q, &n));
+  CHECK_INT(n, ==, 0);
   dlock_semaphore_free(q);
   dlock_client_free(c);
   th_server_stop(s);
@@ -699,7 +742,7 @@ static void t_sem_redisson(void) {
   CHECK_INT(rs_sem_acquire(s, "srs", 1), ==, 1);
   CHECK_RC(dlock_semaphore_acquire(q, 1, 0), DLOCK_EBUSY);
   sem_waiter w;
-  sem_waiter_start(&w, q, NULL, DLOCK_WAIT_FOREVER);
+  sem_waiter_start(&w, q, NULL, 1, DLOCK_WAIT_FOREVER);
   CHECK(wait_sem_subscribers(s, "srs", 1, 5000));
   CHECK(!atomic_load(&w.done));
   int64_t t_rel = th_now_ms();
@@ -734,7 +777,7 @@ static void t_psem_redisson(void) {
   CHECK_STR(st->permits[0].id, rsid);
   dlock_sem_state_free(st);
   sem_waiter w;
-  sem_waiter_start(&w, NULL, p, DLOCK_WAIT_FOREVER);
+  sem_waiter_start(&w, NULL, p, 1, DLOCK_WAIT_FOREVER);
   CHECK(wait_sem_subscribers(s, "prs", 1, 5000));
   CHECK(!atomic_load(&w.done));
   int64_t t_rel = th_now_ms();
@@ -842,6 +885,7 @@ static const check_case_t cases[] = {
     {"sem_timeout", t_sem_timeout},
     {"sem_wakes_on_release", t_sem_wakes_on_release},
     {"sem_release_wakes_many", t_sem_release_wakes_many},
+    {"sem_mixed_requests", t_sem_mixed_requests},
     {"sem_redisson", t_sem_redisson},
     {"sem_badinput", t_sem_badinput},
     {"psem_bound_processes", t_psem_bound_processes},
