@@ -288,7 +288,7 @@ static void departed_case(dlock_lock_kind_t kind, const char *queue) {
   th_proxy_drop_requests(p, false);
   int64_t t_rel = th_now_ms();
   CHECK_OK(dlock_lock_release(la));
-  int rc = dlock_lock_acquire(lc, 5000, WD);
+  int rc = dlock_lock_acquire(lc, 20000, WD);
   int64_t took = th_now_ms() - t_rel;
   redisReply *r = th_redis_cmd(s, "HGETALL left");
   printf("another client: %s %lld ms after the release (holder now %s, "
@@ -300,7 +300,11 @@ static void departed_case(dlock_lock_kind_t kind, const char *queue) {
   if (r)
     freeReplyObject(r);
   CHECK_OK(rc);
-  CHECK_INT(took, <, 2000);
+  /* the grant to the waiter that left carried a 30 s (watchdog) lease:
+   * well under it means the grant was resolved, not waited out. The bound
+   * leaves room for a resolution retry (1 s) after a reconnect, which under
+   * valgrind took over 2 s once. */
+  CHECK_INT(took, <, 10000);
   CHECK_OK(dlock_lock_release(lc));
   dlock_lock_free(la);
   dlock_lock_free(lb);
