@@ -246,14 +246,21 @@ typedef enum dlock_lock_kind {
   /* the read side of the read-write lock `name`: any number of readers,
    * each read hold with its own lease. A thread holding the write side may
    * also take the read side (downgrade); a reader asking for the write side
-   * gets DLOCK_EDEADLK at once (no upgrade). */
+   * gets DLOCK_EDEADLK at once (no upgrade). While a dlock writer waits, a
+   * thread that holds no read hold yet does not join the readers holding
+   * the lock (a holder re-enters freely): it gets in right after that
+   * writer. So a stream of readers cannot starve writers; but a thread that
+   * holds a read hold and waits for another thread's new read hold on the
+   * same lock can deadlock behind a waiting writer, as with any
+   * writer-preferring read-write lock. Redisson's readers do not hold back
+   * for dlock writers. */
   DLOCK_READ = 3,
   /* the write side of the read-write lock `name`: one writer, no readers
    * (except the writer's own read holds). Waiting writers are handed the
    * lock in arrival order, as reentrant waiters are; a write release with
    * readers waiting lets them in first (every reader wakes), so writers
-   * cannot starve readers. Readers do not queue behind waiting writers
-   * (Redisson's rule). */
+   * cannot starve readers; new readers wait behind a waiting writer (see
+   * DLOCK_READ), so readers cannot starve writers either. */
   DLOCK_WRITE = 4
 } dlock_lock_kind_t;
 

@@ -213,8 +213,10 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
   lock_keys k;
   unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
+  /* a reader asks about queued writers' grant subscriptions */
+  unsigned km_grant = a->kind == DLOCK_READ ? KM_HANDOFF : 0;
   int rc = keys_make(&k, a->kind, a->name, a->owner,
-                     KM_QUEUE | km_token | KM_READERS | KM_MINE);
+                     KM_QUEUE | km_token | KM_READERS | KM_MINE | km_grant);
   if (rc)
     return rc;
   redisReply *rep = NULL;
@@ -233,11 +235,21 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     if ((rc = write_field(wfield, sizeof wfield, a->owner)))
       break;
     snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
-    const char *argv[MAX_ARGS] = {
-        0,         0,     0,        a->name, k.rw_mine,
-        k.readers, lease, a->owner, wfield,  a->q ? a->q->member : "",
-        ttl};
-    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 3, 11, argv,
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  a->name,
+                                  k.rw_mine,
+                                  k.readers,
+                                  k.timeouts,
+                                  k.readturn,
+                                  lease,
+                                  a->owner,
+                                  wfield,
+                                  a->q ? a->q->member : "",
+                                  ttl,
+                                  k.grant};
+    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 5, 14, argv,
                              false, &rep);
     break;
   }
@@ -342,10 +354,10 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
       keys_clear(&k);
       return rc;
     }
-    const char *argv[MAX_ARGS] = {0,       0,          0,         a->name,
-                                  k.queue, k.timeouts, k.readers, wfield,
-                                  member,  lease};
-    rc = dlock__redis_script(r, &dlock__script_rw_leave, 4, 10, argv, true,
+    const char *argv[MAX_ARGS] = {
+        0,         0,         0,      a->name, k.queue, k.timeouts,
+        k.readers, k.channel, wfield, member,  lease,   r->publish};
+    rc = dlock__redis_script(r, &dlock__script_rw_leave, 5, 12, argv, true,
                              &rep);
   } else if (a->kind == DLOCK_FAIR) {
     snprintf(tw, sizeof tw, "%" PRId64, a->thread_wait_ms);

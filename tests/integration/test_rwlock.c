@@ -792,6 +792,128 @@ static void t_killed_writer_skipped(void) {
   th_server_stop(s);
 }
 
+/* A new reader does not join the readers who hold the lock while a writer
+ * is queued (else a stream of overlapping readers would keep the writer
+ * out for good); a holder re-enters freely; the writer gets the lock when
+ * the holder leaves, and the reader right after the writer (readers'
+ * turn). */
+static void t_reader_waits_for_queued_writer(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
+  dlock_lock_t *ra = kind_lock(a, "rw-pref", DLOCK_READ);
+  dlock_lock_t *wb = kind_lock(b, "rw-pref", DLOCK_WRITE);
+  dlock_lock_t *rc = kind_lock(c, "rw-pref", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD));
+  /* with no writer waiting, readers share */
+  CHECK_OK(dlock_lock_acquire(rc, 0, WD));
+  CHECK_OK(dlock_lock_release(rc));
+  it_async_t w, r;
+  it_async_start(&w, wb, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-pref", 1));
+  CHECK_RC(dlock_lock_acquire(rc, 0, WD), DLOCK_EBUSY);
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD)); /* re-entry */
+  CHECK_OK(dlock_lock_release(ra));
+  it_async_start(&r, rc, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_readers", "rw-pref", 1));
+  th_sleep_ms(200);
+  CHECKF(!atomic_load(&r.done), "a new reader joined while a writer waited");
+  CHECK_OK(dlock_lock_release(ra));
+  CHECKF(it_async_wait(&w, 5000), "the writer did not get the lock");
+  CHECK_OK(w.rc);
+  th_sleep_ms(100);
+  CHECK(!atomic_load(&r.done));
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(it_async_finish(&w));
+  CHECKF(it_async_wait(&r, 5000), "the reader did not follow the writer");
+  CHECK_OK(r.rc);
+  printf("the reader got in %lld ms after the write release\n",
+         (long long)(r.t_done - t_rel));
+  CHECK_OK(it_async_finish(&r));
+  CHECK(!it_exists(s, "rw-pref"));
+  dlock_lock_free(ra);
+  dlock_lock_free(wb);
+  dlock_lock_free(rc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* A queued writer that gives up lets the readers that held back for it
+ * join the holders at once (its leave wakes them). */
+static void t_writer_gives_up_readers_join(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
+  dlock_lock_t *ra = kind_lock(a, "rw-gaveup", DLOCK_READ);
+  dlock_lock_t *wb = kind_lock(b, "rw-gaveup", DLOCK_WRITE);
+  dlock_lock_t *rc = kind_lock(c, "rw-gaveup", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD));
+  it_async_t w, r;
+  it_async_start(&w, wb, 1500, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-gaveup", 1));
+  it_async_start(&r, rc, 20000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_readers", "rw-gaveup", 1));
+  CHECKF(it_async_wait(&w, 5000), "the writer did not give up");
+  CHECK_RC(w.rc, DLOCK_ETIMEDOUT);
+  CHECKF(it_async_wait(&r, 2000),
+         "the reader was not let in when the writer left");
+  CHECK_OK(r.rc);
+  printf("the reader got in %lld ms after the writer gave up\n",
+         (long long)(r.t_done - w.t_done));
+  it_async_finish(&w);
+  CHECK_OK(it_async_finish(&r));
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK(!it_exists(s, "rw-gaveup"));
+  dlock_lock_free(ra);
+  dlock_lock_free(wb);
+  dlock_lock_free(rc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static int pref_writer_child(void *arg) {
+  th_server_t *s = arg;
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = kind_lock(c, "rw-deadw", DLOCK_WRITE);
+  int rc = dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD);
+  printf("child writer returned %s\n", dlock_err_name(rc));
+  return 4; /* it was meant to be killed while waiting */
+}
+
+/* Readers do not hold back for a queued writer whose process was killed
+ * (its client's grant subscription is gone), though its entry has not
+ * expired. */
+static void t_reader_ignores_dead_writer(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_child_t ch;
+  it_child_fork(&ch, pref_writer_child, s); /* before any thread */
+  dlock_client_t *a = it_client(s), *c = it_client(s);
+  dlock_lock_t *ra = kind_lock(a, "rw-deadw", DLOCK_READ);
+  dlock_lock_t *rc = kind_lock(c, "rw-deadw", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD));
+  it_child_go(&ch);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-deadw", 1));
+  CHECK_RC(dlock_lock_acquire(rc, 0, WD), DLOCK_EBUSY);
+  kill(ch.pid, SIGKILL);
+  CHECK_INT(it_child_wait(&ch, 5000), ==, -1);
+  bool ok; /* the server notices the closed connection */
+  TH_WAIT_FOR(ok, dlock_lock_acquire(rc, 0, WD) == DLOCK_OK, 5000);
+  CHECKF(ok, "a reader held back for a killed writer");
+  CHECK_INT(rw_zcard(s, "dlock_lock_rw_queue", "rw-deadw"), ==, 1);
+  CHECK_OK(dlock_lock_release(rc));
+  CHECK_OK(dlock_lock_release(ra));
+  dlock_lock_free(ra);
+  dlock_lock_free(rc);
+  dlock_client_free(a);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* The read-write lock refuses a key that holds another kind of lock (it
  * would otherwise take a reentrant lock's hash for a free read-write lock),
  * and a string key. */
@@ -833,6 +955,9 @@ static const check_case_t cases[] = {
     {"reader_not_starved", t_reader_not_starved},
     {"killed_writer_skipped", t_killed_writer_skipped},
     {"fenced_tokens", t_fenced_tokens},
+    {"reader_waits_for_queued_writer", t_reader_waits_for_queued_writer},
+    {"writer_gives_up_readers_join", t_writer_gives_up_readers_join},
+    {"reader_ignores_dead_writer", t_reader_ignores_dead_writer},
 };
 
 CHECK_MAIN(cases)

@@ -3,16 +3,23 @@
 -- "<owner>:write" -> write holds); KEYS[2] this owner's timeout-key prefix
 -- {name}:<owner>:rwlock_timeout (hold n has key prefix:n with its own
 -- lease); KEYS[3] own(dlock_lock_rw_readers) (waiting readers: member ->
--- expiry, so that write releases know readers wait).
+-- expiry, so that write releases know readers wait);
+-- KEYS[4] own(dlock_lock_rw_queue_timeout) (queued writers: member ->
+-- expiry); KEYS[5] own(dlock_lock_rw_readturn).
 -- ARGV[1] lease ms; ARGV[2] owner; ARGV[3] owner .. ':write';
 -- ARGV[4] the waiter's member "<client-id>:<tid>:<seq>:<lease>" or '' (not
--- registered); ARGV[5] registration lifetime ms.
+-- registered); ARGV[5] registration lifetime ms; ARGV[6] grant channel
+-- prefix own(dlock_lock_rw_grant) (":<client-id>" appended).
 -- 'OTHERKIND' when the key is a lock of another kind.
 -- Returns nil when acquired, else the PTTL of the lock (and the waiter is
--- registered, or its registration refreshed). With ARGV[4] = '' this is
--- exactly Redisson's acquire.
--- A writer may take the read side (downgrade); readers do not queue behind
--- waiting writers (Redisson's rule).
+-- registered, or its registration refreshed).
+-- A writer may take the read side (downgrade), and a reader re-enters
+-- freely. A new reader does not join readers who hold the lock while a
+-- live dlock writer is queued (one whose client is still subscribed to its
+-- grant channel), except during the readers' turn: so a stream of
+-- overlapping readers cannot starve writers, and a write release lets the
+-- readers waiting behind it in first. Redisson's writers never queue, so
+-- with no dlock writer waiting this is exactly Redisson's acquire.
 local function registered()
   if ARGV[4] ~= '' then
     redis.call('zrem', KEYS[3], ARGV[4])
@@ -32,7 +39,32 @@ if mode == false then
   redis.call('pexpire', KEYS[1], ARGV[1])
   return registered()
 end
-if mode == 'read' or
+local function now_ms()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- true when a live writer is queued and it is not the readers' turn (the
+-- oldest three unexpired entries are asked about; a crashed writer's
+-- client has no grant subscription left; if PUBSUB is refused, no writer
+-- counts and Redisson's rule applies)
+local function writer_waits()
+  if redis.call('exists', KEYS[4]) == 0 or redis.call('pttl', KEYS[5]) > 0 then
+    return false
+  end
+  for _, m in ipairs(redis.call('zrangebyscore', KEYS[4], now_ms(), '+inf',
+                                'LIMIT', 0, 3)) do
+    local cid = string.match(m, '^([^:]+):')
+    if cid then
+      local r = redis.pcall('pubsub', 'numsub', ARGV[6] .. ':' .. cid)
+      if type(r) == 'table' and tonumber(r[2]) > 0 then
+        return true
+      end
+    end
+  end
+  return false
+end
+local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if (mode == 'read' and (mine or not writer_waits())) or
     (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
   local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
@@ -41,8 +73,7 @@ if mode == 'read' or
   return registered()
 end
 if ARGV[4] ~= '' then
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   local ttl = tonumber(ARGV[5])
   redis.call('zadd', KEYS[3], now + ttl, ARGV[4])
   if redis.call('pttl', KEYS[3]) < ttl then
