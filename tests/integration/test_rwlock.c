@@ -746,10 +746,17 @@ static void t_reader_not_starved(void) {
 }
 
 /* child: waits for the write side forever (until killed) */
+typedef struct writer_child_arg {
+  th_server_t *s;
+  const char *name;
+} writer_child_arg;
+
+/* A child process that waits for the write side of arg->name until it is
+ * killed. */
 static int queued_writer_child(void *arg) {
-  th_server_t *s = arg;
-  dlock_client_t *c = it_client(s);
-  dlock_lock_t *l = kind_lock(c, "rw-killed", DLOCK_WRITE);
+  writer_child_arg *w = arg;
+  dlock_client_t *c = it_client(w->s);
+  dlock_lock_t *l = kind_lock(c, w->name, DLOCK_WRITE);
   int rc = dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD);
   printf("child writer returned %s\n", dlock_err_name(rc));
   return 4; /* it was meant to be killed while waiting */
@@ -762,7 +769,8 @@ static void t_killed_writer_skipped(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
   it_child_t ch;
-  it_child_fork(&ch, queued_writer_child, s); /* before any thread */
+  writer_child_arg wa = {s, "rw-killed"};
+  it_child_fork(&ch, queued_writer_child, &wa); /* before any thread */
   dlock_client_t *a = it_client(s), *b = it_client(s);
   dlock_lock_t *la = kind_lock(a, "rw-killed", DLOCK_WRITE);
   dlock_lock_t *lb = kind_lock(b, "rw-killed", DLOCK_WRITE);
@@ -875,15 +883,6 @@ static void t_writer_gives_up_readers_join(void) {
   th_server_stop(s);
 }
 
-static int pref_writer_child(void *arg) {
-  th_server_t *s = arg;
-  dlock_client_t *c = it_client(s);
-  dlock_lock_t *l = kind_lock(c, "rw-deadw", DLOCK_WRITE);
-  int rc = dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD);
-  printf("child writer returned %s\n", dlock_err_name(rc));
-  return 4; /* it was meant to be killed while waiting */
-}
-
 /* Readers do not hold back for a queued writer whose process was killed
  * (its client's grant subscription is gone), though its entry has not
  * expired. */
@@ -891,7 +890,8 @@ static void t_reader_ignores_dead_writer(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
   it_child_t ch;
-  it_child_fork(&ch, pref_writer_child, s); /* before any thread */
+  writer_child_arg wa = {s, "rw-deadw"};
+  it_child_fork(&ch, queued_writer_child, &wa); /* before any thread */
   dlock_client_t *a = it_client(s), *c = it_client(s);
   dlock_lock_t *ra = kind_lock(a, "rw-deadw", DLOCK_READ);
   dlock_lock_t *rc = kind_lock(c, "rw-deadw", DLOCK_READ);
