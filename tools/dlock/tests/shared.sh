@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # -s (shared): two shared holders overlap; shared holders and an exclusive
 # holder exclude each other both ways; --status (plain, -s, --json) lists the
-# read holders; --force-unlock -s breaks a shared hold. The read-write lock
+# read holders; once an exclusive holder waits, new shared holders wait
+# behind it; --force-unlock -s breaks a shared hold. The read-write lock
 # lives under NAME:dlock-rw, never on the key NAME (that one is the fenced
 # lock of exclusive holders).
 . "$(dirname "$0")/common.bash"
@@ -72,6 +73,30 @@ wait_exit "$ps" 20000
 expect "the shared waiter runs after it and exits 0" 0 "$ST"
 expect "order: exclusive, then shared" "exclusive-done shared-in" \
   "$(tr '\n' ' ' <"$T/e.log" | sed 's/ $//')"
+
+# Once an exclusive holder waits, a new shared holder does not join the
+# shared one that holds (else a stream of them could keep it out for good):
+# it waits, and runs right after the exclusive one.
+zcard_is() { # KEY N
+  [ "$($REDIS_CLI ZCARD "$1")" = "$2" ]
+}
+run_bg pq1 "$DLOCK" -s cli-shq sh -c 'touch "$0" && "$1" "$0.go"' "$T/q1" "$W"
+expect_true "first shared holder is in" wait_until 20000 test -e "$T/q1"
+run_bg pqx "$DLOCK" -w 20 cli-shq sh -c 'echo exclusive >>"$0"' "$T/q.log"
+expect_true "the exclusive one queues for the write side" wait_until 20000 \
+  zcard_is 'dlock_lock_rw_queue:{cli-shq:dlock-rw}' 1
+"$DLOCK" -s -n cli-shq true 2>/dev/null
+expect "a new shared -n fails while an exclusive one waits" 1 $?
+run_bg pq2 "$DLOCK" -s -w 20 cli-shq sh -c 'echo shared >>"$0"' "$T/q.log"
+expect_true "the new shared one waits (registered)" wait_until 20000 \
+  zcard_is 'dlock_lock_rw_readers:{cli-shq:dlock-rw}' 1
+touch "$T/q1.go"
+for p in "$pq1" "$pqx" "$pq2"; do
+  wait_exit "$p" 20000
+  expect "queued holder $p exits 0" 0 "$ST"
+done
+expect "order: the exclusive one, then the new shared one" "exclusive shared" \
+  "$(tr '\n' ' ' <"$T/q.log" | sed 's/ $//')"
 
 # --force-unlock -s breaks a shared hold; the holder's command is ended.
 run_bg pf "$DLOCK" -s --watchdog 0.6 cli-sh sh -c 'touch "$0"; exec "$1" "$0.never"' \
