@@ -249,7 +249,8 @@ typedef enum dlock_lock_kind {
    * gets DLOCK_EDEADLK at once (no upgrade). While a dlock writer waits, a
    * thread that holds no read hold yet does not join the readers holding
    * the lock (a holder re-enters freely): it gets in right after that
-   * writer. So a stream of readers cannot starve writers; but a thread that
+   * writer (a writer that dies while queued holds it back about 1 s more).
+   * So a stream of readers cannot starve writers; but a thread that
    * holds a read hold and waits for another thread's new read hold on the
    * same lock can deadlock behind a waiting writer, as with any
    * writer-preferring read-write lock. Redisson's readers do not hold back

@@ -55,6 +55,9 @@
  * handing it over, when outsiders may be waiting (lock_release.lua). */
 #define YIELD_PERIOD_MS "50"
 #define MAX_ARGS DLOCK__REDIS_MAX_ARGS
+/* A reader held back for a queued writer looks again at least this often:
+ * nothing is published when that writer dies while queued. */
+#define RW_HELD_BACK_RECHECK_MS "1000"
 
 /* Every key and channel name one operation may need; unused ones stay
  * NULL. Built by keys_make, freed by keys_clear. */
@@ -241,6 +244,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   a->name,
                                   k.rw_mine,
                                   k.readers,
+                                  k.queue,
                                   k.timeouts,
                                   k.readturn,
                                   lease,
@@ -248,8 +252,9 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   wfield,
                                   a->q ? a->q->member : "",
                                   ttl,
-                                  k.grant};
-    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 5, 14, argv,
+                                  k.grant,
+                                  RW_HELD_BACK_RECHECK_MS};
+    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 6, 16, argv,
                              false, &rep);
     break;
   }

@@ -848,6 +848,47 @@ static void t_reader_waits_for_queued_writer(void) {
   th_server_stop(s);
 }
 
+/* A downgrade (the writer keeps a read hold and releases its write side)
+ * lets the waiting readers join it, though another writer is queued: a
+ * readers' turn, as after a write release. */
+static void t_downgrade_lets_readers_in(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
+  dlock_lock_t *wa = kind_lock(a, "rw-down", DLOCK_WRITE);
+  dlock_lock_t *ra = kind_lock(a, "rw-down", DLOCK_READ);
+  dlock_lock_t *wb = kind_lock(b, "rw-down", DLOCK_WRITE);
+  dlock_lock_t *rc = kind_lock(c, "rw-down", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(wa, 0, WD));
+  it_async_t w, r;
+  it_async_start(&w, wb, 30000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-down", 1));
+  it_async_start(&r, rc, 30000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_readers", "rw-down", 1));
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD)); /* downgrade */
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(wa));
+  CHECKF(it_async_wait(&r, 5000), "the reader did not join the downgrade");
+  CHECK_OK(r.rc);
+  printf("the reader joined %lld ms after the downgrade\n",
+         (long long)(r.t_done - t_rel));
+  CHECK(!atomic_load(&w.done));
+  CHECK_OK(it_async_finish(&r));
+  CHECK_OK(dlock_lock_release(ra));
+  CHECKF(it_async_wait(&w, 5000), "the queued writer did not follow");
+  CHECK_OK(w.rc);
+  CHECK_OK(it_async_finish(&w));
+  CHECK(!it_exists(s, "rw-down"));
+  dlock_lock_free(wa);
+  dlock_lock_free(ra);
+  dlock_lock_free(wb);
+  dlock_lock_free(rc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* A queued writer that gives up lets the readers that held back for it
  * join the holders at once (its leave wakes them). */
 static void t_writer_gives_up_readers_join(void) {
@@ -859,11 +900,13 @@ static void t_writer_gives_up_readers_join(void) {
   dlock_lock_t *rc = kind_lock(c, "rw-gaveup", DLOCK_READ);
   CHECK_OK(dlock_lock_acquire(ra, 0, WD));
   it_async_t w, r;
-  it_async_start(&w, wb, 1500, WD, false);
+  it_async_start(&w, wb, 6000, WD, false);
   CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-gaveup", 1));
-  it_async_start(&r, rc, 20000, WD, false);
+  it_async_start(&r, rc, 30000, WD, false);
   CHECK(rw_wait_zcard(s, "dlock_lock_rw_readers", "rw-gaveup", 1));
-  CHECKF(it_async_wait(&w, 5000), "the writer did not give up");
+  CHECKF(!atomic_load(&w.done), "the writer gave up too soon for the test");
+  CHECKF(!atomic_load(&r.done), "a new reader joined while a writer waited");
+  CHECKF(it_async_wait(&w, 10000), "the writer did not give up");
   CHECK_RC(w.rc, DLOCK_ETIMEDOUT);
   CHECKF(it_async_wait(&r, 2000),
          "the reader was not let in when the writer left");
@@ -885,7 +928,8 @@ static void t_writer_gives_up_readers_join(void) {
 
 /* Readers do not hold back for a queued writer whose process was killed
  * (its client's grant subscription is gone), though its entry has not
- * expired. */
+ * expired: a new reader joins at once, and one that was already held back
+ * joins within its re-check bound (nothing is published at the kill). */
 static void t_reader_ignores_dead_writer(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
@@ -899,18 +943,33 @@ static void t_reader_ignores_dead_writer(void) {
   it_child_go(&ch);
   CHECK(rw_wait_zcard(s, "dlock_lock_rw_queue", "rw-deadw", 1));
   CHECK_RC(dlock_lock_acquire(rc, 0, WD), DLOCK_EBUSY);
+  dlock_client_t *d = it_client(s);
+  dlock_lock_t *rd = kind_lock(d, "rw-deadw", DLOCK_READ);
+  it_async_t r;
+  it_async_start(&r, rd, 30000, WD, false);
+  CHECK(rw_wait_zcard(s, "dlock_lock_rw_readers", "rw-deadw", 1));
   kill(ch.pid, SIGKILL);
+  int64_t t_kill = th_now_ms();
   CHECK_INT(it_child_wait(&ch, 5000), ==, -1);
   bool ok; /* the server notices the closed connection */
   TH_WAIT_FOR(ok, dlock_lock_acquire(rc, 0, WD) == DLOCK_OK, 5000);
-  CHECKF(ok, "a reader held back for a killed writer");
+  CHECKF(ok, "a new reader held back for a killed writer");
+  CHECKF(it_async_wait(&r, 5000),
+         "a waiting reader still held back for a killed writer");
+  CHECK_OK(r.rc);
+  printf("the waiting reader got in %lld ms after the kill (re-check bound "
+         "1000 ms; its lock's lease: 30 s)\n",
+         (long long)(r.t_done - t_kill));
   CHECK_INT(rw_zcard(s, "dlock_lock_rw_queue", "rw-deadw"), ==, 1);
+  CHECK_OK(it_async_finish(&r));
   CHECK_OK(dlock_lock_release(rc));
   CHECK_OK(dlock_lock_release(ra));
   dlock_lock_free(ra);
   dlock_lock_free(rc);
+  dlock_lock_free(rd);
   dlock_client_free(a);
   dlock_client_free(c);
+  dlock_client_free(d);
   th_server_stop(s);
 }
 
@@ -957,6 +1016,7 @@ static const check_case_t cases[] = {
     {"fenced_tokens", t_fenced_tokens},
     {"reader_waits_for_queued_writer", t_reader_waits_for_queued_writer},
     {"writer_gives_up_readers_join", t_writer_gives_up_readers_join},
+    {"downgrade_lets_readers_in", t_downgrade_lets_readers_in},
     {"reader_ignores_dead_writer", t_reader_ignores_dead_writer},
 };
 

@@ -4,21 +4,25 @@
 -- {name}:<owner>:rwlock_timeout (hold n has key prefix:n with its own
 -- lease); KEYS[3] own(dlock_lock_rw_readers) (waiting readers: member ->
 -- expiry, so that write releases know readers wait);
--- KEYS[4] own(dlock_lock_rw_queue_timeout) (queued writers: member ->
--- expiry); KEYS[5] own(dlock_lock_rw_readturn).
+-- KEYS[4] own(dlock_lock_rw_queue) (queued writers: member -> first enqueue
+-- time); KEYS[5] own(dlock_lock_rw_queue_timeout) (member -> expiry);
+-- KEYS[6] own(dlock_lock_rw_readturn).
 -- ARGV[1] lease ms; ARGV[2] owner; ARGV[3] owner .. ':write';
 -- ARGV[4] the waiter's member "<client-id>:<tid>:<seq>:<lease>" or '' (not
 -- registered); ARGV[5] registration lifetime ms; ARGV[6] grant channel
--- prefix own(dlock_lock_rw_grant) (":<client-id>" appended).
+-- prefix own(dlock_lock_rw_grant) (":<client-id>" appended); ARGV[7] the
+-- longest a reader held back for a writer sleeps before it looks again, ms.
 -- 'OTHERKIND' when the key is a lock of another kind.
--- Returns nil when acquired, else the PTTL of the lock (and the waiter is
--- registered, or its registration refreshed).
+-- Returns nil when acquired, else the PTTL of the lock, at most ARGV[7] for
+-- a reader held back for a writer (and the waiter is registered, or its
+-- registration refreshed).
 -- A writer may take the read side (downgrade), and a reader re-enters
 -- freely. A new reader does not join readers who hold the lock while a
--- live dlock writer is queued (one whose client is still subscribed to its
--- grant channel), except during the readers' turn: so a stream of
--- overlapping readers cannot starve writers, and a write release lets the
--- readers waiting behind it in first. Redisson's writers never queue, so
+-- live dlock writer is queued (one of the three oldest entries, unexpired,
+-- whose client is still subscribed to its grant channel), except during
+-- the readers' turn: so a stream of overlapping readers cannot starve
+-- writers, and a write release lets the readers waiting behind it in
+-- first. Redisson's writers never queue, so
 -- with no dlock writer waiting this is exactly Redisson's acquire.
 local function registered()
   if ARGV[4] ~= '' then
@@ -43,28 +47,33 @@ local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- true when a live writer is queued and it is not the readers' turn (the
--- oldest three unexpired entries are asked about; a crashed writer's
--- client has no grant subscription left; if PUBSUB is refused, no writer
--- counts and Redisson's rule applies)
+-- true when a live writer is queued and it is not the readers' turn: one of
+-- the three oldest entries, unexpired, whose client still has a grant
+-- subscription (a crashed writer's client has none). A refused PUBSUB
+-- counts nobody: Redisson's rule then applies.
 local function writer_waits()
-  if redis.call('exists', KEYS[4]) == 0 or redis.call('pttl', KEYS[5]) > 0 then
+  if redis.call('exists', KEYS[4]) == 0 or redis.call('pttl', KEYS[6]) > 0 then
     return false
   end
-  for _, m in ipairs(redis.call('zrangebyscore', KEYS[4], now_ms(), '+inf',
-                                'LIMIT', 0, 3)) do
+  local now = now_ms()
+  for _, m in ipairs(redis.call('zrange', KEYS[4], 0, 2)) do
+    local expiry = tonumber(redis.call('zscore', KEYS[5], m) or '0')
     local cid = string.match(m, '^([^:]+):')
-    if cid then
+    if cid and expiry > now then
       local r = redis.pcall('pubsub', 'numsub', ARGV[6] .. ':' .. cid)
-      if type(r) == 'table' and tonumber(r[2]) > 0 then
+      local subs = type(r) == 'table' and tonumber(r[2])
+      if subs and subs > 0 then
         return true
       end
     end
   end
   return false
 end
-local mine = redis.call('hexists', KEYS[1], ARGV[2]) == 1
-if (mode == 'read' and (mine or not writer_waits())) or
+local held_back = false
+if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  held_back = writer_waits()
+end
+if (mode == 'read' and not held_back) or
     (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
   local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
@@ -80,4 +89,10 @@ if ARGV[4] ~= '' then
     redis.call('pexpire', KEYS[3], ttl)
   end
 end
-return redis.call('pttl', KEYS[1])
+local pttl = redis.call('pttl', KEYS[1])
+if held_back then
+  -- nothing is published when the writer dies while queued: look again
+  -- soon, so such a writer holds readers back only that long
+  pttl = math.min(pttl, tonumber(ARGV[7]))
+end
+return pttl

@@ -18,7 +18,8 @@
 -- As with the other releases, a retry is answered by the latch while the
 -- owner's count is above zero, and finds the field gone after its last.
 -- A release that frees the lock hands it to the oldest live queued writer
--- (as a write release does), else publishes "0" as Redisson does.
+-- (as a write release does), else publishes "0" as Redisson does ("1" when
+-- live readers are registered as waiting, so that all of them get in).
 -- #include rw_handoff.lua
 local alive = true
 local function result(mine)
@@ -75,9 +76,11 @@ local acc = {seen = {}, clients = 0}
 if ARGV[7] == '1' then
   note(acc, string.match(ARGV[2], '^([^:]+):'))
 end
-live_readers(k, now, acc)
+local readers = live_readers(k, now, acc)
 if handoff(k, now, acc) then
   return result(mine)
 end
-redis.pcall(ARGV[3], KEYS[2], ARGV[1])
+-- no writer took it: with readers waiting (some may have held back for a
+-- writer that is gone), "1" lets all of them in, not one per client
+redis.pcall(ARGV[3], KEYS[2], readers > 0 and '1' or ARGV[1])
 return result(mine)

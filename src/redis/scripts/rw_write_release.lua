@@ -12,8 +12,8 @@
 -- is itself subscribed to Redisson's channel; ARGV[9] readers' turn ms.
 -- Returns nil (not the writer), 0 (count went down) or 1 (released).
 -- When the writer's own read holds remain (downgrade) the mode becomes
--- read and waiting readers are woken too (Redisson leaves them to their
--- lease bound). When the lock is freed: if live readers are registered as
+-- read and waiting readers are woken too, in a readers' turn when some are
+-- registered (Redisson leaves them to their lease bound). When the lock is freed: if live readers are registered as
 -- waiting, "1" wakes everyone and the readers' turn starts (dlock writers
 -- let them in first), so a stream of writer hand-offs cannot starve
 -- readers; else the oldest live queued writer is handed the lock; else
@@ -35,7 +35,12 @@ if left > 0 then
 end
 redis.call('hdel', KEYS[1], ARGV[3])
 if redis.call('hlen', KEYS[1]) ~= 1 then
+  -- downgrade: the writer's read holds remain; waiting readers join them,
+  -- in a readers' turn, so that queued writers do not hold them back
   redis.call('hset', KEYS[1], 'mode', 'read')
+  if redis.call('zcount', KEYS[7], now_ms(), '+inf') > 0 then
+    redis.call('set', KEYS[8], now_ms(), 'px', ARGV[9])
+  end
   redis.pcall(ARGV[4], KEYS[2], ARGV[1])
   return 1
 end
