@@ -800,18 +800,45 @@ static void t_killed_writer_skipped(void) {
   th_server_stop(s);
 }
 
+/* Three clients on one read-write lock: a reads, b writes, c reads (the
+ * cases of readers and a waiting writer). */
+typedef struct trio {
+  th_server_t *s;
+  dlock_client_t *a, *b, *c;
+  dlock_lock_t *ra, *wb, *rc;
+} trio_t;
+
+static void trio_start(trio_t *t, const char *name) {
+  t->s = th_server_start(NULL);
+  CHECK(t->s);
+  t->a = it_client(t->s);
+  t->b = it_client(t->s);
+  t->c = it_client(t->s);
+  t->ra = kind_lock(t->a, name, DLOCK_READ);
+  t->wb = kind_lock(t->b, name, DLOCK_WRITE);
+  t->rc = kind_lock(t->c, name, DLOCK_READ);
+}
+
+static void trio_stop(trio_t *t) {
+  dlock_lock_free(t->ra);
+  dlock_lock_free(t->wb);
+  dlock_lock_free(t->rc);
+  dlock_client_free(t->a);
+  dlock_client_free(t->b);
+  dlock_client_free(t->c);
+  th_server_stop(t->s);
+}
+
 /* A new reader does not join the readers who hold the lock while a writer
  * is queued (else a stream of overlapping readers would keep the writer
  * out for good); a holder re-enters freely; the writer gets the lock when
  * the holder leaves, and the reader right after the writer (readers'
  * turn). */
 static void t_reader_waits_for_queued_writer(void) {
-  th_server_t *s = th_server_start(NULL);
-  CHECK(s);
-  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
-  dlock_lock_t *ra = kind_lock(a, "rw-pref", DLOCK_READ);
-  dlock_lock_t *wb = kind_lock(b, "rw-pref", DLOCK_WRITE);
-  dlock_lock_t *rc = kind_lock(c, "rw-pref", DLOCK_READ);
+  trio_t t;
+  trio_start(&t, "rw-pref");
+  th_server_t *s = t.s;
+  dlock_lock_t *ra = t.ra, *wb = t.wb, *rc = t.rc;
   CHECK_OK(dlock_lock_acquire(ra, 0, WD));
   /* with no writer waiting, readers share */
   CHECK_OK(dlock_lock_acquire(rc, 0, WD));
@@ -839,26 +866,18 @@ static void t_reader_waits_for_queued_writer(void) {
          (long long)(r.t_done - t_rel));
   CHECK_OK(it_async_finish(&r));
   CHECK(!it_exists(s, "rw-pref"));
-  dlock_lock_free(ra);
-  dlock_lock_free(wb);
-  dlock_lock_free(rc);
-  dlock_client_free(a);
-  dlock_client_free(b);
-  dlock_client_free(c);
-  th_server_stop(s);
+  trio_stop(&t);
 }
 
 /* A downgrade (the writer keeps a read hold and releases its write side)
  * lets the waiting readers join it, though another writer is queued: a
  * readers' turn, as after a write release. */
 static void t_downgrade_lets_readers_in(void) {
-  th_server_t *s = th_server_start(NULL);
-  CHECK(s);
-  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
-  dlock_lock_t *wa = kind_lock(a, "rw-down", DLOCK_WRITE);
-  dlock_lock_t *ra = kind_lock(a, "rw-down", DLOCK_READ);
-  dlock_lock_t *wb = kind_lock(b, "rw-down", DLOCK_WRITE);
-  dlock_lock_t *rc = kind_lock(c, "rw-down", DLOCK_READ);
+  trio_t t;
+  trio_start(&t, "rw-down");
+  th_server_t *s = t.s;
+  dlock_lock_t *ra = t.ra, *wb = t.wb, *rc = t.rc;
+  dlock_lock_t *wa = kind_lock(t.a, "rw-down", DLOCK_WRITE);
   CHECK_OK(dlock_lock_acquire(wa, 0, WD));
   it_async_t w, r;
   it_async_start(&w, wb, 30000, WD, false);
@@ -880,24 +899,16 @@ static void t_downgrade_lets_readers_in(void) {
   CHECK_OK(it_async_finish(&w));
   CHECK(!it_exists(s, "rw-down"));
   dlock_lock_free(wa);
-  dlock_lock_free(ra);
-  dlock_lock_free(wb);
-  dlock_lock_free(rc);
-  dlock_client_free(a);
-  dlock_client_free(b);
-  dlock_client_free(c);
-  th_server_stop(s);
+  trio_stop(&t);
 }
 
 /* A queued writer that gives up lets the readers that held back for it
  * join the holders at once (its leave wakes them). */
 static void t_writer_gives_up_readers_join(void) {
-  th_server_t *s = th_server_start(NULL);
-  CHECK(s);
-  dlock_client_t *a = it_client(s), *b = it_client(s), *c = it_client(s);
-  dlock_lock_t *ra = kind_lock(a, "rw-gaveup", DLOCK_READ);
-  dlock_lock_t *wb = kind_lock(b, "rw-gaveup", DLOCK_WRITE);
-  dlock_lock_t *rc = kind_lock(c, "rw-gaveup", DLOCK_READ);
+  trio_t t;
+  trio_start(&t, "rw-gaveup");
+  th_server_t *s = t.s;
+  dlock_lock_t *ra = t.ra, *wb = t.wb, *rc = t.rc;
   CHECK_OK(dlock_lock_acquire(ra, 0, WD));
   it_async_t w, r;
   it_async_start(&w, wb, 6000, WD, false);
@@ -917,13 +928,7 @@ static void t_writer_gives_up_readers_join(void) {
   CHECK_OK(it_async_finish(&r));
   CHECK_OK(dlock_lock_release(ra));
   CHECK(!it_exists(s, "rw-gaveup"));
-  dlock_lock_free(ra);
-  dlock_lock_free(wb);
-  dlock_lock_free(rc);
-  dlock_client_free(a);
-  dlock_client_free(b);
-  dlock_client_free(c);
-  th_server_stop(s);
+  trio_stop(&t);
 }
 
 /* Readers do not hold back for a queued writer whose process was killed
