@@ -50,7 +50,7 @@
 #define RW_READTURN_PREFIX "dlock_lock_rw_readturn"
 /* How long dlock writers let registered readers in first after a write
  * release woke them (rw_write_acquire.lua). */
-#define READTURN_MS "200"
+#define READTURN_MS "1000"
 /* At most one release per this period leaves the lock to a race instead of
  * handing it over, when outsiders may be waiting (lock_release.lua). */
 #define YIELD_PERIOD_MS "50"

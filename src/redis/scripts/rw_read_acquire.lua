@@ -50,12 +50,18 @@ end
 -- true when a live writer is queued and it is not the readers' turn: one of
 -- the three oldest entries, unexpired, whose client still has a grant
 -- subscription (a crashed writer's client has none). A refused PUBSUB
--- counts nobody: Redisson's rule then applies.
+-- counts nobody: Redisson's rule then applies. The readers' turn lasts
+-- while its key lives and readers it was started for are still registered
+-- (each one's registration goes when it gets in), as writers see it too.
 local function writer_waits()
-  if redis.call('exists', KEYS[4]) == 0 or redis.call('pttl', KEYS[6]) > 0 then
+  if redis.call('exists', KEYS[4]) == 0 then
     return false
   end
   local now = now_ms()
+  if redis.call('pttl', KEYS[6]) > 0 and
+      redis.call('zcount', KEYS[3], now, '+inf') > 0 then
+    return false
+  end
   for _, m in ipairs(redis.call('zrange', KEYS[4], 0, 2)) do
     local expiry = tonumber(redis.call('zscore', KEYS[5], m) or '0')
     local cid = string.match(m, '^([^:]+):')
