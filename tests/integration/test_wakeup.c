@@ -342,6 +342,54 @@ static void t_killed_waiter_process_skipped(void) {
   th_server_stop(s);
 }
 
+/* How many channels matching `pattern` have subscribers (PUBSUB CHANNELS;
+ * -1 on failure). */
+static int64_t grant_channels(th_server_t *s, const char *pattern) {
+  redisReply *r = th_redis_cmd(s, "PUBSUB CHANNELS %s", pattern);
+  int64_t n = r && r->type == REDIS_REPLY_ARRAY ? (int64_t)r->elements : -1;
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
+/* A monitor subscribed to every channel by pattern (PSUBSCRIBE *) makes
+ * PUBLISH count a receiver on every channel. A grant to a killed waiter's
+ * client must still count as unheard: the lock is free after the release,
+ * not left with the dead waiter for its lease. */
+static void t_pattern_monitor_killed_waiter(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  redisContext *mon = th_redis_connect(s);
+  CHECK(mon);
+  redisReply *r = redisCommand(mon, "PSUBSCRIBE *");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(r);
+  dlock_client_t *a = it_client(s), *d = it_client(s);
+  dlock_lock_t *la = it_lock(a, "monitored"), *ld = it_lock(d, "monitored");
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  pid_t child = spawn_waiter(s, "monitored");
+  bool ok;
+  TH_WAIT_FOR(ok, queued(s, "monitored") == 1, 5000);
+  CHECK(ok);
+  kill_and_reap(child);
+  /* the server has dropped the killed client's subscriptions */
+  TH_WAIT_FOR(ok, grant_channels(s, "dlock_lock_grant:*") == 0, 5000);
+  CHECK(ok);
+  CHECK_OK(dlock_lock_release(la));
+  bool locked = true;
+  CHECK_OK(dlock_lock_is_locked(ld, &locked));
+  CHECKF(!locked, "the lock went to a killed waiter (PTTL %lld)",
+         (long long)th_redis_int(s, "PTTL monitored"));
+  CHECK_OK(dlock_lock_acquire(ld, 0, WD));
+  CHECK_OK(dlock_lock_release(ld));
+  dlock_lock_free(la);
+  dlock_lock_free(ld);
+  dlock_client_free(a);
+  dlock_client_free(d);
+  redisFree(mon);
+  th_server_stop(s);
+}
+
 /* A Redisson waiter (subscribed to the lock's channel) and dlock waiters
  * on a dlock-held lock: dlock may serve its own waiters first, but once
  * they are done the release message reaches Redisson. */
@@ -393,6 +441,7 @@ static const check_case_t cases[] = {
      t_pubsub_killed_release_after_resubscribe},
     {"timed_out_waiter_not_handed_lock", t_timed_out_waiter_not_handed_lock},
     {"killed_waiter_process_skipped", t_killed_waiter_process_skipped},
+    {"pattern_monitor_killed_waiter", t_pattern_monitor_killed_waiter},
     {"redisson_waiter_woken_after_dlock_waiters",
      t_redisson_waiter_woken_after_dlock_waiters},
 };

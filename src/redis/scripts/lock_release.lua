@@ -20,9 +20,11 @@
 -- Hand-off: on a full release, expired queue entries are dropped and the
 -- oldest live waiter is made the owner (field = 1, its lease), then told on
 -- its client's grant channel with "<tid>:<seq>". A fenced waiter (member
--- ending ":f") gets the next token: "<tid>:<seq>:<token>". PUBLISH counts receivers:
--- 0 means that client is gone, so the grant is undone and the next waiter
--- tried. With no waiter to hand to, "0" goes to Redisson's channel as
+-- ending ":f") gets the next token: "<tid>:<seq>:<token>". A client with
+-- no subscriber on its grant channel (PUBSUB NUMSUB: pattern subscribers
+-- do not count) is gone, and PUBLISH counting 0 receivers says the same
+-- when the client left meanwhile: its entry is dropped (a grant undone) and
+-- the next waiter tried. With no waiter to hand to, "0" goes to Redisson's channel as
 -- Redisson itself does.
 --
 -- Yielding: Redisson clients (and anything else) waiting on the lock are
@@ -31,6 +33,7 @@
 -- when it says it is), someone else may be waiting, and
 -- at most once per yield period the release publishes "0" for everyone to
 -- race instead of handing over, so a stream of hand-offs cannot starve them.
+-- #include grant.lua
 local done = redis.call('get', KEYS[3])
 if done ~= false then
   return tonumber(done)
@@ -89,7 +92,8 @@ if redis.call('exists', KEYS[4]) == 1 then
     redis.call('zrem', KEYS[5], head)
     local cid, tid, seq, lease, flag =
         string.match(head, '^([^:]+):(%d+):(%d+):(%d+)(.*)$')
-    if cid and expiry > now and (flag == '' or flag == ':f') then
+    if cid and expiry > now and (flag == '' or flag == ':f') and
+        grant_listened(ARGV[4], ARGV[6] .. ':' .. cid) then
       redis.call('hset', KEYS[1], cid .. ':' .. tid, 1)
       redis.call('pexpire', KEYS[1], lease)
       local msg = tid .. ':' .. seq

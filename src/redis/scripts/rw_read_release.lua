@@ -20,6 +20,7 @@
 -- A release that frees the lock hands it to the oldest live queued writer
 -- (as a write release does), else publishes "0" as Redisson does ("1" when
 -- live readers are registered as waiting, so that all of them get in).
+-- #include grant.lua
 -- #include rw_handoff.lua
 local alive = true
 local function result(mine)

@@ -18,6 +18,7 @@
 -- let them in first), so a stream of writer hand-offs cannot starve
 -- readers; else the oldest live queued writer is handed the lock; else
 -- "1" as Redisson does.
+-- #include grant.lua
 -- #include rw_handoff.lua
 local done = redis.call('get', KEYS[3])
 if done ~= false then

@@ -1,7 +1,8 @@
 -- rw_handoff.lua (a fragment, included by rw_read_release.lua and
--- rw_write_release.lua: see cmake/embed_scripts.cmake): the hand-off of a
--- freed read-write lock to the oldest live queued writer, and the live
--- reader count. docs/LAYOUT.md, "Read-write locks", is the contract.
+-- rw_write_release.lua after grant.lua: see cmake/embed_scripts.cmake):
+-- the hand-off of a freed read-write lock to the oldest live queued
+-- writer, and the live reader count. docs/LAYOUT.md, "Read-write locks",
+-- is the contract.
 local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -43,7 +44,8 @@ local function live_readers(k, now, acc)
   return n
 end
 -- The lock (already deleted) goes to the oldest live queued writer, told
--- on its client's grant channel; a grant nobody hears is undone and the
+-- on its client's grant channel; a writer whose client has no subscriber
+-- there (grant.lua), or a grant nobody hears, is skipped (undone) and the
 -- next one tried (at most 10). At most once per yield period, when
 -- Redisson's channel has subscribers dlock cannot account for, nobody is
 -- handed the lock (everyone races). True when a writer took it.
@@ -79,7 +81,8 @@ local function handoff(k, now, acc)
     redis.call('zrem', k.timeouts, head)
     local cid, tid, seq, lease, flag =
         string.match(head, '^([^:]+):(%d+):(%d+):(%d+)(.*)$')
-    if cid and expiry > now and flag == '' then
+    if cid and expiry > now and flag == '' and
+        grant_listened(k.publish, k.grant .. ':' .. cid) then
       redis.call('hset', k.name, 'mode', 'write')
       redis.call('hset', k.name, cid .. ':' .. tid .. ':write', 1)
       redis.call('pexpire', k.name, lease)
