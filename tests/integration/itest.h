@@ -96,6 +96,28 @@ static inline int64_t it_numsub(th_server_t *s, const char *channel) {
   return n;
 }
 
+/* How many channels matching `pattern` have subscribers (PUBSUB CHANNELS;
+ * -1 on failure). */
+static inline int64_t it_channels(th_server_t *s, const char *pattern) {
+  redisReply *r = th_redis_cmd(s, "PUBSUB CHANNELS %s", pattern);
+  int64_t n = r && r->type == REDIS_REPLY_ARRAY ? (int64_t)r->elements : -1;
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
+/* A connection subscribed to every channel by pattern (PSUBSCRIBE *), as a
+ * monitoring tool would be: PUBLISH then counts a receiver on every
+ * channel. Free it with redisFree(). */
+static inline redisContext *it_pattern_monitor(th_server_t *s) {
+  redisContext *mon = th_redis_connect(s);
+  CHECK(mon);
+  redisReply *r = redisCommand(mon, "PSUBSCRIBE *");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY);
+  freeReplyObject(r);
+  return mon;
+}
+
 /* Waits (bounded) until the lock's channel has >= min subscribers: the
  * observable sign that a waiter is waiting. */
 static inline bool it_wait_subscribers(th_server_t *s, const char *name,

@@ -978,16 +978,6 @@ static void t_reader_ignores_dead_writer(void) {
   th_server_stop(s);
 }
 
-/* How many channels matching `pattern` have subscribers (PUBSUB CHANNELS;
- * -1 on failure). */
-static int64_t grant_channels(th_server_t *s, const char *pattern) {
-  redisReply *r = th_redis_cmd(s, "PUBSUB CHANNELS %s", pattern);
-  int64_t n = r && r->type == REDIS_REPLY_ARRAY ? (int64_t)r->elements : -1;
-  if (r)
-    freeReplyObject(r);
-  return n;
-}
-
 /* The write side's hand-off with a PSUBSCRIBE * monitor present (PUBLISH
  * then counts a receiver on every channel): a grant to a killed writer's
  * client is still not left standing. */
@@ -997,11 +987,7 @@ static void t_pattern_monitor_killed_writer(void) {
   it_child_t ch;
   writer_child_arg wa = {s, "rw-mon"};
   it_child_fork(&ch, queued_writer_child, &wa); /* before any thread */
-  redisContext *mon = th_redis_connect(s);
-  CHECK(mon);
-  redisReply *r = redisCommand(mon, "PSUBSCRIBE *");
-  CHECK(r && r->type == REDIS_REPLY_ARRAY);
-  freeReplyObject(r);
+  redisContext *mon = it_pattern_monitor(s);
   dlock_client_t *a = it_client(s);
   dlock_lock_t *la = kind_lock(a, "rw-mon", DLOCK_WRITE);
   CHECK_OK(dlock_lock_acquire(la, 0, WD));
@@ -1010,7 +996,7 @@ static void t_pattern_monitor_killed_writer(void) {
   kill(ch.pid, SIGKILL);
   CHECK_INT(it_child_wait(&ch, 5000), ==, -1);
   bool ok; /* the server has dropped the killed client's subscriptions */
-  TH_WAIT_FOR(ok, grant_channels(s, "dlock_lock_rw_grant:*") == 0, 5000);
+  TH_WAIT_FOR(ok, it_channels(s, "dlock_lock_rw_grant:*") == 0, 5000);
   CHECK(ok);
   CHECK_OK(dlock_lock_release(la));
   CHECKF(!it_exists(s, "rw-mon"), "the lock went to a killed writer");

@@ -342,16 +342,6 @@ static void t_killed_waiter_process_skipped(void) {
   th_server_stop(s);
 }
 
-/* How many channels matching `pattern` have subscribers (PUBSUB CHANNELS;
- * -1 on failure). */
-static int64_t grant_channels(th_server_t *s, const char *pattern) {
-  redisReply *r = th_redis_cmd(s, "PUBSUB CHANNELS %s", pattern);
-  int64_t n = r && r->type == REDIS_REPLY_ARRAY ? (int64_t)r->elements : -1;
-  if (r)
-    freeReplyObject(r);
-  return n;
-}
-
 /* A monitor subscribed to every channel by pattern (PSUBSCRIBE *) makes
  * PUBLISH count a receiver on every channel. A grant to a killed waiter's
  * client must still count as unheard: the lock is free after the release,
@@ -359,11 +349,7 @@ static int64_t grant_channels(th_server_t *s, const char *pattern) {
 static void t_pattern_monitor_killed_waiter(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
-  redisContext *mon = th_redis_connect(s);
-  CHECK(mon);
-  redisReply *r = redisCommand(mon, "PSUBSCRIBE *");
-  CHECK(r && r->type == REDIS_REPLY_ARRAY);
-  freeReplyObject(r);
+  redisContext *mon = it_pattern_monitor(s);
   dlock_client_t *a = it_client(s), *d = it_client(s);
   dlock_lock_t *la = it_lock(a, "monitored"), *ld = it_lock(d, "monitored");
   CHECK_OK(dlock_lock_acquire(la, 0, WD));
@@ -373,7 +359,7 @@ static void t_pattern_monitor_killed_waiter(void) {
   CHECK(ok);
   kill_and_reap(child);
   /* the server has dropped the killed client's subscriptions */
-  TH_WAIT_FOR(ok, grant_channels(s, "dlock_lock_grant:*") == 0, 5000);
+  TH_WAIT_FOR(ok, it_channels(s, "dlock_lock_grant:*") == 0, 5000);
   CHECK(ok);
   CHECK_OK(dlock_lock_release(la));
   bool locked = true;
