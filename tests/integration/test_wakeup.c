@@ -346,18 +346,31 @@ static void t_killed_waiter_process_skipped(void) {
  * PUBLISH count a receiver on every channel. A grant to a killed waiter's
  * client must still count as unheard: the lock is free after the release,
  * not left with the dead waiter for its lease. */
+static int monitored_waiter_child(void *arg) {
+  dlock_client_t *c = it_client(arg);
+  dlock_lock_t *l = it_lock(c, "monitored");
+  int rc = dlock_lock_acquire(l, DLOCK_WAIT_FOREVER, WD);
+  printf("child waiter returned %s\n", dlock_err_name(rc));
+  return 4; /* it was meant to be killed while waiting */
+}
+
 static void t_pattern_monitor_killed_waiter(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
+  /* a forked child, not a re-executed one: this test runs under valgrind
+   * too; forked before any thread (TSan) */
+  it_child_t ch;
+  it_child_fork(&ch, monitored_waiter_child, s);
   redisContext *mon = it_pattern_monitor(s);
   dlock_client_t *a = it_client(s), *d = it_client(s);
   dlock_lock_t *la = it_lock(a, "monitored"), *ld = it_lock(d, "monitored");
   CHECK_OK(dlock_lock_acquire(la, 0, WD));
-  pid_t child = spawn_waiter(s, "monitored");
+  it_child_go(&ch);
   bool ok;
   TH_WAIT_FOR(ok, queued(s, "monitored") == 1, 5000);
   CHECK(ok);
-  kill_and_reap(child);
+  kill(ch.pid, SIGKILL);
+  CHECK_INT(it_child_wait(&ch, 5000), ==, -1);
   /* the server has dropped the killed client's subscriptions */
   TH_WAIT_FOR(ok, it_channels(s, "dlock_lock_grant:*") == 0, 5000);
   CHECK(ok);
