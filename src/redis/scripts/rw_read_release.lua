@@ -73,10 +73,7 @@ local k = {name = KEYS[1], channel = KEYS[2], queue = KEYS[6],
            timeouts = KEYS[7], yield = KEYS[8], readers = KEYS[9],
            grant = ARGV[5], period = ARGV[6], publish = ARGV[3]}
 local now = now_ms()
-local acc = {seen = {}, clients = 0}
-if ARGV[7] == '1' then
-  note(acc, string.match(ARGV[2], '^([^:]+):'))
-end
+local acc = releaser_acc(ARGV[7], ARGV[2])
 local readers = live_readers(k, now, acc)
 if handoff(k, now, acc) then
   return result(mine)

@@ -39,8 +39,9 @@ if redis.call('hlen', KEYS[1]) ~= 1 then
   -- downgrade: the writer's read holds remain; waiting readers join them,
   -- in a readers' turn, so that queued writers do not hold them back
   redis.call('hset', KEYS[1], 'mode', 'read')
-  if redis.call('zcount', KEYS[7], now_ms(), '+inf') > 0 then
-    redis.call('set', KEYS[8], now_ms(), 'px', ARGV[9])
+  local now = now_ms()
+  if redis.call('zcount', KEYS[7], now, '+inf') > 0 then
+    redis.call('set', KEYS[8], now, 'px', ARGV[9])
   end
   redis.pcall(ARGV[4], KEYS[2], ARGV[1])
   return 1
@@ -50,10 +51,7 @@ local k = {name = KEYS[1], channel = KEYS[2], queue = KEYS[4],
            timeouts = KEYS[5], yield = KEYS[6], readers = KEYS[7],
            grant = ARGV[6], period = ARGV[7], publish = ARGV[4]}
 local now = now_ms()
-local acc = {seen = {}, clients = 0}
-if ARGV[8] == '1' then
-  note(acc, string.match(ARGV[3], '^([^:]+):'))
-end
+local acc = releaser_acc(ARGV[8], ARGV[3])
 if live_readers(k, now, acc) > 0 then
   redis.call('set', KEYS[8], now, 'px', ARGV[9])
 elseif handoff(k, now, acc) then

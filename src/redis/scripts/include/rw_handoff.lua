@@ -14,6 +14,15 @@ local function note(acc, cid)
     acc.clients = acc.clients + 1
   end
 end
+-- A fresh acc, counting the releasing client (its owner field "<client-id>:
+-- ...") when it says it is subscribed (flag '1').
+local function releaser_acc(flag, owner)
+  local acc = {seen = {}, clients = 0}
+  if flag == '1' then
+    note(acc, string.match(owner, '^([^:]+):'))
+  end
+  return acc
+end
 -- Drops expired reader registrations, and those of clients no longer
 -- subscribed to their grant channel (gone: at most 10 clients asked);
 -- returns how many live ones are left.
