@@ -128,7 +128,10 @@ typedef enum dlock_lost_reason {
   /* renewal found the key gone or owned by someone else */
   DLOCK_LOST_GONE = 1,
   /* the backend could not be reached for longer than the lease */
-  DLOCK_LOST_UNREACHABLE = 2
+  DLOCK_LOST_UNREACHABLE = 2,
+  /* the session every hold of the client shares (a ZooKeeper session, an
+   * etcd lease) expired or was revoked: every hold on it is reported */
+  DLOCK_LOST_SESSION = 3
 } dlock_lost_reason_t;
 
 /* Called once per lost hold, on the background thread, with no library

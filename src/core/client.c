@@ -1,16 +1,24 @@
 /*
- * client.c - the client: creation, teardown, and its background thread.
+ * client.c - the client: creation, teardown, and its event loop.
  *
- * The background thread owns the pub/sub (watch) connection and the renewer.
- * It sleeps in poll() on the wake pipe, the watch socket and the next timer
- * (renewal due, reconnect backoff, channel linger) and does, each turn:
- *   1. (re)connect the watch connection when channels are wanted, with
- *      exponential backoff (first retry at once, then 50 ms doubling to 2 s);
- *   2. send SUBSCRIBE/UNSUBSCRIBE for channels that changed;
- *   3. deliver what the watch connection read;
- *   4. run the renewer when a lease is due.
- * It never holds client->mu across I/O or callbacks. All signals are blocked
- * in it, so the application's signal handlers never run on it.
+ * The event loop (one background thread per client) owns the pub/sub
+ * (watch) connection and every timer. It sleeps in poll() on the wake pipe,
+ * the watch socket and the next deadline (a lease to renew, a hold's
+ * vouching deadline, an unresolved wait to settle, reconnect backoff,
+ * channel linger), and each turn:
+ *   1. marks lost every hold it can no longer vouch for and reports the
+ *      losses (lost callbacks run here, with no mutex held);
+ *   2. hands due chores to the workers (worker.h): a renewal pass, a
+ *      settling pass, a dial of the watch connection (with exponential
+ *      backoff: first retry at once, then 50 ms doubling to 2 s);
+ *   3. sends SUBSCRIBE/UNSUBSCRIBE for channels that changed (written
+ *      without blocking; the rest when the socket is writable);
+ *   4. delivers what the watch connection read.
+ * It never waits on the network, so a loss is reported by its deadline
+ * whatever round trip is pending, and an idle client sleeps in poll() with
+ * no timer. It never holds client->mu across I/O or callbacks. All signals
+ * are blocked in it and in the workers, so the application's signal
+ * handlers never run there.
  *
  * Fork: a child process inherits no background thread, so every call on a
  * client created before fork() returns DLOCK_ECLOSED in the child; the
@@ -291,25 +299,54 @@ static void watch_down(struct dlock_client *c, bg_state *s, const char *why) {
   s->proven = false;
 }
 
-/* Connects the watch connection if channels are wanted and it is time. */
+/* Dial worker: connects the watch connection. The loop touches the watch
+ * connection only while c->dialing is false, and reads the result after
+ * taking mu, so the connection is handed over whole. */
+static void dial_job(void *arg) {
+  struct dlock_client *c = arg;
+  int rc = c->ops->watch_connect(
+      c->be, dlock__deadline_after(c->opts.connect_timeout_ms));
+  pthread_mutex_lock(&c->mu);
+  c->dial_rc = rc;
+  snprintf(c->dial_err, sizeof c->dial_err, "%s", rc ? dlock_last_error() : "");
+  c->dial_done = true;
+  pthread_mutex_unlock(&c->mu);
+  dlock__client_poke(c);
+}
+
+/* Starts a dial when channels are wanted and it is time; takes the result
+ * of a finished one. Never blocks. */
 static void watch_maintain(struct dlock_client *c, bg_state *s, int64_t now) {
   pthread_mutex_lock(&c->mu);
   bool wanted = dlock__chans_wanted_locked(c);
-  bool up = c->watch_up;
+  bool up = c->watch_up, dialing = c->dialing, done = c->dial_done;
+  int rc = c->dial_rc;
+  char err[sizeof c->dial_err];
+  memcpy(err, c->dial_err, sizeof err);
+  if (done) {
+    c->dialing = c->dial_done = false;
+    if (rc == 0)
+      c->watch_up = true;
+  }
   pthread_mutex_unlock(&c->mu);
-  if (up || !wanted || now < s->retry_at)
-    return;
-  int rc = c->ops->watch_connect(
-      c->be, dlock__deadline_after(c->opts.connect_timeout_ms));
-  if (rc) {
-    dlock__log(c, DLOCK_LOG_INFO, "pub/sub connect failed: %s",
-               dlock_last_error());
-    watch_down(c, s, "connect failed");
+  if (done) {
+    if (rc) {
+      dlock__log(c, DLOCK_LOG_INFO, "pub/sub connect failed: %s", err);
+      watch_down(c, s, "connect failed");
+    }
     return;
   }
+  if (up || dialing || !wanted || now < s->retry_at)
+    return;
   pthread_mutex_lock(&c->mu);
-  c->watch_up = true;
+  c->dialing = true;
   pthread_mutex_unlock(&c->mu);
+  if (dlock__worker_submit(&c->dial_worker, dial_job, c) != 0) {
+    pthread_mutex_lock(&c->mu);
+    c->dialing = false;
+    pthread_mutex_unlock(&c->mu);
+    watch_down(c, s, dlock_last_error());
+  }
 }
 
 #define SUB_BATCH 256
@@ -358,6 +395,40 @@ static void drain_pipe(int fd) {
   }
 }
 
+static void renew_job(void *arg) { dlock__renewer_run(arg); }
+static void settle_job(void *arg) { dlock__unresolved_run(arg); }
+
+/* Hands the due chores to their workers; returns when the loop must look
+ * again. mu held. */
+static int64_t chores_locked(struct dlock_client *c, int64_t now) {
+  dlock__holds_expire_locked(c, now);
+  if (!c->renew_busy && c->renew_due <= now) {
+    c->renew_busy = true;
+    if (dlock__worker_submit(&c->renew_worker, renew_job, c) != 0) {
+      c->renew_busy = false;
+      c->renew_due = now + 50; /* try again shortly; holds expire meanwhile */
+    }
+  }
+  if (!c->settle_busy && c->unresolved_due <= now) {
+    c->settle_busy = true;
+    if (dlock__worker_submit(&c->settle_worker, settle_job, c) != 0) {
+      c->settle_busy = false;
+      c->unresolved_due = now + 1000;
+    }
+  }
+  int64_t until = c->vouch_due;
+  if (!c->renew_busy && c->renew_due < until)
+    until = c->renew_due;
+  if (!c->settle_busy && c->unresolved_due < until)
+    until = c->unresolved_due;
+  return until;
+}
+
+/* The event loop. Each turn: report losses, hand due chores to the
+ * workers, keep the watch connection (dial off-thread, subscriptions
+ * written without blocking), deliver what it read, and sleep in poll()
+ * until a descriptor, a poke or the next deadline. Nothing here waits on
+ * the network. */
 static void *bg_main(void *arg) {
   struct dlock_client *c = arg;
   bg_state s;
@@ -369,37 +440,32 @@ static void *bg_main(void *arg) {
     int64_t now = dlock__now_ms();
     pthread_mutex_lock(&c->mu);
     bool stop = c->stopping;
-    int64_t renew_due = c->renew_due;
-    int64_t unresolved_due = c->unresolved_due;
-    bool wanted = dlock__chans_wanted_locked(c);
-    bool up = c->watch_up;
+    int64_t until = stop ? 0 : chores_locked(c, now);
+    bool lost = c->lost_pending;
     pthread_mutex_unlock(&c->mu);
     if (stop)
       break;
+    if (lost)
+      dlock__holds_report_lost(c);
 
-    if (renew_due <= now) {
-      dlock__renewer_run(c);
-      continue;
-    }
-    if (unresolved_due <= now) {
-      dlock__unresolved_run(c);
-      continue;
-    }
     watch_maintain(c, &s, now);
     watch_sync(c, &s, now);
 
-    /* sleep until something happens or a timer is due */
-    int64_t until = renew_due < unresolved_due ? renew_due : unresolved_due;
+    pthread_mutex_lock(&c->mu);
+    bool wanted = dlock__chans_wanted_locked(c);
+    bool up = c->watch_up, dialing = c->dialing;
+    pthread_mutex_unlock(&c->mu);
     if (s.linger_at < until)
       until = s.linger_at;
-    if (wanted && !up && s.retry_at < until)
+    if (wanted && !up && !dialing && s.retry_at < until)
       until = s.retry_at;
     struct pollfd p[2];
     p[0].fd = c->wake_rd;
     p[0].events = POLLIN;
-    p[1].fd = c->ops->watch_fd(c->be);
-    p[1].events =
-        (short)(POLLIN | (c->ops->watch_want_write(c->be) ? POLLOUT : 0));
+    p[1].fd = up ? c->ops->watch_fd(c->be) : -1;
+    p[1].events = (short)(POLLIN | (up && c->ops->watch_want_write(c->be)
+                                        ? POLLOUT
+                                        : 0));
     int nfds = p[1].fd >= 0 ? 2 : 1;
     int r = poll(p, (nfds_t)nfds, dlock__poll_timeout(until));
     if (r < 0 && errno != EINTR)
@@ -418,7 +484,6 @@ static void *bg_main(void *arg) {
         watch_down(c, &s, dlock_last_error());
     }
   }
-  c->ops->watch_disconnect(c->be);
   fifo_clear(&s);
   dlock__free(s.fifo);
   return NULL;
@@ -430,6 +495,15 @@ static void *bg_main(void *arg) {
  * may have been held by a thread that does not exist here; it is not
  * touched (the child's copy of this client has no other user). */
 static void client_destroy(struct dlock_client *c, bool forked) {
+  if (forked) { /* their threads do not exist here */
+    dlock__worker_forget(&c->renew_worker);
+    dlock__worker_forget(&c->settle_worker);
+    dlock__worker_forget(&c->dial_worker);
+  } else { /* each waits for its job in progress, bounded by deadlines */
+    dlock__worker_stop(&c->renew_worker);
+    dlock__worker_stop(&c->settle_worker);
+    dlock__worker_stop(&c->dial_worker);
+  }
   if (c->be)
     c->ops->close(c->be);
   if (!forked)
@@ -486,7 +560,11 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   c->fork_gen = fork_gen();
   c->wake_rd = c->wake_wr = -1;
   c->renew_due = DLOCK__NEVER;
+  c->vouch_due = DLOCK__NEVER;
   c->unresolved_due = DLOCK__NEVER;
+  dlock__worker_init(&c->renew_worker, "renewal");
+  dlock__worker_init(&c->settle_worker, "settling");
+  dlock__worker_init(&c->dial_worker, "dialling");
   c->ops = &dlock__redis_backend;
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t attr;

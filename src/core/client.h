@@ -16,6 +16,7 @@
 #include "core/map.h"
 #include "core/options.h"
 #include "core/url.h"
+#include "core/worker.h"
 
 #define DLOCK__CLIENT_MAGIC 0x444c434bu /* "DLCK" */
 #define DLOCK__LOCK_MAGIC 0x444c4c4bu   /* "DLLK" */
@@ -67,6 +68,9 @@ struct dlock_client {
 
   pthread_t bg;
   int wake_rd, wake_wr; /* pipe that interrupts the background poll() */
+  /* blocking chores, off the event loop (worker.h): lease renewals,
+   * settling unresolved waits, dialling the wake-up connection */
+  dlock__worker renew_worker, settle_worker, dial_worker;
 
   pthread_mutex_t mu;
   /* --- everything below is protected by mu --- */
@@ -75,10 +79,18 @@ struct dlock_client {
   dlock__sync *syncs;       /* semaphore and latch handles, for cleanup */
   dlock__map holds;         /* (name, tid) -> dlock__hold */
   int64_t renew_due;        /* earliest next renewal, DLOCK__NEVER if none */
+  int64_t vouch_due;        /* earliest vouching deadline of a hold */
+  bool renew_busy;          /* a renewal pass is on the renewal worker */
+  bool lost_pending;        /* holds marked lost wait to be reported */
   dlock__map chans;         /* channel -> dlock__chan */
   bool watch_up;            /* pub/sub connection established */
+  bool dialing;             /* the dial worker is connecting it */
+  bool dial_done;           /* ... and finished: dial_rc, dial_err */
+  int dial_rc;
+  char dial_err[256];
   dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
+  bool settle_busy;         /* a settling pass is on the settling worker */
   pthread_cond_t unresolved_cv; /* an unresolved wait stopped being busy */
   int calls;                    /* public calls in progress (see call_begin) */
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */

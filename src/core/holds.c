@@ -48,6 +48,8 @@ dlock__hold *dlock__hold_find_locked(struct dlock_client *c,
 
 static _Atomic uint64_t next_gen; /* shared by all clients */
 
+static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h);
+
 dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
                                          dlock__hold_kind kind,
                                          const char *name, uint64_t tid,
@@ -77,6 +79,7 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
     /* re-acquired after a loss: a fresh hold */
     h->count = 0;
     h->lost = false;
+    h->lost_reported = false;
     h->watchdog = false;
     h->gen = ++next_gen;
   }
@@ -87,10 +90,17 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
   h->release_id[0] = '\0';
   if (h->watchdog) {
     h->next_renew = now + c->opts.watchdog_ms / 3;
+    bool earlier = false;
     if (h->next_renew < c->renew_due) {
       c->renew_due = h->next_renew;
-      dlock__client_poke(c);
+      earlier = true;
     }
+    if (vouch_until(c, h) < c->vouch_due) {
+      c->vouch_due = vouch_until(c, h);
+      earlier = true;
+    }
+    if (earlier)
+      dlock__client_poke(c);
   }
   return h;
 }
@@ -136,11 +146,11 @@ typedef struct renew_item {
   char permit[40];
 } renew_item;
 
-typedef struct lost_note {
-  char *name;
-  uint64_t tid;
-  dlock_lost_reason_t reason;
-} lost_note;
+/* Renewed by the watchdog and still counting: neither lost nor being
+ * released (a release in flight settles the hold either way). */
+static bool live_watchdog(const dlock__hold *h) {
+  return h->watchdog && !h->lost && !h->releasing;
+}
 
 /* Collects due holds into items/ren (allocated); returns how many. */
 static size_t collect_due(struct dlock_client *c, int64_t now,
@@ -150,7 +160,7 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (h->watchdog && !h->lost && !h->releasing && h->next_renew <= horizon)
+    if (live_watchdog(h) && h->next_renew <= horizon)
       n++;
   }
   *items = NULL;
@@ -168,7 +178,7 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
     for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
          e = dlock__map_next(&c->holds, e, &cur)) {
       dlock__hold *h = e->value;
-      if (h->watchdog && !h->lost && h->next_renew <= horizon)
+      if (live_watchdog(h) && h->next_renew <= horizon)
         h->next_renew = now + 50;
     }
     return 0;
@@ -177,7 +187,7 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e && i < n;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (!(h->watchdog && !h->lost && !h->releasing && h->next_renew <= horizon))
+    if (!(live_watchdog(h) && h->next_renew <= horizon))
       continue;
     renew_item *it = &(*items)[i];
     it->gen = h->gen;
@@ -205,66 +215,121 @@ static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h) {
   return h->last_ok + lease - margin;
 }
 
-static int64_t earliest_due(struct dlock_client *c) {
-  int64_t due = DLOCK__NEVER;
+void dlock__holds_schedule_locked(struct dlock_client *c) {
+  int64_t renew = DLOCK__NEVER, vouch = DLOCK__NEVER;
   size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (h->watchdog && !h->lost && h->next_renew < due)
-      due = h->next_renew;
-    if (h->watchdog && !h->lost && !h->releasing && vouch_until(c, h) < due)
-      due = vouch_until(c, h);
+    if (!live_watchdog(h))
+      continue;
+    if (h->next_renew < renew)
+      renew = h->next_renew;
+    if (vouch_until(c, h) < vouch)
+      vouch = vouch_until(c, h);
   }
-  return due;
+  bool earlier = renew < c->renew_due || vouch < c->vouch_due;
+  c->renew_due = renew;
+  c->vouch_due = vouch;
+  if (earlier)
+    dlock__client_poke(c);
 }
 
-static void note_lost(dlock__hold *h, dlock_lost_reason_t why, lost_note *lost,
-                      size_t *nlost) {
+void dlock__hold_release_begin_locked(struct dlock_client *c, dlock__hold *h) {
+  (void)c;
+  h->releasing = true; /* a renewal that meets our release is not a loss */
+}
+
+void dlock__hold_release_end_locked(struct dlock_client *c, dlock__hold *h) {
+  if (h)
+    h->releasing = false;
+  /* its renewal and vouching deadline count again (or it is gone) */
+  dlock__holds_schedule_locked(c);
+}
+
+static void note_lost(struct dlock_client *c, dlock__hold *h,
+                      dlock_lost_reason_t why) {
   h->lost = true;
   h->lost_reason = why;
-  if (lost && (lost[*nlost].name = dlock__strdup(h->name))) {
-    lost[*nlost].tid = h->tid;
-    lost[*nlost].reason = why;
-    (*nlost)++;
-  }
+  h->lost_reported = false;
+  c->lost_pending = true;
 }
 
-/* Marks lost every watchdog hold past its vouching deadline; mu held. */
-static size_t expire_unvouched_locked(struct dlock_client *c, int64_t now,
-                                      lost_note **lost, size_t *nlost) {
-  size_t cur, n = 0;
+void dlock__holds_expire_locked(struct dlock_client *c, int64_t now) {
+  if (now < c->vouch_due)
+    return;
+  size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (h->watchdog && !h->lost && !h->releasing && now >= vouch_until(c, h))
-      n++;
+    if (live_watchdog(h) && now >= vouch_until(c, h))
+      note_lost(c, h, DLOCK_LOST_UNREACHABLE);
   }
-  if (n == 0)
-    return 0;
-  *lost = dlock__calloc(n, sizeof **lost);
+  dlock__holds_schedule_locked(c);
+}
+
+/* One lost hold to report, copied out of the registry. */
+typedef struct lost_note {
+  char name[DLOCK_NAME_MAX + 1];
+  uint64_t tid;
+  dlock_lost_reason_t reason;
+} lost_note;
+
+#define LOST_BATCH 16
+
+void dlock__holds_report_lost(struct dlock_client *c) {
+  lost_note notes[LOST_BATCH];
+  for (int rounds = 0; rounds < 1 << 20; rounds++) {
+    size_t n = 0, cur;
+    pthread_mutex_lock(&c->mu);
+    if (c->lost_pending) {
+      for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur);
+           e && n < LOST_BATCH; e = dlock__map_next(&c->holds, e, &cur)) {
+        dlock__hold *h = e->value;
+        if (!h->lost || h->lost_reported)
+          continue;
+        h->lost_reported = true;
+        snprintf(notes[n].name, sizeof notes[n].name, "%s", h->name);
+        notes[n].tid = h->tid;
+        notes[n].reason = h->lost_reason;
+        n++;
+      }
+      if (n < LOST_BATCH)
+        c->lost_pending = false;
+    }
+    dlock_lost_fn fn = c->opts.lost_fn;
+    void *ud = c->opts.lost_ud;
+    pthread_mutex_unlock(&c->mu);
+    if (n == 0)
+      return;
+    for (size_t i = 0; i < n; i++) {
+      dlock__log(c, DLOCK_LOG_WARN, "lock '%.200s' (thread %llu) lost: %s",
+                 notes[i].name, (unsigned long long)notes[i].tid,
+                 notes[i].reason == DLOCK_LOST_GONE
+                     ? "the key is gone or owned by someone else"
+                 : notes[i].reason == DLOCK_LOST_SESSION
+                     ? "its session ended"
+                     : "its lease could not be confirmed in time (backend "
+                       "unreachable)");
+      if (fn)
+        fn(ud, notes[i].name, notes[i].tid, notes[i].reason);
+    }
+  }
+}
+
+void dlock__holds_session_lost(struct dlock_client *c,
+                               dlock_lost_reason_t reason) {
+  pthread_mutex_lock(&c->mu);
+  size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (h->watchdog && !h->lost && !h->releasing && now >= vouch_until(c, h))
-      note_lost(h, DLOCK_LOST_UNREACHABLE, *lost, nlost);
+    if (!h->lost && !h->releasing)
+      note_lost(c, h, reason);
   }
-  return n;
-}
-
-static void report_lost(struct dlock_client *c, lost_note *lost, size_t n,
-                        dlock_lost_fn fn, void *ud) {
-  for (size_t i = 0; i < n; i++) {
-    dlock__log(c, DLOCK_LOG_WARN, "lock '%.200s' (thread %llu) lost: %s",
-               lost[i].name, (unsigned long long)lost[i].tid,
-               lost[i].reason == DLOCK_LOST_GONE
-                   ? "the key is gone or owned by someone else"
-                   : "its lease could not be confirmed in time (backend "
-                     "unreachable)");
-    if (fn)
-      fn(ud, lost[i].name, lost[i].tid, lost[i].reason);
-    dlock__free(lost[i].name);
-  }
+  dlock__holds_schedule_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  dlock__client_poke(c); /* the loop reports them */
 }
 
 void dlock__renewer_run(struct dlock_client *c) {
@@ -272,15 +337,13 @@ void dlock__renewer_run(struct dlock_client *c) {
   dlock__renewal *ren = NULL;
   int64_t lease = c->opts.watchdog_ms;
   int64_t retry = lease / 12 < 50 ? 50 : lease / 12;
-  lost_note *early = NULL;
-  size_t nearly = 0;
 
   pthread_mutex_lock(&c->mu);
   int64_t sent = dlock__now_ms();
-  expire_unvouched_locked(c, sent, &early, &nearly);
   size_t n = collect_due(c, sent, &items, &ren);
   /* give up when the first of these leases can no longer be vouched for:
-   * past that, waiting longer only delays telling the holder */
+   * past that, waiting longer only delays telling the holder (the loop
+   * reports it lost at that moment anyway) */
   int64_t deadline = DLOCK__NEVER;
   for (size_t i = 0; i < n; i++) {
     dlock__hold *h = dlock__hold_find_locked(
@@ -288,57 +351,50 @@ void dlock__renewer_run(struct dlock_client *c) {
     if (h && vouch_until(c, h) < deadline)
       deadline = vouch_until(c, h);
   }
-  dlock_lost_fn fn = c->opts.lost_fn;
-  void *ud = c->opts.lost_ud;
-  if (n == 0)
-    c->renew_due = earliest_due(c);
   pthread_mutex_unlock(&c->mu);
-  report_lost(c, early, nearly, fn, ud);
-  dlock__free(early);
-  if (n == 0)
-    return;
-  if (deadline <= sent)
-    deadline = sent + 1;
+  if (n > 0) {
+    if (deadline <= sent)
+      deadline = sent + 1;
+    int rc = c->ops->lock_renew(c->be, ren, n, lease, deadline);
+    if (rc)
+      dlock__log(c, DLOCK_LOG_WARN, "renewal of %zu lease(s) failed: %s", n,
+                 dlock_last_error());
+    else
+      dlock__log(c, DLOCK_LOG_DEBUG, "renewed %zu lease(s) in %lld ms", n,
+                 (long long)(dlock__now_ms() - sent));
 
-  int rc = c->ops->lock_renew(c->be, ren, n, lease, deadline);
-  if (rc)
-    dlock__log(c, DLOCK_LOG_WARN, "renewal of %zu lease(s) failed: %s", n,
-               dlock_last_error());
-  else
-    dlock__log(c, DLOCK_LOG_DEBUG, "renewed %zu lease(s) in %lld ms", n,
-               (long long)(dlock__now_ms() - sent));
-
-  lost_note *lost = dlock__calloc(n, sizeof *lost);
-  size_t nlost = 0;
-  pthread_mutex_lock(&c->mu);
-  int64_t now = dlock__now_ms();
-  for (size_t i = 0; i < n; i++) {
-    dlock__hold *h = dlock__hold_find_locked(
-        c, items[i].kind, ren[i].name, items[i].tid, items[i].permit);
-    if (!h || h->gen != items[i].gen || h->lost)
-      continue;
-    if (rc == 0 && ren[i].result == 1) {
-      h->last_ok = sent;
-      h->next_renew = sent + lease / 3;
-    } else if (rc == 0) {
-      /* gone: unless it is our own release that got there first */
-      if (!h->releasing)
-        note_lost(h, DLOCK_LOST_GONE, lost, &nlost);
-    } else if (now >= vouch_until(c, h)) {
-      if (!h->releasing)
-        note_lost(h, DLOCK_LOST_UNREACHABLE, lost, &nlost);
-    } else {
-      h->next_renew =
-          now + retry < vouch_until(c, h) ? now + retry : vouch_until(c, h);
+    pthread_mutex_lock(&c->mu);
+    int64_t now = dlock__now_ms();
+    for (size_t i = 0; i < n; i++) {
+      dlock__hold *h = dlock__hold_find_locked(
+          c, items[i].kind, ren[i].name, items[i].tid, items[i].permit);
+      if (!h || h->gen != items[i].gen || h->lost)
+        continue;
+      if (rc == 0 && ren[i].result == 1) {
+        h->last_ok = sent;
+        h->next_renew = sent + lease / 3;
+      } else if (rc == 0) {
+        /* gone: unless it is our own release that got there first */
+        if (!h->releasing)
+          note_lost(c, h, DLOCK_LOST_GONE);
+      } else if (now >= vouch_until(c, h)) {
+        if (!h->releasing)
+          note_lost(c, h, DLOCK_LOST_UNREACHABLE);
+      } else {
+        h->next_renew =
+            now + retry < vouch_until(c, h) ? now + retry : vouch_until(c, h);
+      }
     }
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < n; i++)
+      dlock__free((void *)ren[i].name);
   }
-  c->renew_due = earliest_due(c);
+  pthread_mutex_lock(&c->mu);
+  c->renew_busy = false;
+  c->renew_due = DLOCK__NEVER; /* recomputed below, and the loop told */
+  dlock__holds_schedule_locked(c);
   pthread_mutex_unlock(&c->mu);
-
-  report_lost(c, lost, nlost, fn, ud);
-  for (size_t i = 0; i < n; i++)
-    dlock__free((void *)ren[i].name);
-  dlock__free(lost);
+  dlock__client_poke(c);
   dlock__free(items);
   dlock__free(ren);
 }
@@ -464,8 +520,10 @@ static void job_done_locked(struct dlock_client *c, resolve_job *j, int rc) {
       u->busy = false;
       u->grant_seen = false;
       u->next_try = dlock__now_ms() + UNRESOLVED_RETRY_MS;
-      if (u->next_try < c->unresolved_due)
+      if (u->next_try < c->unresolved_due) {
         c->unresolved_due = u->next_try;
+        dlock__client_poke(c); /* the loop sleeps until the old time */
+      }
     }
   }
   pthread_cond_broadcast(&c->unresolved_cv);
@@ -515,7 +573,7 @@ int dlock__unresolved_resolve_own(struct dlock_client *c,
   return rc;
 }
 
-int64_t dlock__unresolved_run(struct dlock_client *c) {
+void dlock__unresolved_run(struct dlock_client *c) {
   enum { MAX_JOBS = 64 };
   resolve_job jobs[MAX_JOBS];
   size_t n = 0, cur;
@@ -575,6 +633,7 @@ int64_t dlock__unresolved_run(struct dlock_client *c) {
       due = t;
   }
   c->unresolved_due = due;
+  c->settle_busy = false;
   pthread_mutex_unlock(&c->mu);
-  return due;
+  dlock__client_poke(c);
 }

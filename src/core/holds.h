@@ -7,14 +7,16 @@
  * to tell a lost lock (DLOCK_ELOST) from one never held (DLOCK_ENOTOWNER),
  * and to keep a release's request id across a user's retry.
  *
- * The renewer runs on the background thread: every due watchdog lease of
- * the client goes to the backend in one batched call (one round trip), and
- * holds that the server no longer has are marked lost and reported through
- * the lost callback. So are holds the client can no longer vouch for: the
- * server's lease runs at least until last_ok + lease (last_ok = when the
- * last confirmed renewal was sent), and a hold not confirmed again by
+ * The renewer runs on the client's renewal worker (worker.h): every due
+ * watchdog lease of the client goes to the backend in one batched call
+ * (one round trip), and holds that the server no longer has are marked
+ * lost. So are holds the client can no longer vouch for: the server's
+ * lease runs at least until last_ok + lease (last_ok = when the last
+ * confirmed renewal was sent), and a hold not confirmed again by
  * last_ok + lease - margin (margin 5% of the lease, at least 5 ms) is
- * reported lost then, before the server can give the lock to anyone else.
+ * marked lost then by the event loop, whatever round trip is in flight,
+ * before the server can give the lock to anyone else. Every loss is
+ * reported by the event loop thread (the lost callback), once.
  */
 #ifndef DLOCK_CORE_HOLDS_H
 #define DLOCK_CORE_HOLDS_H
@@ -36,6 +38,7 @@ typedef struct dlock__hold {
   bool releasing;   /* a release is in flight: a renewal that finds the key
                        gone is that release, not a loss */
   bool lost;
+  bool lost_reported; /* the lost callback was called for it */
   dlock_lost_reason_t lost_reason;
   uint64_t gen;       /* changes every time the hold is created */
   int64_t next_renew; /* monotonic ms */
@@ -106,10 +109,30 @@ void dlock__unresolved_grant_locked(struct dlock_client *c, uint64_t tid,
                                     uint64_t seq);
 void dlock__unresolved_free_all_locked(struct dlock_client *c);
 
-/* Background thread, mu NOT held: renews what is due. */
+/* Recomputes renew_due and vouch_due (mu held); pokes the loop when
+ * either moved earlier. */
+void dlock__holds_schedule_locked(struct dlock_client *c);
+/* A release of h begins / ends (h NULL: it was removed meanwhile). While
+ * one is in flight, h is neither renewed nor expired: the release settles
+ * it either way. */
+void dlock__hold_release_begin_locked(struct dlock_client *c, dlock__hold *h);
+void dlock__hold_release_end_locked(struct dlock_client *c, dlock__hold *h);
+/* Loop thread, mu held: marks lost every watchdog hold that can no longer
+ * be vouched for at `now` (whatever round trip is still in flight). */
+void dlock__holds_expire_locked(struct dlock_client *c, int64_t now);
+/* Loop thread, mu NOT held: calls the lost callback once for every hold
+ * marked lost and not yet reported. */
+void dlock__holds_report_lost(struct dlock_client *c);
+/* Any thread, mu NOT held: the backend's session ended, so every hold of
+ * the client is lost (one callback per hold, from the loop thread). */
+void dlock__holds_session_lost(struct dlock_client *c,
+                               dlock_lost_reason_t reason);
+
+/* Renewal worker, mu NOT held: renews what is due, then clears
+ * renew_busy and reschedules. */
 void dlock__renewer_run(struct dlock_client *c);
-/* Background thread, mu NOT held: resolves what is due; returns the next
- * time it wants to run (DLOCK__NEVER when nothing is left). */
-int64_t dlock__unresolved_run(struct dlock_client *c);
+/* Settling worker, mu NOT held: resolves what is due, then clears
+ * settle_busy and reschedules. */
+void dlock__unresolved_run(struct dlock_client *c);
 
 #endif

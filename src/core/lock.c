@@ -210,6 +210,8 @@ typedef struct wait_ctx {
   char member[128];
   int64_t refresh_at;  /* when the queue entry wants refreshing */
   int64_t since;       /* when the attempt that got the lock was sent */
+  int64_t refused_at;  /* when the last attempt the server refused was
+                          sent: a grant by message came after it */
   int64_t entry_until; /* the queue entry cannot outlive this */
 } wait_ctx;
 
@@ -241,6 +243,8 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
                       .q = queue ? &x->q : NULL,
                       .thread_wait_ms = x->thread_wait};
   int rc = c->ops->lock_acquire(c->be, &a, pttl, &x->token);
+  if (rc == 0)
+    x->refused_at = now;
   if (rc == 0 && queue)
     x->refresh_at = now + x->q.ttl_ms / 2;
   /* a fair waiter that waits longer than thread-wait comes back within a
@@ -334,15 +338,14 @@ static int wait_and_acquire(wait_ctx *x) {
     return rc;
   }
   rc = wait_loop(x);
-  if (rc != 1 && dlock__waiter_granted(c, &x->w)) {
-    /* handed over while the last step failed: the grant stands */
+  if (dlock__waiter_granted(c, &x->w)) {
+    /* the grant came by message (maybe while the last step failed: the
+     * grant stands). Its lease started when the release ran, which was
+     * after the server refused our last attempt (a grant would have made
+     * that attempt succeed), so that attempt's send time is a safe start;
+     * the moment the message was read is not (it can be late). */
     rc = 1;
-    x->since = dlock__waiter_granted(c, &x->w);
-    x->token = dlock__waiter_grant_token(c, &x->w);
-  } else if (rc == 1 && dlock__waiter_granted(c, &x->w)) {
-    /* the grant came by message, with no attempt of ours: its lease
-     * started just before the message was read */
-    x->since = dlock__waiter_granted(c, &x->w);
+    x->since = x->refused_at;
     x->token = dlock__waiter_grant_token(c, &x->w);
   } else if (rc != 1 && x->l->kind == DLOCK_FAIR) {
     fair_leave(x, rc);
@@ -497,8 +500,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
       dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
   int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
   bool h_had_id = h && h->release_id[0];
-  if (h)
-    h->releasing = true; /* a renewal that meets our release is not a loss */
+  if (h) /* a renewal that meets our release is not a loss */
+    dlock__hold_release_begin_locked(c, h);
   if (h_had_id)
     memcpy(req, h->release_id, sizeof req);
   else
@@ -524,8 +527,7 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
 
   pthread_mutex_lock(&c->mu);
   h = dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
-  if (h)
-    h->releasing = false;
+  dlock__hold_release_end_locked(c, h);
   if (out < 0) {
     if (h && out != DLOCK_EWRONGTYPE)
       memcpy(h->release_id, req, sizeof req); /* a retry reuses it */

@@ -319,8 +319,8 @@ int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
   pthread_mutex_lock(&c->mu);
   dlock__hold *hd =
       dlock__hold_find_locked(c, DLOCK__HK_PERMIT, h->name, 0, id);
-  if (hd)
-    hd->releasing = true; /* a renewal that meets our release is no loss */
+  if (hd) /* a renewal that meets our release is not a loss */
+    dlock__hold_release_begin_locked(c, hd);
   pthread_mutex_unlock(&c->mu);
 
   /* A release whose reply was lost is sent once more; the second one
@@ -334,8 +334,7 @@ int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
 
   pthread_mutex_lock(&c->mu);
   hd = dlock__hold_find_locked(c, DLOCK__HK_PERMIT, h->name, 0, id);
-  if (hd)
-    hd->releasing = false;
+  dlock__hold_release_end_locked(c, hd);
   if (out < 0) {
     rc = wrongtype(out, h, fn);
   } else if (out == 0 && !(hd && retried)) {
