@@ -50,6 +50,36 @@ static _Atomic uint64_t next_gen; /* shared by all clients */
 
 static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h);
 
+dlock__hold *dlock__hold_reserve_locked(struct dlock_client *c,
+                                        dlock__hold_kind kind,
+                                        const char *name, uint64_t tid) {
+  char key[KEY_MAX];
+  size_t klen = hold_key(key, kind, name, tid, NULL);
+  dlock__hold *h = dlock__map_get(&c->holds, key, klen);
+  if (h)
+    return h;
+  h = dlock__calloc(1, sizeof *h);
+  if (!h || !(h->name = dlock__strdup(name)) ||
+      dlock__map_put(&c->holds, key, klen, h)) {
+    if (h)
+      dlock__free(h->name);
+    dlock__free(h);
+    return NULL;
+  }
+  h->kind = kind;
+  h->tid = tid;
+  h->gen = ++next_gen;
+  return h; /* count 0: holds nothing yet, renewed by nobody */
+}
+
+void dlock__hold_unreserve_locked(struct dlock_client *c,
+                                  dlock__hold_kind kind, const char *name,
+                                  uint64_t tid) {
+  dlock__hold *h = dlock__hold_find_locked(c, kind, name, tid, NULL);
+  if (h && h->count == 0 && !h->lost)
+    dlock__hold_remove_locked(c, h);
+}
+
 dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
                                          dlock__hold_kind kind,
                                          const char *name, uint64_t tid,

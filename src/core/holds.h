@@ -70,6 +70,16 @@ typedef struct dlock__unresolved {
 dlock__hold *dlock__hold_find_locked(struct dlock_client *c,
                                      dlock__hold_kind kind, const char *name,
                                      uint64_t tid, const char *permit);
+/* Makes sure the record of (kind, name, tid) exists before an acquire is
+ * sent, so that recording a grant cannot run out of memory with the lock
+ * held on the server. NULL: out of memory (nothing was sent). A record
+ * still at count 0 after a failed acquire is dropped by unreserve. */
+dlock__hold *dlock__hold_reserve_locked(struct dlock_client *c,
+                                        dlock__hold_kind kind,
+                                        const char *name, uint64_t tid);
+void dlock__hold_unreserve_locked(struct dlock_client *c,
+                                  dlock__hold_kind kind, const char *name,
+                                  uint64_t tid);
 /* Records a successful acquire (count up, lease, watchdog) and returns the
  * hold (NULL: out of memory). `since` is a monotonic time no later than the
  * moment the server granted the lease. */

@@ -402,6 +402,16 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
    * this waiter's place without news */
   int64_t thread_wait = wait_ms > 0 ? wait_ms : c->opts.fair_thread_wait_ms;
 
+  /* the hold's record exists before the server can grant anything, so
+   * that a grant is never left unrecorded (held, but neither renewed nor
+   * released) for want of memory */
+  pthread_mutex_lock(&c->mu);
+  bool reserved =
+      dlock__hold_reserve_locked(c, hold_kind(l->kind), l->name, tid) != NULL;
+  pthread_mutex_unlock(&c->mu);
+  if (!reserved)
+    return call_end(l, DLOCK_ENOMEM);
+
   /* an earlier wait of this thread whose outcome is unknown comes first:
    * if it was handed the lock, this acquire claims that grant */
   rc = takes_grants(l) ? dlock__unresolved_resolve_own(c, l->kind, l->name, tid,
@@ -434,6 +444,11 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   }
   /* the server's WRONGTYPE names a command; say what it means here (a
    * backend that already said which kind of lock is in the way is kept) */
+  if (rc < 0) {
+    pthread_mutex_lock(&c->mu);
+    dlock__hold_unreserve_locked(c, hold_kind(l->kind), l->name, tid);
+    pthread_mutex_unlock(&c->mu);
+  }
   if (rc < 0)
     return call_end(l, rc == DLOCK_EWRONGTYPE &&
                                !strstr(dlock_last_error(), "another kind")
