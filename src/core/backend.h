@@ -8,6 +8,16 @@
  *
  * Return conventions: 0 or a positive outcome as documented, negative
  * DLOCK_E* on failure with the thread's error detail set.
+ *
+ * Registration: a backend is one dlock__backend_ops value named in the
+ * table of core/registry.c (one line); the client picks it by the URL's
+ * scheme and hands it the whole URL, which the backend parses itself.
+ * open, close, lock_acquire and lock_release are required; every other
+ * operation may be NULL, and `lock_kinds` / `sync_kinds` say which objects
+ * the backend offers. The core answers a call that needs a missing one
+ * with DLOCK_ENOTSUP naming the backend and the operation
+ * (dlock__need_op), before anything is sent. docs/BACKENDS.md tells how a
+ * backend is written and what each side promises the other.
  */
 #ifndef DLOCK_CORE_BACKEND_H
 #define DLOCK_CORE_BACKEND_H
@@ -96,10 +106,13 @@ typedef enum dlock__sync_kind {
 #define DLOCK__REL_NOTOWNER 2 /* owner holds nothing */
 
 typedef struct dlock__backend_ops {
-  const char *name;
-  /* Opens the backend for ep, checking it with one round trip. */
-  int (*open)(void **be, const dlock__endpoint *ep,
-              const struct dlock_options *opts);
+  const char *name;              /* "redis": for messages */
+  const char *const *schemes;    /* URL schemes it serves, NULL-terminated */
+  unsigned lock_kinds;           /* bit (1u << kind) per dlock_lock_kind_t */
+  unsigned sync_kinds;           /* bit (1u << kind) per dlock__sync_kind */
+  /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
+   * password) and opens the backend, checking it with one round trip. */
+  int (*open)(void **be, const char *url, const struct dlock_options *opts);
   void (*close)(void *be);
   int (*ping)(void *be);
 
@@ -200,6 +213,10 @@ typedef struct dlock__backend_ops {
   /* Deletes the latch, releasing its waiters; *existed tells. */
   int (*latch_delete)(void *be, const char *name, bool *existed);
 } dlock__backend_ops;
+
+/* Registry (core/registry.c): the backend serving url's scheme, or NULL
+ * with DLOCK_EURL set (unknown scheme, naming the schemes known). */
+const dlock__backend_ops *dlock__backend_for_url(const char *url);
 
 extern const dlock__backend_ops dlock__redis_backend;
 

@@ -540,7 +540,6 @@ static void client_destroy(struct dlock_client *c, bool forked) {
     close(c->wake_rd);
   if (c->wake_wr >= 0)
     close(c->wake_wr);
-  dlock__endpoint_clear(&c->ep);
   dlock__options_clear(&c->opts);
   c->magic = DLOCK__DEAD_MAGIC;
   dlock__free(c);
@@ -565,7 +564,6 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   dlock__worker_init(&c->renew_worker, "renewal");
   dlock__worker_init(&c->settle_worker, "settling");
   dlock__worker_init(&c->dial_worker, "dialling");
-  c->ops = &dlock__redis_backend;
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -583,7 +581,11 @@ int dlock_client_new(dlock_client_t **out, const char *url,
     return rc;
   }
   int fds[2];
-  if ((rc = dlock__url_parse(url, &c->ep)) || (rc = dlock__uuid(c->id)))
+  if (!(c->ops = dlock__backend_for_url(url))) {
+    rc = DLOCK_EURL;
+    goto failed;
+  }
+  if ((rc = dlock__uuid(c->id)))
     goto failed;
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {
     rc = dlock__seterr(DLOCK_ENOMEM, "pipe: %s", strerror(errno));
@@ -591,7 +593,7 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   }
   c->wake_rd = fds[0];
   c->wake_wr = fds[1];
-  if ((rc = c->ops->open(&c->be, &c->ep, &c->opts)))
+  if ((rc = c->ops->open(&c->be, url, &c->opts)))
     goto failed;
   /* start the background thread with every signal blocked */
   sigset_t all, old;
@@ -649,7 +651,8 @@ int dlock_client_ping(dlock_client_t *c) {
   int rc = dlock__call_begin(c, "dlock_client_ping");
   if (rc)
     return rc;
-  rc = c->ops->ping(c->be);
+  if (!(rc = dlock__need_op(c, c->ops->ping, "dlock_client_ping")))
+    rc = c->ops->ping(c->be);
   dlock__call_end(c);
   return rc;
 }

@@ -62,7 +62,6 @@ struct dlock_client {
   unsigned fork_gen; /* fork generation at creation (client.c) */
   char id[DLOCK__UUID_LEN + 1];
   struct dlock_options opts;
-  dlock__endpoint ep;
   const dlock__backend_ops *ops;
   void *be;
 
@@ -96,6 +95,10 @@ struct dlock_client {
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };
 
+/* 0 when `present`; else DLOCK_ENOTSUP "the <backend> backend does not
+ * support <what>" (for an optional operation the call needs). */
+int dlock__need_op(const struct dlock_client *c, bool present,
+                   const char *what);
 /* Validates a client pointer for a public call (magic, fork). */
 int dlock__client_check(const struct dlock_client *c, const char *fn);
 /* Brackets a public call that uses the network: dlock_client_free() waits

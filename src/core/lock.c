@@ -67,6 +67,12 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
   if (!rc && ((int)kind < DLOCK_REENTRANT || kind > DLOCK_WRITE))
     rc = dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: unknown lock kind %d",
                        (int)kind);
+  static const char *const kind_names[] = {
+      "reentrant locks", "fair locks", "fenced locks",
+      "read-write locks (read side)", "read-write locks (write side)"};
+  if (!rc)
+    rc = dlock__need_op(c, c->ops->lock_kinds & (1u << kind),
+                        kind_names[kind]);
   if (rc)
     return rc;
   /* readers subscribe to the grant channel too, though they are never
@@ -596,6 +602,9 @@ int dlock_lock_force_release(dlock_lock_t *l, bool *was_locked) {
   int rc = call_begin(l, "dlock_lock_force_release");
   if (rc)
     return rc;
+  if ((rc = dlock__need_op(l->client, l->client->ops->lock_force_release,
+                           "dlock_lock_force_release")))
+    return call_end(l, rc);
   bool deleted = false;
   rc = l->client->ops->lock_force_release(l->client->be, l->kind, l->name,
                                           &deleted);
@@ -611,6 +620,8 @@ static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
   int rc = call_begin(l, fn);
   if (rc)
     return rc;
+  if ((rc = dlock__need_op(l->client, l->client->ops->lock_query, fn)))
+    return call_end(l, rc);
   char owner[64];
   dlock__owner(l->client, dlock_thread_id(), owner, sizeof owner);
   rc = l->client->ops->lock_query(l->client->be, l->kind, l->name, owner, q,
@@ -655,6 +666,9 @@ int dlock_lock_state(dlock_lock_t *l, dlock_lock_state_t **out) {
   int rc = call_begin(l, "dlock_lock_state");
   if (rc)
     return rc;
+  if ((rc = dlock__need_op(l->client, l->client->ops->lock_state,
+                           "dlock_lock_state")))
+    return call_end(l, rc);
   return call_end(
       l, l->client->ops->lock_state(l->client->be, l->kind, l->name, out));
 }

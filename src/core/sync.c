@@ -34,6 +34,11 @@ int dlock__sync_new(struct dlock_client *c, const char *name,
   int rc = dlock__client_check(c, fn);
   if (!rc)
     rc = dlock__check_name(name, fn);
+  static const char *const kind_names[] = {
+      "semaphores", "permit semaphores", "count-down latches"};
+  if (!rc)
+    rc = dlock__need_op(c, c->ops->sync_kinds & (1u << kind),
+                        kind_names[kind]);
   if (rc)
     return rc;
   dlock__sync *h = dlock__calloc(1, sizeof *h);

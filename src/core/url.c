@@ -269,7 +269,7 @@ int dlock__url_parse(const char *url, dlock__endpoint *ep) {
   } else if (strncmp(url, "rediss://", 9) == 0) {
     rc = dlock__seterr(DLOCK_ENOTSUP,
                        "TLS URLs (rediss://) are not available yet");
-  } else {
+  } else { /* the registry sent another scheme here: a programming error */
     const char *colon = strstr(url, "://");
     if (colon && colon - url < 16)
       rc = dlock__seterr(DLOCK_EURL,

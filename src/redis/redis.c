@@ -292,6 +292,7 @@ static void redis_close(void *be) {
     dlock__free(r->password);
   }
   dlock__free(r->client_name);
+  dlock__endpoint_clear(&r->ep_parsed);
   dlock__free(r);
 }
 
@@ -307,14 +308,19 @@ static int redis_ping(void *be) {
   return 0;
 }
 
-static int redis_open(void **be, const dlock__endpoint *ep,
+static int redis_open(void **be, const char *url,
                       const struct dlock_options *o) {
   *be = NULL;
   dlock__redis *r = dlock__calloc(1, sizeof *r);
   if (!r)
     return DLOCK_ENOMEM;
   pthread_mutex_init(&r->pool_mu, NULL);
-  r->ep = ep;
+  int prc = dlock__url_parse(url, &r->ep_parsed);
+  if (prc) {
+    redis_close(r);
+    return prc;
+  }
+  const dlock__endpoint *ep = r->ep = &r->ep_parsed;
   r->connect_timeout_ms = o->connect_timeout_ms;
   r->command_timeout_ms = o->command_timeout_ms;
   r->db = ep->db;
@@ -347,8 +353,16 @@ static int redis_open(void **be, const dlock__endpoint *ep,
   return 0;
 }
 
+static const char *const redis_schemes[] = {"redis", "rediss", "unix", NULL};
+
 const dlock__backend_ops dlock__redis_backend = {
     .name = "redis",
+    .schemes = redis_schemes,
+    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FAIR) |
+                  (1u << DLOCK_FENCED) | (1u << DLOCK_READ) |
+                  (1u << DLOCK_WRITE),
+    .sync_kinds = (1u << DLOCK__SYNC_SEM) | (1u << DLOCK__SYNC_PERMIT) |
+                  (1u << DLOCK__SYNC_LATCH),
     .open = redis_open,
     .close = redis_close,
     .ping = redis_ping,

@@ -12,7 +12,8 @@
 #include "redis/scripts.h"
 
 typedef struct dlock__redis {
-  const dlock__endpoint *ep; /* owned by the client, outlives us */
+  dlock__endpoint ep_parsed; /* from the URL given to open */
+  const dlock__endpoint *ep; /* = &ep_parsed */
   int64_t connect_timeout_ms;
   int64_t command_timeout_ms;
   char *user;        /* AUTH user, or NULL */
