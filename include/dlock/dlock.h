@@ -217,7 +217,16 @@ DLOCK_EXTERN void dlock_client_free(dlock_client_t *client);
 DLOCK_EXTERN const char *dlock_client_id(const dlock_client_t *client);
 /* One round trip (PING) to the server. */
 DLOCK_EXTERN int dlock_client_ping(dlock_client_t *client);
-/* The calling thread's id, the "<thread-id>" part of an owner (Linux TID). */
+/* The calling thread's number, the "<thread-id>" part of an owner: a
+ * decimal integer on the server, as Redisson's Java thread id. Assigned on
+ * the thread's first call from a process-wide counter (1, 2, ...), the same
+ * for the thread's whole life and never given to another thread of the
+ * process, even after the thread ends (unlike a Linux TID, which the kernel
+ * recycles: a new thread with a dead thread's TID would own its locks).
+ * Never 0. After fork() the calling thread keeps its number in the child
+ * and the child's new threads count on from it; the child's own clients
+ * have new client ids, so no owner repeats. Numbers passed to the *_as
+ * calls are the caller's to keep apart from these. Any thread. */
 DLOCK_EXTERN uint64_t dlock_thread_id(void);
 
 /* --------------------------------------------------------- reentrant lock */
