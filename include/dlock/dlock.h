@@ -69,7 +69,11 @@ DLOCK_EXTERN const char *dlock_version_string(void);
 
 /* ----------------------------------------------------------------- errors */
 
-/* X(name, value, message). Values are stable forever. */
+/* X(name, value, message). Values are stable forever.
+ * DLOCK_ESYS: a system call the library needs failed for a reason other
+ * than memory (getrandom, pipe2, thread creation: a seccomp filter, a
+ * descriptor or thread limit); dlock_last_error() names the call and its
+ * errno text. */
 #define DLOCK_ERRNO_MAP(X)                                                     \
   X(EINVAL, -1, "invalid argument")                                            \
   X(ENOMEM, -2, "out of memory")                                               \
@@ -87,7 +91,8 @@ DLOCK_EXTERN const char *dlock_version_string(void);
   X(ENOTSUP, -14, "not supported")                                             \
   X(ECLOSED, -15, "client is closed or was created in another process")        \
   X(EBADHANDLE, -16, "handle is not live (freed or corrupted)")              \
-  X(EDEADLK, -17, "would deadlock (a read hold cannot become a write hold)")
+  X(EDEADLK, -17, "would deadlock (a read hold cannot become a write hold)") \
+  X(ESYS, -18, "system call failed")
 
 typedef enum dlock_err {
   DLOCK_OK = 0,
@@ -202,7 +207,8 @@ typedef struct dlock_client dlock_client_t;
  * and is copied: it may be freed right after the call. On success *out owns
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
- * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM. */
+ * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
+ * the background thread's creation failed). */
 DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
 /* Stops the background thread and closes every connection. Locks still held
