@@ -31,8 +31,7 @@ int dlock__random_bytes(void *buf, size_t n) {
     if (r < 0) {
       if (errno == EINTR && ++tries < 100)
         continue;
-      return dlock__seterr(DLOCK_ENOMEM, "getrandom failed: %s",
-                           strerror(errno));
+      return dlock__seterr(DLOCK_ESYS, "getrandom: %s", strerror(errno));
     }
     p += r;
     n -= (size_t)r;
