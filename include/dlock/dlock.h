@@ -69,7 +69,11 @@ DLOCK_EXTERN const char *dlock_version_string(void);
 
 /* ----------------------------------------------------------------- errors */
 
-/* X(name, value, message). Values are stable forever. */
+/* X(name, value, message). Values are stable forever.
+ * DLOCK_ESYS: a system call the library needs failed for a reason other
+ * than memory (getrandom, pipe2, thread creation: a seccomp filter, a
+ * descriptor or thread limit); dlock_last_error() names the call and its
+ * errno text. */
 #define DLOCK_ERRNO_MAP(X)                                                     \
   X(EINVAL, -1, "invalid argument")                                            \
   X(ENOMEM, -2, "out of memory")                                               \
@@ -87,7 +91,8 @@ DLOCK_EXTERN const char *dlock_version_string(void);
   X(ENOTSUP, -14, "not supported")                                             \
   X(ECLOSED, -15, "client is closed or was created in another process")        \
   X(EBADHANDLE, -16, "handle is not live (freed or corrupted)")              \
-  X(EDEADLK, -17, "would deadlock (a read hold cannot become a write hold)")
+  X(EDEADLK, -17, "would deadlock (a read hold cannot become a write hold)") \
+  X(ESYS, -18, "system call failed")
 
 typedef enum dlock_err {
   DLOCK_OK = 0,
@@ -205,7 +210,8 @@ typedef struct dlock_client dlock_client_t;
  * and is copied: it may be freed right after the call. On success *out owns
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
- * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM. */
+ * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
+ * the background thread's creation failed). */
 DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
 /* Stops the background thread and closes every connection. Locks still held
@@ -220,7 +226,16 @@ DLOCK_EXTERN void dlock_client_free(dlock_client_t *client);
 DLOCK_EXTERN const char *dlock_client_id(const dlock_client_t *client);
 /* One round trip (PING) to the server. */
 DLOCK_EXTERN int dlock_client_ping(dlock_client_t *client);
-/* The calling thread's id, the "<thread-id>" part of an owner (Linux TID). */
+/* The calling thread's number, the "<thread-id>" part of an owner: a
+ * decimal integer on the server, as Redisson's Java thread id. Assigned on
+ * the thread's first call from a process-wide counter (1, 2, ...), the same
+ * for the thread's whole life and never given to another thread of the
+ * process, even after the thread ends (unlike a Linux TID, which the kernel
+ * recycles: a new thread with a dead thread's TID would own its locks).
+ * Never 0. After fork() the calling thread keeps its number in the child
+ * and the child's new threads count on from it; the child's own clients
+ * have new client ids, so no owner repeats. Numbers passed to the *_as
+ * calls are the caller's to keep apart from these. Any thread. */
 DLOCK_EXTERN uint64_t dlock_thread_id(void);
 
 /* --------------------------------------------------------- reentrant lock */

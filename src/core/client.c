@@ -588,7 +588,7 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   if ((rc = dlock__uuid(c->id)))
     goto failed;
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {
-    rc = dlock__seterr(DLOCK_ENOMEM, "pipe: %s", strerror(errno));
+    rc = dlock__seterr(DLOCK_ESYS, "pipe2: %s", strerror(errno));
     goto failed;
   }
   c->wake_rd = fds[0];
@@ -602,7 +602,8 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   int err = pthread_create(&c->bg, NULL, bg_main, c);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (err) {
-    rc = dlock__seterr(DLOCK_ENOMEM, "cannot start the background thread: %s",
+    rc = dlock__seterr(DLOCK_ESYS,
+                       "cannot start the background thread: pthread_create: %s",
                        strerror(err));
     goto failed;
   }

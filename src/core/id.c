@@ -1,16 +1,25 @@
 /*
- * id.c - UUIDs and permit ids from getrandom(2), and the calling thread's id
- * (Linux TID).
+ * id.c - UUIDs and permit ids from getrandom(2), and the calling thread's
+ * number.
+ *
+ * Design note. A thread's number (the "<thread-id>" of an owner) is drawn
+ * from one process-wide atomic counter on the thread's first call and kept
+ * in thread-local storage, so it is never 0 and never given to another
+ * thread of the process: Linux TIDs are recycled, and a new thread that got
+ * a dead thread's TID would re-enter that thread's holds (Redisson's Java
+ * thread ids are never reused either). It is a decimal integer on the wire,
+ * as Redisson's. After fork() the child's thread keeps its number and the
+ * child's counter goes on from the parent's; numbers of the two processes
+ * may then coincide, but never within a client: clients made before the
+ * fork are unusable in the child, and a new client has a new client id.
  */
 #include "id.h"
 
 #include <errno.h>
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "error.h"
 
@@ -22,8 +31,7 @@ int dlock__random_bytes(void *buf, size_t n) {
     if (r < 0) {
       if (errno == EINTR && ++tries < 100)
         continue;
-      return dlock__seterr(DLOCK_ENOMEM, "getrandom failed: %s",
-                           strerror(errno));
+      return dlock__seterr(DLOCK_ESYS, "getrandom: %s", strerror(errno));
     }
     p += r;
     n -= (size_t)r;
@@ -60,19 +68,11 @@ int dlock__hex_id(char out[DLOCK__HEX_ID_LEN + 1]) {
   return 0;
 }
 
-/* The TID is cached per thread; a forked child's thread has a new TID, so
- * the cache is reset in the child. */
-static _Thread_local uint64_t cached_tid;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static void reset_tid_in_child(void) { cached_tid = 0; }
-static void register_atfork(void) {
-  pthread_atfork(NULL, NULL, reset_tid_in_child);
-}
+static _Atomic uint64_t last_thread_id;
+static _Thread_local uint64_t my_thread_id;
 
 uint64_t dlock_thread_id(void) {
-  pthread_once(&atfork_once, register_atfork);
-  if (!cached_tid)
-    cached_tid = (uint64_t)syscall(SYS_gettid);
-  return cached_tid;
+  if (!my_thread_id)
+    my_thread_id = atomic_fetch_add(&last_thread_id, 1) + 1;
+  return my_thread_id;
 }

@@ -5,8 +5,10 @@
  * Design note: one server per case, configured as the case needs
  * (requirepass, ACL users). Failed client creation must leave *out NULL.
  * Every detail message (dlock_last_error and the log callback) is checked
- * for the passwords used, which must never appear. Single threaded except
- * for the library's own threads.
+ * for the passwords used, which must never appear. System calls the client
+ * needs (getrandom, pipe2, clone) are made to fail with a seccomp filter in
+ * a forked child, which must get DLOCK_ESYS naming the call. Single
+ * threaded except for the library's own threads.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -14,7 +16,15 @@
 
 #include "itest.h"
 
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #define WD DLOCK_LEASE_WATCHDOG
@@ -515,6 +525,127 @@ static void t_used_after_fork(void) {
   th_server_stop(s);
 }
 
+/* ------------------------------------------- failing system calls */
+
+/* A system call to make fail, and the errno it then gives. */
+typedef struct sys_fail {
+  long nr;
+  int err;
+} sys_fail_t;
+
+#if defined(__x86_64__)
+#define SYS_FAIL_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SYS_FAIL_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* From now on each listed system call of this process fails with its
+ * errno (a seccomp filter; other calls and other ABIs are left alone).
+ * False, with why, when seccomp cannot be used here. */
+static bool fail_syscalls(const sys_fail_t *f, size_t n, char *why,
+                          size_t wn) {
+#ifdef SYS_FAIL_ARCH
+  struct sock_filter prog[4 + 2 * 8];
+  unsigned short k = 0;
+  CHECK(n <= 8);
+  prog[k++] = (struct sock_filter)BPF_STMT(
+      BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+  prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                           SYS_FAIL_ARCH, 1, 0);
+  prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                           offsetof(struct seccomp_data, nr));
+  for (size_t i = 0; i < n; i++) {
+    prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                             (unsigned)f[i].nr, 0, 1);
+    prog[k++] = (struct sock_filter)BPF_STMT(
+        BPF_RET | BPF_K,
+        SECCOMP_RET_ERRNO | ((unsigned)f[i].err & SECCOMP_RET_DATA));
+  }
+  prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  struct sock_fprog fp = {.len = k, .filter = prog};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    snprintf(why, wn, "prctl(PR_SET_NO_NEW_PRIVS): %s", strerror(errno));
+    return false;
+  }
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp) != 0) {
+    snprintf(why, wn, "prctl(PR_SET_SECCOMP): %s", strerror(errno));
+    return false;
+  }
+  return true;
+#else
+  (void)f;
+  (void)n;
+  snprintf(why, wn, "no seccomp filter written for this architecture");
+  return false;
+#endif
+}
+
+/* In a forked child whose listed system calls fail: dlock_client_new
+ * against a live server returns DLOCK_ESYS (not DLOCK_ENOMEM), leaves *out
+ * NULL and says which call failed; the child ends normally. A child that
+ * cannot install the filter prints "skipped: why" and the case passes. */
+static void syscall_fails_case(const sys_fail_t *f, size_t n,
+                               const char *call) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    char why[160];
+    if (!fail_syscalls(f, n, why, sizeof why)) {
+      printf("skipped: %s\n", why);
+      fflush(stdout);
+      _exit(77);
+    }
+    unsigned char probe[16];
+    if (f[0].nr == SYS_getrandom && getrandom(probe, sizeof probe, 0) >= 0) {
+      printf("skipped: getrandom() does not reach the system call here\n");
+      fflush(stdout);
+      _exit(77);
+    }
+    dlock_client_t *c;
+    CHECK_RC(new_client(s->url, NULL, NULL, NULL, &c), DLOCK_ESYS);
+    const char *e = dlock_last_error();
+    printf("dlock_client_new: %s: %s\n", dlock_err_name(DLOCK_ESYS), e);
+    CHECKF(strstr(e, call) != NULL, "message \"%s\" does not name %s", e,
+           call);
+    fflush(stdout);
+    _exit(0);
+  }
+  int st = it_spawn_wait(pid, 20000);
+  CHECKF(WIFEXITED(st), "child died (status 0x%x)", st);
+  if (WEXITSTATUS(st) != 77)
+    CHECKF(WEXITSTATUS(st) == 0, "child failed (status %d)", WEXITSTATUS(st));
+  /* the server is untouched: a client here works */
+  dlock_client_t *c = it_client(s);
+  CHECK_OK(dlock_client_ping(c));
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+static void t_getrandom_fails(void) {
+  const sys_fail_t f[] = {{SYS_getrandom, ENOSYS}};
+  syscall_fails_case(f, 1, "getrandom");
+}
+
+static void t_pipe2_fails(void) {
+  const sys_fail_t f[] = {{SYS_pipe2, EMFILE}};
+  syscall_fails_case(f, 1, "pipe2");
+}
+
+/* No thread can start (glibc falls back from clone3 to clone). */
+static void t_thread_start_fails(void) {
+  const sys_fail_t f[] = {
+#ifdef SYS_clone3
+      {SYS_clone3, ENOSYS},
+#endif
+      {SYS_clone, EAGAIN}};
+  syscall_fails_case(f, sizeof f / sizeof f[0], "pthread_create");
+}
+
 static const check_case_t cases[] = {
     {"null_args", t_null_args},
     {"bad_wait_lease", t_bad_wait_lease},
@@ -529,6 +660,9 @@ static const check_case_t cases[] = {
     {"never_held", t_never_held},
     {"password_never_in_errors", t_password_never_in_errors},
     {"used_after_fork", t_used_after_fork},
+    {"getrandom_fails", t_getrandom_fails},
+    {"pipe2_fails", t_pipe2_fails},
+    {"thread_start_fails", t_thread_start_fails},
 };
 
 CHECK_MAIN(cases)

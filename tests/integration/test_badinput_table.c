@@ -571,7 +571,7 @@ static int t_err_name(tctx_t *x) {
 }
 
 static int t_every_code(tctx_t *x) {
-  for (int code = -17; code <= 0; code++) {
+  for (int code = -18; code <= 0; code++) {
     const char *m = dlock_strerror(code), *n = dlock_err_name(code);
     if (!m || !n || !m[0] || strcmp(m, "unknown error") == 0 ||
         strncmp(n, "DLOCK_", 6) != 0 || strcmp(n, "DLOCK_E?") == 0)
@@ -996,17 +996,17 @@ static void g_codes(void) {
   tctx_t x;
   memset(&x, 0, sizeof x);
   static const row_t rows[] = {
-      ROW("dlock_strerror", "every code -17..0", t_every_code, NULL, 0,
+      ROW("dlock_strerror", "every code -18..0", t_every_code, NULL, 0,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "1 (not a code)", t_strerror, "unknown error", 1,
           DLOCK_OK, NULL),
-      ROW("dlock_strerror", "-18 (not yet a code)", t_strerror, "unknown error",
-          -18, DLOCK_OK, NULL),
+      ROW("dlock_strerror", "-19 (not yet a code)", t_strerror, "unknown error",
+          -19, DLOCK_OK, NULL),
       ROW("dlock_strerror", "INT_MIN", t_strerror, "unknown error", INT_MIN,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "INT_MAX", t_strerror, "unknown error", INT_MAX,
           DLOCK_OK, NULL),
-      ROW("dlock_err_name", "-18", t_err_name, "DLOCK_E?", -18, DLOCK_OK, NULL),
+      ROW("dlock_err_name", "-19", t_err_name, "DLOCK_E?", -19, DLOCK_OK, NULL),
       ROW("dlock_err_name", "INT_MIN", t_err_name, "DLOCK_E?", INT_MIN,
           DLOCK_OK, NULL),
       ROW("dlock_err_name", "0", t_err_name, "DLOCK_OK", 0, DLOCK_OK, NULL),

@@ -6,8 +6,10 @@
  * harness's own connection): re-entry counts, ownership per thread, fixed
  * lease expiry and the ELOST that follows, wait timeouts, explicit-owner
  * hand-offs, force release waking a waiter, the state snapshot, client ids,
- * and handles sharing state. Threads: the main thread plus short-lived
- * helper threads; every wait is bounded.
+ * handles sharing state, and a dead thread's TID given to a new thread
+ * (in a private PID namespace, as root; skipped where not permitted).
+ * Threads: the main thread plus short-lived helper threads; every wait is
+ * bounded.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -16,6 +18,10 @@
 #include "itest.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/prctl.h>
 
 #define WD DLOCK_LEASE_WATCHDOG
 
@@ -581,6 +587,110 @@ static void t_spurious_wake_keeps_waiting(void) {
   th_server_stop(s);
 }
 
+/* ------------------------------------------- a dead thread's kernel id */
+
+/* A thread of the TID-reuse case and what it saw. */
+typedef struct reuse_thread {
+  dlock_lock_t *lock;
+  pid_t tid;   /* kernel thread id */
+  uint64_t id; /* dlock_thread_id() */
+  int acquire_rc, held_rc;
+  bool held;
+} reuse_thread_t;
+
+/* Takes the lock (watchdog lease) and ends without releasing it. */
+static void *reuse_holder(void *arg) {
+  reuse_thread_t *t = arg;
+  t->tid = gettid();
+  t->id = dlock_thread_id();
+  t->acquire_rc = dlock_lock_acquire(t->lock, 0, WD);
+  return NULL;
+}
+
+/* Tries the lock once and asks whether it holds it. */
+static void *reuse_newcomer(void *arg) {
+  reuse_thread_t *t = arg;
+  t->tid = gettid();
+  t->id = dlock_thread_id();
+  t->acquire_rc = dlock_lock_acquire(t->lock, 0, WD);
+  t->held_rc = dlock_lock_is_held_by_thread(t->lock, &t->held);
+  return NULL;
+}
+
+/* pid 1 of a fresh PID namespace, where only our threads take ids, so
+ * writing ns_last_pid decides the next thread's TID. 77 = skipped. */
+static int reuse_child(th_server_t *s) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    printf("skipped: /proc/sys/kernel/ns_last_pid: %s\n", strerror(errno));
+    return 77;
+  }
+  dlock_client_t *c = it_client(s);
+  dlock_lock_t *l = it_lock(c, "reused-tid");
+  reuse_thread_t a = {.lock = l}, b = {.lock = l};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, reuse_holder, &a) == 0);
+  pthread_join(th, NULL);
+  CHECK_OK(a.acquire_rc);
+  char num[32];
+  int n = snprintf(num, sizeof num, "%d", (int)a.tid - 1);
+  if (write(fd, num, (size_t)n) != n) {
+    printf("skipped: writing /proc/sys/kernel/ns_last_pid: %s\n",
+           strerror(errno));
+    return 77;
+  }
+  close(fd);
+  CHECK(pthread_create(&th, NULL, reuse_newcomer, &b) == 0);
+  pthread_join(th, NULL);
+  CHECKF(b.tid == a.tid, "thread B got TID %d, not dead thread A's %d",
+         (int)b.tid, (int)a.tid);
+  printf("thread A (TID %d, id %llu) ended holding; thread B got TID %d, "
+         "id %llu\n",
+         (int)a.tid, (unsigned long long)a.id, (int)b.tid,
+         (unsigned long long)b.id);
+  CHECK_RC(b.acquire_rc, DLOCK_EBUSY);
+  CHECK_OK(b.held_rc);
+  CHECKF(!b.held, "thread B is told it holds dead thread A's lock");
+  CHECK(b.id != a.id);
+  /* A's hold is untouched, under A's number */
+  char owner[128];
+  it_owner(c, a.id, owner, sizeof owner);
+  CHECK_INT(it_hget_int(s, "reused-tid", owner), ==, 1);
+  CHECK_OK(dlock_lock_release_as(l, a.id));
+  CHECK(!it_exists(s, "reused-tid"));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return 0;
+}
+
+/* Linux reuses a dead thread's TID. A new thread that gets it must not
+ * inherit the dead thread's hold: it is refused the lock and does not hold
+ * it (a thread's number is never reused, as a Java thread id is not). */
+static void t_dead_thread_id_not_reused(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  if (unshare(CLONE_NEWPID) != 0) {
+    printf("skipped: unshare(CLONE_NEWPID): %s\n", strerror(errno));
+    th_server_stop(s);
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int rc = reuse_child(s);
+    fflush(stdout);
+    _exit(rc);
+  }
+  int st = it_spawn_wait(pid, 20000);
+  CHECKF(WIFEXITED(st), "child died (status 0x%x)", st);
+  if (WEXITSTATUS(st) != 77)
+    CHECKF(WEXITSTATUS(st) == 0, "child failed (status %d)", WEXITSTATUS(st));
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"reentry", t_reentry},
     {"reentry_resets_lease", t_reentry_resets_lease},
@@ -597,6 +707,7 @@ static const check_case_t cases[] = {
     {"handles_share_state", t_handles_share_state},
     {"remaining_lease_values", t_remaining_lease_values},
     {"spurious_wake_keeps_waiting", t_spurious_wake_keeps_waiting},
+    {"dead_thread_id_not_reused", t_dead_thread_id_not_reused},
 };
 
 CHECK_MAIN(cases)

@@ -5,8 +5,9 @@
  * DLOCK_ERRNO_MAP has its message and "DLOCK_<name>", unknown codes get a
  * fallback), the thread-local last-error buffer, the options setters'
  * validation, dlock_client_new's argument and URL checks (malformed URLs
- * fail before any network I/O), dlock_thread_id() and the NULL-accepting
- * free functions. Linked against the static library.
+ * fail before any network I/O), dlock_thread_id() (never 0, never reused
+ * by a later thread, kept across fork()) and the NULL-accepting free
+ * functions. Linked against the static library.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -16,7 +17,7 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void t_version(void) {
@@ -37,11 +38,11 @@ static void t_errors(void) {
 #undef ROW
   };
   size_t n = sizeof table / sizeof table[0];
-  CHECK_INT(n, ==, 17);
+  CHECK_INT(n, ==, 18);
   for (size_t i = 0; i < n; i++) {
     CHECK_STR(dlock_strerror(table[i].code), table[i].msg);
     CHECK_STR(dlock_err_name(table[i].code), table[i].name);
-    /* values are stable: -1 .. -17 in table order */
+    /* values are stable: -1 .. -18 in table order */
     CHECK_INT(table[i].code, ==, -(int)(i + 1));
   }
   CHECK_STR(dlock_err_name(DLOCK_OK), "DLOCK_OK");
@@ -50,10 +51,13 @@ static void t_errors(void) {
   CHECK_STR(dlock_err_name(DLOCK_EBUSY), "DLOCK_EBUSY");
   CHECK_STR(dlock_strerror(DLOCK_ELOST),
             "lock was lost (lease expired or key removed)");
+  CHECK_INT(DLOCK_ESYS, ==, -18);
+  CHECK_STR(dlock_err_name(DLOCK_ESYS), "DLOCK_ESYS");
+  CHECK_STR(dlock_strerror(DLOCK_ESYS), "system call failed");
 }
 
 static void t_err_unknown(void) {
-  const int unknown[] = {-18, -100, 1, 42, INT_MIN, INT_MAX};
+  const int unknown[] = {-19, -100, 1, 42, INT_MIN, INT_MAX};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     CHECK_STR(dlock_strerror(unknown[i]), "unknown error");
     const char *name = dlock_err_name(unknown[i]);
@@ -180,22 +184,68 @@ static void t_bad_urls(void) {
   }
 }
 
-static void *tid_thread(void *arg) {
+static void *id_thread(void *arg) {
   uint64_t *out = arg;
   out[0] = dlock_thread_id();
-  out[1] = (uint64_t)syscall(SYS_gettid);
+  out[1] = dlock_thread_id();
   return NULL;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Nonzero, the same for the life of a thread, and never given to another
+ * thread of the process: threads created and joined one after the other
+ * (the kernel may hand a later one a dead one's TID) all differ. */
 static void t_thread_id(void) {
-  CHECK_INT(dlock_thread_id(), ==, (long long)syscall(SYS_gettid));
-  CHECK_INT(dlock_thread_id(), ==, dlock_thread_id());
-  uint64_t other[2] = {0, 0};
-  pthread_t th;
-  CHECK(pthread_create(&th, NULL, tid_thread, other) == 0);
-  pthread_join(th, NULL);
-  CHECK_INT(other[0], ==, other[1]);
-  CHECK(other[0] != dlock_thread_id());
+  enum { N = 2000 };
+  static uint64_t ids[N + 1];
+  uint64_t me = dlock_thread_id();
+  CHECK(me != 0);
+  CHECK_INT(dlock_thread_id(), ==, me);
+  ids[N] = me;
+  for (int i = 0; i < N; i++) {
+    uint64_t out[2] = {0, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, id_thread, out) == 0);
+    pthread_join(th, NULL);
+    CHECKF(out[0] != 0, "thread %d got id 0", i);
+    CHECKF(out[0] == out[1], "thread %d: id changed from %llu to %llu", i,
+           (unsigned long long)out[0], (unsigned long long)out[1]);
+    ids[i] = out[0];
+  }
+  qsort(ids, N + 1, sizeof ids[0], cmp_u64);
+  for (int i = 1; i <= N; i++)
+    CHECKF(ids[i] != ids[i - 1], "id %llu given to two threads",
+           (unsigned long long)ids[i]);
+}
+
+/* fork(): the child's thread keeps its number (the child's clients are new
+ * clients with new client ids, so no owner string repeats), and a thread
+ * the child starts gets a number no thread of the parent had before the
+ * fork. Forked before this process starts any thread. */
+static void t_thread_id_fork(void) {
+  uint64_t me = dlock_thread_id();
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    CHECK_INT(dlock_thread_id(), ==, me);
+    uint64_t out[2] = {0, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, id_thread, out) == 0);
+    pthread_join(th, NULL);
+    CHECK(out[0] != 0 && out[0] != me);
+    _exit(0);
+  }
+  int st = 0;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed (status 0x%x)",
+         st);
+  CHECK_INT(dlock_thread_id(), ==, me);
 }
 
 static void t_free_null(void) {
@@ -214,6 +264,7 @@ static const check_case_t cases[] = {
     {"client_new_args", t_client_new_args},
     {"bad_urls", t_bad_urls},
     {"thread_id", t_thread_id},
+    {"thread_id_fork", t_thread_id_fork},
     {"free_null", t_free_null},
 };
 
