@@ -58,7 +58,8 @@ int dlock__worker_submit(dlock__worker *w, dlock__job_fn fn, void *arg) {
     if (err) {
       pthread_mutex_unlock(&w->mu);
       dlock__free(j);
-      return dlock__seterr(DLOCK_ENOMEM, "cannot start the %s thread: %s",
+      return dlock__seterr(DLOCK_ESYS, "cannot start the %s thread: "
+                                       "pthread_create: %s",
                            w->name, strerror(err));
     }
     w->started = true;

@@ -44,8 +44,9 @@ typedef struct dlock__worker {
 } dlock__worker;
 
 void dlock__worker_init(dlock__worker *w, const char *name);
-/* Queues fn(arg); starts the thread if needed. 0, or DLOCK_ENOMEM /
- * DLOCK_ESYS-like failure with detail set (the job is then not queued). */
+/* Queues fn(arg); starts the thread if needed. 0, or DLOCK_ENOMEM,
+ * DLOCK_ESYS (no thread) or DLOCK_ECLOSED (stopping), with detail set;
+ * the job is then not queued. */
 int dlock__worker_submit(dlock__worker *w, dlock__job_fn fn, void *arg);
 /* Stops the thread (waiting for the running job) and frees the queue. */
 void dlock__worker_stop(dlock__worker *w);
