@@ -474,8 +474,9 @@ typedef struct dlock_permit {
 typedef struct dlock_sem_state {
   const char *name;
   int64_t available; /* permits free now (expired ones included) */
-  size_t npermits;   /* permits in use (at most 100 listed) */
+  size_t npermits;   /* permits listed below (at most 100 of those in use) */
   dlock_permit_t *permits;
+  int64_t in_use; /* permits in use in all (exact; >= npermits) */
 } dlock_sem_state_t;
 
 DLOCK_EXTERN int dlock_permit_sem_state(dlock_permit_sem_t *sem,

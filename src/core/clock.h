@@ -2,8 +2,9 @@
  * clock.h - the monotonic clock every duration and deadline uses.
  *
  * Deadlines are absolute CLOCK_MONOTONIC milliseconds; DLOCK__NEVER is a
- * deadline that never comes. The wall clock appears only where a wire layout
- * demands it (fair-lock deadlines), through dlock__wall_ms().
+ * deadline that never comes. No wall clock: where a wire layout holds
+ * absolute times (fair-lock deadlines, queue expiries), the scripts take
+ * them from the server's TIME.
  */
 #ifndef DLOCK_CORE_CLOCK_H
 #define DLOCK_CORE_CLOCK_H
@@ -16,12 +17,6 @@
 static inline int64_t dlock__now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static inline int64_t dlock__wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 

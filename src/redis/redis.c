@@ -13,10 +13,13 @@
  * Scripts go by EVALSHA; on NOSCRIPT (restarted or failed-over server) the
  * same connection resends them as EVAL, which also loads them again.
  *
- * Retrying: a request whose reply is lost is only re-sent here when
- * re-sending is harmless (force release, queue leave, state). Acquire is
- * never re-sent (a second HINCRBY would count a hold twice); release is
- * retried by the core with the same request id (see lock.c).
+ * Retrying: a script is re-sent here (once, on a fresh connection, when
+ * the first connection broke) only when re-sending is harmless: queue
+ * leaves and state reads (callers pass retry_safe). Acquire is never
+ * re-sent (a second HINCRBY would count a hold twice), nor is a force
+ * release (a second DEL could delete the lock of an owner who took it
+ * meanwhile); release is retried by the core with the same request id
+ * (see lock.c).
  */
 #include "redis/redis.h"
 

@@ -176,7 +176,7 @@ static char *permit_key(const char *name) {
 }
 
 /* Runs psem_state with at most `limit` permits listed; validates the shape
- * {available, {id...}, {ms...}} and returns the reply. */
+ * {available, {id...}, {ms...}, in use} and returns the reply. */
 static int psem_state_reply(dlock__redis *r, const char *name,
                             const char *limit, redisReply **out) {
   char *tk = permit_key(name);
@@ -189,10 +189,12 @@ static int psem_state_reply(dlock__redis *r, const char *name,
   dlock__free(tk);
   if (rc)
     return rc;
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 3 ||
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4 ||
       rep->element[0]->type != REDIS_REPLY_INTEGER ||
       rep->element[1]->type != REDIS_REPLY_ARRAY ||
       rep->element[2]->type != REDIS_REPLY_ARRAY ||
+      rep->element[3]->type != REDIS_REPLY_INTEGER ||
+      rep->element[3]->integer < (long long)rep->element[1]->elements ||
       rep->element[1]->elements != rep->element[2]->elements)
     return dlock__redis_unexpected(rep, "permit semaphore state");
   for (size_t i = 0; i < rep->element[1]->elements; i++)
@@ -306,6 +308,7 @@ int dlock__redis_psem_state(void *be, const char *name,
     return DLOCK_ENOMEM;
   }
   st->available = rep->element[0]->integer;
+  st->in_use = rep->element[3]->integer;
   for (size_t i = 0; i < n; i++) {
     char *id = dlock__strndup(ids->element[i]->str, ids->element[i]->len);
     if (!id) {

@@ -303,6 +303,68 @@ static void t_reader_expiry_independent(void) {
   th_server_stop(s);
 }
 
+/* A read release whose reply is lost is retried with the same request id
+ * (by the library at once, and by the user): when the newest read hold's
+ * own key had expired, the first run must leave a latch like any other
+ * partial release, or the retry releases the owner's next hold too. */
+static void t_read_release_retry_once(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  th_proxy_t *p = th_proxy_start(s->port);
+  CHECK(p);
+  it_client_cfg_t cfg = {
+      .connect_ms = 300, .command_ms = 300, .url = th_proxy_url(p)};
+  dlock_client_t *c = it_client_cfg(s, &cfg), *other = it_client(s);
+  /* the server learns the scripts first: a lost NOSCRIPT reply would
+   * stop the release from ever running */
+  dlock_lock_t *warm = kind_lock(c, "rw-warm", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(warm, 0, 30000));
+  CHECK_OK(dlock_lock_acquire(warm, 0, 30000));
+  CHECK_OK(dlock_lock_release(warm));
+  CHECK_OK(dlock_lock_release(warm));
+  dlock_lock_t *r = kind_lock(c, "rw-retry", DLOCK_READ);
+  dlock_lock_t *w = kind_lock(other, "rw-retry", DLOCK_WRITE);
+  char owner[128], key1[256], key2[256];
+  it_owner(c, dlock_thread_id(), owner, sizeof owner);
+  snprintf(key1, sizeof key1, "{rw-retry}:%s:rwlock_timeout:1", owner);
+  snprintf(key2, sizeof key2, "{rw-retry}:%s:rwlock_timeout:2", owner);
+  CHECK_OK(dlock_lock_acquire(r, 0, 30000));
+  CHECK_OK(dlock_lock_acquire(r, 0, 30000));
+  CHECK_INT(it_hget_int(s, "rw-retry", owner), ==, 2);
+  /* the newest hold's lease runs out */
+  CHECK_INT(th_redis_int(s, "PEXPIRE %s 1", key2), ==, 1);
+  bool gone;
+  TH_WAIT_FOR(gone, th_redis_int(s, "EXISTS %s", key2) == 0, 2000);
+  CHECK(gone);
+  /* both the first attempt and the library's own retry lose their replies */
+  th_proxy_drop_replies(p, true);
+  int rc = dlock_lock_release(r);
+  th_proxy_drop_replies(p, false);
+  CHECKF(rc == DLOCK_EIOTIMEOUT || rc == DLOCK_EUNAVAILABLE,
+         "release with lost replies: %s", dlock_err_name(rc));
+  bool ran;
+  TH_WAIT_FOR(ran, it_hget_int(s, "rw-retry", owner) <= 1, 2000);
+  CHECK(ran);
+  /* the user retries too (the same request id, kept by the library) */
+  rc = dlock_lock_release(r);
+  printf("user's retry: %s; read holds on the server: %lld\n",
+         dlock_err_name(rc), (long long)it_hget_int(s, "rw-retry", owner));
+  /* one hold was released, once: the older one is still held */
+  CHECK_INT(it_hget_int(s, "rw-retry", owner), ==, 1);
+  CHECK_INT(th_redis_int(s, "EXISTS %s", key1), ==, 1);
+  bool held = false;
+  CHECK_OK(dlock_lock_is_locked(w, &held));
+  CHECK(held);
+  CHECK_RC(dlock_lock_acquire(w, 0, WD), DLOCK_EBUSY);
+  dlock_lock_free(warm);
+  dlock_lock_free(r);
+  dlock_lock_free(w);
+  dlock_client_free(c);
+  dlock_client_free(other);
+  th_proxy_stop(p);
+  th_server_stop(s);
+}
+
 /* A write release wakes every waiting reader; a read release wakes a
  * waiting writer. */
 static void t_wakeups(void) {
@@ -1043,6 +1105,7 @@ static const check_case_t cases[] = {
     {"downgrade", t_downgrade},
     {"upgrade_refused", t_upgrade_refused},
     {"reader_expiry_independent", t_reader_expiry_independent},
+    {"read_release_retry_once", t_read_release_retry_once},
     {"wakeups", t_wakeups},
     {"redisson_interop", t_redisson_interop},
     {"write_handoff_order", t_write_handoff_order},

@@ -618,6 +618,7 @@ static void t_psem_state(void) {
   CHECK_STR(st->name, "pstate");
   CHECK_INT(st->available, ==, 0);
   CHECK_INT(st->npermits, ==, 0);
+  CHECK_INT(st->in_use, ==, 0);
   dlock_sem_state_free(st);
   CHECK_OK(dlock_permit_sem_try_set_permits(p, 3, NULL));
   char a[DLOCK_PERMIT_ID_LEN + 1], b[DLOCK_PERMIT_ID_LEN + 1];
@@ -627,6 +628,7 @@ static void t_psem_state(void) {
   CHECK_OK(dlock_permit_sem_state(p, &st));
   CHECK_INT(st->available, ==, 1);
   CHECK_INT(st->npermits, ==, 2);
+  CHECK_INT(st->in_use, ==, 2);
   /* soonest expiry first: the 10 s permit, then the 30 s watchdog one */
   CHECK_STR(st->permits[0].id, a);
   CHECK_STR(st->permits[1].id, b);
@@ -653,6 +655,7 @@ static void t_psem_state(void) {
   CHECK_OK(dlock_permit_sem_state(p, &st));
   CHECK_INT(st->available, ==, 3);
   CHECK_INT(st->npermits, ==, 0);
+  CHECK_INT(st->in_use, ==, 0);
   dlock_sem_state_free(st);
   dlock_sem_state_free(NULL);
   dlock_permit_sem_free(p);

@@ -11,9 +11,9 @@
  * "--wait 5"; "--" ends them), then NAME, then either "-c CMD" or COMMAND
  * ARG... verbatim. "-c CMD" may also come before NAME. Every rule that the
  * contract states about combinations is checked here, so main() only deals
- * with the outside world. Options of lock kinds the command does not serve
- * yet (-N, --all) are recognised and refused with "not available yet"
- * (exit 64).
+ * with the outside world. Options the command does not serve yet (--all,
+ * a second -u) are recognised and refused with "not available yet" (exit
+ * 64).
  *
  * Kinds. -x (the default) and -F are exclusive, -s is shared; -x and -s, and
  * -F and -s, exclude each other (64). With --status and --force-unlock the

@@ -11,7 +11,10 @@
  * semaphore's size (free permits plus permits in use) is LIMIT, and refuse
  * to run with another limit (a silent mismatch would let more holders in
  * than some of them asked for): `dlock --force-unlock -N LIMIT NAME` deletes
- * the semaphore so that a new limit can take over. This file also holds the
+ * the semaphore so that a new limit can take over. The size comes from the
+ * state call's exact in-use count, not its list (capped at 100), and the
+ * refusal suggests --force-unlock only when nobody holds a permit (it would
+ * delete the holders' permits). This file also holds the
  * semaphore's --status and --force-unlock; run.c holds the permit.
  */
 #include "cli.h"
@@ -20,14 +23,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Permits in all: free plus in use (listed up to the library's cap). */
+/* Permits in all (free plus in use, both counted exactly by the state
+ * call) and how many are in use. */
 static int sem_size(const struct cli_ctx *c, dlock_permit_sem_t *sem,
-                    int64_t *size) {
+                    int64_t *size, int64_t *in_use) {
   dlock_sem_state_t *st = NULL;
   int err = dlock_permit_sem_state(sem, &st);
   if (err != 0)
     return cli_lib_error(c, c->name_shown, err);
-  *size = st->available + (int64_t)st->npermits;
+  *size = st->available + st->in_use;
+  *in_use = st->in_use;
   dlock_sem_state_free(st);
   return 0;
 }
@@ -36,7 +41,7 @@ int cli_limit_open(const struct cli_ctx *c, dlock_client_t *client,
                    dlock_permit_sem_t **out) {
   dlock_permit_sem_t *sem = NULL;
   bool created = false;
-  int64_t size = 0;
+  int64_t size = 0, in_use = 0;
   int rc, err = dlock_permit_sem_new(client, c->o->name, &sem);
   *out = NULL;
   if (err != 0)
@@ -47,14 +52,25 @@ int cli_limit_open(const struct cli_ctx *c, dlock_client_t *client,
     return cli_lib_error(c, c->name_shown, err);
   }
   if (!created) {
-    rc = sem_size(c, sem, &size);
-    if (rc == 0 && size != c->o->limit) {
+    rc = sem_size(c, sem, &size, &in_use);
+    if (rc == 0 && size != c->o->limit && in_use == 0) {
       cli_msg(c,
-              "'%s' is a semaphore of %lld permits, not %ld: give -N %lld, "
-              "or delete it with 'dlock --force-unlock -N %ld %s' once its "
-              "holders are done",
+              "'%s' is a semaphore of %lld permits, not %ld, and nobody holds "
+              "one: give -N %lld, or delete it with 'dlock --force-unlock -N "
+              "%ld %s'",
               c->name_shown, (long long)size, c->o->limit, (long long)size,
               c->o->limit, c->name_shown);
+      rc = CLI_EX_USAGE;
+    } else if (rc == 0 && size != c->o->limit) {
+      /* --force-unlock now would take the permits of running holders */
+      cli_msg(c,
+              "'%s' is a semaphore of %lld permits, not %ld, in use by %lld "
+              "holder%s: give -N %lld, or wait until nobody holds a permit "
+              "('dlock --status -N %lld %s'); --force-unlock now would delete "
+              "their permits",
+              c->name_shown, (long long)size, c->o->limit, (long long)in_use,
+              in_use == 1 ? "" : "s", (long long)size, (long long)size,
+              c->name_shown);
       rc = CLI_EX_USAGE;
     }
     if (rc != 0) {
@@ -76,9 +92,9 @@ static void print_plain(const struct cli_ctx *c, const dlock_sem_state_t *st) {
     return;
   cli_printable(c->o->name, DLOCK_NAME_MAX, buf, cap);
   printf("lock:    %s\n", buf);
-  printf("kind:    %s\n", st->npermits > 0 ? "semaphore" : "free");
-  printf("permits: %lld free, %zu in use\n", (long long)st->available,
-         st->npermits);
+  printf("kind:    %s\n", st->in_use > 0 ? "semaphore" : "free");
+  printf("permits: %lld free, %lld in use\n", (long long)st->available,
+         (long long)st->in_use);
   for (i = 0; i < st->npermits; i++) {
     if (st->permits[i].expires_in_ms >= 0)
       printf("holder:  permit %s (%lld ms of lease left)\n", st->permits[i].id,
@@ -97,8 +113,8 @@ static void print_json(const struct cli_ctx *c, const dlock_sem_state_t *st) {
   cli_json_string(stdout, c->o->name);
   printf(",\"view\":\"limit\",\"kind\":\"%s\",\"held\":%s,\"available\":%lld,"
          "\"permits\":[",
-         st->npermits > 0 ? "semaphore" : "free",
-         st->npermits > 0 ? "true" : "false", (long long)st->available);
+         st->in_use > 0 ? "semaphore" : "free",
+         st->in_use > 0 ? "true" : "false", (long long)st->available);
   for (i = 0; i < st->npermits; i++) {
     fputs(i ? ",{\"id\":" : "{\"id\":", stdout);
     cli_json_string(stdout, st->permits[i].id);
@@ -124,7 +140,7 @@ int cli_limit_status(struct cli_ctx *c) {
       print_json(c, st);
     else
       print_plain(c, st);
-    rc = fflush(stdout) != 0 ? CLI_EX_SOFTWARE : st->npermits > 0 ? 0 : 1;
+    rc = fflush(stdout) != 0 ? CLI_EX_SOFTWARE : st->in_use > 0 ? 0 : 1;
   }
   dlock_sem_state_free(st);
   dlock_permit_sem_free(sem);

@@ -38,6 +38,8 @@
  *   holder takes NAME first and readers never take it, so the order cannot
  *   deadlock. One wait budget (-w) covers both acquires; if the second one
  *   gives up, the first is released. Release goes in the reverse order.
+ *   Why one lock cannot do (slots, wake-ups across kinds, starvation):
+ *   docs/LAYOUT.md, "Why an exclusive dlock takes two locks".
  * - DLOCK_TOKEN reaches the child through posix_spawn's environment array
  *   (built after the grant; setenv() is not safe once threads run). A fair
  *   or shared holder has no token: the variable is then absent.

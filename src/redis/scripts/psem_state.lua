@@ -1,9 +1,11 @@
 -- Permit semaphore: read-only view (writes nothing).
 -- KEYS[1] semaphore name; KEYS[2] {name}:timeout.
 -- ARGV[1] most permits to list (0: none, only the count).
--- Returns {available, {id...}, {ms left...}}: available = the count plus
--- the expired permits not yet returned to it; then the unexpired permits
--- in use, soonest expiry first, with their time left (-1: never).
+-- Returns {available, {id...}, {ms left...}, in use}: available = the count
+-- plus the expired permits not yet returned to it; then the unexpired
+-- permits in use, soonest expiry first, with their time left (-1: never),
+-- at most ARGV[1] of them; last, how many unexpired permits are in use in
+-- all (exact, whatever ARGV[1]).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local value = redis.call('get', KEYS[1])
@@ -26,4 +28,5 @@ if limit > 0 then
     left[#left + 1] = ms
   end
 end
-return {count + expired, ids, left}
+local in_use = redis.call('zcount', KEYS[2], '(' .. now, '+inf')
+return {count + expired, ids, left, in_use}

@@ -17,6 +17,10 @@
 -- (each hold's own key): one reader's lease never keeps another's alive.
 -- As with the other releases, a retry is answered by the latch while the
 -- owner's count is above zero, and finds the field gone after its last.
+-- The latch is written whenever holds remain, also when the hold released
+-- was lost (its key expired): it then stores -1 and a retry answers nil,
+-- as the first run did. Without it, the retry would find the next hold's
+-- key alive and release that hold as well.
 -- A release that frees the lock hands it to the oldest live queued writer
 -- (as a write release does), else publishes "0" as Redisson does ("1" when
 -- live readers are registered as waiting, so that all of them get in).
@@ -31,7 +35,11 @@ local function result(mine)
 end
 local done = redis.call('get', KEYS[5])
 if done ~= false then
-  return tonumber(done)
+  done = tonumber(done)
+  if done < 0 then
+    return nil
+  end
+  return done
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
@@ -44,8 +52,8 @@ alive = redis.call('exists', KEYS[3] .. ':' .. n) == 1
 local mine = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if mine <= 0 then
   redis.call('hdel', KEYS[1], ARGV[2])
-elseif alive then
-  redis.call('set', KEYS[5], mine, 'px', ARGV[4])
+else
+  redis.call('set', KEYS[5], alive and mine or -1, 'px', ARGV[4])
 end
 redis.call('del', KEYS[3] .. ':' .. (mine + 1))
 if redis.call('hlen', KEYS[1]) > 1 then

@@ -4,7 +4,9 @@
 # leaves; a killed holder's permit comes back after its lease; another N is
 # refused (64) until --force-unlock -N deletes the semaphore; --status -N
 # (plain and JSON) lists the permits; a deleted semaphore's holder is told
-# it lost its permit (75).
+# it lost its permit (75); a semaphore with more permits in use than
+# --status lists (120) is measured exactly, and with holders in it the
+# refusal does not send the user to --force-unlock.
 . "$(dirname "$0")/common.bash"
 W=$T/waitfor
 mkdir "$T/in"
@@ -89,6 +91,34 @@ wait_exit "$pf" 20000
 expect "the holder exits 75 (permit lost)" 75 "$ST"
 "$DLOCK" -N 3 -n cli-lim1 true
 expect "a new limit takes over after the delete" 0 $?
+
+# 120 permits, all in use (as holders elsewhere, say Redisson's, leave the
+# semaphore): the size is exact, the holders are counted, and the advice
+# is to wait, not to delete their permits.
+"$DLOCK" -N 120 -n cli-lim-big true
+expect "the 120-permit semaphore is created" 0 $?
+ids=()
+for i in $(seq 120); do
+  ids+=(99999999999999 "$(printf '%032x' "$i")")
+done
+$REDIS_CLI ZADD '{cli-lim-big}:timeout' "${ids[@]}" >/dev/null
+$REDIS_CLI SET cli-lim-big 0 >/dev/null
+"$DLOCK" -N 120 --status cli-lim-big >"$T/big.st"
+expect_grep "--status -N counts all 120 in use" "permits: 0 free, 120 in use" \
+  "$T/big.st"
+"$DLOCK" -N 150 -n cli-lim-big true 2>"$T/big.err"
+expect "another limit on a full 120-permit semaphore is refused" 64 $?
+expect_grep "... with its exact size" "semaphore of 120 permits, not 150" \
+  "$T/big.err"
+expect_grep "... and its holders counted" "in use by 120 holders" "$T/big.err"
+expect_no_grep "... without advising to delete their permits" \
+  "delete it with 'dlock --force-unlock" "$T/big.err"
+$REDIS_CLI DEL cli-lim-big '{cli-lim-big}:timeout' >/dev/null
+"$DLOCK" -N 120 -n cli-lim-big true
+"$DLOCK" -N 150 -n cli-lim-big true 2>"$T/free.err"
+expect "another limit on an unheld semaphore is refused" 64 $?
+expect_grep "... which nobody holds: --force-unlock is offered" \
+  "delete it with 'dlock --force-unlock -N 150 cli-lim-big'" "$T/free.err"
 
 "$DLOCK" -N 2 -s cli-lim true 2>/dev/null
 expect "-N with -s is a usage error" 64 $?
