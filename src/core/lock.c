@@ -554,7 +554,16 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
       memcpy(h->release_id, req, sizeof req); /* a retry reuses it */
     rc = out;
   } else if (out == DLOCK__REL_NOTOWNER) {
-    if (h) {
+    if (h && l->kind == DLOCK_READ && h->count > 1) {
+      /* each read hold has its own lease: this one expired, the others
+       * may well be alive and stay recorded (and renewed) */
+      h->count--;
+      h->release_id[0] = '\0';
+      rc = dlock__seterr(DLOCK_ELOST,
+                         "a read hold of '%.200s' had expired before this "
+                         "release; %lld other read hold(s) remain recorded",
+                         l->name, (long long)h->count);
+    } else if (h) {
       dlock__hold_remove_locked(c, h);
       rc = dlock__seterr(DLOCK_ELOST,
                          "lock '%.200s' was lost before release (lease "
@@ -574,6 +583,12 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
                        "lock '%.200s' was reported lost before this release "
                        "(%s)",
                        l->name, why);
+  } else if (out == DLOCK__REL_FREED && h && l->kind == DLOCK_READ &&
+             h->count > 1) {
+    /* a retry that found its hold gone: that hold only */
+    h->count--;
+    h->release_id[0] = '\0';
+    rc = 0;
   } else if (out == DLOCK__REL_FREED) {
     if (h)
       dlock__hold_remove_locked(c, h);

@@ -365,6 +365,40 @@ static void t_read_release_retry_once(void) {
   th_server_stop(s);
 }
 
+/* A read release whose own hold had expired loses that hold only: the
+ * owner's other read holds stay recorded and renewed by the watchdog. */
+static void t_expired_read_hold_keeps_others(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t cfg = {.watchdog_ms = 600};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_lock_t *r = kind_lock(c, "rw-keep", DLOCK_READ);
+  char owner[128], key2[256];
+  it_owner(c, dlock_thread_id(), owner, sizeof owner);
+  snprintf(key2, sizeof key2, "{rw-keep}:%s:rwlock_timeout:2", owner);
+  CHECK_OK(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG));
+  /* the newest hold's lease runs out on the server */
+  CHECK_INT(th_redis_int(s, "PEXPIRE %s 1", key2), ==, 1);
+  bool gone;
+  TH_WAIT_FOR(gone, th_redis_int(s, "EXISTS %s", key2) == 0, 2000);
+  CHECK(gone);
+  CHECK_RC(dlock_lock_release(r), DLOCK_ELOST);
+  /* the older hold lives on: several watchdog periods later it is still
+   * held (a hold nobody renews is gone after 600 ms) */
+  struct timespec nap = {1, 500000000L}; /* the scenario: 2.5 leases */
+  nanosleep(&nap, NULL);
+  bool held = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(r, &held));
+  CHECK(held);
+  CHECK_OK(dlock_lock_release(r));
+  CHECK_OK(dlock_lock_is_locked(r, &held));
+  CHECK(!held);
+  dlock_lock_free(r);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* A write release wakes every waiting reader; a read release wakes a
  * waiting writer. */
 static void t_wakeups(void) {
@@ -1106,6 +1140,7 @@ static const check_case_t cases[] = {
     {"upgrade_refused", t_upgrade_refused},
     {"reader_expiry_independent", t_reader_expiry_independent},
     {"read_release_retry_once", t_read_release_retry_once},
+    {"expired_read_hold_keeps_others", t_expired_read_hold_keeps_others},
     {"wakeups", t_wakeups},
     {"redisson_interop", t_redisson_interop},
     {"write_handoff_order", t_write_handoff_order},
