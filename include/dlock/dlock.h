@@ -4,9 +4,13 @@
  * Model
  * -----
  * A client (dlock_client_t) is a connection to one coordination service
- * (today: Redis). It owns a small pool of command connections and one
- * background thread that holds the pub/sub connection (wake-ups), renews
- * watchdog leases and reconnects. A lock handle (dlock_lock_t) names one lock
+ * (today: Redis; the backend is chosen by the URL's scheme). It owns a
+ * small pool of command connections and one background event loop that
+ * holds the pub/sub connection (wake-ups), schedules lease renewal and
+ * reconnects, and reports lost locks by their deadlines; the round trips
+ * those need run on up to three helper threads of the client (renewal,
+ * settling of interrupted waits, dialling), started when first needed, so
+ * the loop itself never waits on the network. A lock handle (dlock_lock_t) names one lock
  * on that service. Locks are owned per thread, as a pthread mutex is: the
  * thread that acquired a lock releases it, and acquiring again from the same
  * thread counts up (reentrancy). The owner written to the service is
@@ -27,7 +31,7 @@
  * Options objects are not thread-safe (build them on one thread). A client
  * and its lock handles may be used from any number of threads at once.
  * Callbacks run on the client's background thread with no library mutex
- * held. That thread also delivers wake-ups and renews leases, so a callback
+ * held. That thread also delivers wake-ups and reports losses, so a callback
  * must return quickly: it may call non-blocking dlock functions (a try-once
  * acquire, a release, a query) but must not wait for a lock, and must not
  * call dlock_client_free() or dlock_lock_free() of its client.
@@ -209,6 +213,10 @@ typedef struct dlock_client dlock_client_t;
  * User and password may be percent-encoded. `opts` may be NULL (defaults)
  * and is copied: it may be freed right after the call. On success *out owns
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
+ * A scheme this build has no backend for is DLOCK_EURL naming the schemes
+ * it has; rediss:// (TLS) is DLOCK_ENOTSUP for now. An operation or object
+ * the backend does not offer is DLOCK_ENOTSUP, naming both, before anything
+ * is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
  * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
  * the background thread's creation failed). */
