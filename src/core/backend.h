@@ -60,7 +60,7 @@ typedef enum dlock__lock_query {
 /* A waiter's entry in the backend's wait queue, through which a release
  * hands the lock straight to the oldest live waiter. */
 typedef struct dlock__queue_entry {
-  const char *member; /* "<client-id>:<tid>:<seq>:<lease ms>" */
+  uint64_t seq;       /* tells this wait from the owner's other waits */
   int64_t ttl_ms;     /* the entry expires unless refreshed within this */
   bool queued;        /* an earlier attempt of this wait already queued it */
 } dlock__queue_entry;
@@ -136,12 +136,12 @@ typedef struct dlock__backend_ops {
    * entry; a read one with a->q registers as a waiting reader. */
   int (*lock_acquire)(void *be, const dlock__acquire *a, int64_t *pttl,
                       int64_t *token);
-  /* A waiter gives up: removes its queue entry (member for reentrant,
-   * fenced and write; the owner for fair) or a reader's registration
-   * (member; always 0). 1 when the lock had already been handed
+  /* A waiter gives up: removes its queue entry (the wait `seq` of
+   * a->owner for reentrant, fenced and write; the owner for fair, seq 0)
+   * or a reader's registration (always 0). 1 when the lock had already been handed
    * to it (the caller owns it now, with a fresh a->lease_ms, and *token
    * is its fencing token for a fenced lock), else 0. */
-  int (*lock_leave)(void *be, const dlock__acquire *a, const char *member,
+  int (*lock_leave)(void *be, const dlock__acquire *a, uint64_t seq,
                     int64_t *token);
   /* DLOCK__REL_*; request_id makes a retried release idempotent.
    * `watching`: this client is subscribed to the lock's wake channel (so it

@@ -441,7 +441,7 @@ static dlock__hold_kind unresolved_hk(dlock_lock_kind_t kind) {
 
 int dlock__unresolved_add_locked(struct dlock_client *c, dlock_lock_kind_t kind,
                                  const char *name, uint64_t tid, uint64_t seq,
-                                 const char *member, int64_t lease_ms,
+                                 int64_t lease_ms,
                                  int64_t expires) {
   char key[KEY_MAX];
   size_t klen = hold_key(key, unresolved_hk(kind), name, tid, NULL);
@@ -461,7 +461,6 @@ int dlock__unresolved_add_locked(struct dlock_client *c, dlock_lock_kind_t kind,
   u->kind = kind;
   u->tid = tid;
   u->seq = seq;
-  snprintf(u->member, sizeof u->member, "%s", member);
   u->lease_ms = lease_ms;
   u->expires = expires;
   u->next_try = dlock__now_ms() + UNRESOLVED_RETRY_MS;
@@ -524,7 +523,7 @@ typedef struct resolve_job {
   char *name;
   dlock_lock_kind_t kind;
   uint64_t tid;
-  char member[128];
+  uint64_t seq;
   int64_t lease_ms;
 } resolve_job;
 
@@ -534,7 +533,7 @@ static int job_take_locked(dlock__unresolved *u, resolve_job *j) {
   u->busy = true;
   j->kind = u->kind;
   j->tid = u->tid;
-  memcpy(j->member, u->member, sizeof j->member);
+  j->seq = u->seq;
   j->lease_ms = u->lease_ms;
   return 0;
 }
@@ -596,7 +595,7 @@ int dlock__unresolved_resolve_own(struct dlock_client *c,
    * the caller's lease instead of being given away */
   dlock__acquire a = {.kind = kind, .name = name, .owner = owner,
                      .lease_ms = lease_ms};
-  rc = c->ops->lock_leave(c->be, &a, j.member, token);
+  rc = c->ops->lock_leave(c->be, &a, j.seq, token);
   pthread_mutex_lock(&c->mu);
   job_done_locked(c, &j, rc);
   pthread_mutex_unlock(&c->mu);
@@ -634,7 +633,7 @@ void dlock__unresolved_run(struct dlock_client *c) {
                         .owner = owner,
                         .lease_ms = j->lease_ms};
     int64_t token = 0;
-    int rc = c->ops->lock_leave(c->be, &a, j->member, &token);
+    int rc = c->ops->lock_leave(c->be, &a, j->seq, &token);
     if (rc == 1) {
       /* handed a lock nobody waits for any more: release it, so it passes
        * to the next waiter (its count is 1: a grant) */

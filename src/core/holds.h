@@ -57,7 +57,6 @@ typedef struct dlock__unresolved {
   dlock_lock_kind_t kind; /* reentrant, fenced or write */
   uint64_t tid;
   uint64_t seq;
-  char member[128];
   int64_t lease_ms;
   int64_t expires; /* monotonic ms: past this nothing can be pending */
   int64_t next_try;
@@ -97,7 +96,7 @@ void dlock__holds_free_all_locked(struct dlock_client *c);
 
 int dlock__unresolved_add_locked(struct dlock_client *c, dlock_lock_kind_t kind,
                                  const char *name, uint64_t tid, uint64_t seq,
-                                 const char *member, int64_t lease_ms,
+                                 int64_t lease_ms,
                                  int64_t expires);
 dlock__unresolved *dlock__unresolved_find_locked(struct dlock_client *c,
                                                  dlock_lock_kind_t kind,

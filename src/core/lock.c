@@ -213,7 +213,6 @@ typedef struct wait_ctx {
   int64_t token;       /* fenced: the token of the grant */
   dlock__waiter w;
   dlock__queue_entry q;
-  char member[128];
   int64_t refresh_at;  /* when the queue entry wants refreshing */
   int64_t since;       /* when the attempt that got the lock was sent */
   int64_t refused_at;  /* when the last attempt the server refused was
@@ -317,7 +316,7 @@ static void fair_leave(wait_ctx *x, int code) {
                       .lease_ms = x->lease,
                       .thread_wait_ms = x->thread_wait};
   int64_t token = 0;
-  if (c->ops->lock_leave(c->be, &a, NULL, &token) < 0)
+  if (c->ops->lock_leave(c->be, &a, 0, &token) < 0)
     dlock__log(c, DLOCK_LOG_INFO,
                "fair lock '%.200s': leaving the queue failed (%s); the entry "
                "expires in %lld ms",
@@ -328,9 +327,7 @@ static void fair_leave(wait_ctx *x, int code) {
 static int wait_and_acquire(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
-  snprintf(x->member, sizeof x->member, "%s:%" PRIu64 ":%" PRId64 "%s",
-           x->owner, x->seq, x->lease, x->l->kind == DLOCK_FENCED ? ":f" : "");
-  x->q.member = x->member;
+  x->q.seq = x->seq;
   char *own_channel = NULL; /* a fair waiter's channel is its own */
   if (x->l->kind == DLOCK_FAIR &&
       !(own_channel =
@@ -364,7 +361,7 @@ static int wait_and_acquire(wait_ctx *x) {
                         .name = x->l->name,
                         .owner = x->owner,
                         .lease_ms = x->lease};
-    int left = c->ops->lock_leave(c->be, &a, x->member, &x->token);
+    int left = c->ops->lock_leave(c->be, &a, x->seq, &x->token);
     if (left == 1) {
       rc = 1;
       x->since = sent;
@@ -374,7 +371,7 @@ static int wait_and_acquire(wait_ctx *x) {
          * reader's registration just expires) */
         pthread_mutex_lock(&c->mu);
         dlock__unresolved_add_locked(c, x->l->kind, x->l->name, x->tid, x->seq,
-                                     x->member, x->lease, x->entry_until);
+                                     x->lease, x->entry_until);
         pthread_mutex_unlock(&c->mu);
       }
       dlock__seterr(rc, "%s", saved);

@@ -77,6 +77,15 @@ typedef struct lock_keys {
   char *readturn; /* read-write: dlock_lock_rw_readturn:{name} */
 } lock_keys;
 
+/* The wait queue's member for a wait of a->owner: "<owner>:<seq>:<lease
+ * ms>", with ":f" for a fenced waiter (docs/LAYOUT.md); the release that
+ * hands over reads the lease and the grant channel's client id from it. */
+static void queue_member(char *buf, size_t n, const dlock__acquire *a,
+                         uint64_t seq) {
+  snprintf(buf, n, "%s:%" PRIu64 ":%" PRId64 "%s", a->owner, seq, a->lease_ms,
+           a->kind == DLOCK_FENCED ? ":f" : "");
+}
+
 static void keys_clear(lock_keys *k) {
   char **all[] = {&k->channel, &k->queue,   &k->timeouts, &k->token,
                   &k->grant,   &k->yield,   &k->rw_mine,  &k->rw_base,
@@ -212,8 +221,10 @@ static bool token_reply(const redisReply *rep, int64_t *token) {
 
 int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                               int64_t *token) {
-  char lease[24], ttl[24], tw[24], wfield[128];
+  char lease[24], ttl[24], tw[24], wfield[128], member[160] = "";
   snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
+  if (a->q)
+    queue_member(member, sizeof member, a, a->q->seq);
   lock_keys k;
   unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
   /* a reader asks about queued writers' grant subscriptions */
@@ -250,7 +261,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   lease,
                                   a->owner,
                                   wfield,
-                                  a->q ? a->q->member : "",
+                                  member,
                                   ttl,
                                   k.grant,
                                   RW_HELD_BACK_RECHECK_MS};
@@ -274,7 +285,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   lease,
                                   wfield,
                                   a->owner,
-                                  a->q ? a->q->member : "",
+                                  member,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0"};
     rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 6, 15, argv,
@@ -291,7 +302,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   k.timeouts,
                                   lease,
                                   a->owner,
-                                  a->q ? a->q->member : "",
+                                  member,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0",
                                   a->kind == DLOCK_FENCED ? k.token : ""};
@@ -338,9 +349,11 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   return 0;
 }
 
-int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
-                            const char *member, int64_t *token) {
+int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
+                            int64_t *token) {
   dlock__redis *r = be;
+  char member[160];
+  queue_member(member, sizeof member, a, seq);
   char lease[24], tw[24], wfield[128];
   snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
   lock_keys k;

@@ -78,8 +78,8 @@ char *dlock__redis_lock_grant_channel(void *be, dlock_lock_kind_t kind,
                                       const char *name, const char *client_id);
 int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                               int64_t *token);
-int dlock__redis_lock_leave(void *be, const dlock__acquire *a,
-                            const char *member, int64_t *token);
+int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
+                            int64_t *token);
 int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               int64_t lease_ms, const char *request_id,
