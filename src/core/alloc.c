@@ -4,6 +4,7 @@
 #include "alloc.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,12 +12,27 @@
 
 #include "error.h"
 
+/* FOR TESTS ONLY (see alloc.h): never set by the library itself. */
+bool (*_Atomic dlock__alloc_fail_hook)(size_t bytes);
+
+static bool injected_failure(size_t n, size_t size) {
+  bool (*hook)(size_t) =
+      atomic_load_explicit(&dlock__alloc_fail_hook, memory_order_acquire);
+  if (!hook || !hook(n * size))
+    return false;
+  dlock__seterr(DLOCK_ENOMEM, "out of memory allocating %zu bytes (injected)",
+                n * size);
+  return true;
+}
+
 void *dlock__calloc(size_t n, size_t size) {
   if (size != 0 && n > SIZE_MAX / size) {
     dlock__seterr(DLOCK_ENOMEM, "allocation of %zu x %zu bytes overflows", n,
                   size);
     return NULL;
   }
+  if (injected_failure(n, size))
+    return NULL;
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p)
     dlock__seterr(DLOCK_ENOMEM, "out of memory allocating %zu bytes", n * size);
@@ -29,6 +45,8 @@ void *dlock__reallocarray(void *p, size_t n, size_t size) {
                   size);
     return NULL;
   }
+  if (injected_failure(n, size))
+    return NULL;
   size_t bytes = n * size;
   void *q = realloc(p, bytes ? bytes : 1);
   if (!q)

@@ -8,7 +8,15 @@
 #ifndef DLOCK_CORE_ALLOC_H
 #define DLOCK_CORE_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
+
+/* FOR TESTS ONLY: a failure-injection hook, hidden (not exported from the
+ * shared library; a test reaches it by linking the static library). When
+ * set, dlock__calloc and dlock__reallocarray call it first with the size
+ * asked for, and fail as if out of memory when it returns true. NULL (the
+ * default) costs one atomic load per allocation. */
+extern bool (*_Atomic dlock__alloc_fail_hook)(size_t bytes);
 
 /* n * size bytes, zeroed; NULL (with DLOCK_ENOMEM detail) on overflow/OOM. */
 void *dlock__calloc(size_t n, size_t size);
