@@ -12,11 +12,15 @@
  * Registration: a backend is one dlock__backend_ops value named in the
  * table of core/registry.c (one line); the client picks it by the URL's
  * scheme and hands it the whole URL, which the backend parses itself.
- * open, close, lock_acquire and lock_release are required; every other
- * operation may be NULL, and `lock_kinds` / `sync_kinds` say which objects
- * the backend offers. The core answers a call that needs a missing one
- * with DLOCK_ENOTSUP naming the backend and the operation
- * (dlock__need_op), before anything is sent. docs/BACKENDS.md tells how a
+ * open, close, lock_acquire and lock_release are required, and so, today,
+ * are lock_channel, lock_leave, lock_renew and the watch_* group for a
+ * backend that offers any lock kind, and sync_channel with the operations
+ * of each sync kind it declares (the wait machinery calls them unchecked;
+ * docs/BACKENDS.md has the table). ping, lock_force_release, lock_query,
+ * lock_state and lock_grant_channel may be NULL, and `lock_kinds` /
+ * `sync_kinds` say which objects the backend offers: the core answers a
+ * call that needs a missing one with DLOCK_ENOTSUP naming the backend and
+ * the operation (dlock__need_op), before anything is sent. docs/BACKENDS.md tells how a
  * backend is written and what each side promises the other.
  */
 #ifndef DLOCK_CORE_BACKEND_H
@@ -29,6 +33,8 @@
 #include "core/options.h"
 #include "core/url.h"
 #include "dlock/dlock.h"
+
+struct dlock_client;
 
 /* What a hold renews: a lock field (reentrant, fair and fenced locks share
  * one), the write side or the read side of a read-write lock, or a leased
@@ -111,8 +117,12 @@ typedef struct dlock__backend_ops {
   unsigned lock_kinds;           /* bit (1u << kind) per dlock_lock_kind_t */
   unsigned sync_kinds;           /* bit (1u << kind) per dlock__sync_kind */
   /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
-   * password) and opens the backend, checking it with one round trip. */
-  int (*open)(void **be, const char *url, const struct dlock_options *opts);
+   * password) and opens the backend, checking it with one round trip.
+   * `core` is the client, for the up-calls a backend may make from any of
+   * its threads with none of its own locks held (dlock__holds_session_lost,
+   * dlock__client_poke); it outlives the backend. */
+  int (*open)(void **be, const char *url, const struct dlock_options *opts,
+              struct dlock_client *core);
   void (*close)(void *be);
   int (*ping)(void *be);
 
@@ -161,7 +171,9 @@ typedef struct dlock__backend_ops {
   int (*lock_state)(void *be, dlock_lock_kind_t kind, const char *name,
                     dlock_lock_state_t **out);
 
-  /* Watching (pub/sub); background thread only. */
+  /* Watching (pub/sub): the loop thread only, except watch_connect, which
+   * the dialling worker runs while the loop leaves the connection alone
+   * (it takes it over, whole, once the dial has finished). */
   int (*watch_connect)(void *be, int64_t deadline);
   void (*watch_disconnect)(void *be);
   int (*watch_fd)(void *be); /* -1 when not connected */

@@ -593,7 +593,7 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   }
   c->wake_rd = fds[0];
   c->wake_wr = fds[1];
-  if ((rc = c->ops->open(&c->be, url, &c->opts)))
+  if ((rc = c->ops->open(&c->be, url, &c->opts, c)))
     goto failed;
   /* start the background thread with every signal blocked */
   sigset_t all, old;

@@ -312,7 +312,9 @@ static int redis_ping(void *be) {
 }
 
 static int redis_open(void **be, const char *url,
-                      const struct dlock_options *o) {
+                      const struct dlock_options *o,
+                      struct dlock_client *core) {
+  (void)core; /* no session: each hold is renewed on its own */
   *be = NULL;
   dlock__redis *r = dlock__calloc(1, sizeof *r);
   if (!r)
