@@ -595,12 +595,7 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   c->wake_wr = fds[1];
   if ((rc = c->ops->open(&c->be, url, &c->opts, c)))
     goto failed;
-  /* start the background thread with every signal blocked */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int err = pthread_create(&c->bg, NULL, bg_main, c);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  int err = dlock__thread_start(&c->bg, bg_main, c);
   if (err) {
     rc = dlock__seterr(DLOCK_ESYS,
                        "cannot start the background thread: pthread_create: %s",

@@ -50,19 +50,24 @@ static _Atomic uint64_t next_gen; /* shared by all clients */
 
 static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h);
 
-dlock__hold *dlock__hold_reserve_locked(struct dlock_client *c,
-                                        dlock__hold_kind kind,
-                                        const char *name, uint64_t tid) {
+/* The record of (kind, name, tid or permit), made at count 0 if absent;
+ * NULL when out of memory. */
+static dlock__hold *hold_get_or_make(struct dlock_client *c,
+                                     dlock__hold_kind kind, const char *name,
+                                     uint64_t tid, const char *permit) {
   char key[KEY_MAX];
-  size_t klen = hold_key(key, kind, name, tid, NULL);
+  size_t klen = hold_key(key, kind, name, tid, permit);
   dlock__hold *h = dlock__map_get(&c->holds, key, klen);
   if (h)
     return h;
   h = dlock__calloc(1, sizeof *h);
   if (!h || !(h->name = dlock__strdup(name)) ||
+      (permit && permit[0] && !(h->permit = dlock__strdup(permit))) ||
       dlock__map_put(&c->holds, key, klen, h)) {
-    if (h)
+    if (h) {
       dlock__free(h->name);
+      dlock__free(h->permit);
+    }
     dlock__free(h);
     return NULL;
   }
@@ -70,6 +75,12 @@ dlock__hold *dlock__hold_reserve_locked(struct dlock_client *c,
   h->tid = tid;
   h->gen = ++next_gen;
   return h; /* count 0: holds nothing yet, renewed by nobody */
+}
+
+dlock__hold *dlock__hold_reserve_locked(struct dlock_client *c,
+                                        dlock__hold_kind kind,
+                                        const char *name, uint64_t tid) {
+  return hold_get_or_make(c, kind, name, tid, NULL);
 }
 
 void dlock__hold_unreserve_locked(struct dlock_client *c,
@@ -85,26 +96,10 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
                                          const char *name, uint64_t tid,
                                          const char *permit, int64_t lease_ms,
                                          bool watchdog, int64_t since) {
-  char key[KEY_MAX];
-  size_t klen = hold_key(key, kind, name, tid, permit);
-  dlock__hold *h = dlock__map_get(&c->holds, key, klen);
+  dlock__hold *h = hold_get_or_make(c, kind, name, tid, permit);
   int64_t now = since;
-  if (!h) {
-    h = dlock__calloc(1, sizeof *h);
-    if (!h || !(h->name = dlock__strdup(name)) ||
-        (permit && permit[0] && !(h->permit = dlock__strdup(permit))) ||
-        dlock__map_put(&c->holds, key, klen, h)) {
-      if (h) {
-        dlock__free(h->name);
-        dlock__free(h->permit);
-      }
-      dlock__free(h);
-      return NULL;
-    }
-    h->kind = kind;
-    h->tid = tid;
-    h->gen = ++next_gen;
-  }
+  if (!h)
+    return NULL;
   if (h->lost) {
     /* re-acquired after a loss: a fresh hold */
     h->count = 0;

@@ -16,6 +16,15 @@ void dlock__worker_init(dlock__worker *w, const char *name) {
   pthread_cond_init(&w->cv, NULL);
 }
 
+int dlock__thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(t, NULL, fn, arg);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return err;
+}
+
 static void *worker_main(void *arg) {
   dlock__worker *w = arg;
   pthread_mutex_lock(&w->mu);
@@ -50,11 +59,7 @@ int dlock__worker_submit(dlock__worker *w, dlock__job_fn fn, void *arg) {
     return dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
   }
   if (!w->started) {
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int err = pthread_create(&w->thread, NULL, worker_main, w);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int err = dlock__thread_start(&w->thread, worker_main, w);
     if (err) {
       pthread_mutex_unlock(&w->mu);
       dlock__free(j);

@@ -43,6 +43,10 @@ typedef struct dlock__worker {
   pthread_t thread;
 } dlock__worker;
 
+/* pthread_create with every signal blocked in the new thread, so the
+ * application's handlers never run on the library's threads. */
+int dlock__thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
+
 void dlock__worker_init(dlock__worker *w, const char *name);
 /* Queues fn(arg); starts the thread if needed. 0, or DLOCK_ENOMEM,
  * DLOCK_ESYS (no thread) or DLOCK_ECLOSED (stopping), with detail set;
