@@ -84,19 +84,6 @@ typedef struct dlock__acquire {
   bool try_once;          /* fair: do not join the queue on failure */
 } dlock__acquire;
 
-/* Watch events, delivered on the background thread. */
-typedef enum dlock__watch_event {
-  DLOCK__W_MESSAGE,      /* payload published on channel */
-  DLOCK__W_SUBSCRIBED,   /* the channel is now watched */
-  DLOCK__W_UNSUBSCRIBED, /* the channel is no longer watched */
-  DLOCK__W_REFUSED       /* the server refused the pending subscriptions:
-                            code and payload = its message */
-} dlock__watch_event;
-
-typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev, int code,
-                                const char *channel, size_t chlen,
-                                const char *payload, size_t plen);
-
 /* The objects of sync_* operations. A semaphore and a permit semaphore
  * share their count key and channel (Redisson's layout); a permit semaphore
  * also has the ZSET of permits in use. */
@@ -105,6 +92,20 @@ typedef enum dlock__sync_kind {
   DLOCK__SYNC_PERMIT = 1, /* permit semaphore (RPermitExpirableSemaphore) */
   DLOCK__SYNC_LATCH = 2   /* count-down latch (RCountDownLatch) */
 } dlock__sync_kind;
+
+/* What a wait waits for (core/wait.h). */
+typedef struct dlock__wait_spec {
+  bool sync;                   /* a semaphore or latch, not a lock */
+  dlock_lock_kind_t lock_kind; /* a lock's kind */
+  dlock__sync_kind sync_kind;  /* a semaphore's or latch's kind */
+  const char *name;
+  const char *owner; /* "<client-id>:<tid>" of the waiting thread */
+  uint64_t tid, seq; /* a hand-off names the wait by these */
+  int64_t need;      /* a semaphore: the permits wanted */
+} dlock__wait_spec;
+
+struct dlock__wait;
+struct pollfd;
 
 /* Release outcomes. */
 #define DLOCK__REL_DOWN 0     /* count went down, still held */
@@ -116,6 +117,10 @@ typedef struct dlock__backend_ops {
   const char *const *schemes;    /* URL schemes it serves, NULL-terminated */
   unsigned lock_kinds;           /* bit (1u << kind) per dlock_lock_kind_t */
   unsigned sync_kinds;           /* bit (1u << kind) per dlock__sync_kind */
+  /* lock kinds whose waits queue on the server (dlock__acquire.q): a
+   * release hands a queued waiter the lock (all but DLOCK_READ) or lets
+   * registered readers in first (DLOCK_READ) */
+  unsigned queue_kinds;
   /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
    * password) and opens the backend, checking it with one round trip.
    * `core` is the client, for the up-calls a backend may make from any of
@@ -126,17 +131,6 @@ typedef struct dlock__backend_ops {
   void (*close)(void *be);
   int (*ping)(void *be);
 
-  /* The channel on which `owner` (the waiting thread) is woken for a lock
-   * of this kind (fresh string, caller frees). */
-  char *(*lock_channel)(void *be, dlock_lock_kind_t kind, const char *name,
-                        const char *owner);
-  /* The channel on which releases hand this client a lock it queued for
-   * (payload "<tid>:<seq>", or "<tid>:<seq>:<token>" for a fenced waiter);
-   * NULL when the backend has no hand-off. Reentrant and fenced locks, and
-   * the write side of a read-write lock (whose readers subscribe to it
-   * too, so that a release can tell their client is alive). */
-  char *(*lock_grant_channel)(void *be, dlock_lock_kind_t kind,
-                              const char *name, const char *client_id);
   /* 1 acquired (or re-entered, or handed over while queued), *token = the
    * fencing token for a fenced lock; 0 held by another, *pttl = ms to wait
    * at most before retrying (the holder's lease, or for a fair lock the
@@ -153,12 +147,10 @@ typedef struct dlock__backend_ops {
    * is its fencing token for a fenced lock), else 0. */
   int (*lock_leave)(void *be, const dlock__acquire *a, uint64_t seq,
                     int64_t *token);
-  /* DLOCK__REL_*; request_id makes a retried release idempotent.
-   * `watching`: this client is subscribed to the lock's wake channel (so it
-   * is not an outsider that a release should yield to). */
+  /* DLOCK__REL_*; request_id makes a retried release idempotent. */
   int (*lock_release)(void *be, dlock_lock_kind_t kind, const char *name,
                       const char *owner, int64_t lease_ms,
-                      const char *request_id, bool watching);
+                      const char *request_id);
   int (*lock_force_release)(void *be, dlock_lock_kind_t kind, const char *name,
                             bool *deleted);
   /* Renews every item in as few round trips as the backend allows, giving
@@ -171,24 +163,28 @@ typedef struct dlock__backend_ops {
   int (*lock_state)(void *be, dlock_lock_kind_t kind, const char *name,
                     dlock_lock_state_t **out);
 
-  /* Watching (pub/sub): the loop thread only, except watch_connect, which
-   * the dialling worker runs while the loop leaves the connection alone
-   * (it takes it over, whole, once the dial has finished). */
-  int (*watch_connect)(void *be, int64_t deadline);
-  void (*watch_disconnect)(void *be);
-  int (*watch_fd)(void *be); /* -1 when not connected */
-  bool (*watch_want_write)(void *be);
-  int (*watch_flush)(void *be);
-  int (*watch_subscribe)(void *be, bool subscribe, const char *const *chans,
-                         const size_t *lens, size_t n);
-  /* Reads what arrived and reports events; <0 when the connection died. */
-  int (*watch_read)(void *be, dlock__watch_fn fn, void *ud);
+  /* Waiting (core/wait.h), from caller threads. wait_begin registers
+   * w (w->spec says what for; the backend keeps its state in w->reg) and
+   * arms nothing yet; wait_arm asks for the wake-up path (with
+   * only_if_ready: only if it is armed already) and returns whether it is
+   * armed; wait_can_queue tells whether an attempt may queue for a
+   * hand-off now; wait_end unregisters, passing on an unused wake when
+   * pass_wake. The backend reports through the up-calls of wait.h. */
+  int (*wait_begin)(void *be, struct dlock__wait *w);
+  bool (*wait_arm)(void *be, struct dlock__wait *w, bool only_if_ready);
+  bool (*wait_can_queue)(void *be, struct dlock__wait *w);
+  void (*wait_end)(void *be, struct dlock__wait *w, bool pass_wake);
+
+  /* The event loop (client.c), loop thread only; both may be NULL (a
+   * backend with threads of its own). loop_prepare fills at most max
+   * descriptors to poll and may lower *until (a deadline it needs);
+   * it must not block. loop_dispatch gets them back after poll(). */
+  int (*loop_prepare)(void *be, int64_t now, struct pollfd *fds, int max,
+                      int64_t *until);
+  void (*loop_dispatch)(void *be, int64_t now, const struct pollfd *fds,
+                        int n);
 
   /* Semaphores and latches (sync.c in the Redis backend) */
-  /* The channel on which changes of the object are announced (fresh
-   * string, caller frees): a semaphore's payload is its new count of
-   * available permits, a latch's is "0" (reached zero) or "1" (new count). */
-  char *(*sync_channel)(void *be, dlock__sync_kind kind, const char *name);
   /* Semaphore or permit semaphore: sets the count to `permits` if the key
    * does not exist (and announces it); *set tells whether it did. */
   int (*sem_set)(void *be, const char *name, int64_t permits, bool *set);
@@ -225,6 +221,18 @@ typedef struct dlock__backend_ops {
   /* Deletes the latch, releasing its waiters; *existed tells. */
   int (*latch_delete)(void *be, const char *name, bool *existed);
 } dlock__backend_ops;
+
+/* Up-calls a backend may make, from any thread, with its own mutexes held
+ * or not (they take client->mu at most; see also core/wait.h). */
+/* Interrupts the event loop's poll(): it calls loop_prepare again. */
+void dlock__client_poke(struct dlock_client *c);
+/* Runs fn(arg) on the client's dialling worker (a blocking connect off the
+ * event loop); 0, or an error with detail set (fn then never runs). */
+int dlock__client_run_dial(struct dlock_client *c, void (*fn)(void *),
+                           void *arg);
+/* The user's log callback, if any, at `level` or below. */
+void dlock__log(struct dlock_client *c, dlock_log_level_t level,
+                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Registry (core/registry.c): the backend serving url's scheme, or NULL
  * with DLOCK_EURL set (unknown scheme, naming the schemes known). */

@@ -30,9 +30,6 @@ struct dlock_lock {
   struct dlock_client *client;
   dlock_lock_kind_t kind;
   char *name;
-  char *channel; /* the backend's wake channel (NULL for a fair lock: each
-                    waiting thread has its own) */
-  char *grant;   /* this client's hand-off channel for it, or NULL */
   struct dlock_lock *prev, *next; /* client's list of handles, under mu */
 };
 
@@ -43,7 +40,6 @@ typedef struct dlock__sync {
   struct dlock_client *client;
   dlock__sync_kind kind;
   char *name;
-  char *channel;                   /* the backend's change channel */
   struct dlock__sync *prev, *next; /* client's list of handles, under mu */
 } dlock__sync;
 
@@ -81,12 +77,7 @@ struct dlock_client {
   int64_t vouch_due;        /* earliest vouching deadline of a hold */
   bool renew_busy;          /* a renewal pass is on the renewal worker */
   bool lost_pending;        /* holds marked lost wait to be reported */
-  dlock__map chans;         /* channel -> dlock__chan */
-  bool watch_up;            /* pub/sub connection established */
-  bool dialing;             /* the dial worker is connecting it */
-  bool dial_done;           /* ... and finished: dial_rc, dial_err */
-  int dial_rc;
-  char dial_err[256];
+  struct dlock__wait *waits; /* live waits, for dlock_client_free */
   dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
   bool settle_busy;         /* a settling pass is on the settling worker */
@@ -108,10 +99,6 @@ int dlock__call_begin(struct dlock_client *c, const char *fn);
 void dlock__call_end(struct dlock_client *c);
 /* True while dlock_client_free() is tearing the client down. */
 bool dlock__client_stopping(struct dlock_client *c);
-/* Interrupts the background thread's poll(). Any thread, mu held or not. */
-void dlock__client_poke(struct dlock_client *c);
-void dlock__log(struct dlock_client *c, dlock_log_level_t level,
-                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Checks a lock, semaphore or latch name (non-empty, at most
  * DLOCK_NAME_MAX bytes, not in dlock's reserved "dlock_lock_" space). */
 int dlock__check_name(const char *name, const char *fn);

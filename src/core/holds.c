@@ -635,7 +635,7 @@ void dlock__unresolved_run(struct dlock_client *c) {
       rc = dlock__uuid(req);
       if (rc == 0)
         rc = c->ops->lock_release(c->be, j->kind, j->name, owner, j->lease_ms,
-                                  req, false);
+                                  req);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",
                  j->name, rc < 0 ? dlock_last_error() : "done");

@@ -116,7 +116,7 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
   int64_t bound;
   rc = at_zero(h, &bound);
   if (rc == 0 && wait_ms != 0)
-    rc = dlock__sync_wait(h, DLOCK__WAKE_ALL, 0, deadline, at_zero, h);
+    rc = dlock__sync_wait(h, 0, deadline, at_zero, h);
   if (rc == 0)
     rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
                        "latch '%.200s': %s", h->name,

@@ -39,7 +39,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/holds.h"
-#include "core/waiters.h"
+#include "core/wait.h"
 
 /* Validates the handle and enters a call on its client (see
  * dlock__call_begin); every success is paired with call_end(l). */
@@ -75,20 +75,8 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
                         kind_names[kind]);
   if (rc)
     return rc;
-  /* readers subscribe to the grant channel too, though they are never
-   * handed the lock: the channel is shared with the writers of the name,
-   * and a release tells a registered reader's client is alive by it */
-  bool handoff = kind != DLOCK_FAIR;
   dlock_lock_t *l = dlock__calloc(1, sizeof *l);
-  if (!l || !(l->name = dlock__strdup(name)) ||
-      (kind != DLOCK_FAIR &&
-       !(l->channel = c->ops->lock_channel(c->be, kind, name, NULL))) ||
-      (handoff && c->ops->lock_grant_channel &&
-       !(l->grant = c->ops->lock_grant_channel(c->be, kind, name, c->id)))) {
-    if (l) {
-      dlock__free(l->name);
-      dlock__free(l->channel);
-    }
+  if (!l || !(l->name = dlock__strdup(name))) {
     dlock__free(l);
     return DLOCK_ENOMEM;
   }
@@ -125,7 +113,9 @@ static dlock__hold_kind hold_kind(dlock_lock_kind_t kind) {
 
 /* Waits on the server: reentrant, fenced and write waiters queue for a
  * hand-off, readers register as waiting (never handed the lock). */
-static bool has_handoff(const dlock_lock_t *l) { return l->grant != NULL; }
+static bool has_handoff(const dlock_lock_t *l) {
+  return (l->client->ops->queue_kinds & (1u << l->kind)) != 0;
+}
 
 /* A wait that may be handed the lock (its grant must be resolved). */
 static bool takes_grants(const dlock_lock_t *l) {
@@ -162,8 +152,6 @@ void dlock_lock_free(dlock_lock_t *l) {
       pthread_mutex_unlock(&c->mu);
   }
   dlock__free(l->name);
-  dlock__free(l->channel);
-  dlock__free(l->grant);
   dlock__free(l);
 }
 
@@ -211,7 +199,8 @@ typedef struct wait_ctx {
   int64_t deadline;
   int64_t thread_wait; /* fair: how long the queue keeps us without news */
   int64_t token;       /* fenced: the token of the grant */
-  dlock__waiter w;
+  dlock__wait_spec spec;
+  dlock__wait w;
   dlock__queue_entry q;
   int64_t refresh_at;  /* when the queue entry wants refreshing */
   int64_t since;       /* when the attempt that got the lock was sent */
@@ -265,23 +254,23 @@ static int wait_loop(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   int64_t pttl = -1;
   /* already watching (a lingering subscription): this attempt can queue */
-  dlock__waiter_want(c, &x->w, true);
-  int rc = attempt(x, dlock__waiter_can_queue(c, &x->w), &pttl);
+  dlock__wait_arm(&x->w, true);
+  int rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl);
   if (rc != 0)
     return rc;
-  if (!dlock__waiter_subscribed(c, &x->w)) {
-    dlock__waiter_want(c, &x->w, false);
+  if (!dlock__wait_is_ready(&x->w)) {
+    dlock__wait_arm(&x->w, false);
     int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
     if (sub_deadline > x->deadline)
       sub_deadline = x->deadline;
-    dlock__waiter_await_subscription(c, &x->w, sub_deadline);
-    if ((rc = dlock__waiter_error(c, &x->w)) != 0)
+    dlock__wait_await_ready(&x->w, sub_deadline);
+    if ((rc = dlock__wait_error(&x->w)) != 0)
       return rc;
-    if ((rc = attempt(x, dlock__waiter_can_queue(c, &x->w), &pttl)) != 0)
+    if ((rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl)) != 0)
       return rc;
   }
   for (;;) {
-    if (dlock__waiter_granted(c, &x->w))
+    if (dlock__wait_granted(&x->w))
       return 1;
     int64_t now = dlock__now_ms();
     if (now >= x->deadline)
@@ -295,10 +284,10 @@ static int wait_loop(wait_ctx *x) {
       until = now + nap;
     if ((x->q.queued || x->l->kind == DLOCK_FAIR) && x->refresh_at < until)
       until = x->refresh_at;
-    dlock__waiter_sleep(c, &x->w, until);
-    if (dlock__waiter_granted(c, &x->w))
+    dlock__wait_sleep(&x->w, until);
+    if (dlock__wait_granted(&x->w))
       return 1;
-    if ((rc = attempt(x, dlock__waiter_can_queue(c, &x->w), &pttl)) != 0)
+    if ((rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl)) != 0)
       return rc;
   }
 }
@@ -328,20 +317,17 @@ static int wait_and_acquire(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
   x->q.seq = x->seq;
-  char *own_channel = NULL; /* a fair waiter's channel is its own */
-  if (x->l->kind == DLOCK_FAIR &&
-      !(own_channel =
-            c->ops->lock_channel(c->be, DLOCK_FAIR, x->l->name, x->owner)))
-    return DLOCK_ENOMEM;
-  int rc = dlock__waiter_begin(
-      c, &x->w, x->l->name, own_channel ? own_channel : x->l->channel,
-      x->l->grant, x->tid, x->seq, DLOCK__WAKE_LOCK, 1);
-  if (rc) {
-    dlock__free(own_channel);
+  x->spec = (dlock__wait_spec){.lock_kind = x->l->kind,
+                                .name = x->l->name,
+                                .owner = x->owner,
+                                .tid = x->tid,
+                                .seq = x->seq,
+                                .need = 1};
+  int rc = dlock__wait_begin(c, &x->w, &x->spec);
+  if (rc)
     return rc;
-  }
   rc = wait_loop(x);
-  if (dlock__waiter_granted(c, &x->w)) {
+  if (dlock__wait_granted(&x->w)) {
     /* the grant came by message (maybe while the last step failed: the
      * grant stands). Its lease started when the release ran, which was
      * after the server refused our last attempt (a grant would have made
@@ -349,7 +335,7 @@ static int wait_and_acquire(wait_ctx *x) {
      * the moment the message was read is not (it can be late). */
     rc = 1;
     x->since = x->refused_at;
-    x->token = dlock__waiter_grant_token(c, &x->w);
+    x->token = dlock__wait_grant_token(&x->w);
   } else if (rc != 1 && x->l->kind == DLOCK_FAIR) {
     fair_leave(x, rc);
   } else if (rc != 1 && x->q.queued) {
@@ -377,8 +363,7 @@ static int wait_and_acquire(wait_ctx *x) {
       dlock__seterr(rc, "%s", saved);
     }
   }
-  dlock__waiter_end(c, &x->w);
-  dlock__free(own_channel);
+  dlock__wait_end(&x->w);
   return rc;
 }
 
@@ -532,13 +517,10 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
    * id (so is a user's retry after an error: the id is kept in the hold).
    * On a retry "not owner" means the first attempt released the lock. */
   bool retry = h_had_id;
-  bool watching = l->channel && dlock__client_watching(c, l->channel);
-  int out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req,
-                                 watching);
+  int out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req);
   if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
     retry = true;
-    out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req,
-                               watching);
+    out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req);
   }
   if (out == DLOCK__REL_NOTOWNER && retry)
     out = DLOCK__REL_FREED;

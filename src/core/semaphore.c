@@ -140,7 +140,7 @@ int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
   int64_t bound;
   rc = sem_attempt(&t, &bound);
   if (rc == 0 && wait_ms != 0)
-    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, permits, deadline, sem_attempt,
+    rc = dlock__sync_wait(h, permits, deadline, sem_attempt,
                           &t);
   if (rc == 0)
     rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
@@ -274,7 +274,7 @@ int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
   int64_t bound;
   rc = psem_attempt(&t, &bound);
   if (rc == 0 && wait_ms != 0)
-    rc = dlock__sync_wait(h, DLOCK__WAKE_COUNT, 1, deadline, psem_attempt,
+    rc = dlock__sync_wait(h, 1, deadline, psem_attempt,
                           &t);
   if (rc == 0)
     rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,

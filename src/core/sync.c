@@ -42,10 +42,7 @@ int dlock__sync_new(struct dlock_client *c, const char *name,
   if (rc)
     return rc;
   dlock__sync *h = dlock__calloc(1, sizeof *h);
-  if (!h || !(h->name = dlock__strdup(name)) ||
-      !(h->channel = c->ops->sync_channel(c->be, kind, name))) {
-    if (h)
-      dlock__free(h->name);
+  if (!h || !(h->name = dlock__strdup(name))) {
     dlock__free(h);
     return DLOCK_ENOMEM;
   }
@@ -91,7 +88,6 @@ void dlock__sync_free(dlock__sync *h, uint32_t magic,
     h->magic = DLOCK__DEAD_MAGIC;
   }
   dlock__free(h->name);
-  dlock__free(h->channel);
   dlock__free(h);
 }
 
@@ -112,24 +108,27 @@ int dlock__sync_call_end(const dlock__sync *h, int rc) {
 
 static _Atomic uint64_t wait_seq; /* tells one wait from the next */
 
-int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t need,
-                     int64_t deadline, dlock__sync_attempt_fn attempt,
-                     void *ctx) {
+int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
+                     dlock__sync_attempt_fn attempt, void *ctx) {
   struct dlock_client *c = h->client;
-  dlock__waiter w;
-  uint64_t seq = atomic_fetch_add(&wait_seq, 1) + 1;
-  int rc = dlock__waiter_begin(c, &w, h->name, h->channel, NULL,
-                               dlock_thread_id(), seq, mode, need);
+  dlock__wait w;
+  dlock__wait_spec spec = {.sync = true,
+                           .sync_kind = h->kind,
+                           .name = h->name,
+                           .tid = dlock_thread_id(),
+                           .seq = atomic_fetch_add(&wait_seq, 1) + 1,
+                           .need = need > 0 ? need : 1};
+  int rc = dlock__wait_begin(c, &w, &spec);
   if (rc)
     return rc;
-  if (!dlock__waiter_want(c, &w, false)) {
+  if (!dlock__wait_arm(&w, false)) {
     int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
     if (sub_deadline > deadline)
       sub_deadline = deadline;
     /* not subscribed by then: attempt anyway; the confirmation, when it
      * comes, wakes this waiter for another attempt */
-    dlock__waiter_await_subscription(c, &w, sub_deadline);
-    rc = dlock__waiter_error(c, &w);
+    dlock__wait_await_ready(&w, sub_deadline);
+    rc = dlock__wait_error(&w);
   }
   while (rc == 0) {
     if (dlock__client_stopping(c)) {
@@ -145,8 +144,8 @@ int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t need,
     int64_t until = deadline;
     if (bound >= 0 && bound < until - now) /* no overflow on a huge bound */
       until = now + (bound > 0 ? bound : 1);
-    dlock__waiter_sleep(c, &w, until);
+    dlock__wait_sleep(&w, until);
   }
-  dlock__waiter_end(c, &w);
+  dlock__wait_end(&w);
   return rc;
 }

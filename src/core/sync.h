@@ -1,7 +1,7 @@
 /*
  * sync.h - what semaphores, permit semaphores and latches share: their
  * handles (one struct, dlock__sync, told apart by its magic) and the wait
- * for a change announced on the object's channel.
+ * for a change of the object (core/wait.h).
  */
 #ifndef DLOCK_CORE_SYNC_H
 #define DLOCK_CORE_SYNC_H
@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "core/client.h"
-#include "core/waiters.h"
+#include "core/wait.h"
 
 /* Creates a handle of `kind` with `magic` and links it into the client's
  * list. 0 or DLOCK_E* (*out NULL then). */
@@ -32,13 +32,11 @@ int dlock__sync_call_end(const dlock__sync *h, int rc);
 typedef int (*dlock__sync_attempt_fn)(void *ctx, int64_t *bound_ms);
 
 /* Waits for the attempt to succeed, after one that failed: registers a
- * waiter on the handle's channel (need: the permits a DLOCK__WAKE_COUNT
- * waiter asks for), waits for the subscription, attempts
- * again, and then sleeps until a message, a pub/sub reconnect, the bound
- * or the deadline before each further attempt. Never polls. 1 done, 0 the
- * deadline passed, <0 error. */
-int dlock__sync_wait(dlock__sync *h, dlock__wake_mode mode, int64_t need,
-                     int64_t deadline, dlock__sync_attempt_fn attempt,
-                     void *ctx);
+ * wait with the backend (need: the permits a semaphore waiter asks for),
+ * waits until its wake-up path is armed, attempts again, and then sleeps
+ * until a wake-up, the bound or the deadline before each further attempt.
+ * Never polls. 1 done, 0 the deadline passed, <0 error. */
+int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
+                     dlock__sync_attempt_fn attempt, void *ctx);
 
 #endif

@@ -436,8 +436,7 @@ static int release_outcome(redisReply *rep, bool counted) {
 
 int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
-                              int64_t lease_ms, const char *request_id,
-                              bool watching) {
+                              int64_t lease_ms, const char *request_id) {
   dlock__redis *r = be;
   char lease[24], latch[24], wfield[128];
   snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
@@ -446,6 +445,11 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
   int rc = keys_make(&k, kind, name, owner, KM_ALL);
   if (rc)
     return rc;
+  /* this client is subscribed to the lock's wake channel, so it is not an
+   * outsider that a release should yield to (a fair waiter's channel is
+   * its own: no such question) */
+  bool watching =
+      kind != DLOCK_FAIR && k.channel && dlock__redis_watching(r, k.channel);
   char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
   char *latch_key =
       latch_prefix ? dlock__asprintf("%s:%s", latch_prefix, request_id) : NULL;

@@ -285,6 +285,7 @@ static void redis_close(void *be) {
   if (!r)
     return;
   dlock__redis_watch_disconnect(r);
+  dlock__redis_channels_free(r);
   for (int i = 0; i < r->nidle; i++)
     dlock__conn_close(r->idle[i]);
   dlock__free(r->idle);
@@ -314,12 +315,17 @@ static int redis_ping(void *be) {
 static int redis_open(void **be, const char *url,
                       const struct dlock_options *o,
                       struct dlock_client *core) {
-  (void)core; /* no session: each hold is renewed on its own */
   *be = NULL;
   dlock__redis *r = dlock__calloc(1, sizeof *r);
   if (!r)
     return DLOCK_ENOMEM;
   pthread_mutex_init(&r->pool_mu, NULL);
+  if (dlock__redis_channels_init(r)) {
+    redis_close(r);
+    return DLOCK_ENOMEM;
+  }
+  r->core = core; /* no session: each hold is renewed on its own */
+  snprintf(r->client_id, sizeof r->client_id, "%s", dlock_client_id(core));
   int prc = dlock__url_parse(url, &r->ep_parsed);
   if (prc) {
     redis_close(r);
@@ -368,11 +374,11 @@ const dlock__backend_ops dlock__redis_backend = {
                   (1u << DLOCK_WRITE),
     .sync_kinds = (1u << DLOCK__SYNC_SEM) | (1u << DLOCK__SYNC_PERMIT) |
                   (1u << DLOCK__SYNC_LATCH),
+    .queue_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) |
+                   (1u << DLOCK_READ) | (1u << DLOCK_WRITE),
     .open = redis_open,
     .close = redis_close,
     .ping = redis_ping,
-    .lock_channel = dlock__redis_lock_channel,
-    .lock_grant_channel = dlock__redis_lock_grant_channel,
     .lock_acquire = dlock__redis_lock_acquire,
     .lock_leave = dlock__redis_lock_leave,
     .lock_release = dlock__redis_lock_release,
@@ -380,14 +386,12 @@ const dlock__backend_ops dlock__redis_backend = {
     .lock_renew = dlock__redis_lock_renew,
     .lock_query = dlock__redis_lock_query,
     .lock_state = dlock__redis_lock_state,
-    .watch_connect = dlock__redis_watch_connect,
-    .watch_disconnect = dlock__redis_watch_disconnect,
-    .watch_fd = dlock__redis_watch_fd,
-    .watch_want_write = dlock__redis_watch_want_write,
-    .watch_flush = dlock__redis_watch_flush,
-    .watch_subscribe = dlock__redis_watch_subscribe,
-    .watch_read = dlock__redis_watch_read,
-    .sync_channel = dlock__redis_sync_channel,
+    .wait_begin = dlock__redis_wait_begin,
+    .wait_arm = dlock__redis_wait_arm,
+    .wait_can_queue = dlock__redis_wait_can_queue,
+    .wait_end = dlock__redis_wait_end,
+    .loop_prepare = dlock__redis_loop_prepare,
+    .loop_dispatch = dlock__redis_loop_dispatch,
     .sem_set = dlock__redis_sem_set,
     .sem_add = dlock__redis_sem_add,
     .sem_acquire = dlock__redis_sem_acquire,

@@ -11,7 +11,25 @@
 #include "net/conn.h"
 #include "redis/scripts.h"
 
+/* The waits' channels and the watch connection's state (channels.c). */
+typedef struct dlock__redis_watch dlock__redis_watch;
+
+/* Watch events (watch.c -> channels.c), loop thread. */
+typedef enum dlock__watch_event {
+  DLOCK__W_MESSAGE,      /* payload published on channel */
+  DLOCK__W_SUBSCRIBED,   /* the channel is now watched */
+  DLOCK__W_UNSUBSCRIBED, /* the channel is no longer watched */
+  DLOCK__W_REFUSED       /* the server refused the pending subscriptions:
+                            code and payload = its message */
+} dlock__watch_event;
+
+typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev, int code,
+                                const char *channel, size_t chlen,
+                                const char *payload, size_t plen);
+
 typedef struct dlock__redis {
+  struct dlock_client *core; /* for up-calls; outlives us */
+  char client_id[40];        /* names this client's grant channels */
   dlock__endpoint ep_parsed; /* from the URL given to open */
   const dlock__endpoint *ep; /* = &ep_parsed */
   int64_t connect_timeout_ms;
@@ -27,7 +45,9 @@ typedef struct dlock__redis {
   dlock__conn **idle;
   int nidle;
 
-  dlock__conn *watch; /* background thread only */
+  dlock__conn *watch; /* the event loop thread only */
+  pthread_mutex_t wmu; /* guards *ws but its loop-only fields (channels.c) */
+  dlock__redis_watch *ws;
 } dlock__redis;
 
 /* Connects and runs the handshake (AUTH, SELECT, CLIENT SETNAME) within
@@ -82,8 +102,7 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
                             int64_t *token);
 int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
-                              int64_t lease_ms, const char *request_id,
-                              bool watching);
+                              int64_t lease_ms, const char *request_id);
 int dlock__redis_lock_force_release(void *be, dlock_lock_kind_t kind,
                                     const char *name, bool *deleted);
 int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
@@ -117,11 +136,23 @@ int dlock__redis_latch_count_down(void *be, const char *name);
 int dlock__redis_latch_count(void *be, const char *name, int64_t *out);
 int dlock__redis_latch_delete(void *be, const char *name, bool *existed);
 
-/* watch.c */
-int dlock__redis_watch_connect(void *be, int64_t deadline);
+/* channels.c: waits and the event loop's hooks */
+int dlock__redis_channels_init(dlock__redis *r);
+void dlock__redis_channels_free(dlock__redis *r);
+int dlock__redis_wait_begin(void *be, struct dlock__wait *w);
+bool dlock__redis_wait_arm(void *be, struct dlock__wait *w,
+                           bool only_if_ready);
+bool dlock__redis_wait_can_queue(void *be, struct dlock__wait *w);
+void dlock__redis_wait_end(void *be, struct dlock__wait *w, bool pass_wake);
+int dlock__redis_loop_prepare(void *be, int64_t now, struct pollfd *fds,
+                              int max, int64_t *until);
+void dlock__redis_loop_dispatch(void *be, int64_t now,
+                                const struct pollfd *fds, int n);
+/* True when this client is subscribed to `channel` now. */
+bool dlock__redis_watching(dlock__redis *r, const char *channel);
+
+/* watch.c: the watch connection itself (loop thread) */
 void dlock__redis_watch_disconnect(void *be);
-int dlock__redis_watch_fd(void *be);
-bool dlock__redis_watch_want_write(void *be);
 int dlock__redis_watch_flush(void *be);
 int dlock__redis_watch_subscribe(void *be, bool subscribe,
                                  const char *const *chans, const size_t *lens,

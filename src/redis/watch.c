@@ -1,12 +1,11 @@
 /*
- * watch.c - the Redis pub/sub connection of a client (background thread).
- *
- * One connection per client, opened lazily when the first waiter needs a
- * channel and kept while channels are subscribed. The background thread
- * owns it completely: it writes SUBSCRIBE/UNSUBSCRIBE (non-blocking, the
- * rest flushed when poll() says writable) and reads push messages, turning
- * them into dlock__watch_event callbacks. Any failure closes it; the core
- * then wakes every waiter (messages may have been lost) and reconnects.
+ * watch.c - the Redis pub/sub connection of a client: writing
+ * (UN)SUBSCRIBE without blocking and turning what it reads into
+ * dlock__watch_event callbacks. channels.c decides what to subscribe and
+ * dials it (on the client's dialling worker); from then on the event loop
+ * thread owns it completely. Any failure is returned; channels.c then
+ * closes it, disarms every wait (messages may have been lost) and dials
+ * again.
  */
 #include <string.h>
 
@@ -15,26 +14,10 @@
 #include "core/error.h"
 #include "redis/redis.h"
 
-int dlock__redis_watch_connect(void *be, int64_t deadline) {
-  dlock__redis *r = be;
-  dlock__redis_watch_disconnect(r);
-  return dlock__redis_dial(r, false, deadline, &r->watch);
-}
-
 void dlock__redis_watch_disconnect(void *be) {
   dlock__redis *r = be;
   dlock__conn_close(r->watch);
   r->watch = NULL;
-}
-
-int dlock__redis_watch_fd(void *be) {
-  dlock__redis *r = be;
-  return r->watch ? dlock__conn_fd(r->watch) : -1;
-}
-
-bool dlock__redis_watch_want_write(void *be) {
-  dlock__redis *r = be;
-  return r->watch && dlock__conn_want_write(r->watch);
 }
 
 int dlock__redis_watch_flush(void *be) {

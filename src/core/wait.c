@@ -1,0 +1,188 @@
+/*
+ * wait.c - waits and their up-calls (see wait.h).
+ *
+ * Every field a waiter and its backend share is under client->mu; the
+ * waiter sleeps on its own condition variable with that mutex. The backend
+ * is called with no core mutex held.
+ */
+#include "core/wait.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/holds.h"
+
+int dlock__wait_begin(struct dlock_client *c, dlock__wait *w,
+                      const dlock__wait_spec *spec) {
+  memset(w, 0, sizeof *w);
+  w->c = c;
+  w->spec = spec;
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&w->cond, &attr);
+  pthread_condattr_destroy(&attr);
+  int rc = c->ops->wait_begin(c->be, w);
+  if (rc) {
+    pthread_cond_destroy(&w->cond);
+    return rc;
+  }
+  pthread_mutex_lock(&c->mu);
+  w->next = c->waits;
+  if (c->waits)
+    c->waits->prev = w;
+  c->waits = w;
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+bool dlock__wait_arm(dlock__wait *w, bool only_if_ready) {
+  return w->c->ops->wait_arm(w->c->be, w, only_if_ready);
+}
+
+bool dlock__wait_is_ready(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  bool ok = w->ready;
+  pthread_mutex_unlock(&w->c->mu);
+  return ok;
+}
+
+bool dlock__wait_can_queue(dlock__wait *w) {
+  return w->c->ops->wait_can_queue(w->c->be, w);
+}
+
+int dlock__wait_error(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  int rc = w->err;
+  if (rc)
+    dlock__seterr(rc, "%s", w->errmsg);
+  pthread_mutex_unlock(&w->c->mu);
+  return rc;
+}
+
+bool dlock__wait_granted(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  bool g = w->granted;
+  pthread_mutex_unlock(&w->c->mu);
+  return g;
+}
+
+int64_t dlock__wait_grant_token(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  int64_t t = w->granted ? w->token : 0;
+  pthread_mutex_unlock(&w->c->mu);
+  return t;
+}
+
+bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline) {
+  struct dlock_client *c = w->c;
+  struct timespec ts;
+  dlock__deadline_timespec(deadline, &ts);
+  pthread_mutex_lock(&c->mu);
+  while (!w->ready && !w->granted && !w->err && !c->stopping &&
+         dlock__now_ms() < deadline) {
+    if (deadline == DLOCK__NEVER)
+      pthread_cond_wait(&w->cond, &c->mu);
+    else
+      pthread_cond_timedwait(&w->cond, &c->mu, &ts);
+  }
+  bool ok = w->ready;
+  /* the retry that follows sees everything a pending wake announced */
+  w->woken = false;
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
+
+bool dlock__wait_sleep(dlock__wait *w, int64_t until) {
+  struct dlock_client *c = w->c;
+  struct timespec ts;
+  dlock__deadline_timespec(until, &ts);
+  pthread_mutex_lock(&c->mu);
+  while (!w->woken && !w->granted && !c->stopping && dlock__now_ms() < until) {
+    if (until == DLOCK__NEVER)
+      pthread_cond_wait(&w->cond, &c->mu);
+    else
+      pthread_cond_timedwait(&w->cond, &c->mu, &ts);
+  }
+  bool woken = w->woken;
+  w->woken = false;
+  pthread_mutex_unlock(&c->mu);
+  return woken;
+}
+
+void dlock__wait_end(dlock__wait *w) {
+  struct dlock_client *c = w->c;
+  pthread_mutex_lock(&c->mu);
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    c->waits = w->next;
+  if (w->next)
+    w->next->prev = w->prev;
+  /* a wake this waiter did not use goes to another waiter of the lock */
+  bool pass_wake = w->woken && !w->granted;
+  pthread_mutex_unlock(&c->mu);
+  c->ops->wait_end(c->be, w, pass_wake);
+  pthread_cond_destroy(&w->cond);
+}
+
+/* ------------------------------------------------------------ up-calls */
+
+void dlock__wait_wake(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  w->woken = true;
+  pthread_cond_signal(&w->cond);
+  pthread_mutex_unlock(&w->c->mu);
+}
+
+void dlock__wait_grant(dlock__wait *w, int64_t token) {
+  pthread_mutex_lock(&w->c->mu);
+  w->granted = true;
+  w->token = token;
+  w->woken = true;
+  pthread_cond_signal(&w->cond);
+  pthread_mutex_unlock(&w->c->mu);
+}
+
+void dlock__wait_fail(dlock__wait *w, int code, const char *msg) {
+  pthread_mutex_lock(&w->c->mu);
+  w->err = code;
+  snprintf(w->errmsg, sizeof w->errmsg, "%s", msg ? msg : "");
+  w->woken = true;
+  pthread_cond_signal(&w->cond);
+  pthread_mutex_unlock(&w->c->mu);
+}
+
+void dlock__wait_set_ready(dlock__wait *w, bool ready, bool wake) {
+  pthread_mutex_lock(&w->c->mu);
+  w->ready = ready;
+  /* armed: retry (a release may have come before); disarmed: messages may
+   * have been lost, retry too */
+  if (wake) {
+    w->woken = true;
+    pthread_cond_signal(&w->cond);
+  }
+  pthread_mutex_unlock(&w->c->mu);
+}
+
+bool dlock__wait_is_woken(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  bool woken = w->woken;
+  pthread_mutex_unlock(&w->c->mu);
+  return woken;
+}
+
+void dlock__wait_orphan_grant(struct dlock_client *c, uint64_t tid,
+                              uint64_t seq) {
+  pthread_mutex_lock(&c->mu);
+  dlock__unresolved_grant_locked(c, tid, seq);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__waits_wake_all_locked(struct dlock_client *c) {
+  for (dlock__wait *w = c->waits; w; w = w->next)
+    pthread_cond_signal(&w->cond);
+}

@@ -1,0 +1,100 @@
+/*
+ * wait.h - a thread waiting for a lock, a semaphore or a latch, in terms any
+ * backend can serve.
+ *
+ * A waiting caller thread owns one dlock__wait. It asks its backend to
+ * register it (wait_begin) and to arm the backend's wake-up path
+ * (wait_arm: Redis subscribes a channel; a watch-the-predecessor backend
+ * would arm its watch with the attempt itself), then retries its attempt
+ * each time the backend says one of:
+ *   - try again  (dlock__wait_wake: a release, a watch that fired, a
+ *                 reconnect after which a message may have been lost);
+ *   - granted    (dlock__wait_grant: a release handed this wait the lock,
+ *                 with its fencing token; the caller returns at once);
+ *   - failed     (dlock__wait_fail: the wake-up path was refused);
+ *   - ready      (dlock__wait_set_ready: the wake-up path is armed, or no
+ *                 longer is), which usually also counts as "try again".
+ * Between attempts it sleeps on its condition variable for at most the
+ * time its last attempt bounded (the holder's lease, its deadline).
+ *
+ * The backend keeps whatever it needs (channels, watches, queues) in its
+ * own registration (w->reg) under its own mutex, and calls the up-calls
+ * below from any of its threads (the event loop, a library thread of its
+ * own) with its mutex held or not: an up-call only takes client->mu, and
+ * the core never calls a backend with client->mu held (lock order: backend
+ * mutex, then client->mu).
+ *
+ * The client keeps every live wait on a list, so that dlock_client_free()
+ * can wake them all.
+ */
+#ifndef DLOCK_CORE_WAIT_H
+#define DLOCK_CORE_WAIT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+
+struct dlock_client;
+
+typedef struct dlock__wait {
+  struct dlock_client *c;
+  const dlock__wait_spec *spec; /* what it waits for; outlives the wait */
+  void *reg;                    /* the backend's registration */
+  pthread_cond_t cond;
+  struct dlock__wait *prev, *next; /* client->waits, under client->mu */
+  /* --- under client->mu --- */
+  bool woken;    /* try again; cleared by the waiter that consumes it */
+  bool ready;    /* the backend's wake-up path is armed */
+  bool granted;  /* a release handed this wait the lock */
+  int64_t token; /* the fencing token its grant carried (0: none) */
+  int err;       /* the wait cannot go on: code, and detail in errmsg */
+  char errmsg[320];
+} dlock__wait;
+
+/* Caller side (mu NOT held). begin registers the wait with the backend;
+ * nothing is armed yet, so an acquire that succeeds at once costs
+ * nothing. */
+int dlock__wait_begin(struct dlock_client *c, dlock__wait *w,
+                      const dlock__wait_spec *spec);
+/* Asks for the wake-up path and keeps it while the wait lasts. With
+ * only_if_ready, does so only when it is armed already (atomically with
+ * that check). Returns whether it is armed now. */
+bool dlock__wait_arm(dlock__wait *w, bool only_if_ready);
+/* True when the wake-up path is armed. */
+bool dlock__wait_is_ready(dlock__wait *w);
+/* True when an attempt may queue on the server for a hand-off now. */
+bool dlock__wait_can_queue(dlock__wait *w);
+/* 0, or the failure (with detail set) the backend reported. */
+int dlock__wait_error(dlock__wait *w);
+/* Whether a release handed this wait the lock, and its token. */
+bool dlock__wait_granted(dlock__wait *w);
+int64_t dlock__wait_grant_token(dlock__wait *w);
+/* Sleeps until armed (true), granted, failed, the client stops, or the
+ * deadline (false). */
+bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline);
+/* Sleeps until woken or `until`; true when woken. */
+bool dlock__wait_sleep(dlock__wait *w, int64_t until);
+void dlock__wait_end(dlock__wait *w);
+
+/* Up-calls, from any backend thread. */
+void dlock__wait_wake(dlock__wait *w);
+void dlock__wait_grant(dlock__wait *w, int64_t token);
+void dlock__wait_fail(dlock__wait *w, int code, const char *msg);
+/* wake: also count it as "try again" (a change that may follow a lost
+ * message); false only for a wait being registered on a path already
+ * armed. */
+void dlock__wait_set_ready(dlock__wait *w, bool ready, bool wake);
+/* True while a wake of w is not yet consumed by its waiter (a backend that
+ * wakes "the oldest waiter not already woken" asks this). */
+bool dlock__wait_is_woken(dlock__wait *w);
+/* A grant for (tid, seq) reached this client after its wait had ended:
+ * the unresolved wait it belongs to is settled now (holds.h). */
+void dlock__wait_orphan_grant(struct dlock_client *c, uint64_t tid,
+                              uint64_t seq);
+
+/* dlock_client_free(): wakes every wait (mu held). */
+void dlock__waits_wake_all_locked(struct dlock_client *c);
+
+#endif
