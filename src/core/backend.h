@@ -1,10 +1,11 @@
 /*
  * backend.h - the one interface between the core and a coordination service.
  *
- * The core (client, locks, waiters, renewer) never builds a backend command;
- * it calls these operations. A backend keeps its own connections: a pool for
- * caller threads (which may call any lock_* operation concurrently) and one
- * watch connection used only by the client's background thread.
+ * The core (client, locks, waits, renewer) never builds a backend command;
+ * it calls these operations. A backend keeps its own connections (Redis: a
+ * pool for caller threads, which may call any lock_* operation
+ * concurrently, and one pub/sub connection driven by the event loop's
+ * hooks) and whatever its waits need (core/wait.h).
  *
  * Return conventions: 0 or a positive outcome as documented, negative
  * DLOCK_E* on failure with the thread's error detail set.
@@ -12,16 +13,16 @@
  * Registration: a backend is one dlock__backend_ops value named in the
  * table of core/registry.c (one line); the client picks it by the URL's
  * scheme and hands it the whole URL, which the backend parses itself.
- * open, close, lock_acquire and lock_release are required, and so, today,
- * are lock_channel, lock_leave, lock_renew and the watch_* group for a
- * backend that offers any lock kind, and sync_channel with the operations
- * of each sync kind it declares (the wait machinery calls them unchecked;
- * docs/BACKENDS.md has the table). ping, lock_force_release, lock_query,
- * lock_state and lock_grant_channel may be NULL, and `lock_kinds` /
- * `sync_kinds` say which objects the backend offers: the core answers a
- * call that needs a missing one with DLOCK_ENOTSUP naming the backend and
- * the operation (dlock__need_op), before anything is sent. docs/BACKENDS.md tells how a
- * backend is written and what each side promises the other.
+ * open, close, lock_acquire, lock_release and the four wait_* operations
+ * are required; so, for a backend that offers any lock kind, are
+ * lock_leave and lock_renew, and for each sync kind it declares, the
+ * operations of that kind (docs/BACKENDS.md has the table). ping,
+ * lock_force_release, lock_query, lock_state and the loop hooks may be
+ * NULL, and `lock_kinds` / `sync_kinds` say which objects the backend
+ * offers: the core answers a call that needs a missing one with
+ * DLOCK_ENOTSUP naming the backend and the operation (dlock__need_op),
+ * before anything is sent. docs/BACKENDS.md tells how a backend is written
+ * and what each side promises the other.
  */
 #ifndef DLOCK_CORE_BACKEND_H
 #define DLOCK_CORE_BACKEND_H

@@ -3,13 +3,14 @@
  * RCountDownLatch): a count in the key `name`, deleted when it reaches
  * zero; an absent latch counts as zero.
  *
- * Await: one read of the count; if it is above zero, wait (sync.c) on the
- * latch's channel in DLOCK__WAKE_ALL mode: any message ("0" reached zero,
- * "1" a new count) wakes every waiter of this client, each reads the count
- * again, and those that still see it above zero sleep on. A pub/sub
- * reconnect wakes them all too, so a message lost with the connection
- * costs one read, not a stranded waiter. There is no expiry to bound the
- * sleep: only a message, a reconnect or the deadline ends it.
+ * Await: one read of the count; if it is above zero, wait (sync.c): the
+ * backend wakes every waiter of this client on any change (Redis: any
+ * message on the latch's channel, "0" reached zero or "1" a new count);
+ * each reads the count again, and those that still see it above zero sleep
+ * on. A lost wake-up path (a pub/sub reconnect) wakes them all too, so a
+ * message lost with the connection costs one read, not a stranded waiter.
+ * There is no expiry to bound the sleep: only a wake-up or the deadline
+ * ends it.
  */
 #include <inttypes.h>
 

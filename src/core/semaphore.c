@@ -2,12 +2,12 @@
  * semaphore.c - the counting semaphore (dlock_semaphore_*, Redisson's
  * RSemaphore) and the permit semaphore (dlock_permit_sem_*, Redisson's
  * RPermitExpirableSemaphore). Both keep their available count in the key
- * `name` and announce changes on one channel; the backend owns the layout.
+ * `name` and announce changes; the backend owns the layout.
  *
- * Waiting (sync.c): a release publishes the new count, which wakes, oldest
- * first, those of this client's waiters whose requests fit in it
- * (DLOCK__WAKE_COUNT); the woken retry, and those that lose the race sleep
- * again. A permit semaphore's waiter also
+ * Waiting (sync.c): the backend wakes the waits a release may satisfy
+ * (Redis: the new count it publishes wakes, oldest first, those of this
+ * client's waiters whose requests fit in it); the woken retry, and those
+ * that lose the race sleep again. A permit semaphore's waiter also
  * never sleeps past the earliest expiry among the permits in use: its own
  * retry is what returns a crashed holder's permit to the count.
  *

@@ -10,8 +10,8 @@
  *   nobody asked for, pub/sub pushes, closed connections - to the whole
  *   reading path: src/net/conn.c over hiredis's redisReader, the reply
  *   checks of src/redis/redis.c (handshake, scripts, queries, state,
- *   renewal) and the pub/sub reader of src/redis/watch.c with the waiter
- *   bookkeeping behind it.
+ *   renewal) and the pub/sub reader of src/redis/watch.c with the wait
+ *   bookkeeping of src/redis/channels.c behind it.
  * - Input: byte 0 flags (credentials, db, client name, short watchdog,
  *   lock name with braces, and in the top two bits the lock kind:
  *   reentrant, fenced, fair, or read with a write handle beside it), byte 1 the program length (1..8), then that
