@@ -27,7 +27,8 @@
  *
  * The watch connection is dialled on the client's dialling worker (the
  * loop never waits on the network) and then belongs to the loop thread,
- * which writes (UN)SUBSCRIBE without blocking and reads messages. A lost
+ * which writes (UN)SUBSCRIBE without blocking and reads the pushes (this
+ * file's "protocol" part turns them into events). A lost
  * connection disarms every wait (each retries: messages may have been
  * lost) and is dialled again: at once after a connection that worked, else
  * after a backoff doubling from 50 ms to 2 s.
@@ -122,6 +123,101 @@ struct dlock__redis_watch {
   sub_cmd *fifo;
   size_t fifo_head, fifo_len, fifo_cap;
 };
+
+/* Events read from the watch connection. */
+typedef enum watch_event {
+  W_MESSAGE,      /* payload published on channel */
+  W_SUBSCRIBED,   /* the channel is now watched */
+  W_UNSUBSCRIBED, /* the channel is no longer watched */
+  W_REFUSED       /* the server refused the pending subscriptions: code and
+                     payload = its message */
+} watch_event;
+
+typedef void (*watch_fn)(void *ud, watch_event ev, int code,
+                         const char *channel, size_t chlen,
+                         const char *payload, size_t plen);
+
+/* ------------------------------------------------------------ protocol */
+
+static void watch_disconnect(dlock__redis *r) {
+  dlock__conn_close(r->watch);
+  r->watch = NULL;
+}
+
+static int watch_flush(dlock__redis *r) {
+  if (!r->watch)
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
+  return dlock__conn_write_some(r->watch);
+}
+
+/* One SUBSCRIBE or UNSUBSCRIBE command with the n names (kept small; the
+ * FIFO counts on one command per call to match the answers), written
+ * without blocking: the rest goes when the socket is writable. */
+static int watch_subscribe(dlock__redis *r, bool subscribe,
+                           const char *const *chans, const size_t *lens,
+                           size_t n) {
+  if (!r->watch)
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
+  const char **argv = dlock__calloc(n + 1, sizeof *argv);
+  size_t *argl = dlock__calloc(n + 1, sizeof *argl);
+  int rc = DLOCK_ENOMEM;
+  if (argv && argl) {
+    argv[0] = subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
+    argl[0] = strlen(argv[0]);
+    for (size_t i = 0; i < n; i++) {
+      argv[i + 1] = chans[i];
+      argl[i + 1] = lens[i];
+    }
+    rc = dlock__conn_append(r->watch, (int)n + 1, argv, argl);
+  }
+  dlock__free((void *)argv);
+  dlock__free(argl);
+  return rc ? rc : dlock__conn_write_some(r->watch);
+}
+
+static bool str_is(const redisReply *e, const char *s) {
+  return e->type == REDIS_REPLY_STRING && e->len == strlen(s) &&
+         memcmp(e->str, s, e->len) == 0;
+}
+
+/* Reads what arrived and reports each push as an event; < 0 when the
+ * connection died (after delivering what was parsed). */
+static int watch_read(dlock__redis *r, watch_fn fn, void *ud) {
+  if (!r->watch)
+    return dlock__seterr(DLOCK_EUNAVAILABLE, "pub/sub connection is closed");
+  int rc = dlock__conn_read_some(r->watch);
+  /* deliver what was parsed even when the read then failed */
+  for (int guard = 0; guard < 100000; guard++) {
+    redisReply *m = NULL;
+    int t = dlock__conn_take_reply(r->watch, &m);
+    if (t < 0)
+      return t;
+    if (t == 0)
+      break;
+    if (m->type == REDIS_REPLY_ERROR) {
+      /* only SUBSCRIBE can be refused (ACL channel rules, NOPERM): the
+       * connection stays good, the pending channels fail */
+      int e = dlock__redis_error(m, "SUBSCRIBE refused");
+      const char *msg = dlock_last_error();
+      fn(ud, W_REFUSED, e, NULL, 0, msg, strlen(msg));
+      freeReplyObject(m);
+      continue;
+    }
+    if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+        m->element[1]->type == REDIS_REPLY_STRING) {
+      const redisReply *kind = m->element[0], *ch = m->element[1],
+                       *pl = m->element[2];
+      if (str_is(kind, "message") && pl->type == REDIS_REPLY_STRING)
+        fn(ud, W_MESSAGE, 0, ch->str, ch->len, pl->str, pl->len);
+      else if (str_is(kind, "subscribe"))
+        fn(ud, W_SUBSCRIBED, 0, ch->str, ch->len, NULL, 0);
+      else if (str_is(kind, "unsubscribe"))
+        fn(ud, W_UNSUBSCRIBED, 0, ch->str, ch->len, NULL, 0);
+    }
+    freeReplyObject(m);
+  }
+  return rc;
+}
 
 /* ------------------------------------------------------------ wake-ups */
 
@@ -493,7 +589,7 @@ static void fifo_pop(dlock__redis_watch *ws) {
  * again. Loop thread. */
 static void watch_down(dlock__redis *r, const char *why) {
   dlock__redis_watch *ws = r->ws;
-  dlock__redis_watch_disconnect(r);
+  watch_disconnect(r);
   fifo_clear(ws);
   pthread_mutex_lock(&r->wmu);
   bool was_up = ws->up;
@@ -590,7 +686,7 @@ static int send_list(dlock__redis *r, bool subscribe, bool grants,
   for (size_t at = 0; at < n; at += SUB_BATCH) {
     size_t k = n - at < SUB_BATCH ? n - at : SUB_BATCH;
     int rc =
-        dlock__redis_watch_subscribe(r, subscribe, names + at, lens + at, k);
+        watch_subscribe(r, subscribe, names + at, lens + at, k);
     if (!rc)
       rc = fifo_push(r->ws, subscribe, grants, names + at, k);
     if (rc)
@@ -731,13 +827,13 @@ static void refused_locked(dlock__redis *r, int code, const char *msg,
 }
 
 /* One event read from the watch connection. Loop thread. */
-static void on_watch_event(void *ud, dlock__watch_event ev, int code,
+static void on_watch_event(void *ud, watch_event ev, int code,
                            const char *name, size_t len, const char *payload,
                            size_t plen) {
   dlock__redis *r = ud;
   dlock__redis_watch *ws = r->ws;
   sub_cmd *front = fifo_front(ws);
-  if (ev == DLOCK__W_REFUSED) {
+  if (ev == W_REFUSED) {
     dlock__log(r->core, DLOCK_LOG_ERROR, "%.*s", (int)plen, payload);
     if (!front)
       return;
@@ -749,8 +845,8 @@ static void on_watch_event(void *ud, dlock__watch_event ev, int code,
     fifo_pop(ws);
     return;
   }
-  if ((ev == DLOCK__W_SUBSCRIBED || ev == DLOCK__W_UNSUBSCRIBED) && front) {
-    if (ev == DLOCK__W_SUBSCRIBED)
+  if ((ev == W_SUBSCRIBED || ev == W_UNSUBSCRIBED) && front) {
+    if (ev == W_SUBSCRIBED)
       ws->proven = true;
     if (--front->left == 0)
       fifo_pop(ws);
@@ -761,13 +857,13 @@ static void on_watch_event(void *ud, dlock__watch_event ev, int code,
     bool is_grant =
         ch->grant && len == ch->glen && memcmp(name, ch->grant, len) == 0;
     switch (ev) {
-    case DLOCK__W_MESSAGE:
+    case W_MESSAGE:
       if (is_grant)
         deliver_grant(r, ch, payload, plen);
       else
         wake_on_message(ch, payload, plen);
       break;
-    case DLOCK__W_SUBSCRIBED:
+    case W_SUBSCRIBED:
       if (ch->state == CH_SUBBING && --ch->pending <= 0) {
         ch->state = CH_SUBBED;
         /* waits registered before a reconnect retry now; new ones were
@@ -775,14 +871,14 @@ static void on_watch_event(void *ud, dlock__watch_event ev, int code,
         set_ready_all(ch, true);
       }
       break;
-    case DLOCK__W_UNSUBSCRIBED:
+    case W_UNSUBSCRIBED:
       if (ch->state == CH_UNSUBBING && --ch->pending <= 0) {
         ch->state = CH_UNSUB;
         if (ch->nwaiters == 0 && ch->nwanting == 0)
           chan_free(ws, ch);
       }
       break;
-    case DLOCK__W_REFUSED:
+    case W_REFUSED:
       break;
     }
   }
@@ -819,9 +915,9 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
     return;
   int rc = 0;
   if (fds[0].revents & POLLOUT)
-    rc = dlock__redis_watch_flush(r);
+    rc = watch_flush(r);
   if (!rc && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)))
-    rc = dlock__redis_watch_read(r, on_watch_event, r);
+    rc = watch_read(r, on_watch_event, r);
   if (rc)
     watch_down(r, dlock_last_error());
 }
@@ -839,6 +935,7 @@ int dlock__redis_channels_init(dlock__redis *r) {
 }
 
 void dlock__redis_channels_free(dlock__redis *r) {
+  watch_disconnect(r);
   dlock__redis_watch *ws = r->ws;
   if (!ws)
     return;

@@ -1,7 +1,7 @@
 /*
  * redis.c - the Redis backend: connection pool, handshake, running scripts,
  * and the operations table. The lock operations are in locks.c, those of
- * semaphores and latches in sync.c, pub/sub in watch.c.
+ * semaphores and latches in sync.c, waits and pub/sub in channels.c.
  *
  * Connections: caller threads borrow a connection from a small idle pool
  * (pool_mu guards only the idle array, never I/O) and return it after one
@@ -284,8 +284,7 @@ static void redis_close(void *be) {
   dlock__redis *r = be;
   if (!r)
     return;
-  dlock__redis_watch_disconnect(r);
-  dlock__redis_channels_free(r);
+  dlock__redis_channels_free(r); /* and the watch connection */
   for (int i = 0; i < r->nidle; i++)
     dlock__conn_close(r->idle[i]);
   dlock__free(r->idle);

@@ -1,6 +1,7 @@
 /*
  * redis.h - the Redis backend's private state, shared by redis.c (commands,
- * scripts, the connection pool) and watch.c (the pub/sub connection).
+ * scripts, the connection pool), locks.c, sync.c and channels.c (waits and
+ * the pub/sub connection).
  */
 #ifndef DLOCK_REDIS_REDIS_H
 #define DLOCK_REDIS_REDIS_H
@@ -13,19 +14,6 @@
 
 /* The waits' channels and the watch connection's state (channels.c). */
 typedef struct dlock__redis_watch dlock__redis_watch;
-
-/* Watch events (watch.c -> channels.c), loop thread. */
-typedef enum dlock__watch_event {
-  DLOCK__W_MESSAGE,      /* payload published on channel */
-  DLOCK__W_SUBSCRIBED,   /* the channel is now watched */
-  DLOCK__W_UNSUBSCRIBED, /* the channel is no longer watched */
-  DLOCK__W_REFUSED       /* the server refused the pending subscriptions:
-                            code and payload = its message */
-} dlock__watch_event;
-
-typedef void (*dlock__watch_fn)(void *ud, dlock__watch_event ev, int code,
-                                const char *channel, size_t chlen,
-                                const char *payload, size_t plen);
 
 typedef struct dlock__redis {
   struct dlock_client *core; /* for up-calls; outlives us */
@@ -150,13 +138,5 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
                                 const struct pollfd *fds, int n);
 /* True when this client is subscribed to `channel` now. */
 bool dlock__redis_watching(dlock__redis *r, const char *channel);
-
-/* watch.c: the watch connection itself (loop thread) */
-void dlock__redis_watch_disconnect(void *be);
-int dlock__redis_watch_flush(void *be);
-int dlock__redis_watch_subscribe(void *be, bool subscribe,
-                                 const char *const *chans, const size_t *lens,
-                                 size_t n);
-int dlock__redis_watch_read(void *be, dlock__watch_fn fn, void *ud);
 
 #endif
