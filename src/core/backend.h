@@ -124,9 +124,9 @@ typedef struct dlock__backend_ops {
   unsigned queue_kinds;
   /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
    * password) and opens the backend, checking it with one round trip.
-   * `core` is the client, for the up-calls a backend may make from any of
-   * its threads with none of its own locks held (dlock__holds_session_lost,
-   * dlock__client_poke); it outlives the backend. */
+   * `core` is the client, for the up-calls below and in core/wait.h,
+   * which a backend may make from any of its threads; it outlives the
+   * backend. */
   int (*open)(void **be, const char *url, const struct dlock_options *opts,
               struct dlock_client *core);
   void (*close)(void *be);
@@ -231,7 +231,12 @@ void dlock__client_poke(struct dlock_client *c);
  * event loop); 0, or an error with detail set (fn then never runs). */
 int dlock__client_run_dial(struct dlock_client *c, void (*fn)(void *),
                            void *arg);
-/* The user's log callback, if any, at `level` or below. */
+/* The backend's session (a ZooKeeper session, an etcd lease) ended: every
+ * hold of the client is lost, reported once each by the event loop. */
+void dlock__holds_session_lost(struct dlock_client *c,
+                               dlock_lost_reason_t reason);
+/* The user's log callback, if any, at `level` or below. Never call it with
+ * a mutex of the backend held: the callback is the user's code. */
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,
                 const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -1,9 +1,10 @@
 /*
  * client.h - the client object shared by the core modules.
  *
- * Lock order: client->mu is the only core mutex (backends have their own,
- * never held while calling back into the core). It is never held across
- * network I/O or user callbacks.
+ * Lock order: client->mu is the only core mutex, and the last one taken:
+ * a backend may make its up-calls (backend.h, wait.h) with its own mutex
+ * held, and the core never calls a backend with client->mu held. It is
+ * never held across network I/O or user callbacks.
  */
 #ifndef DLOCK_CORE_CLIENT_H
 #define DLOCK_CORE_CLIENT_H

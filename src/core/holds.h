@@ -132,10 +132,8 @@ void dlock__holds_expire_locked(struct dlock_client *c, int64_t now);
 /* Loop thread, mu NOT held: calls the lost callback once for every hold
  * marked lost and not yet reported. */
 void dlock__holds_report_lost(struct dlock_client *c);
-/* Any thread, mu NOT held: the backend's session ended, so every hold of
- * the client is lost (one callback per hold, from the loop thread). */
-void dlock__holds_session_lost(struct dlock_client *c,
-                               dlock_lost_reason_t reason);
+/* dlock__holds_session_lost (declared in backend.h, an up-call): the
+ * backend's session ended; mu NOT held. */
 
 /* Renewal worker, mu NOT held: renews what is due, then clears
  * renew_busy and reschedules. */

@@ -10,18 +10,19 @@
  * race when woken), what their hold is called (lock, read or write side),
  * and what a grant returns (a fenced lock's token).
  *
- * Acquire with a wait: register as a waiter on the lock's channels first
- * (Redisson's channel, and this client's hand-off channel), then attempt.
- * An attempt made while subscribed also queues the waiter on the server, so
- * that a release hands it the lock directly: the release makes it the owner
- * and tells it on the hand-off channel, and the waiter returns without
- * another round trip. If the channels were not yet subscribed, the first
- * attempt does not queue; the waiter waits for the subscription and
- * attempts again (queuing then). Between attempts it sleeps until a grant, a
- * release message on Redisson's channel (a Redisson holder, a force
- * release), a pub/sub reconnect, the holder's remaining lease (a safety net
- * for a crashed holder or a lost message, never a poll interval), the
- * refresh of its queue entry, or its deadline. A waiter that gives up
+ * Acquire with a wait: register the wait with the backend first
+ * (core/wait.h; Redis: on the lock's channel and this client's hand-off
+ * channel), then attempt. An attempt made while the wake-up path is armed
+ * also queues the waiter on the server (kinds in the backend's
+ * queue_kinds), so that a release hands it the lock directly: the release
+ * makes it the owner and the backend grants the wait, which returns
+ * without another round trip. If the path was not yet armed, the first
+ * attempt does not queue; the waiter waits until it is and attempts again
+ * (queuing then). Between attempts it sleeps until a grant, a "try again"
+ * from the backend (Redis: a release message on Redisson's channel, from a
+ * Redisson holder or a force release; a pub/sub reconnect), the holder's
+ * remaining lease (a safety net for a crashed holder or a lost message,
+ * never a poll interval), the refresh of its queue entry, or its deadline. A waiter that gives up
  * leaves the queue; if a release had handed it the lock just before, it
  * keeps it. A contended acquisition thus costs one queuing attempt and the
  * release that hands over: two round trips, with no herd of retries.

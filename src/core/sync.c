@@ -8,15 +8,15 @@
  * DLOCK_EBADHANDLE, not a crash.
  *
  * Waiting: the discipline of lock.c without its hand-off queue. The caller
- * made one attempt that failed; the waiter registers on the channel, asks
- * for the subscription, waits for it (at most one command timeout), and
- * only then attempts again, so a release between the failed attempt and
- * the subscription cannot be missed. Afterwards it sleeps until a message
- * (semaphores: the new count wakes that many waiters; latches: every
- * message wakes all), a reconnect (every waiter retries: messages may have
- * been lost), the attempt's bound (a permit semaphore's earliest expiry) or
- * the deadline. Threads: any caller thread; client->mu is taken only inside
- * the waiter and handle-list calls, never across a backend call.
+ * made one attempt that failed; the wait registers with the backend, arms
+ * its wake-up path, waits until it is armed (at most one command timeout),
+ * and only then attempts again, so a release between the failed attempt
+ * and the arming cannot be missed. Afterwards it sleeps until the backend
+ * says "try again" (Redis: semaphores wake, oldest first, the waiters whose
+ * wants fit in the new count; latches wake all; a reconnect wakes all), the
+ * attempt's bound (a permit semaphore's earliest expiry) or the deadline.
+ * Threads: any caller thread; client->mu is taken only inside the wait and
+ * handle-list calls, never across a backend call.
  */
 #include "core/sync.h"
 
