@@ -169,12 +169,14 @@ typedef struct dlock__backend_ops {
    * arms nothing yet; wait_arm asks for the wake-up path (with
    * only_if_ready: only if it is armed already) and returns whether it is
    * armed; wait_can_queue tells whether an attempt may queue for a
-   * hand-off now; wait_end unregisters, passing on an unused wake when
-   * pass_wake. The backend reports through the up-calls of wait.h. */
+   * hand-off now; wait_end unregisters (a wake the waiter did not use,
+   * dlock__wait_is_woken and not granted once no more wakes can reach it,
+   * goes to another waiter of the object). The backend reports through
+   * the up-calls of wait.h. */
   int (*wait_begin)(void *be, struct dlock__wait *w);
   bool (*wait_arm)(void *be, struct dlock__wait *w, bool only_if_ready);
   bool (*wait_can_queue)(void *be, struct dlock__wait *w);
-  void (*wait_end)(void *be, struct dlock__wait *w, bool pass_wake);
+  void (*wait_end)(void *be, struct dlock__wait *w);
 
   /* The event loop (client.c), loop thread only; both may be NULL (a
    * backend with threads of its own). loop_prepare fills at most max

@@ -255,11 +255,14 @@ static int wait_loop(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   int64_t pttl = -1;
   /* already watching (a lingering subscription): this attempt can queue */
-  dlock__wait_arm(&x->w, true);
+  bool armed = dlock__wait_arm(&x->w, true);
   int rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl);
   if (rc != 0)
     return rc;
-  if (!dlock__wait_is_ready(&x->w)) {
+  /* not armed by that call (the path was down or coming up): arm it now
+   * and wait for it, even if it came up meanwhile, so that this waiter
+   * counts among those that keep it up */
+  if (!armed) {
     dlock__wait_arm(&x->w, false);
     int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
     if (sub_deadline > x->deadline)

@@ -43,13 +43,6 @@ bool dlock__wait_arm(dlock__wait *w, bool only_if_ready) {
   return w->c->ops->wait_arm(w->c->be, w, only_if_ready);
 }
 
-bool dlock__wait_is_ready(dlock__wait *w) {
-  pthread_mutex_lock(&w->c->mu);
-  bool ok = w->ready;
-  pthread_mutex_unlock(&w->c->mu);
-  return ok;
-}
-
 bool dlock__wait_can_queue(dlock__wait *w) {
   return w->c->ops->wait_can_queue(w->c->be, w);
 }
@@ -122,10 +115,10 @@ void dlock__wait_end(dlock__wait *w) {
     c->waits = w->next;
   if (w->next)
     w->next->prev = w->prev;
-  /* a wake this waiter did not use goes to another waiter of the lock */
-  bool pass_wake = w->woken && !w->granted;
   pthread_mutex_unlock(&c->mu);
-  c->ops->wait_end(c->be, w, pass_wake);
+  /* the backend passes on a wake this waiter did not use, once it has
+   * unregistered it (so that no wake can arrive after the decision) */
+  c->ops->wait_end(c->be, w);
   pthread_cond_destroy(&w->cond);
 }
 

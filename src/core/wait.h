@@ -62,8 +62,6 @@ int dlock__wait_begin(struct dlock_client *c, dlock__wait *w,
  * only_if_ready, does so only when it is armed already (atomically with
  * that check). Returns whether it is armed now. */
 bool dlock__wait_arm(dlock__wait *w, bool only_if_ready);
-/* True when the wake-up path is armed. */
-bool dlock__wait_is_ready(dlock__wait *w);
 /* True when an attempt may queue on the server for a hand-off now. */
 bool dlock__wait_can_queue(dlock__wait *w);
 /* 0, or the failure (with detail set) the backend reported. */
@@ -83,8 +81,9 @@ void dlock__wait_wake(dlock__wait *w);
 void dlock__wait_grant(dlock__wait *w, int64_t token);
 void dlock__wait_fail(dlock__wait *w, int code, const char *msg);
 /* wake: also count it as "try again" (a change that may follow a lost
- * message); false only for a wait being registered on a path already
- * armed. */
+ * message). false for a wait registered on a path already armed, and for
+ * a path given up while no wait had armed it (those waits arm it, finding
+ * it down, before they sleep). */
 void dlock__wait_set_ready(dlock__wait *w, bool ready, bool wake);
 /* True while a wake of w is not yet consumed by its waiter (a backend that
  * wakes "the oldest waiter not already woken" asks this). */

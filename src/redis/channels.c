@@ -233,10 +233,11 @@ static void fail_all(rchan *ch) {
     dlock__wait_fail(x->w, ch->err, ch->errmsg);
 }
 
-/* Wakes the oldest lock waiter of `lock` not already woken. */
+/* Wakes the oldest waiter of `lock` (a lock, or a semaphore passing on a
+ * wake) not already woken. */
 static void wake_first(rchan *ch, const char *lock) {
   for (rwait *x = ch->head; x; x = x->next) {
-    if (x->mode == WAKE_LOCK && strcmp(x->lock, lock) == 0 && !is_woken(x)) {
+    if (strcmp(x->lock, lock) == 0 && !is_woken(x)) {
       dlock__wait_wake(x->w);
       return;
     }
@@ -462,7 +463,7 @@ bool dlock__redis_wait_can_queue(void *be, dlock__wait *w) {
   return ok;
 }
 
-void dlock__redis_wait_end(void *be, dlock__wait *w, bool pass_wake) {
+void dlock__redis_wait_end(void *be, dlock__wait *w) {
   dlock__redis *r = be;
   rwait *x = w->reg;
   pthread_mutex_lock(&r->wmu);
@@ -476,7 +477,10 @@ void dlock__redis_wait_end(void *be, dlock__wait *w, bool pass_wake) {
   else
     ch->tail = x->prev;
   ch->nwaiters--;
-  if (pass_wake && x->mode == WAKE_LOCK)
+  /* unlinked under wmu, under which every wake happens: whether it holds
+   * an unused wake is final now, and such a wake goes to the next waiter
+   * of the same lock or semaphore */
+  if (dlock__wait_is_woken(w) && !dlock__wait_granted(w))
     wake_first(ch, x->lock);
   if (x->wants && --ch->nwanting == 0) {
     ch->idle_since = dlock__now_ms();

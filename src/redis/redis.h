@@ -131,7 +131,7 @@ int dlock__redis_wait_begin(void *be, struct dlock__wait *w);
 bool dlock__redis_wait_arm(void *be, struct dlock__wait *w,
                            bool only_if_ready);
 bool dlock__redis_wait_can_queue(void *be, struct dlock__wait *w);
-void dlock__redis_wait_end(void *be, struct dlock__wait *w, bool pass_wake);
+void dlock__redis_wait_end(void *be, struct dlock__wait *w);
 int dlock__redis_loop_prepare(void *be, int64_t now, struct pollfd *fds,
                               int max, int64_t *until);
 void dlock__redis_loop_dispatch(void *be, int64_t now,
