@@ -14,9 +14,12 @@
  * table of core/registry.c (one line); the client picks it by the URL's
  * scheme and hands it the whole URL, which the backend parses itself.
  * open, close, lock_acquire, lock_release and the four wait_* operations
- * are required; so, for a backend that offers any lock kind, are
- * lock_leave and lock_renew, and for each sync kind it declares, the
- * operations of that kind (docs/BACKENDS.md has the table). ping,
+ * are required; so, for a backend that offers any lock kind, is
+ * lock_leave, and for each sync kind it declares, the operations of that
+ * kind (docs/BACKENDS.md has the table). A backend without lock_renew
+ * keeps its holds alive itself, with one session (a ZooKeeper session, an
+ * etcd lease): the core then renews nothing per hold, and the backend
+ * reports the session's end with dlock__holds_session_lost. ping,
  * lock_force_release, lock_query, lock_state and the loop hooks may be
  * NULL, and `lock_kinds` / `sync_kinds` say which objects the backend
  * offers: the core answers a call that needs a missing one with

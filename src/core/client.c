@@ -209,7 +209,7 @@ static int64_t chores_locked(struct dlock_client *c, int64_t now) {
  * blocking), sleep in poll() until a descriptor, a poke or the next
  * deadline, and hand the backend what poll() saw. Nothing here waits on
  * the network. */
-#define LOOP_FDS 8
+#define LOOP_FDS 64 /* a backend's descriptors: Cluster, Redlock: one per node */
 
 static void *bg_main(void *arg) {
   struct dlock_client *c = arg;

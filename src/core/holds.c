@@ -110,7 +110,9 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
   }
   h->count++;
   h->lease_ms = lease_ms;
-  h->watchdog = h->watchdog || watchdog;
+  /* a backend without per-hold renewal keeps its holds alive with its
+   * session, and reports the session's end (dlock__holds_session_lost) */
+  h->watchdog = (h->watchdog || watchdog) && c->ops->lock_renew != NULL;
   h->last_ok = now;
   h->release_id[0] = '\0';
   if (h->watchdog) {
