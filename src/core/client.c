@@ -37,6 +37,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fmt.h"
 #include "core/holds.h"
 #include "core/wait.h"
 
@@ -155,7 +156,15 @@ void dlock__log(struct dlock_client *c, dlock_log_level_t level,
 
 void dlock__owner(const struct dlock_client *c, uint64_t tid, char *buf,
                   size_t len) {
-  snprintf(buf, len, "%s:%llu", c->id, (unsigned long long)tid);
+  /* "<client-id>:<tid>", without printf (hot path) */
+  size_t n = strlen(c->id);
+  if (n + 1 + DLOCK__I64_BUF > len) {
+    snprintf(buf, len, "%s:%llu", c->id, (unsigned long long)tid);
+    return;
+  }
+  memcpy(buf, c->id, n);
+  buf[n] = ':';
+  dlock__fmt_u64(buf + n + 1, tid);
 }
 
 /* -------------------------------------------------- background thread */

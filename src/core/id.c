@@ -22,6 +22,7 @@
 #include <sys/random.h>
 
 #include "error.h"
+#include "fmt.h"
 
 int dlock__random_bytes(void *buf, size_t n) {
   unsigned char *p = buf;
@@ -46,25 +47,27 @@ int dlock__uuid(char out[DLOCK__UUID_LEN + 1]) {
     return rc;
   b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
   b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-  snprintf(out, DLOCK__UUID_LEN + 1,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
-           "%02x%02x%02x%02x%02x%02x",
-           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
-           b[11], b[12], b[13], b[14], b[15]);
+  /* 8-4-4-4-12 hex digits (no printf: one per release, on the hot path) */
+  static const unsigned char groups[5] = {4, 2, 2, 2, 6};
+  char *p = out;
+  const unsigned char *in = b;
+  for (int g = 0; g < 5; g++) {
+    if (g)
+      *p++ = '-';
+    dlock__fmt_hex(p, in, groups[g]);
+    p += 2 * groups[g];
+    in += groups[g];
+  }
+  *p = '\0';
   return 0;
 }
 
 int dlock__hex_id(char out[DLOCK__HEX_ID_LEN + 1]) {
-  static const char hex[] = "0123456789abcdef";
   unsigned char b[DLOCK__HEX_ID_LEN / 2];
   int rc = dlock__random_bytes(b, sizeof b);
   if (rc)
     return rc;
-  for (size_t i = 0; i < sizeof b; i++) {
-    out[2 * i] = hex[b[i] >> 4];
-    out[2 * i + 1] = hex[b[i] & 0x0f];
-  }
-  out[DLOCK__HEX_ID_LEN] = '\0';
+  dlock__fmt_hex(out, b, sizeof b);
   return 0;
 }
 

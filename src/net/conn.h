@@ -3,7 +3,8 @@
  *
  * A conn is a non-blocking socket (TCP or Unix) behind a small transport
  * table (plain today; TLS plugs in as a second table on the same path), an
- * output buffer of formatted commands and a hiredis redisReader for replies.
+ * output buffer into which commands are written as RESP directly (no
+ * printf), and a hiredis redisReader that parses the replies.
  *
  * Two ways to drive it:
  *  - blocking with a deadline: dlock__conn_exec() flushes what was appended

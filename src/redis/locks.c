@@ -30,6 +30,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fmt.h"
 #include "redis/redis.h"
 
 #define LOCK_CHANNEL_PREFIX "redisson_lock__channel"
@@ -82,8 +83,22 @@ typedef struct lock_keys {
  * hands over reads the lease and the grant channel's client id from it. */
 static void queue_member(char *buf, size_t n, const dlock__acquire *a,
                          uint64_t seq) {
-  snprintf(buf, n, "%s:%" PRIu64 ":%" PRId64 "%s", a->owner, seq, a->lease_ms,
-           a->kind == DLOCK_FENCED ? ":f" : "");
+  char sq[DLOCK__I64_BUF], ls[DLOCK__I64_BUF];
+  dlock__fmt_u64(sq, seq);
+  dlock__fmt_i64(ls, a->lease_ms);
+  size_t o = strlen(a->owner);
+  if (o + 2 * DLOCK__I64_BUF + 4 > n) { /* owners are short: never */
+    buf[0] = '\0';
+    return;
+  }
+  char *p = buf;
+  memcpy(p, a->owner, o);
+  p += o;
+  *p++ = ':';
+  p += strlen(strcpy(p, sq));
+  *p++ = ':';
+  p += strlen(strcpy(p, ls));
+  strcpy(p, a->kind == DLOCK_FENCED ? ":f" : "");
 }
 
 static void keys_clear(lock_keys *k) {
@@ -144,11 +159,11 @@ static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
          want_key(&k->readturn, mask & (KM_READERS | KM_HANDOFF), own,
                   RW_READTURN_PREFIX, name);
     if (ok && (mask & KM_MINE) && owner) {
-      char *sfx = dlock__asprintf("%s:rwlock_timeout", owner);
+      char *sfx = dlock__concat(2, (const char *[]){owner, ":rwlock_timeout"});
       ok = sfx && (k->rw_mine = dlock__redis_suffixed(name, sfx)) != NULL;
       dlock__free(sfx);
       k->rw_base = strchr(name, '{') ? dlock__strdup(name)
-                                     : dlock__asprintf("{%s}", name);
+                                     : dlock__concat(3, (const char *[]){"{", name, "}"});
       ok = ok && k->rw_base;
     }
   } else if (kind == DLOCK_FAIR) {
@@ -176,10 +191,12 @@ static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
 
 /* "<owner>:write", the write side's field. */
 static int write_field(char *buf, size_t len, const char *owner) {
-  int n = snprintf(buf, len, "%s:write", owner);
-  return n < 0 || (size_t)n >= len
-             ? dlock__seterr(DLOCK_EINVAL, "owner too long")
-             : 0;
+  size_t n = strlen(owner);
+  if (n + sizeof ":write" > len)
+    return dlock__seterr(DLOCK_EINVAL, "owner too long");
+  memcpy(buf, owner, n);
+  memcpy(buf + n, ":write", sizeof ":write");
+  return 0;
 }
 
 /* ------------------------------------------------------------ channels */
@@ -192,7 +209,7 @@ char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
   char *base = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);
   if (kind != DLOCK_FAIR || !base)
     return base;
-  char *ch = dlock__asprintf("%s:%s", base, owner);
+  char *ch = dlock__concat(3, (const char *[]){base, ":", owner});
   dlock__free(base);
   return ch;
 }
@@ -202,7 +219,8 @@ char *dlock__redis_lock_grant_channel(void *be, dlock_lock_kind_t kind,
   (void)be;
   char *prefix =
       dlock__redis_own_key(is_rw(kind) ? RW_GRANT_PREFIX : GRANT_PREFIX, name);
-  char *ch = prefix ? dlock__asprintf("%s:%s", prefix, client_id) : NULL;
+  char *ch =
+      prefix ? dlock__concat(3, (const char *[]){prefix, ":", client_id}) : NULL;
   dlock__free(prefix);
   return ch;
 }
@@ -222,7 +240,7 @@ static bool token_reply(const redisReply *rep, int64_t *token) {
 int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                               int64_t *token) {
   char lease[24], ttl[24], tw[24], wfield[128], member[160] = "";
-  snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
+  dlock__fmt_i64(lease, a->lease_ms);
   if (a->q)
     queue_member(member, sizeof member, a, a->q->seq);
   lock_keys k;
@@ -236,7 +254,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   redisReply *rep = NULL;
   switch (a->kind) {
   case DLOCK_FAIR: {
-    snprintf(tw, sizeof tw, "%" PRId64, a->thread_wait_ms);
+    dlock__fmt_i64(tw, a->thread_wait_ms);
     const char *argv[MAX_ARGS] = {
         0,     0,        0,  a->name, k.queue, k.timeouts,
         lease, a->owner, tw, "1",     a->try_once ? "1" : "0"};
@@ -248,7 +266,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     /* a waiting reader registers (a->q), so that releases know */
     if ((rc = write_field(wfield, sizeof wfield, a->owner)))
       break;
-    snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
+    dlock__fmt_i64(ttl, a->q ? a->q->ttl_ms : 0);
     const char *argv[MAX_ARGS] = {0,
                                   0,
                                   0,
@@ -272,7 +290,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   case DLOCK_WRITE: {
     if ((rc = write_field(wfield, sizeof wfield, a->owner)))
       break;
-    snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
+    dlock__fmt_i64(ttl, a->q ? a->q->ttl_ms : 0);
     const char *argv[MAX_ARGS] = {0,
                                   0,
                                   0,
@@ -293,7 +311,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     break;
   }
   default: {
-    snprintf(ttl, sizeof ttl, "%" PRId64, a->q ? a->q->ttl_ms : 0);
+    dlock__fmt_i64(ttl, a->q ? a->q->ttl_ms : 0);
     const char *argv[MAX_ARGS] = {0,
                                   0,
                                   0,
@@ -355,7 +373,7 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   char member[160];
   queue_member(member, sizeof member, a, seq);
   char lease[24], tw[24], wfield[128];
-  snprintf(lease, sizeof lease, "%" PRId64, a->lease_ms);
+  dlock__fmt_i64(lease, a->lease_ms);
   lock_keys k;
   unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
   int rc = keys_make(&k, a->kind, a->name, NULL,
@@ -378,7 +396,7 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
     rc = dlock__redis_script(r, &dlock__script_rw_leave, 5, 12, argv, true,
                              &rep);
   } else if (a->kind == DLOCK_FAIR) {
-    snprintf(tw, sizeof tw, "%" PRId64, a->thread_wait_ms);
+    dlock__fmt_i64(tw, a->thread_wait_ms);
     const char *argv[MAX_ARGS] = {0,         0,        0,  a->name,   k.queue,
                                   k.timeouts, k.channel, a->owner, tw,
                                   r->publish};
@@ -416,7 +434,8 @@ static void latch_ms(const dlock__redis *r, char *buf, size_t len) {
     latch = 10000;
   if (latch > 60000)
     latch = 60000;
-  snprintf(buf, len, "%" PRId64, latch);
+  (void)len; /* DLOCK__I64_BUF at least */
+  dlock__fmt_i64(buf, latch);
 }
 
 static int release_outcome(redisReply *rep, bool counted) {
@@ -439,7 +458,7 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
                               int64_t lease_ms, const char *request_id) {
   dlock__redis *r = be;
   char lease[24], latch[24], wfield[128];
-  snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+  dlock__fmt_i64(lease, lease_ms);
   latch_ms(r, latch, sizeof latch);
   lock_keys k;
   int rc = keys_make(&k, kind, name, owner, KM_ALL);
@@ -452,7 +471,9 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
       kind != DLOCK_FAIR && k.channel && dlock__redis_watching(r, k.channel);
   char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
   char *latch_key =
-      latch_prefix ? dlock__asprintf("%s:%s", latch_prefix, request_id) : NULL;
+      latch_prefix
+          ? dlock__concat(3, (const char *[]){latch_prefix, ":", request_id})
+          : NULL;
   dlock__free(latch_prefix);
   redisReply *rep = NULL;
   if (!latch_key) {
@@ -697,7 +718,7 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
   if (n == 0)
     return 0;
   char lease[24];
-  snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+  dlock__fmt_i64(lease, lease_ms);
   renew_batch *b = NULL;
   dlock__renewal **order = NULL;
   size_t nb = renew_plan(items, n, &b, &order);

@@ -32,6 +32,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/fmt.h"
 #include "core/id.h"
 
 
@@ -39,8 +40,8 @@
 
 char *dlock__redis_prefixed(const char *prefix, const char *name) {
   if (strchr(name, '{'))
-    return dlock__asprintf("%s:%s", prefix, name);
-  return dlock__asprintf("%s:{%s}", prefix, name);
+    return dlock__concat(3, (const char *[]){prefix, ":", name});
+  return dlock__concat(4, (const char *[]){prefix, ":{", name, "}"});
 }
 
 /* Redisson's rule above maps "x" and "{x}" to the same string: harmless for
@@ -51,14 +52,14 @@ char *dlock__redis_prefixed(const char *prefix, const char *name) {
  * apart, so the mapping is one-to-one. */
 char *dlock__redis_suffixed(const char *name, const char *suffix) {
   if (strchr(name, '{'))
-    return dlock__asprintf("%s:%s", name, suffix);
-  return dlock__asprintf("{%s}:%s", name, suffix);
+    return dlock__concat(3, (const char *[]){name, ":", suffix});
+  return dlock__concat(4, (const char *[]){"{", name, "}:", suffix});
 }
 
 char *dlock__redis_own_key(const char *prefix, const char *name) {
   if (strchr(name, '{'))
-    return dlock__asprintf("%s:=%s", prefix, name);
-  return dlock__asprintf("%s:{%s}", prefix, name);
+    return dlock__concat(3, (const char *[]){prefix, ":=", name});
+  return dlock__concat(4, (const char *[]){prefix, ":{", name, "}"});
 }
 
 static bool starts_with(const redisReply *r, const char *p) {
@@ -217,8 +218,8 @@ int dlock__redis_command(dlock__redis *r, int argc, const char **argv,
  * reserved for the command, the sha/body and numkeys. */
 int dlock__redis_append_script(dlock__conn *c, const dlock__script *s, bool body,
                          int nkeys, int argc, const char **argv, size_t *lens) {
-  char nk[16];
-  snprintf(nk, sizeof nk, "%d", nkeys);
+  char nk[DLOCK__I64_BUF];
+  dlock__fmt_i64(nk, nkeys);
   argv[0] = body ? "EVAL" : "EVALSHA";
   lens[0] = strlen(argv[0]);
   argv[1] = body ? s->body : s->sha;
