@@ -77,6 +77,7 @@ typedef struct dlock__queue_entry {
 
 /* One acquire attempt of a lock of any kind. */
 typedef struct dlock__acquire {
+  void *bh; /* the handle's backend state (handle_open), or NULL */
   dlock_lock_kind_t kind;
   const char *name;
   const char *owner; /* "<client-id>:<tid>" */
@@ -99,6 +100,7 @@ typedef enum dlock__sync_kind {
 
 /* What a wait waits for (core/wait.h). */
 typedef struct dlock__wait_spec {
+  void *bh;                    /* the handle's backend state, or NULL */
   bool sync;                   /* a semaphore or latch, not a lock */
   dlock_lock_kind_t lock_kind; /* a lock's kind */
   dlock__sync_kind sync_kind;  /* a semaphore's or latch's kind */
@@ -135,6 +137,15 @@ typedef struct dlock__backend_ops {
   void (*close)(void *be);
   int (*ping)(void *be);
 
+  /* Per lock handle (optional): what the backend can prepare once for
+   * (kind, name), such as key and channel names, so that each acquire,
+   * release and wait does not build them again. handle_open returns 0 and
+   * *bh (NULL allowed), or an error; handle_close frees it and needs no
+   * backend (it may run after close). Operations get it as `bh`, and must
+   * also work with bh NULL (the settling worker has no handle). */
+  int (*handle_open)(void *be, dlock_lock_kind_t kind, const char *name,
+                     void **bh);
+  void (*handle_close)(void *bh);
   /* 1 acquired (or re-entered, or handed over while queued), *token = the
    * fencing token for a fenced lock; 0 held by another, *pttl = ms to wait
    * at most before retrying (the holder's lease, or for a fair lock the
@@ -152,8 +163,8 @@ typedef struct dlock__backend_ops {
   int (*lock_leave)(void *be, const dlock__acquire *a, uint64_t seq,
                     int64_t *token);
   /* DLOCK__REL_*; request_id makes a retried release idempotent. */
-  int (*lock_release)(void *be, dlock_lock_kind_t kind, const char *name,
-                      const char *owner, int64_t lease_ms,
+  int (*lock_release)(void *be, void *bh, dlock_lock_kind_t kind,
+                      const char *name, const char *owner, int64_t lease_ms,
                       const char *request_id);
   int (*lock_force_release)(void *be, dlock_lock_kind_t kind, const char *name,
                             bool *deleted);

@@ -277,6 +277,8 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   while (l) {
     struct dlock_lock *next = l->next;
     l->magic = DLOCK__DEAD_MAGIC;
+    if (l->bh && c->ops->handle_close)
+      c->ops->handle_close(l->bh);
     dlock__free(l->name);
     dlock__free(l);
     l = next;

@@ -31,6 +31,7 @@ struct dlock_lock {
   struct dlock_client *client;
   dlock_lock_kind_t kind;
   char *name;
+  void *bh; /* the backend's state for this handle (handle_open), or NULL */
   struct dlock_lock *prev, *next; /* client's list of handles, under mu */
 };
 

@@ -636,7 +636,7 @@ void dlock__unresolved_run(struct dlock_client *c) {
        * to the next waiter (its count is 1: a grant) */
       rc = dlock__uuid(req);
       if (rc == 0)
-        rc = c->ops->lock_release(c->be, j->kind, j->name, owner, j->lease_ms,
+        rc = c->ops->lock_release(c->be, NULL, j->kind, j->name, owner, j->lease_ms,
                                   req);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",

@@ -81,6 +81,12 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
     dlock__free(l);
     return DLOCK_ENOMEM;
   }
+  if (c->ops->handle_open &&
+      (rc = c->ops->handle_open(c->be, kind, l->name, &l->bh)) != 0) {
+    dlock__free(l->name);
+    dlock__free(l);
+    return rc;
+  }
   l->magic = DLOCK__LOCK_MAGIC;
   l->kind = kind;
   l->client = c;
@@ -152,6 +158,8 @@ void dlock_lock_free(dlock_lock_t *l) {
     if (!forked)
       pthread_mutex_unlock(&c->mu);
   }
+  if (l->bh && c->ops->handle_close)
+    c->ops->handle_close(l->bh);
   dlock__free(l->name);
   dlock__free(l);
 }
@@ -231,7 +239,8 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     x->entry_until = now + x->q.ttl_ms + x->lease;
   }
   x->since = now;
-  dlock__acquire a = {.kind = x->l->kind,
+  dlock__acquire a = {.bh = x->l->bh,
+                      .kind = x->l->kind,
                       .name = x->l->name,
                       .owner = x->owner,
                       .lease_ms = x->lease,
@@ -303,7 +312,8 @@ static void fair_leave(wait_ctx *x, int code) {
   struct dlock_client *c = x->l->client;
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
-  dlock__acquire a = {.kind = DLOCK_FAIR,
+  dlock__acquire a = {.bh = x->l->bh,
+                      .kind = DLOCK_FAIR,
                       .name = x->l->name,
                       .owner = x->owner,
                       .lease_ms = x->lease,
@@ -321,7 +331,8 @@ static int wait_and_acquire(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
   x->q.seq = x->seq;
-  x->spec = (dlock__wait_spec){.lock_kind = x->l->kind,
+  x->spec = (dlock__wait_spec){.bh = x->l->bh,
+                                .lock_kind = x->l->kind,
                                 .name = x->l->name,
                                 .owner = x->owner,
                                 .tid = x->tid,
@@ -347,7 +358,8 @@ static int wait_and_acquire(wait_ctx *x) {
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
     int64_t sent = dlock__now_ms();
-    dlock__acquire a = {.kind = x->l->kind,
+    dlock__acquire a = {.bh = x->l->bh,
+                        .kind = x->l->kind,
                         .name = x->l->name,
                         .owner = x->owner,
                         .lease_ms = x->lease};
@@ -412,7 +424,8 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   if (rc == 0 && wait_ms == 0) {
     int64_t pttl = -1;
     since = dlock__now_ms();
-    dlock__acquire a = {.kind = l->kind,
+    dlock__acquire a = {.bh = l->bh,
+                        .kind = l->kind,
                         .name = l->name,
                         .owner = owner,
                         .lease_ms = lease,
@@ -521,10 +534,12 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
    * id (so is a user's retry after an error: the id is kept in the hold).
    * On a retry "not owner" means the first attempt released the lock. */
   bool retry = h_had_id;
-  int out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req);
+  int out =
+      c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
   if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
     retry = true;
-    out = c->ops->lock_release(c->be, l->kind, l->name, owner, lease, req);
+    out = c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease,
+                               req);
   }
   if (out == DLOCK__REL_NOTOWNER && retry)
     out = DLOCK__REL_FREED;

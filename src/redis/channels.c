@@ -92,8 +92,10 @@ struct rwait {
   rwait *prev, *next;
   rchan *chan;
   dlock__wait *w;
-  char *lock;  /* the lock's name (wake-ups are per lock) */
-  char *grant; /* this lock's grant channel, or NULL */
+  const char *lock;  /* the lock's name (wake-ups are per lock; the
+                        handle's, which outlives the wait) */
+  const char *grant; /* this lock's grant channel, or NULL */
+  char *grant_owned; /* = grant when made for this wait (no handle) */
   wake_mode mode;
   bool wants; /* counted in chan->nwanting */
 };
@@ -358,26 +360,42 @@ static rchan *chan_new(dlock__redis_watch *ws, char *name, char *grant) {
   return ch;
 }
 
-/* The channel names a wait uses (fresh strings; grant may stay NULL). */
+/* The channel names a wait uses: borrowed from its handle when it has
+ * one, else made here (*name_owned, *grant_owned, to free). */
 static int wait_names(dlock__redis *r, const dlock__wait_spec *sp,
-                      char **name, char **grant, wake_mode *mode) {
+                      const char **name, const char **grant,
+                      char **name_owned, char **grant_owned,
+                      wake_mode *mode) {
   *name = *grant = NULL;
+  *name_owned = *grant_owned = NULL;
   if (sp->sync) {
     *mode = sp->sync_kind == DLOCK__SYNC_LATCH ? WAKE_ALL : WAKE_COUNT;
-    *name = dlock__redis_sync_channel(r, sp->sync_kind, sp->name);
+    *name = *name_owned = dlock__redis_sync_channel(r, sp->sync_kind, sp->name);
     return *name ? 0 : DLOCK_ENOMEM;
   }
   *mode = WAKE_LOCK;
-  *name = dlock__redis_lock_channel(r, sp->lock_kind, sp->name, sp->owner);
+  if (sp->bh && sp->lock_kind != DLOCK_FAIR) {
+    *name = dlock__redis_handle_channel(sp->bh);
+    *grant = dlock__redis_handle_grant(sp->bh);
+    return *name && *grant ? 0 : DLOCK_ENOMEM;
+  }
+  *name = *name_owned =
+      dlock__redis_lock_channel(r, sp->lock_kind, sp->name, sp->owner);
   if (!*name)
     return DLOCK_ENOMEM;
+  if (sp->lock_kind == DLOCK_FAIR)
+    return 0;
   /* readers subscribe to the grant channel too, though never handed the
    * lock: a release tells a registered reader's client is alive by it */
-  if (sp->lock_kind != DLOCK_FAIR &&
-      !(*grant = dlock__redis_lock_grant_channel(r, sp->lock_kind, sp->name,
-                                                 r->client_id))) {
-    dlock__free(*name);
-    *name = NULL;
+  if (sp->bh) {
+    *grant = dlock__redis_handle_grant(sp->bh);
+  } else {
+    *grant = *grant_owned = dlock__redis_lock_grant_channel(
+        r, sp->lock_kind, sp->name, r->client_id);
+  }
+  if (!*grant) {
+    dlock__free(*name_owned);
+    *name = *name_owned = NULL;
     return DLOCK_ENOMEM;
   }
   return 0;
@@ -389,34 +407,36 @@ int dlock__redis_wait_begin(void *be, dlock__wait *w) {
   rwait *x = dlock__calloc(1, sizeof *x);
   if (!x)
     return DLOCK_ENOMEM;
-  char *name = NULL, *grant = NULL;
-  int rc = wait_names(r, w->spec, &name, &grant, &x->mode);
-  if (!rc && !(x->lock = dlock__strdup(w->spec->name)))
-    rc = DLOCK_ENOMEM;
-  if (!rc && grant && !(x->grant = dlock__strdup(grant)))
-    rc = DLOCK_ENOMEM;
+  const char *name = NULL, *grant = NULL;
+  char *name_owned = NULL;
+  int rc = wait_names(r, w->spec, &name, &grant, &name_owned,
+                      &x->grant_owned, &x->mode);
   if (rc) {
-    dlock__free(name);
-    dlock__free(grant);
-    dlock__free(x->lock);
     dlock__free(x);
     return rc;
   }
+  x->lock = w->spec->name;
+  x->grant = grant;
   x->w = w;
   pthread_mutex_lock(&r->wmu);
   rchan *ch = dlock__map_get(&ws->chans, name, strlen(name));
-  if (ch) {
-    dlock__free(name);
-    dlock__free(grant);
-  } else if (!(ch = chan_new(ws, name, grant))) {
-    pthread_mutex_unlock(&r->wmu);
-    dlock__free(name);
-    dlock__free(grant);
-    dlock__free(x->grant);
-    dlock__free(x->lock);
-    dlock__free(x);
-    return DLOCK_ENOMEM;
+  if (!ch) {
+    /* the channel keeps copies of its names: it outlives this wait */
+    char *cn = name_owned ? name_owned : dlock__strdup(name);
+    char *cg = grant ? dlock__strdup(grant) : NULL;
+    if (cn == name_owned)
+      name_owned = NULL;
+    if (!cn || (grant && !cg) || !(ch = chan_new(ws, cn, cg))) {
+      pthread_mutex_unlock(&r->wmu);
+      dlock__free(cn);
+      dlock__free(cg);
+      dlock__free(name_owned);
+      dlock__free(x->grant_owned);
+      dlock__free(x);
+      return DLOCK_ENOMEM;
+    }
   }
+  dlock__free(name_owned);
   x->chan = ch;
   x->prev = ch->tail;
   if (ch->tail)
@@ -489,8 +509,7 @@ void dlock__redis_wait_end(void *be, dlock__wait *w) {
   if (ch->nwaiters == 0 && ch->nwanting == 0 && ch->state == CH_UNSUB)
     chan_free(r->ws, ch);
   pthread_mutex_unlock(&r->wmu);
-  dlock__free(x->lock);
-  dlock__free(x->grant);
+  dlock__free(x->grant_owned);
   dlock__free(x);
   w->reg = NULL;
 }

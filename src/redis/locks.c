@@ -76,7 +76,16 @@ typedef struct lock_keys {
   char *rw_base;  /* read side: {name} */
   char *readers;  /* read-write: dlock_lock_rw_readers:{name} */
   char *readturn; /* read-write: dlock_lock_rw_readturn:{name} */
+  bool borrowed;  /* all but rw_mine belong to a handle (redis_handle) */
 } lock_keys;
+
+/* What a lock handle keeps (handle_open): every owner-independent name
+ * its operations use, built once. */
+typedef struct redis_handle {
+  lock_keys keys;      /* KM_ALL but rw_mine */
+  char *grant_channel; /* this client's grant channel (not fair), or NULL */
+  char *latch_prefix;  /* redisson_unlock_latch:{name} */
+} redis_handle;
 
 /* The wait queue's member for a wait of a->owner: "<owner>:<seq>:<lease
  * ms>", with ":f" for a fenced waiter (docs/LAYOUT.md); the release that
@@ -106,7 +115,8 @@ static void keys_clear(lock_keys *k) {
                   &k->grant,   &k->yield,   &k->rw_mine,  &k->rw_base,
                   &k->readers, &k->readturn};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-    dlock__free(*all[i]);
+    if (!k->borrowed || all[i] == &k->rw_mine)
+      dlock__free(*all[i]);
     *all[i] = NULL;
   }
 }
@@ -140,6 +150,76 @@ static bool want_key(char **slot, bool wanted, char *(*make)(const char *,
 
 /* The keys of `name` for `kind` that `mask` asks for (KM_*); owner is
  * needed by KM_MINE only. */
+static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
+                     const char *owner, unsigned mask);
+
+/* The same, borrowing the names a handle built once (bh may be NULL). */
+static int keys_get(lock_keys *k, const void *bh, dlock_lock_kind_t kind,
+                    const char *name, const char *owner, unsigned mask) {
+  const redis_handle *h = bh;
+  if (!h)
+    return keys_make(k, kind, name, owner, mask);
+  *k = h->keys;
+  k->borrowed = true;
+  k->rw_mine = NULL;
+  if (is_rw(kind) && (mask & KM_MINE) && owner) {
+    char *sfx = dlock__concat(2, (const char *[]){owner, ":rwlock_timeout"});
+    k->rw_mine = sfx ? dlock__redis_suffixed(name, sfx) : NULL;
+    dlock__free(sfx);
+    if (!k->rw_mine)
+      return DLOCK_ENOMEM;
+  }
+  return 0;
+}
+
+int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
+                             const char *name, void **out) {
+  dlock__redis *r = be;
+  *out = NULL;
+  redis_handle *h = dlock__calloc(1, sizeof *h);
+  if (!h)
+    return DLOCK_ENOMEM;
+  int rc = keys_make(&h->keys, kind, name, NULL, KM_ALL);
+  if (!rc && is_rw(kind) && !h->keys.rw_base &&
+      !(h->keys.rw_base =
+            strchr(name, '{')
+                ? dlock__strdup(name)
+                : dlock__concat(3, (const char *[]){"{", name, "}"})))
+    rc = DLOCK_ENOMEM;
+  if (!rc && kind != DLOCK_FAIR &&
+      !(h->grant_channel =
+            dlock__redis_lock_grant_channel(r, kind, name, r->client_id)))
+    rc = DLOCK_ENOMEM;
+  if (!rc && !(h->latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name)))
+    rc = DLOCK_ENOMEM;
+  if (rc) {
+    dlock__redis_handle_close(h);
+    return rc;
+  }
+  *out = h;
+  return 0;
+}
+
+void dlock__redis_handle_close(void *bh) {
+  redis_handle *h = bh;
+  if (!h)
+    return;
+  keys_clear(&h->keys);
+  dlock__free(h->grant_channel);
+  dlock__free(h->latch_prefix);
+  dlock__free(h);
+}
+
+const char *dlock__redis_handle_channel(const void *bh) {
+  const redis_handle *h = bh;
+  return h ? h->keys.channel : NULL;
+}
+
+const char *dlock__redis_handle_grant(const void *bh) {
+  const redis_handle *h = bh;
+  return h ? h->grant_channel : NULL;
+}
+
 static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
                      const char *owner, unsigned mask) {
   memset(k, 0, sizeof *k);
@@ -247,7 +327,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
   /* a reader asks about queued writers' grant subscriptions */
   unsigned km_grant = a->kind == DLOCK_READ ? KM_HANDOFF : 0;
-  int rc = keys_make(&k, a->kind, a->name, a->owner,
+  int rc = keys_get(&k, a->bh, a->kind, a->name, a->owner,
                      KM_QUEUE | km_token | KM_READERS | KM_MINE | km_grant);
   if (rc)
     return rc;
@@ -376,7 +456,7 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   dlock__fmt_i64(lease, a->lease_ms);
   lock_keys k;
   unsigned km_token = a->kind == DLOCK_FENCED ? KM_TOKEN : 0;
-  int rc = keys_make(&k, a->kind, a->name, NULL,
+  int rc = keys_get(&k, a->bh, a->kind, a->name, NULL,
                      KM_CHANNEL | KM_QUEUE | km_token | KM_READERS);
   if (rc)
     return rc;
@@ -453,7 +533,7 @@ static int release_outcome(redisReply *rep, bool counted) {
   return rc;
 }
 
-int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
+int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               int64_t lease_ms, const char *request_id) {
   dlock__redis *r = be;
@@ -461,7 +541,7 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
   dlock__fmt_i64(lease, lease_ms);
   latch_ms(r, latch, sizeof latch);
   lock_keys k;
-  int rc = keys_make(&k, kind, name, owner, KM_ALL);
+  int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
   if (rc)
     return rc;
   /* this client is subscribed to the lock's wake channel, so it is not an
@@ -469,12 +549,15 @@ int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
    * its own: no such question) */
   bool watching =
       kind != DLOCK_FAIR && k.channel && dlock__redis_watching(r, k.channel);
-  char *latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name);
+  const redis_handle *h = bh;
+  char *latch_prefix =
+      h ? h->latch_prefix : dlock__redis_prefixed(LATCH_PREFIX, name);
   char *latch_key =
       latch_prefix
           ? dlock__concat(3, (const char *[]){latch_prefix, ":", request_id})
           : NULL;
-  dlock__free(latch_prefix);
+  if (!h)
+    dlock__free(latch_prefix);
   redisReply *rep = NULL;
   if (!latch_key) {
     rc = DLOCK_ENOMEM;

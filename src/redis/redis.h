@@ -88,9 +88,15 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                               int64_t *token);
 int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
                             int64_t *token);
-int dlock__redis_lock_release(void *be, dlock_lock_kind_t kind,
+int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               int64_t lease_ms, const char *request_id);
+int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
+                             const char *name, void **bh);
+void dlock__redis_handle_close(void *bh);
+/* A handle's wake channel (not fair) and grant channel, or NULL. */
+const char *dlock__redis_handle_channel(const void *bh);
+const char *dlock__redis_handle_grant(const void *bh);
 int dlock__redis_lock_force_release(void *be, dlock_lock_kind_t kind,
                                     const char *name, bool *deleted);
 int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
