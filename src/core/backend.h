@@ -188,6 +188,10 @@ typedef struct dlock__backend_ops {
    * goes to another waiter of the object). The backend reports through
    * the up-calls of wait.h. */
   int (*wait_begin)(void *be, struct dlock__wait *w);
+  /* Optional: false when no wait of this client watches what spec names
+   * (its wake-up path is down), so that a first attempt before
+   * registering cannot miss a wake-up nor lose a chance to queue. */
+  bool (*wait_hot)(void *be, const dlock__wait_spec *spec);
   bool (*wait_arm)(void *be, struct dlock__wait *w, bool only_if_ready);
   bool (*wait_can_queue)(void *be, struct dlock__wait *w);
   void (*wait_end)(void *be, struct dlock__wait *w);

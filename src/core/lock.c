@@ -260,14 +260,20 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
   return rc;
 }
 
-static int wait_loop(wait_ctx *x) {
+/* `pttl` >= -1: an attempt was made already, before the wait was
+ * registered (a cold lock); it refused with that bound. */
+static int wait_loop(wait_ctx *x, int64_t pttl) {
   struct dlock_client *c = x->l->client;
-  int64_t pttl = -1;
-  /* already watching (a lingering subscription): this attempt can queue */
-  bool armed = dlock__wait_arm(&x->w, true);
-  int rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl);
-  if (rc != 0)
-    return rc;
+  bool armed = false;
+  int rc;
+  if (pttl < -1) {
+    pttl = -1;
+    /* already watching (a lingering subscription): this attempt can
+     * queue */
+    armed = dlock__wait_arm(&x->w, true);
+    if ((rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl)) != 0)
+      return rc;
+  }
   /* not armed by that call (the path was down or coming up): arm it now
    * and wait for it, even if it came up meanwhile, so that this waiter
    * counts among those that keep it up */
@@ -338,10 +344,22 @@ static int wait_and_acquire(wait_ctx *x) {
                                 .tid = x->tid,
                                 .seq = x->seq,
                                 .need = 1};
-  int rc = dlock__wait_begin(c, &x->w, &x->spec);
+  /* A lock nobody here waits on (the backend says its wake-up path is
+   * cold) gets one plain attempt before any wait is registered: an
+   * acquire that succeeds at once costs no wait, and one that fails
+   * registers and arms before it retries, as ever. A hot lock registers
+   * first, so that its first attempt can already queue. */
+  int64_t pttl = -2;
+  int rc;
+  if (c->ops->wait_hot && !c->ops->wait_hot(c->be, &x->spec)) {
+    pttl = -1;
+    if ((rc = attempt(x, false, &pttl)) != 0)
+      return rc;
+  }
+  rc = dlock__wait_begin(c, &x->w, &x->spec);
   if (rc)
     return rc;
-  rc = wait_loop(x);
+  rc = wait_loop(x, pttl);
   if (dlock__wait_granted(&x->w)) {
     /* the grant came by message (maybe while the last step failed: the
      * grant stands). Its lease started when the release ran, which was

@@ -454,6 +454,18 @@ int dlock__redis_wait_begin(void *be, dlock__wait *w) {
   return 0;
 }
 
+bool dlock__redis_wait_hot(void *be, const dlock__wait_spec *sp) {
+  dlock__redis *r = be;
+  const char *name = dlock__redis_handle_channel(sp->bh);
+  if (sp->sync || sp->lock_kind == DLOCK_FAIR || !name)
+    return true; /* no name without building one: register first */
+  pthread_mutex_lock(&r->wmu);
+  rchan *ch = dlock__map_get(&r->ws->chans, name, strlen(name));
+  bool hot = ch && (ch->state != CH_UNSUB || ch->nwaiters > 0);
+  pthread_mutex_unlock(&r->wmu);
+  return hot;
+}
+
 bool dlock__redis_wait_arm(void *be, dlock__wait *w, bool only_if_ready) {
   dlock__redis *r = be;
   rwait *x = w->reg;

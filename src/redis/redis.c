@@ -389,6 +389,7 @@ const dlock__backend_ops dlock__redis_backend = {
     .lock_query = dlock__redis_lock_query,
     .lock_state = dlock__redis_lock_state,
     .wait_begin = dlock__redis_wait_begin,
+    .wait_hot = dlock__redis_wait_hot,
     .wait_arm = dlock__redis_wait_arm,
     .wait_can_queue = dlock__redis_wait_can_queue,
     .wait_end = dlock__redis_wait_end,

@@ -134,6 +134,7 @@ int dlock__redis_latch_delete(void *be, const char *name, bool *existed);
 int dlock__redis_channels_init(dlock__redis *r);
 void dlock__redis_channels_free(dlock__redis *r);
 int dlock__redis_wait_begin(void *be, struct dlock__wait *w);
+bool dlock__redis_wait_hot(void *be, const dlock__wait_spec *spec);
 bool dlock__redis_wait_arm(void *be, struct dlock__wait *w,
                            bool only_if_ready);
 bool dlock__redis_wait_can_queue(void *be, struct dlock__wait *w);
