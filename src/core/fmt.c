@@ -8,6 +8,18 @@
 #include "core/alloc.h"
 
 size_t dlock__fmt_u64(char *buf, uint64_t v) {
+  /* most numbers here are RESP lengths and counts of one or two digits */
+  if (v < 10) {
+    buf[0] = (char)('0' + v);
+    buf[1] = '\0';
+    return 1;
+  }
+  if (v < 100) {
+    buf[0] = (char)('0' + v / 10);
+    buf[1] = (char)('0' + v % 10);
+    buf[2] = '\0';
+    return 2;
+  }
   char tmp[DLOCK__I64_BUF];
   size_t n = 0;
   do {
