@@ -207,6 +207,7 @@ typedef struct wait_ctx {
   int64_t lease;
   int64_t deadline;
   int64_t thread_wait; /* fair: how long the queue keeps us without news */
+  bool watchdog;       /* the lease is the watchdog's (renewed) */
   int64_t token;       /* fenced: the token of the grant */
   dlock__wait_spec spec;
   dlock__wait w;
@@ -333,6 +334,35 @@ static void fair_leave(wait_ctx *x, int code) {
   dlock__seterr(code, "%s", saved);
 }
 
+/* A grant by message is dated from the waiter's last refused attempt
+ * (the server granted after it, but when is unknown). When that attempt
+ * is old, against a watchdog lease (a long wait), the hold could no longer
+ * be vouched for and would be reported lost at once: one renewal, sent
+ * now, confirms a fresh lease instead (its send time is then the hold's
+ * start). If it cannot (gone, unreachable) in time, the old date stands
+ * and the renewer and the loop decide, as for any hold. Fixed leases are never
+ * vouched for by the client: they keep the safe date. */
+static void confirm_late_grant(wait_ctx *x) {
+  struct dlock_client *c = x->l->client;
+  int64_t sent = dlock__now_ms();
+  if (!x->watchdog || !c->ops->lock_renew || sent - x->since <= x->lease / 3)
+    return;
+  dlock__renewal it = {.kind = hold_kind(x->l->kind),
+                       .name = x->l->name,
+                       .owner = x->owner};
+  /* bounded by the moment the old date stops vouching for the hold, so
+   * that a loss is still reported by then; when that moment has passed
+   * already (the grant came later than a lease after our last attempt),
+   * by a tenth of the lease */
+  int64_t margin = x->lease / 20 < 5 ? 5 : x->lease / 20;
+  int64_t deadline = x->since + x->lease - margin;
+  if (deadline < sent + x->lease / 10)
+    deadline = sent + x->lease / 10;
+  if (c->ops->lock_renew(c->be, &it, 1, x->lease, deadline) == 0 &&
+      it.result == 1)
+    x->since = sent;
+}
+
 static int wait_and_acquire(wait_ctx *x) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
@@ -369,6 +399,7 @@ static int wait_and_acquire(wait_ctx *x) {
     rc = 1;
     x->since = x->refused_at;
     x->token = dlock__wait_grant_token(&x->w);
+    confirm_late_grant(x);
   } else if (rc != 1 && x->l->kind == DLOCK_FAIR) {
     fair_leave(x, rc);
   } else if (rc != 1 && x->q.queued) {
@@ -460,6 +491,7 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     x.owner = owner;
     x.lease = lease;
     x.thread_wait = thread_wait;
+    x.watchdog = watchdog;
     x.deadline = dlock__deadline_after(wait_ms);
     rc = wait_and_acquire(&x);
     since = x.since;

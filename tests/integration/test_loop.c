@@ -453,6 +453,53 @@ static void t_grant_survives_oom(void) {
   th_server_stop(s);
 }
 
+/* ------------------------------------------------------------ case 6 */
+
+/* A grant by message long after the waiter's last attempt: the holder has
+ * a fixed 5 s lease (so the waiter, bounded by it, sleeps ~5 s between
+ * attempts) and releases after 2 s; the waiter's own lease is the 1 s
+ * watchdog. Its grant must count from when the server made it, not from
+ * that old attempt: it is held like any other grant (no lost callback
+ * while it is renewed), and released with DLOCK_OK. */
+static void t_late_grant_not_lost(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_lost_t lost;
+  it_lost_init(&lost);
+  it_client_cfg_t cfg = {
+      .watchdog_ms = 1000, .lost = it_lost_cb, .lost_ud = &lost};
+  dlock_client_t *h = it_client(s), *w = it_client_cfg(s, &cfg);
+  dlock_lock_t *lh = it_lock(h, "late-grant"), *lw = it_lock(w, "late-grant");
+  CHECK_OK(dlock_lock_acquire(lh, 0, 5000));
+  it_async_t a;
+  it_async_start(&a, lw, 20000, WD, false);
+  bool queued;
+  TH_WAIT_FOR(queued, queue_len(s, "late-grant") == 1, 3000);
+  CHECKF(queued, "the waiter did not queue");
+  /* the scenario: the waiter's last attempt is about 2 s old when the
+   * holder releases (its next one is due at the holder's lease, 5 s) */
+  struct timespec nap = {2, 0};
+  nanosleep(&nap, NULL);
+  int64_t released = th_now_ms();
+  CHECK_OK(dlock_lock_release(lh));
+  CHECK(it_async_wait(&a, 5000));
+  CHECK_OK(a.rc);
+  printf("granted %lld ms after the release\n",
+         (long long)(a.t_done - released));
+  /* held for three watchdog leases: renewed, never reported lost */
+  bool early = it_lost_wait(&lost, 1, 3000);
+  printf("lost callbacks while held: %d\n", it_lost_count(&lost));
+  CHECKF(!early, "a grant by message was reported lost %lld ms after the "
+                 "release",
+         (long long)(lost.at_ms - released));
+  CHECK_INT(it_async_finish(&a), ==, DLOCK_OK);
+  dlock_lock_free(lh);
+  dlock_lock_free(lw);
+  dlock_client_free(w);
+  dlock_client_free(h);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"lost_reported_by_deadline_while_resolving",
      t_lost_reported_by_deadline_while_resolving},
@@ -460,6 +507,7 @@ static const check_case_t cases[] = {
     {"grant_dated_from_attempt", t_grant_dated_from_attempt},
     {"unresolved_due_wakes_loop", t_unresolved_due_wakes_loop},
     {"grant_survives_oom", t_grant_survives_oom},
+    {"late_grant_not_lost", t_late_grant_not_lost},
 };
 
 CHECK_MAIN(cases)
