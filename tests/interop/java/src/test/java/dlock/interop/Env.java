@@ -131,6 +131,7 @@ abstract class Env {
     final String what;
     final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
     private final Writer in;
+    private final Thread reader;
 
     Proc(Process p, String what) {
       this.p = p;
@@ -147,6 +148,7 @@ abstract class Env {
       }, "stdout " + what);
       t.setDaemon(true);
       t.start();
+      reader = t;
     }
 
     /** The next stdout line, waiting at most ms; fails the test on timeout. */
@@ -190,6 +192,7 @@ abstract class Env {
 
     int waitExit(long ms) throws InterruptedException {
       if (!p.waitFor(ms, TimeUnit.MILLISECONDS)) fail("`" + what + "` still running after " + ms + " ms");
+      reader.join(ms); // every line it wrote is in `lines`
       return p.exitValue();
     }
 
