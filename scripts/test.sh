@@ -3,7 +3,8 @@
 # warnings as errors, runs every test under AddressSanitizer+UBSan, then
 # under ThreadSanitizer, then each fuzz target for 25 s (tests/fuzz/run.sh),
 # then the integration tests under valgrind (tests/valgrind/run.sh), then in
-# a normal build. Each test starts its own redis-server on a free loopback
+# a normal build, then the Java interop suite against the real Redisson
+# (tests/interop/run.sh; skipped with one line when java or mvn is missing). Each test starts its own redis-server on a free loopback
 # port and stops it. Usage: ./scripts/test.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,3 +32,5 @@ echo "== valgrind memcheck (integration tests) =="
 ./tests/valgrind/run.sh build-vg
 echo "== Release build =="
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== Redisson interop (Java) =="
+./tests/interop/run.sh build

@@ -1,0 +1,148 @@
+/*
+ * dlock_interop.c - a line-driven dlock client for the Java interop suite
+ * (tests/interop/java). It shows the library's behaviour where the dlock
+ * command's naming gets in the way (`dlock -s NAME` is the read side of
+ * NAME:dlock-rw, see docs/LAYOUT.md) or where the command has no verb
+ * (latches).
+ *
+ *   dlock_interop URL
+ *
+ * reads one command per line on stdin and answers one line on stdout, all on
+ * the main thread (so every lock has the owner <client-id>:<thread-id> of
+ * that thread):
+ *
+ *   read NAME WAIT_MS        acquire the read side of NAME (DLOCK_READ)
+ *   write NAME WAIT_MS       acquire the write side of NAME (DLOCK_WRITE)
+ *   fair NAME WAIT_MS        acquire the fair lock NAME (DLOCK_FAIR)
+ *   unread NAME | unwrite NAME | unfair NAME   release one hold
+ *   latch-set NAME N         try_set_count
+ *   latch-down NAME          count_down
+ *   latch-await NAME WAIT_MS await
+ *   latch-count NAME         count
+ *   id                       the client id
+ *
+ * WAIT_MS: 0 = try once. Leases are the watchdog's. Answers: "ok [VALUE]"
+ * or "err <DLOCK_E...> <message>". EOF on stdin releases nothing
+ * explicitly: the client is freed, so holds expire with their lease.
+ */
+#include <dlock/dlock.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LOCKS 64
+
+struct named {
+  char name[256];
+  dlock_lock_kind_t kind;
+  dlock_lock_t *lock;
+};
+
+static struct named locks[MAX_LOCKS];
+static int nlocks;
+
+static dlock_lock_t *get_lock(dlock_client_t *c, const char *name,
+                              dlock_lock_kind_t kind) {
+  for (int i = 0; i < nlocks; i++)
+    if (locks[i].kind == kind && strcmp(locks[i].name, name) == 0)
+      return locks[i].lock;
+  if (nlocks == MAX_LOCKS || strlen(name) >= sizeof locks[0].name)
+    return NULL;
+  dlock_lock_t *l = NULL;
+  if (dlock_lock_new_kind(c, name, kind, &l) != 0)
+    return NULL;
+  snprintf(locks[nlocks].name, sizeof locks[nlocks].name, "%s", name);
+  locks[nlocks].kind = kind;
+  locks[nlocks].lock = l;
+  nlocks++;
+  return l;
+}
+
+static void answer(int rc, const char *value) {
+  if (rc == 0)
+    printf("ok%s%s\n", value ? " " : "", value ? value : "");
+  else
+    printf("err %s %s\n", dlock_err_name(rc), dlock_last_error());
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: dlock_interop URL\n");
+    return 64;
+  }
+  dlock_client_t *c = NULL;
+  if (dlock_client_new(&c, argv[1], NULL) != 0) {
+    fprintf(stderr, "dlock_interop: %s\n", dlock_last_error());
+    return 69;
+  }
+  char line[1024];
+  while (fgets(line, sizeof line, stdin) != NULL) {
+    char verb[32] = "", name[256] = "";
+    long long n = 0;
+    int fields = sscanf(line, "%31s %255s %lld", verb, name, &n);
+    char buf[64];
+    int rc = DLOCK_EINVAL;
+    if (fields >= 1 && strcmp(verb, "id") == 0) {
+      answer(0, dlock_client_id(c));
+      continue;
+    }
+    if (fields < 2) {
+      printf("err usage %s", line);
+      fflush(stdout);
+      continue;
+    }
+    dlock_lock_kind_t kind = DLOCK_REENTRANT;
+    bool is_lock = true, release = false;
+    if (strcmp(verb, "read") == 0 || strcmp(verb, "unread") == 0)
+      kind = DLOCK_READ;
+    else if (strcmp(verb, "write") == 0 || strcmp(verb, "unwrite") == 0)
+      kind = DLOCK_WRITE;
+    else if (strcmp(verb, "fair") == 0 || strcmp(verb, "unfair") == 0)
+      kind = DLOCK_FAIR;
+    else
+      is_lock = false;
+    if (is_lock) {
+      release = strncmp(verb, "un", 2) == 0;
+      dlock_lock_t *l = get_lock(c, name, kind);
+      if (l == NULL) {
+        answer(DLOCK_EINVAL, NULL);
+        continue;
+      }
+      rc = release ? dlock_lock_release(l)
+                   : dlock_lock_acquire(l, n, DLOCK_LEASE_WATCHDOG);
+      answer(rc, NULL);
+      continue;
+    }
+    dlock_latch_t *latch = NULL;
+    rc = dlock_latch_new(c, name, &latch);
+    if (rc != 0) {
+      answer(rc, NULL);
+      continue;
+    }
+    if (strcmp(verb, "latch-set") == 0) {
+      bool set = false;
+      rc = dlock_latch_try_set_count(latch, n, &set);
+      answer(rc, set ? "set" : "unchanged");
+    } else if (strcmp(verb, "latch-down") == 0) {
+      answer(dlock_latch_count_down(latch), NULL);
+    } else if (strcmp(verb, "latch-await") == 0) {
+      answer(dlock_latch_await(latch, n), NULL);
+    } else if (strcmp(verb, "latch-count") == 0) {
+      int64_t v = 0;
+      rc = dlock_latch_count(latch, &v);
+      snprintf(buf, sizeof buf, "%lld", (long long)v);
+      answer(rc, buf);
+    } else {
+      printf("err usage %s", line);
+      fflush(stdout);
+    }
+    dlock_latch_free(latch);
+  }
+  for (int i = 0; i < nlocks; i++)
+    dlock_lock_free(locks[i].lock);
+  dlock_client_free(c);
+  return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# tests/interop/run.sh [BUILD_DIR] [MAVEN ARGS...]
+#
+# The Java interop suite (tests/interop/README.md): dlock processes and the
+# real Redisson against one private redis-server. Builds the dlock command
+# and the C helper in BUILD_DIR (default build/; configured with cmake if
+# it is not), starts a redis-server on a free 127.0.0.1 port
+# (tests/harness/with-redis.sh) and runs `mvn -q -B test` in
+# tests/interop/java. Extra arguments go to Maven, for example
+#   tests/interop/run.sh build -Dredisson.version=3.51.0
+#   tests/interop/run.sh build -Dtest=RLockTest
+# Exit status: Maven's (non-zero when a test fails); 0 with one line saying
+# so when java or mvn is missing.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=build
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  build=$1
+  shift
+fi
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "interop: skipped (no java/mvn; install openjdk-17-jdk-headless and maven to run it)"
+  exit 0
+fi
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$build" -j2 --target dlock_cli dlock_interop >/dev/null
+dlock_bin="$build/tools/dlock/dlock"
+helper="$build/tests/interop/dlock_interop"
+for f in "$dlock_bin" "$helper"; do
+  [ -x "$f" ] || { echo "interop: $f was not built" >&2; exit 1; }
+done
+
+cd "$root/tests/interop/java"
+rm -rf target/surefire-reports
+# Maven in batch mode, quiet (failures are still printed in full); the
+# summary line is printed below from Surefire's reports.
+rc=0
+"$root/tests/harness/with-redis.sh" -- sh -c '
+  bin=$1 helper=$2
+  shift 2
+  exec mvn -q -B -Dstyle.color=never "$@" test -Ddlock.url="$DLOCK_URL" -Ddlock.bin="$bin" -Ddlock.helper="$helper"
+' run.sh "$dlock_bin" "$helper" "$@" || rc=$?
+
+# One summary line, as Surefire words it, summed over its XML reports.
+shopt -s nullglob
+reports=(target/surefire-reports/TEST-*.xml)
+if [ ${#reports[@]} -gt 0 ]; then
+  sed -n 's/.*<testsuite [^>]*tests="\([0-9]*\)" errors="\([0-9]*\)" skipped="\([0-9]*\)" failures="\([0-9]*\)".*/\1 \2 \3 \4/p' \
+    "${reports[@]}" | awk '{t+=$1; e+=$2; s+=$3; f+=$4}
+      END {printf "interop: Tests run: %d, Failures: %d, Errors: %d, Skipped: %d\n", t, f, e, s}'
+else
+  echo "interop: no test reports (Maven failed before the tests ran)"
+fi
+if [ "$rc" -ne 0 ]; then
+  echo "interop: FAILED (exit status $rc)"
+fi
+exit "$rc"
