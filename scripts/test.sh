@@ -4,8 +4,9 @@
 # under ThreadSanitizer, then each fuzz target for 25 s (tests/fuzz/run.sh),
 # then the integration tests under valgrind (tests/valgrind/run.sh), then in
 # a normal build, then the Java interop suite against the real Redisson
-# (tests/interop/run.sh; skipped with one line when java or mvn is missing). Each test starts its own redis-server on a free loopback
-# port and stops it. Usage: ./scripts/test.sh [extra ctest args]
+# (tests/interop/run.sh; skipped with one line when java or mvn is
+# missing). Each test starts its own redis-server on a free loopback port
+# and stops it. Usage: ./scripts/test.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
