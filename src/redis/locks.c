@@ -172,6 +172,57 @@ static int keys_get(lock_keys *k, const void *bh, dlock_lock_kind_t kind,
   return 0;
 }
 
+/* The string slots of a handle, in one order. */
+static size_t handle_slots(redis_handle *h, char ***out) {
+  char **all[] = {&h->keys.channel,  &h->keys.queue,    &h->keys.timeouts,
+                  &h->keys.token,    &h->keys.grant,    &h->keys.yield,
+                  &h->keys.rw_base,  &h->keys.readers,  &h->keys.readturn,
+                  &h->grant_channel, &h->latch_prefix};
+  size_t n = sizeof all / sizeof all[0];
+  for (size_t i = 0; i < n; i++)
+    out[i] = all[i];
+  return n;
+}
+
+#define HANDLE_SLOTS 11
+
+/* A copy of h in one allocation, the names after the struct (a handle
+ * lives as long as the user's lock handle, often with the lock held: one
+ * block instead of a dozen keeps its memory near the names' own size). */
+static redis_handle *handle_pack(redis_handle *h) {
+  char **slots[HANDLE_SLOTS];
+  size_t n = handle_slots(h, slots), total = sizeof *h;
+  for (size_t i = 0; i < n; i++)
+    if (*slots[i])
+      total += strlen(*slots[i]) + 1;
+  redis_handle *p = dlock__calloc(1, total);
+  if (!p)
+    return NULL;
+  *p = *h;
+  p->keys.borrowed = true; /* keys_clear never frees the packed names */
+  p->keys.rw_mine = NULL;
+  char **pslots[HANDLE_SLOTS];
+  handle_slots(p, pslots);
+  char *at = (char *)(p + 1);
+  for (size_t i = 0; i < n; i++) {
+    if (!*slots[i])
+      continue;
+    size_t len = strlen(*slots[i]) + 1;
+    memcpy(at, *slots[i], len);
+    *pslots[i] = at;
+    at += len;
+  }
+  return p;
+}
+
+/* Frees a handle built name by name (before packing). */
+static void handle_free_unpacked(redis_handle *h) {
+  keys_clear(&h->keys);
+  dlock__free(h->grant_channel);
+  dlock__free(h->latch_prefix);
+  dlock__free(h);
+}
+
 int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
                              const char *name, void **out) {
   dlock__redis *r = be;
@@ -192,22 +243,18 @@ int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
     rc = DLOCK_ENOMEM;
   if (!rc && !(h->latch_prefix = dlock__redis_prefixed(LATCH_PREFIX, name)))
     rc = DLOCK_ENOMEM;
-  if (rc) {
-    dlock__redis_handle_close(h);
+  redis_handle *packed = rc ? NULL : handle_pack(h);
+  if (!rc && !packed)
+    rc = DLOCK_ENOMEM;
+  handle_free_unpacked(h);
+  if (rc)
     return rc;
-  }
-  *out = h;
+  *out = packed;
   return 0;
 }
 
 void dlock__redis_handle_close(void *bh) {
-  redis_handle *h = bh;
-  if (!h)
-    return;
-  keys_clear(&h->keys);
-  dlock__free(h->grant_channel);
-  dlock__free(h->latch_prefix);
-  dlock__free(h);
+  dlock__free(bh); /* one block: the struct and its names (handle_pack) */
 }
 
 const char *dlock__redis_handle_channel(const void *bh) {
