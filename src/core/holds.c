@@ -238,8 +238,7 @@ static size_t collect_due(struct dlock_client *c, int64_t now,
 /* The moment past which the client can no longer vouch for h's lease. */
 static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h) {
   int64_t lease = c->opts.watchdog_ms;
-  int64_t margin = lease / 20 < 5 ? 5 : lease / 20;
-  return h->last_ok + lease - margin;
+  return h->last_ok + lease - dlock__vouch_margin(lease);
 }
 
 void dlock__holds_schedule_locked(struct dlock_client *c) {

@@ -118,6 +118,11 @@ void dlock__unresolved_grant_locked(struct dlock_client *c, uint64_t tid,
                                     uint64_t seq);
 void dlock__unresolved_free_all_locked(struct dlock_client *c);
 
+/* How long before the end of a lease of lease_ms the client stops
+ * vouching for it: 5% of it, at least 5 ms. */
+static inline int64_t dlock__vouch_margin(int64_t lease_ms) {
+  return lease_ms / 20 < 5 ? 5 : lease_ms / 20;
+}
 /* Recomputes renew_due and vouch_due (mu held); pokes the loop when
  * either moved earlier. */
 void dlock__holds_schedule_locked(struct dlock_client *c);

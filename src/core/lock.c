@@ -354,8 +354,7 @@ static void confirm_late_grant(wait_ctx *x) {
    * that a loss is still reported by then; when that moment has passed
    * already (the grant came later than a lease after our last attempt),
    * by a tenth of the lease */
-  int64_t margin = x->lease / 20 < 5 ? 5 : x->lease / 20;
-  int64_t deadline = x->since + x->lease - margin;
+  int64_t deadline = x->since + x->lease - dlock__vouch_margin(x->lease);
   if (deadline < sent + x->lease / 10)
     deadline = sent + x->lease / 10;
   if (c->ops->lock_renew(c->be, &it, 1, x->lease, deadline) == 0 &&

@@ -70,18 +70,23 @@ int64_t dlock__wait_grant_token(dlock__wait *w) {
   return t;
 }
 
+/* One sleep on w's condition until `deadline` (mu held). */
+static void sleep_step(dlock__wait *w, int64_t deadline,
+                       const struct timespec *ts) {
+  if (deadline == DLOCK__NEVER)
+    pthread_cond_wait(&w->cond, &w->c->mu);
+  else
+    pthread_cond_timedwait(&w->cond, &w->c->mu, ts);
+}
+
 bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline) {
   struct dlock_client *c = w->c;
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&c->mu);
   while (!w->ready && !w->granted && !w->err && !c->stopping &&
-         dlock__now_ms() < deadline) {
-    if (deadline == DLOCK__NEVER)
-      pthread_cond_wait(&w->cond, &c->mu);
-    else
-      pthread_cond_timedwait(&w->cond, &c->mu, &ts);
-  }
+         dlock__now_ms() < deadline)
+    sleep_step(w, deadline, &ts);
   bool ok = w->ready;
   /* the retry that follows sees everything a pending wake announced */
   w->woken = false;
@@ -94,12 +99,8 @@ bool dlock__wait_sleep(dlock__wait *w, int64_t until) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->woken && !w->granted && !c->stopping && dlock__now_ms() < until) {
-    if (until == DLOCK__NEVER)
-      pthread_cond_wait(&w->cond, &c->mu);
-    else
-      pthread_cond_timedwait(&w->cond, &c->mu, &ts);
-  }
+  while (!w->woken && !w->granted && !c->stopping && dlock__now_ms() < until)
+    sleep_step(w, until, &ts);
   bool woken = w->woken;
   w->woken = false;
   pthread_mutex_unlock(&c->mu);

@@ -225,9 +225,9 @@ static int watch_read(dlock__redis *r, watch_fn fn, void *ud) {
 
 static bool is_woken(const rwait *x) { return dlock__wait_is_woken(x->w); }
 
-static void set_ready_all(rchan *ch, bool ready) {
+static void set_ready_all(rchan *ch, bool ready, bool wake) {
   for (rwait *x = ch->head; x; x = x->next)
-    dlock__wait_set_ready(x->w, ready, true);
+    dlock__wait_set_ready(x->w, ready, wake);
 }
 
 static void fail_all(rchan *ch) {
@@ -639,7 +639,7 @@ static void watch_down(dlock__redis *r, const char *why) {
       if (ch->nwaiters == 0 && ch->nwanting == 0)
         chan_free(ws, ch);
       else
-        set_ready_all(ch, false);
+        set_ready_all(ch, false, true);
     }
     dlock__free(all);
   }
@@ -801,8 +801,7 @@ static void watch_sync(dlock__redis *r, int64_t now) {
         ch->state = CH_UNSUBBING;
         ch->pending = ch->grant ? 2 : 1;
         /* waits registered meanwhile (none armed it) are no longer armed */
-        for (rwait *x = ch->head; x; x = x->next)
-          dlock__wait_set_ready(x->w, false, false);
+        set_ready_all(ch, false, false);
       } else if (expiry < next) {
         next = expiry;
       }
@@ -842,7 +841,7 @@ static void refused_locked(dlock__redis *r, int code, const char *msg,
       ch->no_handoff = true;
       if (--ch->pending <= 0) {
         ch->state = CH_SUBBED;
-        set_ready_all(ch, true);
+        set_ready_all(ch, true, true);
       }
       continue;
     }
@@ -903,7 +902,7 @@ static void on_watch_event(void *ud, watch_event ev, int code,
         ch->state = CH_SUBBED;
         /* waits registered before a reconnect retry now; new ones were
          * waiting for this */
-        set_ready_all(ch, true);
+        set_ready_all(ch, true, true);
       }
       break;
     case W_UNSUBSCRIBED:

@@ -92,9 +92,6 @@ typedef struct redis_handle {
  * hands over reads the lease and the grant channel's client id from it. */
 static void queue_member(char *buf, size_t n, const dlock__acquire *a,
                          uint64_t seq) {
-  char sq[DLOCK__I64_BUF], ls[DLOCK__I64_BUF];
-  dlock__fmt_u64(sq, seq);
-  dlock__fmt_i64(ls, a->lease_ms);
   size_t o = strlen(a->owner);
   if (o + 2 * DLOCK__I64_BUF + 4 > n) { /* owners are short: never */
     buf[0] = '\0';
@@ -104,10 +101,10 @@ static void queue_member(char *buf, size_t n, const dlock__acquire *a,
   memcpy(p, a->owner, o);
   p += o;
   *p++ = ':';
-  p += strlen(strcpy(p, sq));
+  p += dlock__fmt_u64(p, seq);
   *p++ = ':';
-  p += strlen(strcpy(p, ls));
-  strcpy(p, a->kind == DLOCK_FENCED ? ":f" : "");
+  p += dlock__fmt_i64(p, a->lease_ms);
+  memcpy(p, a->kind == DLOCK_FENCED ? ":f" : "", a->kind == DLOCK_FENCED ? 3 : 1);
 }
 
 static void keys_clear(lock_keys *k) {
@@ -137,6 +134,21 @@ enum {
   KM_ALL = 63
 };
 
+/* A read hold's timeout key, {name}:<owner>:rwlock_timeout (fresh; NULL
+ * when out of memory). */
+static char *rw_mine_key(const char *name, const char *owner) {
+  char *sfx = dlock__concat(2, (const char *[]){owner, ":rwlock_timeout"});
+  char *key = sfx ? dlock__redis_suffixed(name, sfx) : NULL;
+  dlock__free(sfx);
+  return key;
+}
+
+/* The read holds' base, {name} (the name itself when it has a '{'). */
+static char *rw_base_key(const char *name) {
+  return strchr(name, '{') ? dlock__strdup(name)
+                           : dlock__concat(3, (const char *[]){"{", name, "}"});
+}
+
 /* Sets *slot to a fresh string unless it is not wanted; false when out of
  * memory. */
 static bool want_key(char **slot, bool wanted, char *(*make)(const char *,
@@ -162,13 +174,9 @@ static int keys_get(lock_keys *k, const void *bh, dlock_lock_kind_t kind,
   *k = h->keys;
   k->borrowed = true;
   k->rw_mine = NULL;
-  if (is_rw(kind) && (mask & KM_MINE) && owner) {
-    char *sfx = dlock__concat(2, (const char *[]){owner, ":rwlock_timeout"});
-    k->rw_mine = sfx ? dlock__redis_suffixed(name, sfx) : NULL;
-    dlock__free(sfx);
-    if (!k->rw_mine)
-      return DLOCK_ENOMEM;
-  }
+  if (is_rw(kind) && (mask & KM_MINE) && owner &&
+      !(k->rw_mine = rw_mine_key(name, owner)))
+    return DLOCK_ENOMEM;
   return 0;
 }
 
@@ -232,10 +240,7 @@ int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
     return DLOCK_ENOMEM;
   int rc = keys_make(&h->keys, kind, name, NULL, KM_ALL);
   if (!rc && is_rw(kind) && !h->keys.rw_base &&
-      !(h->keys.rw_base =
-            strchr(name, '{')
-                ? dlock__strdup(name)
-                : dlock__concat(3, (const char *[]){"{", name, "}"})))
+      !(h->keys.rw_base = rw_base_key(name)))
     rc = DLOCK_ENOMEM;
   if (!rc && kind != DLOCK_FAIR &&
       !(h->grant_channel =
@@ -285,14 +290,9 @@ static int keys_make(lock_keys *k, dlock_lock_kind_t kind, const char *name,
                   RW_READERS_PREFIX, name) &&
          want_key(&k->readturn, mask & (KM_READERS | KM_HANDOFF), own,
                   RW_READTURN_PREFIX, name);
-    if (ok && (mask & KM_MINE) && owner) {
-      char *sfx = dlock__concat(2, (const char *[]){owner, ":rwlock_timeout"});
-      ok = sfx && (k->rw_mine = dlock__redis_suffixed(name, sfx)) != NULL;
-      dlock__free(sfx);
-      k->rw_base = strchr(name, '{') ? dlock__strdup(name)
-                                     : dlock__concat(3, (const char *[]){"{", name, "}"});
-      ok = ok && k->rw_base;
-    }
+    if (ok && (mask & KM_MINE) && owner)
+      ok = (k->rw_mine = rw_mine_key(name, owner)) != NULL &&
+           (k->rw_base = rw_base_key(name)) != NULL;
   } else if (kind == DLOCK_FAIR) {
     ok = want_key(&k->channel, mask & KM_CHANNEL, red, LOCK_CHANNEL_PREFIX,
                   name) &&
@@ -778,9 +778,7 @@ static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
       } else if (it->kind == DLOCK__HK_PERMIT) {
         key = own(b, dlock__redis_suffixed(it->name, "timeout"));
       } else if (it->kind == DLOCK__HK_READ) {
-        char *sfx = dlock__asprintf("%s:rwlock_timeout", it->owner);
-        key2 = sfx ? own(b, dlock__redis_suffixed(it->name, sfx)) : NULL;
-        dlock__free(sfx);
+        key2 = own(b, rw_mine_key(it->name, it->owner));
         if (!key2)
           return DLOCK_ENOMEM;
       }
