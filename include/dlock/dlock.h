@@ -178,6 +178,13 @@ DLOCK_EXTERN int dlock_options_set_command_timeout(dlock_options_t *opts,
  * renews it every third of its length. >= 3 ms. Default 30000 (Redisson's). */
 DLOCK_EXTERN int dlock_options_set_watchdog_timeout(dlock_options_t *opts,
                                                     int64_t ms);
+/* Backends whose holds live as long as a session (a ZooKeeper session, an
+ * etcd lease): how long the service keeps the session after the client
+ * falls silent; every hold of the client is lost when it ends. > 0; the
+ * default (0 here) is the backend's own (ZooKeeper 60000, etcd 60000 ms).
+ * Redis, whose holds have per-lock leases, ignores it. */
+DLOCK_EXTERN int dlock_options_set_session_timeout(dlock_options_t *opts,
+                                                   int64_t ms);
 /* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
 DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
                                                const char *name);

@@ -120,6 +120,14 @@ int dlock_options_set_watchdog_timeout(dlock_options_t *opts, int64_t ms) {
   return rc;
 }
 
+int dlock_options_set_session_timeout(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_session_timeout");
+  int rc = check_ms("session timeout", ms, 1);
+  if (!rc)
+    opts->session_timeout_ms = ms;
+  return rc;
+}
+
 int dlock_options_set_fair_thread_wait(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_fair_thread_wait");
   int rc = check_ms("fair thread-wait", ms, 1);

@@ -13,6 +13,7 @@ struct dlock_options {
   int64_t connect_timeout_ms;
   int64_t command_timeout_ms;
   int64_t watchdog_ms;
+  int64_t session_timeout_ms; /* 0: the backend's default */
   int64_t fair_thread_wait_ms;
   int pool_size;
   char *client_name;

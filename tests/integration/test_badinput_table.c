@@ -239,6 +239,7 @@ THUNK(t_opts_new_null, dlock_options_new(NULL))
 THUNK(t_connect_null, dlock_options_set_connect_timeout(NULL, 1000))
 THUNK(t_command_null, dlock_options_set_command_timeout(NULL, 1000))
 THUNK(t_watchdog_null, dlock_options_set_watchdog_timeout(NULL, 1000))
+THUNK(t_session_null, dlock_options_set_session_timeout(NULL, 1000))
 THUNK(t_client_name_null_opts, dlock_options_set_client_name(NULL, "n"))
 THUNK(t_credentials_null_opts, dlock_options_set_credentials(NULL, "u", "p"))
 THUNK(t_pool_null, dlock_options_set_pool_size(NULL, 2))
@@ -254,6 +255,7 @@ THUNK(t_log_fn_null,
 THUNK(t_connect_ms, dlock_options_set_connect_timeout(x->o, x->num))
 THUNK(t_command_ms, dlock_options_set_command_timeout(x->o, x->num))
 THUNK(t_watchdog_ms, dlock_options_set_watchdog_timeout(x->o, x->num))
+THUNK(t_session_ms, dlock_options_set_session_timeout(x->o, x->num))
 THUNK(t_fair_wait_ms, dlock_options_set_fair_thread_wait(x->o, x->num))
 THUNK(t_pool_n, dlock_options_set_pool_size(x->o, (int)x->num))
 THUNK(t_log_level, dlock_options_set_log_callback(x->o, NULL, NULL,
@@ -715,6 +717,8 @@ static void g_null_args(void) {
       ROW("dlock_options_set_command_timeout", "opts NULL", t_command_null,
           NULL, 0, DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_watchdog_timeout", "opts NULL", t_watchdog_null,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_session_timeout", "opts NULL", t_session_null,
           NULL, 0, DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_client_name", "opts NULL", t_client_name_null_opts,
           NULL, 0, DLOCK_EINVAL, "opts is NULL"),
@@ -1196,6 +1200,13 @@ static void g_options(void) {
           "watchdog timeout must be"),
       ROW("dlock_options_set_watchdog_timeout", "3", t_watchdog_ms, NULL, 3,
           DLOCK_OK, NULL),
+      ROW("dlock_options_set_session_timeout", "0", t_session_ms, NULL, 0,
+          DLOCK_EINVAL, "session timeout must be from 1"),
+      ROW("dlock_options_set_session_timeout", "DLOCK_LEASE_MAX+1",
+          t_session_ms, NULL, DLOCK_LEASE_MAX + 1, DLOCK_EINVAL,
+          "session timeout must be"),
+      ROW("dlock_options_set_session_timeout", "60000", t_session_ms, NULL,
+          60000, DLOCK_OK, NULL),
       ROW("dlock_options_set_fair_thread_wait", "0", t_fair_wait_ms, NULL, 0,
           DLOCK_EINVAL, "fair thread-wait must be"),
       ROW("dlock_options_set_fair_thread_wait", "INT64_MAX", t_fair_wait_ms,
