@@ -1,0 +1,101 @@
+/*
+ * backends.c - th_backend_*: one entry point over each backend's harness.
+ *
+ * Design note: a table of the backends this build tests, each a start and
+ * a stop over its own harness (harness.c for Redis; zk.c and etcd.c when
+ * TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD are defined by the build). The choice is
+ * read from the environment so that ctest can run one test binary once per
+ * backend. Single threaded (main thread).
+ */
+#include "backends.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#ifdef TH_HAVE_ZOOKEEPER
+#include "zk.h"
+#endif
+#ifdef TH_HAVE_ETCD
+#include "etcd.h"
+#endif
+
+struct th_backend {
+  const char *name;
+  void *impl;
+  void (*stop)(void *impl);
+  char url[512];
+};
+
+static void stop_redis(void *impl) { th_server_stop(impl); }
+
+static int members(void) {
+  const char *m = getenv("TH_MEMBERS");
+  int n = m ? atoi(m) : 1;
+  return n > 0 ? n : 1;
+}
+
+th_backend_t *th_backend_start(void) {
+  const char *name = getenv("TH_BACKEND");
+  if (!name || !*name)
+    name = "redis";
+  th_backend_t *b = calloc(1, sizeof *b);
+  if (!b)
+    return NULL;
+  const char *url = NULL;
+  if (strcmp(name, "redis") == 0) {
+    th_server_t *s = th_server_start(NULL);
+    if (s) {
+      b->name = "redis";
+      b->impl = s;
+      b->stop = stop_redis;
+      url = s->url;
+    }
+  }
+#ifdef TH_HAVE_ZOOKEEPER
+  else if (strcmp(name, "zookeeper") == 0) {
+    th_zk_t *z = th_zk_start(members());
+    if (z) {
+      b->name = "zookeeper";
+      b->impl = z;
+      b->stop = (void (*)(void *))th_zk_stop;
+      url = th_zk_url(z);
+    }
+  }
+#endif
+#ifdef TH_HAVE_ETCD
+  else if (strcmp(name, "etcd") == 0) {
+    th_etcd_t *e = th_etcd_start(members());
+    if (e) {
+      b->name = "etcd";
+      b->impl = e;
+      b->stop = (void (*)(void *))th_etcd_stop;
+      url = th_etcd_url(e);
+    }
+  }
+#endif
+  else {
+    fprintf(stderr, "th_backend_start: no backend \"%s\" in this build "
+                    "(members %d)\n",
+            name, members());
+  }
+  if (!url || strlen(url) >= sizeof b->url) {
+    if (b->impl)
+      b->stop(b->impl);
+    free(b);
+    return NULL;
+  }
+  strcpy(b->url, url);
+  return b;
+}
+
+const char *th_backend_name(const th_backend_t *b) { return b->name; }
+const char *th_backend_url(const th_backend_t *b) { return b->url; }
+
+void th_backend_stop(th_backend_t *b) {
+  if (!b)
+    return;
+  b->stop(b->impl);
+  free(b);
+}
