@@ -401,13 +401,15 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
     w = L.append
     w("# dlock benchmark: %s\n" % env["date"])
     w("Produced by `bench/compare%s` in %s s. Machine: %s; load average %s "
-      "at the start, %s at the end. %s; Node %s; Python %s; dlock `%s`. "
+      "at the start, %s at the end. %s; Node %s; Python %s; Java %s; "
+      "Go %s; dlock `%s`. "
       "%d repetition(s) of %g s per case, medians shown; W = %d processes, "
       "T = %d threads.\n" % (
           " --quick" if env["quick"] else "", env.get("elapsed_s", "?"),
           env["host"], " ".join(env["loadavg_start"]),
           " ".join(env.get("loadavg_end", [])), env["redis"], env["node"],
-          env["python"], env["dlock"], env["reps"], env["seconds"],
+          env["python"], env.get("java", "-"), env.get("go", "-"),
+          env["dlock"], env["reps"], env["seconds"],
           env["workers"], env["threads"]))
     for n in env["notes"]:
         w("- " + n)

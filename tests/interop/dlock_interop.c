@@ -3,7 +3,7 @@
  * (tests/interop/java). It shows the library's behaviour where the dlock
  * command's naming gets in the way (`dlock -s NAME` is the read side of
  * NAME:dlock-rw, see docs/LAYOUT.md) or where the command has no verb
- * (latches).
+ * (latches, the plain semaphore).
  *
  *   dlock_interop URL
  *
@@ -19,18 +19,27 @@
  *   latch-down NAME          count_down
  *   latch-await NAME WAIT_MS await
  *   latch-count NAME         count
+ *   sem-set NAME N           semaphore: try_set_permits
+ *   sem-acquire NAME WAIT_MS semaphore: take one permit
+ *   sem-release NAME         semaphore: give one permit back
+ *   sem-avail NAME           semaphore: permits available
+ *   hammer NAME MS           the reentrant lock NAME: acquire (waiting up
+ *                            to 10 s) and release back to back for MS ms;
+ *                            answers "ok COUNT" (acquisitions)
  *   id                       the client id
  *
  * WAIT_MS: 0 = try once. Leases are the watchdog's. Answers: "ok [VALUE]"
  * or "err <DLOCK_E...> <message>". EOF on stdin releases nothing
  * explicitly: the client is freed, so holds expire with their lease.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <dlock/dlock.h>
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_LOCKS 64
 
@@ -66,6 +75,64 @@ static void answer(int rc, const char *value) {
   else
     printf("err %s %s\n", dlock_err_name(rc), dlock_last_error());
   fflush(stdout);
+}
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Contention from this process: the reentrant lock taken and released back
+ * to back for ms milliseconds (bounded by count too). */
+static void hammer(dlock_client_t *c, const char *name, long long ms) {
+  dlock_lock_t *l = get_lock(c, name, DLOCK_REENTRANT);
+  if (l == NULL) {
+    answer(DLOCK_EINVAL, NULL);
+    return;
+  }
+  long long until = now_ms() + ms, count = 0;
+  int rc = 0;
+  for (long i = 0; i < 10000000 && now_ms() < until; i++) {
+    if ((rc = dlock_lock_acquire(l, 10000, DLOCK_LEASE_WATCHDOG)) != 0)
+      break;
+    count++;
+    if ((rc = dlock_lock_release(l)) != 0)
+      break;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", count);
+  answer(rc, buf);
+}
+
+/* The plain semaphore (RSemaphore): one permit per acquire and release. */
+static void semaphore_verb(dlock_client_t *c, const char *verb,
+                           const char *name, long long n, const char *line) {
+  dlock_semaphore_t *sem = NULL;
+  int rc = dlock_semaphore_new(c, name, &sem);
+  if (rc != 0) {
+    answer(rc, NULL);
+    return;
+  }
+  char buf[64];
+  if (strcmp(verb, "sem-set") == 0) {
+    bool set = false;
+    rc = dlock_semaphore_try_set_permits(sem, n, &set);
+    answer(rc, set ? "set" : "unchanged");
+  } else if (strcmp(verb, "sem-acquire") == 0) {
+    answer(dlock_semaphore_acquire(sem, 1, n), NULL);
+  } else if (strcmp(verb, "sem-release") == 0) {
+    answer(dlock_semaphore_release(sem, 1), NULL);
+  } else if (strcmp(verb, "sem-avail") == 0) {
+    int64_t v = 0;
+    rc = dlock_semaphore_available(sem, &v);
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    answer(rc, buf);
+  } else {
+    printf("err usage %s", line);
+    fflush(stdout);
+  }
+  dlock_semaphore_free(sem);
 }
 
 int main(int argc, char **argv) {
@@ -114,6 +181,14 @@ int main(int argc, char **argv) {
       rc = release ? dlock_lock_release(l)
                    : dlock_lock_acquire(l, n, DLOCK_LEASE_WATCHDOG);
       answer(rc, NULL);
+      continue;
+    }
+    if (strcmp(verb, "hammer") == 0) {
+      hammer(c, name, n);
+      continue;
+    }
+    if (strncmp(verb, "sem-", 4) == 0) {
+      semaphore_verb(c, verb, name, n, line);
       continue;
     }
     dlock_latch_t *latch = NULL;

@@ -125,4 +125,36 @@ class ReadWriteLockTest extends Env {
     rw.writeLock().unlock();
     assertEquals(0, dlockRun(10_000, "-n", "-s", name, "true").status());
   }
+
+  /** `dlock -s NAME --watchdog 1` renews its read hold: a Redisson writer waits 3.5 leases in vain. */
+  @Test
+  void dlockReadWatchdogKeepsRedissonWriterOut() throws Exception {
+    RReadWriteLock rw = redisson().getReadWriteLock(name + ":dlock-rw");
+    Proc s = dlockHold(name, "-s", "--watchdog", "1");
+    s.awaitHeld(10_000);
+    long t0 = System.nanoTime();
+    assertFalse(rw.writeLock().tryLock(3500, TimeUnit.MILLISECONDS), "Redisson's writer waited 3.5 leases in vain");
+    assertTrue(ms(t0) >= 3400);
+    s.closeStdin();
+    assertEquals(0, s.waitExit(10_000));
+    assertTrue(rw.writeLock().tryLock(0, TimeUnit.SECONDS), "Redisson's writer once dlock's reader exits");
+    rw.writeLock().unlock();
+  }
+
+  /** Redisson's 1 s watchdog renews its write and read holds: dlock waits 3.5 leases in vain. */
+  @Test
+  void redissonWatchdogKeepsDlockOutOfRw() throws Exception {
+    RReadWriteLock rw = redisson(1000).getReadWriteLock(name + ":dlock-rw");
+    rw.writeLock().lock();
+    long t0 = System.nanoTime();
+    assertEquals(1, dlockRun(15_000, "-w", "3.5", "-s", name, "true").status(), "dlock -s -w 3.5 ran out");
+    assertTrue(ms(t0) >= 3400);
+    rw.writeLock().unlock();
+    rw.readLock().lock();
+    t0 = System.nanoTime();
+    assertEquals(1, dlockRun(15_000, "-w", "3.5", name, "true").status(), "exclusive dlock -w 3.5 ran out");
+    assertTrue(ms(t0) >= 3400);
+    rw.readLock().unlock();
+    assertEquals(0, dlockRun(10_000, "-n", name, "true").status());
+  }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""redispy_worker.py - one worker of the benchmark loop for redis-py's Lock.
+"""python_worker.py - one worker of the benchmark loop for the Python peers.
 
-    python3 redispy_worker.py --url URL --name NAME --hold-us H --seconds D
+    python3 python_worker.py [--peer redis-py|python-redis-lock|pottery]
+        --url URL --name NAME --hold-us H --seconds D
         [--start-ns T] [--worker I] [--threads T [--distinct]] --records FILE
 
 Same loop and record format as dlock-bench's worker mode: from the
@@ -10,10 +11,18 @@ until T + D: acquire, take the time, busy-wait H us, take the time, release;
 one `worker,acquire_ns,release_ns` line per pass. Threads share one
 redis.Redis client (its connection pool is thread-safe).
 
-The peer is redis-py's redis.lock.Lock (Debian's python3-redis) with library
-defaults: no timeout (the key never expires), sleep 0.1 s between attempts.
-The only argument added is blocking_timeout = the time left in the run, so a
-waiter stops waiting at the end instant, as every peer's loop does.
+The peers, each with its library defaults; the only argument added is the
+time left in the run as the acquire's timeout, so that a waiter stops
+waiting at the end instant, as every peer's loop does:
+  redis-py           redis.lock.Lock (Debian's python3-redis): no expiry,
+                     sleep 0.1 s between attempts.
+  python-redis-lock  redis_lock.Lock 4.0.1 (PyPI, bench/peers/requirements.txt):
+                     no expiry, no auto-renewal; a waiter blocks in BLPOP on
+                     the lock's signal list, which the release pushes to.
+  pottery            pottery.Redlock 3.0.1 (PyPI) over the one server:
+                     auto_release_time 10 s; a waiter retries after random
+                     sleeps.
+Each thread has its own lock object (the objects hold their owner token).
 """
 import argparse
 import sys
@@ -26,8 +35,31 @@ MAX_ITER = 64 * 1024 * 1024
 MAX_RECORDS = 2 * 1024 * 1024
 
 
-def loop(client, wid, name, hold_ns, start_ns, end_ns, out, errors):
-    lock = client.lock(name)
+def make_lock(peer, client, name):
+    """(acquire(timeout_s) -> bool, release()) for one lock object."""
+    if peer == "redis-py":
+        lock = client.lock(name)
+        return (lambda t: lock.acquire(blocking_timeout=t)), lock.release
+    if peer == "python-redis-lock":
+        import redis_lock
+        import logging
+        import math
+        # its "Failed to acquire" warning is an outcome here, not an error
+        logging.getLogger("redis_lock").setLevel(logging.ERROR)
+        lock = redis_lock.Lock(client, name)
+        # whole seconds only (0 would block for ever): the last wait of a
+        # run may end up to 1 s after the end instant, outside the window
+        return (lambda t: lock.acquire(timeout=max(1, math.ceil(t)))), \
+            lock.release
+    if peer == "pottery":
+        import pottery
+        lock = pottery.Redlock(key=name, masters={client})
+        return (lambda t: lock.acquire(timeout=t)), lock.release
+    raise ValueError("unknown peer " + peer)
+
+
+def loop(peer, client, wid, name, hold_ns, start_ns, end_ns, out, errors):
+    acquire, release = make_lock(peer, client, name)
     recs = []
     try:
         delay = (start_ns - time.monotonic_ns()) / 1e9
@@ -40,13 +72,13 @@ def loop(client, wid, name, hold_ns, start_ns, end_ns, out, errors):
             now = time.monotonic_ns()
             if now >= end_ns:
                 break
-            if not lock.acquire(blocking_timeout=(end_ns - now) / 1e9):
+            if not acquire((end_ns - now) / 1e9):
                 break  # the run ended while waiting
             acq = time.monotonic_ns()
             rel = acq
             while rel - acq < hold_ns:
                 rel = time.monotonic_ns()
-            lock.release()
+            release()
             if len(recs) >= MAX_RECORDS:
                 break
             recs.append((wid, acq, rel))
@@ -57,6 +89,8 @@ def loop(client, wid, name, hold_ns, start_ns, end_ns, out, errors):
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--peer", default="redis-py",
+                   choices=["redis-py", "python-redis-lock", "pottery"])
     p.add_argument("--url", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--hold-us", type=int, default=0)
@@ -76,14 +110,14 @@ def main():
     end = start + int(a.seconds * 1e9)
     late = time.monotonic_ns() - start
     if late > 0:
-        sys.stderr.write("redispy_worker %d: reached the start instant "
+        sys.stderr.write("python_worker %d: reached the start instant "
                          "%.1f ms late\n" % (a.worker, late / 1e6))
     out, errors, threads = [], [], []
     for t in range(a.threads):
         wid = a.worker if a.threads == 1 else a.worker * a.threads + t
         name = "%s:%d" % (a.name, wid) if a.distinct else a.name
         th = threading.Thread(target=loop, args=(
-            client, wid, name, a.hold_us * 1000, start, end, out, errors))
+            a.peer, client, wid, name, a.hold_us * 1000, start, end, out, errors))
         th.start()
         threads.append(th)
     for th in threads:
@@ -93,7 +127,7 @@ def main():
         for r in out:
             f.write("%d,%d,%d\n" % r)
     for e in errors:
-        sys.stderr.write("redispy_worker: %s\n" % e)
+        sys.stderr.write("python_worker: %s\n" % e)
     client.close()
     return 1 if errors else 0
 
