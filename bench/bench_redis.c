@@ -190,10 +190,12 @@ int bench_redis_info(bench_redis_t *r, bench_info_t *out) {
       const char *name = p + 8;
       size_t nl = strcspn(name, ":\r\n");
       const char *calls = strstr(name, "calls=");
+      const char *usec = strstr(name, ",usec=");
       if (nl < sizeof out->cmds[0].name && calls) {
         memcpy(out->cmds[out->ncmds].name, name, nl);
         out->cmds[out->ncmds].name[nl] = '\0';
         out->cmds[out->ncmds].calls = strtoll(calls + 6, NULL, 10);
+        out->cmds[out->ncmds].usec = usec ? strtoll(usec + 6, NULL, 10) : 0;
         out->ncmds++;
       }
     } else if (strncmp(p, "db", 2) == 0) {
@@ -219,12 +221,28 @@ long long bench_info_delta(const bench_info_t *a, const bench_info_t *b,
   return calls_of(b, name) - calls_of(a, name);
 }
 
+static const char *const script_cmds[] = {"eval",       "evalsha", "eval_ro",
+                                          "evalsha_ro", "fcall",   "fcall_ro"};
+
 long long bench_info_scripts(const bench_info_t *a, const bench_info_t *b) {
-  static const char *const names[] = {"eval",       "evalsha", "eval_ro",
-                                      "evalsha_ro", "fcall",   "fcall_ro"};
   long long n = 0;
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    n += bench_info_delta(a, b, names[i]);
+  for (size_t i = 0; i < sizeof script_cmds / sizeof script_cmds[0]; i++)
+    n += bench_info_delta(a, b, script_cmds[i]);
+  return n;
+}
+
+static long long usec_of(const bench_info_t *a, const char *name) {
+  for (size_t i = 0; i < a->ncmds; i++)
+    if (strcmp(a->cmds[i].name, name) == 0)
+      return a->cmds[i].usec;
+  return 0;
+}
+
+long long bench_info_script_usec(const bench_info_t *a,
+                                 const bench_info_t *b) {
+  long long n = 0;
+  for (size_t i = 0; i < sizeof script_cmds / sizeof script_cmds[0]; i++)
+    n += usec_of(b, script_cmds[i]) - usec_of(a, script_cmds[i]);
   return n;
 }
 

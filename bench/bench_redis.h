@@ -16,6 +16,8 @@ typedef struct bench_info {
   struct {
     char name[64];
     long long calls;
+    long long usec; /* server time in the command (a script's includes
+                       the commands it ran) */
   } cmds[BENCH_MAX_CMDS];
   long long used_memory; /* INFO memory used_memory */
   long long reads;       /* INFO stats total_reads_processed */
@@ -44,5 +46,8 @@ long long bench_info_scripts(const bench_info_t *a, const bench_info_t *b);
 /* All command calls between two snapshots, those made inside scripts
  * included, except `info` itself (the snapshots' own command). */
 long long bench_info_calls(const bench_info_t *a, const bench_info_t *b);
+/* Server microseconds spent in scripts (EVAL, EVALSHA, ...) between a and
+ * b: the server's CPU for a script-driven client's acquisitions. */
+long long bench_info_script_usec(const bench_info_t *a, const bench_info_t *b);
 
 #endif /* DLOCK_BENCH_REDIS_H */

@@ -691,11 +691,13 @@ static void report_case(const char *scenario, const char *kase,
     double n = (double)st->n;
     double scripts = (double)bench_info_scripts(&s->before, &s->after) / n;
     double calls = (double)bench_info_calls(&s->before, &s->after) / n;
+    double usec = (double)bench_info_script_usec(&s->before, &s->after) / n;
     printf("%-28s   per acquisition: %.2f scripts, %.2f server calls "
-           "(inside scripts included)\n",
-           "", scripts, calls);
+           "(inside scripts included), %.1f us of server time in scripts\n",
+           "", scripts, calls, usec);
     csv_row(scenario, kase, "scripts_per_acq", scripts);
     csv_row(scenario, kase, "server_calls_per_acq", calls);
+    csv_row(scenario, kase, "script_usec_per_acq", usec);
   }
 }
 

@@ -229,14 +229,16 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
   if (dlock__client_stopping(c))
     return dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
   int64_t now = dlock__now_ms();
+  /* the server is told whether an EARLIER attempt may have queued this
+   * wait (x->q.queued: only then can a grant to it be waiting to be
+   * claimed); after this attempt it may hold an entry, whatever the
+   * reply */
   if (queue) {
     int64_t left =
         x->deadline == DLOCK__NEVER ? QUEUE_ENTRY_MAX_MS : x->deadline - now;
     if (left > QUEUE_ENTRY_MAX_MS)
       left = QUEUE_ENTRY_MAX_MS;
     x->q.ttl_ms = (left > 0 ? left : 0) + QUEUE_ENTRY_GRACE_MS;
-    /* from now on the server may hold an entry, whatever the reply */
-    x->q.queued = true;
     x->entry_until = now + x->q.ttl_ms + x->lease;
   }
   x->since = now;
@@ -248,6 +250,8 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
                       .q = queue ? &x->q : NULL,
                       .thread_wait_ms = x->thread_wait};
   int rc = c->ops->lock_acquire(c->be, &a, pttl, &x->token);
+  if (queue)
+    x->q.queued = true;
   if (rc == 0)
     x->refused_at = now;
   if (rc == 0 && queue)

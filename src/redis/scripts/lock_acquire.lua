@@ -47,10 +47,11 @@ if member ~= '' then
   local ttl = tonumber(ARGV[4])
   redis.call('zadd', KEYS[2], 'NX', now, member)
   redis.call('zadd', KEYS[3], now + ttl, member)
-  for i = 2, 3 do
-    if redis.call('pttl', KEYS[i]) < ttl then
-      redis.call('pexpire', KEYS[i], ttl)
-    end
+  -- the two keys hold the same members and get their expiry together,
+  -- so one of them tells for both
+  if redis.call('pttl', KEYS[3]) < ttl then
+    redis.call('pexpire', KEYS[2], ttl)
+    redis.call('pexpire', KEYS[3], ttl)
   end
 end
 return redis.call('pttl', KEYS[1])

@@ -28,11 +28,13 @@
 -- Redisson itself does.
 --
 -- Yielding: Redisson clients (and anything else) waiting on the lock are
--- not in dlock's queue. When Redisson's channel has more subscribers than
--- the dlock clients known to be subscribed (those queued, and the releaser
--- when it says it is), someone else may be waiting, and
--- at most once per yield period the release publishes "0" for everyone to
--- race instead of handing over, so a stream of hand-offs cannot starve them.
+-- not in dlock's queue. At most once per yield period a release looks
+-- (dlock_lock_yield records when): when Redisson's channel has more
+-- subscribers than the dlock clients known to be subscribed (those queued,
+-- and the releaser when it says it is), someone else may be waiting, and
+-- that release publishes "0" for everyone to race instead of handing over,
+-- so a stream of hand-offs cannot starve them (an outsider waits at most
+-- about two periods for its chance).
 -- #include grant.lua
 local done = redis.call('get', KEYS[3])
 if done ~= false then
@@ -60,6 +62,9 @@ if redis.call('exists', KEYS[4]) == 1 then
   local yield = false
   local last = tonumber(redis.call('get', KEYS[6]) or '0')
   if now - last >= tonumber(ARGV[7]) then
+    -- one look per period, whatever it finds: the other releases of the
+    -- period pay a GET instead of PUBSUB NUMSUB and a ZRANGE
+    redis.call('set', KEYS[6], now, 'px', ARGV[7])
     local numsub = redis.pcall('pubsub', 'numsub', KEYS[2])
     local subs = type(numsub) == 'table' and numsub[2] or 0
     local seen, clients = {}, 0
@@ -77,17 +82,16 @@ if redis.call('exists', KEYS[4]) == 1 then
         clients = clients + 1
       end
     end
-    if subs > clients then
-      yield = true
-      redis.call('set', KEYS[6], now, 'px', ARGV[7])
-    end
+    yield = subs > clients
   end
   for _ = 1, (yield and 0 or 10) do
     local head = redis.call('zrange', KEYS[4], 0, 0)[1]
     if not head then
       break
     end
-    local expiry = tonumber(redis.call('zscore', KEYS[5], head) or '0')
+    -- every expired entry is gone unless the purge hit its bound
+    local expiry = #expired < 100 and now + 1 or
+                       tonumber(redis.call('zscore', KEYS[5], head) or '0')
     redis.call('zrem', KEYS[4], head)
     redis.call('zrem', KEYS[5], head)
     local cid, tid, seq, lease, flag =

@@ -31,10 +31,11 @@ local function enqueue()
   local ttl = tonumber(ARGV[5])
   redis.call('zadd', KEYS[3], 'NX', now, member)
   redis.call('zadd', KEYS[4], now + ttl, member)
-  for i = 3, 4 do
-    if redis.call('pttl', KEYS[i]) < ttl then
-      redis.call('pexpire', KEYS[i], ttl)
-    end
+  -- the two keys hold the same members and get their expiry together,
+  -- so one of them tells for both
+  if redis.call('pttl', KEYS[4]) < ttl then
+    redis.call('pexpire', KEYS[3], ttl)
+    redis.call('pexpire', KEYS[4], ttl)
   end
 end
 local function dequeue()

@@ -55,9 +55,10 @@ end
 -- The lock (already deleted) goes to the oldest live queued writer, told
 -- on its client's grant channel; a writer whose client has no subscriber
 -- there (grant.lua), or a grant nobody hears, is skipped (undone) and the
--- next one tried (at most 10). At most once per yield period, when
--- Redisson's channel has subscribers dlock cannot account for, nobody is
--- handed the lock (everyone races). True when a writer took it.
+-- next one tried (at most 10). At most once per yield period a release
+-- looks (k.yield records when), and when Redisson's channel has
+-- subscribers dlock cannot account for, nobody is handed the lock
+-- (everyone races). True when a writer took it.
 local function handoff(k, now, acc)
   if redis.call('exists', k.queue) == 0 then
     return false
@@ -70,13 +71,14 @@ local function handoff(k, now, acc)
   end
   local last = tonumber(redis.call('get', k.yield) or '0')
   if now - last >= tonumber(k.period) then
+    -- one look per period, whatever it finds (lock_release.lua)
+    redis.call('set', k.yield, now, 'px', k.period)
     local numsub = redis.pcall('pubsub', 'numsub', k.channel)
     local subs = type(numsub) == 'table' and numsub[2] or 0
     for _, m in ipairs(redis.call('zrange', k.queue, 0, 99)) do
       note(acc, string.match(m, '^([^:]+):'))
     end
     if subs > acc.clients then
-      redis.call('set', k.yield, now, 'px', k.period)
       return false
     end
   end
@@ -85,7 +87,9 @@ local function handoff(k, now, acc)
     if not head then
       break
     end
-    local expiry = tonumber(redis.call('zscore', k.timeouts, head) or '0')
+    -- every expired entry is gone unless the purge hit its bound
+    local expiry = #expired < 100 and now + 1 or
+                       tonumber(redis.call('zscore', k.timeouts, head) or '0')
     redis.call('zrem', k.queue, head)
     redis.call('zrem', k.timeouts, head)
     local cid, tid, seq, lease, flag =
