@@ -72,27 +72,30 @@ int dlock__call_begin(struct dlock_client *c, const char *fn) {
   int rc = dlock__client_check(c, fn);
   if (rc)
     return rc;
-  pthread_mutex_lock(&c->mu);
-  if (c->stopping)
+  /* no mutex on the call path: the call counts itself, then looks at
+   * `stopping`; dlock_client_free sets `stopping`, then looks at the count
+   * (both sequentially consistent), so either the call backs out or the
+   * free waits for it */
+  atomic_fetch_add(&c->calls, 1);
+  if (atomic_load(&c->stopping)) {
+    dlock__call_end(c);
     rc = dlock__seterr(DLOCK_ECLOSED, "%s: the client is being freed", fn);
-  else
-    c->calls++;
-  pthread_mutex_unlock(&c->mu);
+  }
   return rc;
 }
 
 void dlock__call_end(struct dlock_client *c) {
-  pthread_mutex_lock(&c->mu);
-  if (--c->calls == 0 && c->stopping)
+  if (atomic_fetch_sub(&c->calls, 1) == 1 && atomic_load(&c->stopping)) {
+    /* the freeing thread waits under mu: it is either before its check
+     * (and sees 0) or in its wait (and gets this broadcast) */
+    pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->calls_done);
-  pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->mu);
+  }
 }
 
 bool dlock__client_stopping(struct dlock_client *c) {
-  pthread_mutex_lock(&c->mu);
-  bool s = c->stopping;
-  pthread_mutex_unlock(&c->mu);
-  return s;
+  return atomic_load(&c->stopping);
 }
 
 /* -------------------------------------------------------------- helpers */
@@ -347,7 +350,7 @@ int dlock_client_new(dlock_client_t **out, const char *url,
     rc = DLOCK_EURL;
     goto failed;
   }
-  if ((rc = dlock__uuid(c->id)))
+  if ((rc = dlock__uuid(c->id)) || (rc = dlock__reqids_init(&c->reqids)))
     goto failed;
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {
     rc = dlock__seterr(DLOCK_ESYS, "pipe2: %s", strerror(errno));
@@ -385,7 +388,7 @@ void dlock_client_free(dlock_client_t *c) {
   dlock__waits_wake_all_locked(c);
   /* calls in progress see `stopping` at their next step; wait for them
    * (each is bounded by its own network deadlines) before freeing */
-  while (c->calls > 0)
+  while (atomic_load(&c->calls) > 0)
     pthread_cond_wait(&c->calls_done, &c->mu);
   pthread_mutex_unlock(&c->mu);
   dlock__client_poke(c);

@@ -10,6 +10,7 @@
 #define DLOCK_CORE_CLIENT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "core/backend.h"
@@ -59,6 +60,7 @@ struct dlock_client {
   uint32_t magic;
   unsigned fork_gen; /* fork generation at creation (client.c) */
   char id[DLOCK__UUID_LEN + 1];
+  dlock__reqids reqids; /* releases' request ids (any thread) */
   struct dlock_options opts;
   const dlock__backend_ops *ops;
   void *be;
@@ -69,12 +71,21 @@ struct dlock_client {
    * settling unresolved waits, dialling the wake-up connection */
   dlock__worker renew_worker, settle_worker, dial_worker;
 
+  /* Set (under mu too) by dlock_client_free; read without mu on the call
+   * path (call_begin, dlock__client_stopping). */
+  _Atomic bool stopping;
+  /* public calls in progress (see call_begin); atomic, no mutex */
+  _Atomic int calls;
+  /* entries of `unresolved` (changed under mu, read without it by
+   * dlock__unresolved_resolve_own's fast path) */
+  _Atomic size_t nunresolved;
+
   pthread_mutex_t mu;
   /* --- everything below is protected by mu --- */
-  bool stopping;
   struct dlock_lock *locks; /* handles, for cleanup */
   dlock__sync *syncs;       /* semaphore and latch handles, for cleanup */
   dlock__map holds;         /* (name, tid) -> dlock__hold */
+  struct dlock__hold *spare_hold; /* the last removed record, for reuse */
   int64_t renew_due;        /* earliest next renewal, DLOCK__NEVER if none */
   int64_t vouch_due;        /* earliest vouching deadline of a hold */
   bool renew_busy;          /* a renewal pass is on the renewal worker */
@@ -84,7 +95,6 @@ struct dlock_client {
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
   bool settle_busy;         /* a settling pass is on the settling worker */
   pthread_cond_t unresolved_cv; /* an unresolved wait stopped being busy */
-  int calls;                    /* public calls in progress (see call_begin) */
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };
 

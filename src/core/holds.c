@@ -39,6 +39,14 @@ static size_t hold_key(char *buf, dlock__hold_kind kind, const char *name,
   return n + 2 + sizeof tid;
 }
 
+static void hold_free(dlock__hold *h) {
+  if (h) {
+    dlock__free(h->name);
+    dlock__free(h->permit);
+    dlock__free(h);
+  }
+}
+
 dlock__hold *dlock__hold_find_locked(struct dlock_client *c,
                                      dlock__hold_kind kind, const char *name,
                                      uint64_t tid, const char *permit) {
@@ -60,8 +68,25 @@ static dlock__hold *hold_get_or_make(struct dlock_client *c,
   dlock__hold *h = dlock__map_get(&c->holds, key, klen);
   if (h)
     return h;
-  h = dlock__calloc(1, sizeof *h);
-  if (!h || !(h->name = dlock__strdup(name)) ||
+  /* a record removed earlier is reused when its name fits: an acquire and
+   * release of a cold lock then allocate nothing */
+  size_t nlen = klen - 2 - (permit && permit[0] ? strnlen(permit, 39)
+                                                  : sizeof tid);
+  h = c->spare_hold;
+  if (h && h->name_cap > nlen) {
+    char *buf = h->name;
+    size_t cap = h->name_cap;
+    c->spare_hold = NULL;
+    memset(h, 0, sizeof *h);
+    h->name = buf;
+    h->name_cap = cap;
+    memcpy(h->name, name, nlen + 1);
+  } else {
+    h = dlock__calloc(1, sizeof *h);
+    if (h && (h->name = dlock__strdup(name)))
+      h->name_cap = nlen + 1;
+  }
+  if (!h || !h->name ||
       (permit && permit[0] && !(h->permit = dlock__strdup(permit))) ||
       dlock__map_put(&c->holds, key, klen, h)) {
     if (h) {
@@ -136,9 +161,14 @@ void dlock__hold_remove_locked(struct dlock_client *c, dlock__hold *h) {
   char key[KEY_MAX];
   dlock__map_del(&c->holds, key,
                  hold_key(key, h->kind, h->name, h->tid, h->permit));
-  dlock__free(h->name);
   dlock__free(h->permit);
-  dlock__free(h);
+  h->permit = NULL;
+  if (!c->spare_hold || c->spare_hold->name_cap < h->name_cap) {
+    hold_free(c->spare_hold);
+    c->spare_hold = h;
+  } else {
+    hold_free(h);
+  }
 }
 
 void dlock__holds_drop_locked(struct dlock_client *c, const char *name,
@@ -157,11 +187,10 @@ void dlock__holds_free_all_locked(struct dlock_client *c) {
   size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
-    dlock__hold *h = e->value;
-    dlock__free(h->name);
-    dlock__free(h->permit);
-    dlock__free(h);
+    hold_free(e->value);
   }
+  hold_free(c->spare_hold);
+  c->spare_hold = NULL;
   dlock__map_clear(&c->holds);
 }
 
@@ -453,6 +482,7 @@ int dlock__unresolved_add_locked(struct dlock_client *c, dlock_lock_kind_t kind,
       dlock__free(u);
       return DLOCK_ENOMEM;
     }
+    atomic_fetch_add(&c->nunresolved, 1);
   }
   u->kind = kind;
   u->tid = tid;
@@ -484,6 +514,7 @@ void dlock__unresolved_remove_locked(struct dlock_client *c,
   char key[KEY_MAX];
   dlock__map_del(&c->unresolved, key,
                  hold_key(key, unresolved_hk(u->kind), u->name, u->tid, NULL));
+  atomic_fetch_sub(&c->nunresolved, 1);
   dlock__free(u->name);
   dlock__free(u);
 }
@@ -512,6 +543,7 @@ void dlock__unresolved_free_all_locked(struct dlock_client *c) {
     dlock__free(u);
   }
   dlock__map_clear(&c->unresolved);
+  atomic_store(&c->nunresolved, 0);
 }
 
 /* Marks u busy and copies what resolving it needs; mu held. */
@@ -560,6 +592,10 @@ int dlock__unresolved_resolve_own(struct dlock_client *c,
                                   uint64_t tid, int64_t lease_ms,
                                   int64_t *token) {
   resolve_job j;
+  /* an unresolved wait of this owner was added by an earlier call of the
+   * owner itself, which this thread sees: none at all, nothing to do */
+  if (atomic_load(&c->nunresolved) == 0)
+    return 0;
   pthread_mutex_lock(&c->mu);
   dlock__unresolved *u = dlock__unresolved_find_locked(c, kind, name, tid);
   /* wait (bounded) while the background thread is resolving it */
@@ -633,10 +669,9 @@ void dlock__unresolved_run(struct dlock_client *c) {
     if (rc == 1) {
       /* handed a lock nobody waits for any more: release it, so it passes
        * to the next waiter (its count is 1: a grant) */
-      rc = dlock__uuid(req);
-      if (rc == 0)
-        rc = c->ops->lock_release(c->be, NULL, j->kind, j->name, owner, j->lease_ms,
-                                  req);
+      dlock__reqid(&c->reqids, req);
+      rc = c->ops->lock_release(c->be, NULL, j->kind, j->name, owner,
+                                j->lease_ms, req);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",
                  j->name, rc < 0 ? dlock_last_error() : "done");

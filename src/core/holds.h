@@ -28,6 +28,7 @@
 
 typedef struct dlock__hold {
   char *name;
+  size_t name_cap;  /* room in name: a kept record's name is overwritten */
   uint64_t tid;     /* owner thread (0 for a permit) */
   char *permit;     /* a permit's id, else NULL (out of line: rare) */
   int64_t token;    /* fenced lock: the token of the latest grant */

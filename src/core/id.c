@@ -1,6 +1,6 @@
 /*
- * id.c - UUIDs and permit ids from getrandom(2), and the calling thread's
- * number.
+ * id.c - UUIDs, request ids and permit ids from getrandom(2), and the
+ * calling thread's number.
  *
  * Design note. A thread's number (the "<thread-id>" of an owner) is drawn
  * from one process-wide atomic counter on the thread's first call and kept
@@ -60,6 +60,31 @@ int dlock__uuid(char out[DLOCK__UUID_LEN + 1]) {
   }
   *p = '\0';
   return 0;
+}
+
+int dlock__reqids_init(dlock__reqids *r) {
+  char u[DLOCK__UUID_LEN + 1];
+  unsigned char b[8];
+  int rc = dlock__uuid(u);
+  if (rc == 0)
+    rc = dlock__random_bytes(b, sizeof b);
+  if (rc)
+    return rc;
+  memcpy(r->prefix, u, sizeof r->prefix);
+  memcpy(&r->base, b, sizeof r->base);
+  atomic_init(&r->next, 0);
+  return 0;
+}
+
+void dlock__reqid(dlock__reqids *r, char out[DLOCK__UUID_LEN + 1]) {
+  uint64_t v = r->base + atomic_fetch_add_explicit(&r->next, 1,
+                                                   memory_order_relaxed);
+  unsigned char b[6];
+  for (int i = 5; i >= 0; i--, v >>= 8)
+    b[i] = (unsigned char)v;
+  memcpy(out, r->prefix, sizeof r->prefix);
+  dlock__fmt_hex(out + sizeof r->prefix, b, sizeof b);
+  out[DLOCK__UUID_LEN] = '\0';
 }
 
 int dlock__hex_id(char out[DLOCK__HEX_ID_LEN + 1]) {

@@ -580,8 +580,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
   else
     req[0] = '\0';
   pthread_mutex_unlock(&c->mu);
-  if (!req[0] && (rc = dlock__uuid(req)))
-    return call_end(l, rc);
+  if (!req[0])
+    dlock__reqid(&c->reqids, req);
 
   /* A release whose reply was lost is retried once with the same request
    * id (so is a user's retry after an error: the id is kept in the hold).

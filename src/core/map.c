@@ -1,5 +1,6 @@
 /*
- * map.c - chained hash map (see map.h). FNV-1a hashing, doubling at load 1.
+ * map.c - chained hash map (see map.h). FNV-1a hashing, doubling at load 1;
+ * one removed entry is kept for reuse (map.h).
  */
 #include "map.h"
 
@@ -31,6 +32,7 @@ void dlock__map_clear(dlock__map *m) {
     }
   }
   dlock__free(m->buckets);
+  dlock__free(m->spare);
   dlock__map_init(m);
 }
 
@@ -85,13 +87,20 @@ int dlock__map_put(dlock__map *m, const void *key, size_t klen, void *value) {
     (*pp)->value = value;
     return 0;
   }
-  dlock__map_entry *e = dlock__calloc(1, sizeof *e + klen + 1);
-  if (!e)
-    return DLOCK_ENOMEM;
+  dlock__map_entry *e = m->spare;
+  if (e && e->cap >= klen) {
+    m->spare = NULL;
+  } else {
+    if (!(e = dlock__calloc(1, sizeof *e + klen + 1)))
+      return DLOCK_ENOMEM;
+    e->cap = klen;
+  }
+  e->next = NULL;
   e->hash = h;
   e->klen = klen;
   e->value = value;
   memcpy(e->key, key, klen);
+  e->key[klen] = '\0';
   *pp = e;
   m->count++;
   return 0;
@@ -106,7 +115,12 @@ void *dlock__map_del(dlock__map *m, const void *key, size_t klen) {
     return NULL;
   void *v = e->value;
   *pp = e->next;
-  dlock__free(e);
+  if (!m->spare || m->spare->cap < e->cap) {
+    dlock__free(m->spare);
+    m->spare = e;
+  } else {
+    dlock__free(e);
+  }
   m->count--;
   return v;
 }

@@ -14,6 +14,7 @@ typedef struct dlock__map_entry {
   struct dlock__map_entry *next;
   size_t hash;
   size_t klen;
+  size_t cap; /* room for this many key bytes plus a NUL */
   void *value;
   char key[]; /* klen bytes plus a NUL */
 } dlock__map_entry;
@@ -22,6 +23,10 @@ typedef struct dlock__map {
   dlock__map_entry **buckets;
   size_t nbuckets; /* power of two, or 0 before first insert */
   size_t count;
+  /* the last removed entry, kept for the next insert whose key fits: a
+   * map whose keys come and go (a hold per acquire) then allocates
+   * nothing in the steady state */
+  dlock__map_entry *spare;
 } dlock__map;
 
 void dlock__map_init(dlock__map *m);

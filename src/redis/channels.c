@@ -42,6 +42,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -113,6 +114,9 @@ typedef struct sub_cmd {
 struct dlock__redis_watch {
   /* --- under r->wmu --- */
   dlock__map chans; /* name (and grant name) -> rchan */
+  /* channels in chans, also read without wmu: with none, no wait of this
+   * client watches anything (wait_hot, watching answer at once) */
+  _Atomic size_t nchans;
   bool up;          /* the watch connection is established */
   bool dialing;     /* the dialling worker is connecting */
   bool dial_done;   /* ... and finished: dialed or dial_rc/dial_err */
@@ -330,6 +334,7 @@ static void deliver_grant(dlock__redis *r, rchan *ch, const char *p,
 /* ------------------------------------------------------------ channels */
 
 static void chan_free(dlock__redis_watch *ws, rchan *ch) {
+  atomic_fetch_sub(&ws->nchans, 1);
   dlock__map_del(&ws->chans, ch->name, ch->len);
   if (ch->grant)
     dlock__map_del(&ws->chans, ch->grant, ch->glen);
@@ -357,6 +362,7 @@ static rchan *chan_new(dlock__redis_watch *ws, char *name, char *grant) {
     dlock__free(ch);
     return NULL;
   }
+  atomic_fetch_add(&ws->nchans, 1);
   return ch;
 }
 
@@ -459,6 +465,8 @@ bool dlock__redis_wait_hot(void *be, const dlock__wait_spec *sp) {
   const char *name = dlock__redis_handle_channel(sp->bh);
   if (sp->sync || sp->lock_kind == DLOCK_FAIR || !name)
     return true; /* no name without building one: register first */
+  if (atomic_load(&r->ws->nchans) == 0)
+    return false; /* as if read under wmu an instant earlier */
   pthread_mutex_lock(&r->wmu);
   rchan *ch = dlock__map_get(&r->ws->chans, name, strlen(name));
   bool hot = ch && (ch->state != CH_UNSUB || ch->nwaiters > 0);
@@ -527,6 +535,8 @@ void dlock__redis_wait_end(void *be, dlock__wait *w) {
 }
 
 bool dlock__redis_watching(dlock__redis *r, const char *channel) {
+  if (atomic_load(&r->ws->nchans) == 0)
+    return false;
   pthread_mutex_lock(&r->wmu);
   rchan *ch = dlock__map_get(&r->ws->chans, channel, strlen(channel));
   bool on = ch && ch->state == CH_SUBBED;

@@ -555,14 +555,13 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
 
 /* How long a release's latch lives: past the core's own retry (a reconnect
  * plus a round trip) and a prompt retry by the user (dlock_lock_release). */
-static void latch_ms(const dlock__redis *r, char *buf, size_t len) {
+void dlock__redis_latch_ms(dlock__redis *r) {
   int64_t latch = 2 * (r->command_timeout_ms + r->connect_timeout_ms);
   if (latch < 10000)
     latch = 10000;
   if (latch > 60000)
     latch = 60000;
-  (void)len; /* DLOCK__I64_BUF at least */
-  dlock__fmt_i64(buf, latch);
+  dlock__fmt_i64(r->latch_ms, latch);
 }
 
 static int release_outcome(redisReply *rep, bool counted) {
@@ -584,9 +583,9 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               int64_t lease_ms, const char *request_id) {
   dlock__redis *r = be;
-  char lease[24], latch[24], wfield[128];
+  char lease[24], wfield[128];
+  const char *latch = r->latch_ms;
   dlock__fmt_i64(lease, lease_ms);
-  latch_ms(r, latch, sizeof latch);
   lock_keys k;
   int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
   if (rc)
@@ -599,10 +598,21 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   const redis_handle *h = bh;
   char *latch_prefix =
       h ? h->latch_prefix : dlock__redis_prefixed(LATCH_PREFIX, name);
-  char *latch_key =
-      latch_prefix
-          ? dlock__concat(3, (const char *[]){latch_prefix, ":", request_id})
-          : NULL;
+  /* the latch key on the stack (one per release: no allocation) */
+  char latch_buf[DLOCK_NAME_MAX + 128];
+  char *latch_key = NULL;
+  if (latch_prefix) {
+    size_t pl = strlen(latch_prefix), rl = strlen(request_id);
+    if (pl + 1 + rl < sizeof latch_buf) {
+      memcpy(latch_buf, latch_prefix, pl);
+      latch_buf[pl] = ':';
+      memcpy(latch_buf + pl + 1, request_id, rl + 1);
+      latch_key = latch_buf;
+    } else {
+      latch_key =
+          dlock__concat(3, (const char *[]){latch_prefix, ":", request_id});
+    }
+  }
   if (!h)
     dlock__free(latch_prefix);
   redisReply *rep = NULL;
@@ -695,7 +705,8 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
       rc = release_outcome(rep, false);
   }
   keys_clear(&k);
-  dlock__free(latch_key);
+  if (latch_key != latch_buf)
+    dlock__free(latch_key);
   return rc;
 }
 

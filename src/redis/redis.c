@@ -334,6 +334,7 @@ static int redis_open(void **be, const char *url,
   const dlock__endpoint *ep = r->ep = &r->ep_parsed;
   r->connect_timeout_ms = o->connect_timeout_ms;
   r->command_timeout_ms = o->command_timeout_ms;
+  dlock__redis_latch_ms(r);
   r->db = ep->db;
   r->pool_size = o->pool_size;
   r->publish = "publish";

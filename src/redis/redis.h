@@ -22,6 +22,9 @@ typedef struct dlock__redis {
   const dlock__endpoint *ep; /* = &ep_parsed */
   int64_t connect_timeout_ms;
   int64_t command_timeout_ms;
+  /* how long a release's unlock latch lives, formatted once at open
+   * (dlock__redis_latch_ms): 2 x (command + connect timeout), 10-60 s */
+  char latch_ms[24];
   char *user;        /* AUTH user, or NULL */
   char *password;    /* AUTH password, or NULL */
   char *client_name; /* CLIENT SETNAME, or NULL */
@@ -145,5 +148,8 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
                                 const struct pollfd *fds, int n);
 /* True when this client is subscribed to `channel` now. */
 bool dlock__redis_watching(dlock__redis *r, const char *channel);
+
+/* Sets r->latch_ms from the timeouts (locks.c). */
+void dlock__redis_latch_ms(dlock__redis *r);
 
 #endif
