@@ -10,6 +10,11 @@
  * connection whose peer has closed it (server restarted) is discarded
  * before use, so a restart costs one reconnect, not a failed call.
  *
+ * TLS (rediss:// or the options' switch): one OpenSSL context per client
+ * (net/tls.c), built at open so a bad CA or certificate file is reported
+ * there; every connection, the pub/sub one included, is a TLS conn made
+ * from it by dlock__redis_dial.
+ *
  * Scripts go by EVALSHA; on NOSCRIPT (restarted or failed-over server) the
  * same connection resends them as EVAL, which also loads them again.
  *
@@ -105,7 +110,7 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
   if (until < deadline)
     deadline = until;
   dlock__conn *c = NULL;
-  int rc = dlock__conn_connect(&c, r->ep, deadline);
+  int rc = dlock__conn_connect_tls(&c, r->ep, r->tls, deadline);
   if (rc)
     return rc;
   size_t n = 0;
@@ -296,6 +301,7 @@ static void redis_close(void *be) {
     dlock__free(r->password);
   }
   dlock__free(r->client_name);
+  dlock__tls_free(r->tls); /* after every conn above */
   dlock__endpoint_clear(&r->ep_parsed);
   dlock__free(r);
 }
@@ -337,9 +343,28 @@ static int redis_open(void **be, const char *url,
   r->db = ep->db;
   r->pool_size = o->pool_size;
   r->publish = "publish";
+  int rc = 0;
+  if (ep->tls || o->tls) {
+    if (ep->kind == DLOCK__EP_UNIX)
+      rc = dlock__seterr(DLOCK_ENOTSUP,
+                         "%s: TLS over a Unix socket is not supported",
+                         ep->display);
+    else
+      rc = dlock__tls_new(&r->tls, &(dlock__tls_config){
+                                       .ca_file = o->tls_ca_file,
+                                       .ca_dir = o->tls_ca_dir,
+                                       .cert_file = o->tls_cert_file,
+                                       .key_file = o->tls_key_file,
+                                       .sni = o->tls_sni,
+                                       .insecure = o->tls_insecure,
+                                   });
+    if (rc) {
+      redis_close(r);
+      return rc;
+    }
+  }
   const char *user = o->credentials_set ? o->user : ep->user;
   const char *pass = o->credentials_set ? o->password : ep->password;
-  int rc = 0;
   if ((user && !(r->user = dlock__strdup(user))) ||
       (pass && !(r->password = dlock__strdup(pass))) ||
       (o->client_name && !(r->client_name = dlock__strdup(o->client_name))) ||
@@ -352,7 +377,9 @@ static int redis_open(void **be, const char *url,
     if (!rc) {
       dlock__redis_pool_put(r, c);
       rc = redis_ping(r);
-      if (rc)
+      /* name the server, unless the detail already leads with it */
+      if (rc && strncmp(dlock_last_error(), ep->display,
+                        strlen(ep->display)) != 0)
         dlock__preferr(rc, "%s", ep->display);
     }
   }

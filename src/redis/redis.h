@@ -28,6 +28,7 @@ typedef struct dlock__redis {
   int db;
   int pool_size;
   const char *publish; /* "publish" (or "spublish" for sharded pub/sub) */
+  dlock__tls *tls;     /* TLS settings, NULL for plain connections */
 
   pthread_mutex_t pool_mu; /* protects idle[] and nidle only */
   dlock__conn **idle;
