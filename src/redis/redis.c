@@ -318,6 +318,38 @@ static int redis_ping(void *be) {
   return 0;
 }
 
+/* An ACL user without PUBLISH could lock and release, but no release would
+ * wake a waiter (the scripts publish best effort, see lock_release.lua):
+ * waits would last until leases ran out. So open fails then, naming the
+ * command. PUBLISH to a channel of dlock's reserved family, which no lock
+ * uses and nobody hears; a refusal of that channel (not of the command)
+ * means the command is allowed. Other errors (a renamed PUBLISH) keep the
+ * best-effort behaviour. */
+static int probe_publish(dlock__redis *r) {
+  const char *argv[] = {r->publish, "dlock_lock_probe", ""};
+  redisReply *rep = NULL;
+  dlock__conn *c = NULL;
+  int rc = dlock__redis_pool_get_until(r, DLOCK__NEVER, &c);
+  if (!rc)
+    rc = dlock__redis_append_cmd(c, 3, argv);
+  if (!rc)
+    rc = dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), 1,
+                          &rep);
+  dlock__redis_pool_put(r, c);
+  if (rc)
+    return rc;
+  if (rep->type == REDIS_REPLY_ERROR && starts_with(rep, "NOPERM") &&
+      !strstr(rep->str, "channel")) {
+    int n = rep->len > 200 ? 200 : (int)rep->len;
+    rc = dlock__seterr(DLOCK_EAUTH,
+                       "%s: PUBLISH refused: %.*s (dlock needs PUBLISH to "
+                       "wake waiters; see docs/ACL.md)",
+                       r->ep->display, n, rep->str);
+  }
+  freeReplyObject(rep);
+  return rc;
+}
+
 static int redis_open(void **be, const char *url,
                       const struct dlock_options *o,
                       struct dlock_client *core) {
@@ -377,6 +409,8 @@ static int redis_open(void **be, const char *url,
     if (!rc) {
       dlock__redis_pool_put(r, c);
       rc = redis_ping(r);
+      if (!rc)
+        rc = probe_publish(r);
       /* name the server, unless the detail already leads with it */
       if (rc && strncmp(dlock_last_error(), ep->display,
                         strlen(ep->display)) != 0)
