@@ -15,7 +15,9 @@
  * write_wait: a TLS read may need the socket writable and a write may need
  * it readable); every wait - the blocking exec's poll, the handshake's,
  * the event loop's through dlock__conn_poll_events - waits for that, with
- * the same deadlines as plain conns. The handshake runs inside
+ * the same deadlines as plain conns. Closing sends no close_notify (a
+ * forked child's close must not write into the parent's stream). The
+ * handshake runs inside
  * dlock__conn_connect_tls before its deadline. Invariant that makes poll()
  * enough: no decrypted byte stays inside OpenSSL between calls, because
  * read-ahead is off (OpenSSL reads one record at a time) and READ_CHUNK is
@@ -508,11 +510,11 @@ void dlock__conn_close(dlock__conn *c) {
   if (!c)
     return;
   if (c->ssl) {
-    /* close_notify, best effort and without waiting */
-    if (!c->broken && SSL_is_init_finished(c->ssl))
-      SSL_shutdown(c->ssl);
-    ERR_clear_error();
+    /* no close_notify: a forked child freeing its copy of a client must
+     * not write into the parent's TLS stream; the server takes the close
+     * of the socket as the end */
     SSL_free(c->ssl);
+    ERR_clear_error();
   }
   if (c->fd >= 0)
     close(c->fd);

@@ -335,6 +335,53 @@ static void t_protocol_mismatch(void) {
   th_server_stop(s);
 }
 
+/* A child that frees its copy of a TLS client (after fork) leaves the
+ * parent's connections working: nothing is written into their streams. */
+static void t_fork_child_frees(void) {
+  th_server_t *s = tls_server("server", false);
+  dlock_client_t *a = NULL, *b = NULL;
+  tls_cfg_t cfg = {.ca = "ca.crt"};
+  CHECK_OK(tls_client(s, &cfg, &a));
+  CHECK_OK(tls_client(s, &cfg, &b));
+  dlock_lock_t *l = it_lock(a, "tls-fork");
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  char *info = th_redis_str(s, "INFO %s", "stats");
+  CHECK(info);
+  const char *tc = strstr(info, "total_connections_received:");
+  CHECK(tc);
+  long before = atol(tc + strlen("total_connections_received:"));
+  free(info);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dlock_lock_free(l);
+    dlock_client_free(a);
+    _exit(0);
+  }
+  int st = 0;
+  CHECK(it_waitpid_bounded(pid, 10000, &st));
+  CHECK(it_child_ok(st));
+  /* the pooled connection, idle during the fork, is used as it is: no
+   * new connection reaches the server */
+  CHECK_OK(dlock_client_ping(a));
+  info = th_redis_str(s, "INFO %s", "stats");
+  CHECK(info);
+  tc = strstr(info, "total_connections_received:");
+  CHECK(tc);
+  long after = atol(tc + strlen("total_connections_received:"));
+  free(info);
+  CHECKF(after == before, "%ld connection(s) dialled again after the child "
+                          "freed its copy", after - before);
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  check_locks(s, a, b, "tls-fork2");
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
 /* ------------------------------------------------ the dlock command */
 
 static char g_cli[PATH_MAX];
@@ -463,6 +510,7 @@ static const check_case_t cases[] = {
     {"mutual_tls", t_mutual_tls},
     {"unreadable_files", t_unreadable_files},
     {"protocol_mismatch", t_protocol_mismatch},
+    {"fork_child_frees", t_fork_child_frees},
     {"cli_tls", t_cli_tls},
 };
 
