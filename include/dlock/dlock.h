@@ -191,6 +191,21 @@ DLOCK_EXTERN int dlock_options_set_watchdog_timeout(dlock_options_t *opts,
  * Redis, whose holds have per-lock leases, ignores it. */
 DLOCK_EXTERN int dlock_options_set_session_timeout(dlock_options_t *opts,
                                                    int64_t ms);
+/* Redis with replicas: after every script that writes (acquire, release,
+ * semaphore and latch changes; not renewals), dlock sends
+ * `WAIT <connected replicas> <ms>` in the same pipeline, as Redisson's
+ * syncedEval does. When replicas are connected and none acknowledged
+ * within `ms`, the call fails with DLOCK_EUNAVAILABLE ("none of the N
+ * connected replicas acknowledged ..."); an acquire that had succeeded on
+ * the master is rolled back first (released), so the caller holds nothing.
+ * The replica count comes from ROLE, asked at most once a second in the
+ * same pipeline; with no replica connected (or a server that refuses ROLE
+ * or WAIT) nothing is waited for. One acknowledgement is enough: this
+ * narrows, but does not close, the window in which a failover loses a
+ * granted lock (replication stays asynchronous). 1..86400000 ms, or 0 to
+ * turn it off; default 1000 (Redisson's). See docs/REPLICAS.md. */
+DLOCK_EXTERN int dlock_options_set_replica_wait(dlock_options_t *opts,
+                                                int64_t ms);
 /* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
 DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
                                                const char *name);

@@ -13,6 +13,7 @@
 #define DEFAULT_WATCHDOG_MS 30000
 #define DEFAULT_POOL_SIZE 8
 #define DEFAULT_FAIR_THREAD_WAIT_MS 300000
+#define DEFAULT_REPLICA_WAIT_MS 1000 /* Redisson's slavesSyncTimeout */
 /* A day: longer timeouts are almost certainly a unit mistake. */
 #define MAX_TIMEOUT_MS (24LL * 3600 * 1000)
 
@@ -24,6 +25,7 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->pool_size = DEFAULT_POOL_SIZE;
   o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
   o->log_level = DLOCK_LOG_WARN;
+  o->replica_wait_ms = DEFAULT_REPLICA_WAIT_MS;
 }
 
 static void free_secret(char *s) {
@@ -137,6 +139,14 @@ int dlock_options_set_session_timeout(dlock_options_t *opts, int64_t ms) {
   int rc = check_ms("session timeout", ms, 1);
   if (!rc)
     opts->session_timeout_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_replica_wait(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_replica_wait");
+  int rc = ms == 0 ? 0 : check_ms("replica wait (0 turns it off)", ms, 1);
+  if (!rc)
+    opts->replica_wait_ms = ms;
   return rc;
 }
 

@@ -31,6 +31,7 @@ struct dlock_options {
   char *tls_ca_file, *tls_ca_dir; /* both NULL: the system's store */
   char *tls_cert_file, *tls_key_file;
   char *tls_sni;
+  int64_t replica_wait_ms; /* WAIT after write scripts; 0: off */
 };
 
 void dlock__options_defaults(struct dlock_options *o);

@@ -15,6 +15,15 @@
  * there; every connection, the pub/sub one included, is a TLS conn made
  * from it by dlock__redis_dial.
  *
+ * Replicas: a script that writes is followed, in the same pipeline, by
+ * WAIT <connected replicas> <replica_wait_ms> when replicas are connected;
+ * the count comes from ROLE, piggybacked on a script's pipeline at most
+ * once a second (so the WAIT of one call uses the count of an earlier
+ * one). None acknowledged: the call fails (dlock__redis_script) or the
+ * caller rolls its acquire back (dlock__redis_script_synced). A server
+ * that refuses WAIT (a proxy, a managed service, ACL) is never asked again;
+ * one that refuses ROLE counts as having no replicas.
+ *
  * Scripts go by EVALSHA; on NOSCRIPT (restarted or failed-over server) the
  * same connection resends them as EVAL, which also loads them again.
  *
@@ -238,31 +247,122 @@ bool dlock__redis_is_noscript(const redisReply *rep) {
   return rep->type == REDIS_REPLY_ERROR && starts_with(rep, "NOSCRIPT");
 }
 
+/* ------------------------------------------------------- replica sync */
+
+/* Scripts that only read: no WAIT after them. */
+static bool script_reads_only(const dlock__script *s) {
+  return s == &dlock__script_lock_state || s == &dlock__script_psem_state;
+}
+
+#define REPLICAS_REFRESH_MS 1000
+
+/* The replica count in a ROLE reply of a master; -1 for anything else (a
+ * replica, an error such as NOPERM). */
+static int role_replicas(const redisReply *rep) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+      rep->element[0]->type != REDIS_REPLY_STRING ||
+      strcmp(rep->element[0]->str, "master") != 0 ||
+      rep->element[2]->type != REDIS_REPLY_ARRAY)
+    return -1;
+  return rep->element[2]->elements > 1000000
+             ? 1000000
+             : (int)rep->element[2]->elements;
+}
+
+int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
+  return dlock__seterr(DLOCK_EUNAVAILABLE,
+                       "%s: %s: none of the %d connected replica%s "
+                       "acknowledged the write within %lld ms (WAIT); "
+                       "nothing is held",
+                       r->ep->display, what, n, n == 1 ? "" : "s",
+                       (long long)r->replica_wait_ms);
+}
+
+/* One round trip of [ROLE] EVALSHA|EVAL [WAIT n T] on c. *reply is the
+ * script's; *acked WAIT's answer (-1 when none was sent or it failed). */
+static int script_roundtrip(dlock__redis *r, dlock__conn *c,
+                            const dlock__script *s, bool body, bool role,
+                            int wait_n, int nkeys, int argc,
+                            const char **argv, size_t *lens,
+                            redisReply **reply, int64_t *acked) {
+  *acked = -1;
+  size_t n = 0, script_at = 0;
+  int rc = 0;
+  char wn[DLOCK__I64_BUF], wt[DLOCK__I64_BUF];
+  if (role) {
+    const char *a[1] = {"ROLE"};
+    rc = dlock__redis_append_cmd(c, 1, a);
+    n++;
+  }
+  if (!rc) {
+    script_at = n++;
+    rc = dlock__redis_append_script(c, s, body, nkeys, argc, argv, lens);
+  }
+  if (!rc && wait_n > 0) {
+    dlock__fmt_i64(wn, wait_n);
+    dlock__fmt_i64(wt, r->replica_wait_ms);
+    const char *a[3] = {"WAIT", wn, wt};
+    rc = dlock__redis_append_cmd(c, 3, a);
+    n++;
+  }
+  if (rc)
+    return rc;
+  redisReply *rep[3] = {NULL, NULL, NULL};
+  int64_t budget = r->command_timeout_ms + (wait_n > 0 ? r->replica_wait_ms : 0);
+  rc = dlock__conn_exec(c, dlock__deadline_after(budget), n, rep);
+  if (rc)
+    return rc;
+  if (role) {
+    atomic_store(&r->replicas, role_replicas(rep[0]));
+    atomic_store(&r->replicas_at, dlock__now_ms());
+    freeReplyObject(rep[0]);
+  }
+  *reply = rep[script_at];
+  if (wait_n > 0) {
+    redisReply *w = rep[script_at + 1];
+    if (w->type == REDIS_REPLY_INTEGER)
+      *acked = w->integer;
+    else /* a proxy or managed service without WAIT, or ACL: stop asking */
+      atomic_store(&r->wait_refused, true);
+    freeReplyObject(w);
+  }
+  return 0;
+}
+
 /* Runs one script; `retry_safe` allows one resend on a fresh connection if
  * the first connection broke (only for idempotent scripts). argv[3..] hold
- * keys then args (C strings); argv[0..2] are filled here. */
-int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys, int argc,
-                  const char **argv, bool retry_safe, redisReply **reply) {
+ * keys then args (C strings); argv[0..2] are filled here. A script that
+ * writes is followed by WAIT when replicas are connected (see
+ * dlock_options_set_replica_wait). */
+int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
+                               int nkeys, int argc, const char **argv,
+                               bool retry_safe, redisReply **reply,
+                               int *unsynced) {
   size_t lens[DLOCK__REDIS_MAX_ARGS];
+  *unsynced = 0;
   if (argc > DLOCK__REDIS_MAX_ARGS)
     return dlock__seterr(DLOCK_EINVAL, "too many script arguments");
   for (int i = 3; i < argc; i++)
     lens[i] = strlen(argv[i]);
-  int rc = 0;
+  bool sync = r->replica_wait_ms > 0 && !script_reads_only(s) &&
+              !atomic_load(&r->wait_refused);
+  int rc = 0, wait_n = 0;
+  int64_t acked = -1;
   for (int attempt = 0; attempt < 2; attempt++) {
     dlock__conn *c = NULL;
     rc = pool_get(r, &c);
     if (rc)
       return rc;
-    rc = dlock__redis_append_script(c, s, false, nkeys, argc, argv, lens);
-    if (!rc)
-      rc = roundtrip(r, c, 1, reply);
+    bool role = sync && dlock__now_ms() - atomic_load(&r->replicas_at) >=
+                            REPLICAS_REFRESH_MS;
+    wait_n = sync ? atomic_load(&r->replicas) : 0;
+    rc = script_roundtrip(r, c, s, false, role, wait_n, nkeys, argc, argv,
+                          lens, reply, &acked);
     if (!rc && dlock__redis_is_noscript(*reply)) {
       freeReplyObject(*reply);
       *reply = NULL;
-      rc = dlock__redis_append_script(c, s, true, nkeys, argc, argv, lens);
-      if (!rc)
-        rc = roundtrip(r, c, 1, reply);
+      rc = script_roundtrip(r, c, s, true, false, wait_n, nkeys, argc, argv,
+                            lens, reply, &acked);
     }
     bool broke = rc && dlock__conn_broken(c);
     dlock__redis_pool_put(r, c);
@@ -273,6 +373,22 @@ int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys, int 
     rc = dlock__redis_error(*reply, s->name);
     freeReplyObject(*reply);
     *reply = NULL;
+  }
+  if (!rc && wait_n > 0 && acked == 0)
+    *unsynced = wait_n;
+  return rc;
+}
+
+int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys,
+                        int argc, const char **argv, bool retry_safe,
+                        redisReply **reply) {
+  int unsynced = 0;
+  int rc = dlock__redis_script_synced(r, s, nkeys, argc, argv, retry_safe,
+                                      reply, &unsynced);
+  if (!rc && unsynced > 0) {
+    freeReplyObject(*reply);
+    *reply = NULL;
+    rc = dlock__redis_unsynced(r, s->name, unsynced);
   }
   return rc;
 }
@@ -350,6 +466,26 @@ static int probe_publish(dlock__redis *r) {
   return rc;
 }
 
+/* The first ROLE, so that the first write already waits for replicas. A
+ * refusal (NOPERM, a proxy) counts as no replicas, as in the pipeline. */
+static void learn_replicas(dlock__redis *r) {
+  redisReply *rep = NULL;
+  const char *argv[] = {"ROLE"};
+  dlock__conn *c = NULL;
+  int rc = dlock__redis_pool_get_until(r, DLOCK__NEVER, &c);
+  if (!rc)
+    rc = dlock__redis_append_cmd(c, 1, argv);
+  if (!rc)
+    rc = dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), 1,
+                          &rep);
+  dlock__redis_pool_put(r, c);
+  if (rc)
+    return; /* the first write asks again */
+  atomic_store(&r->replicas, role_replicas(rep));
+  atomic_store(&r->replicas_at, dlock__now_ms());
+  freeReplyObject(rep);
+}
+
 static int redis_open(void **be, const char *url,
                       const struct dlock_options *o,
                       struct dlock_client *core) {
@@ -375,6 +511,9 @@ static int redis_open(void **be, const char *url,
   r->db = ep->db;
   r->pool_size = o->pool_size;
   r->publish = "publish";
+  r->replica_wait_ms = o->replica_wait_ms;
+  atomic_store(&r->replicas, 0);
+  atomic_store(&r->replicas_at, INT64_MIN / 2); /* ROLE at the first write */
   int rc = 0;
   if (ep->tls || o->tls) {
     if (ep->kind == DLOCK__EP_UNIX)
@@ -411,6 +550,8 @@ static int redis_open(void **be, const char *url,
       rc = redis_ping(r);
       if (!rc)
         rc = probe_publish(r);
+      if (!rc && r->replica_wait_ms > 0)
+        learn_replicas(r);
       /* name the server, unless the detail already leads with it */
       if (rc && strncmp(dlock_last_error(), ep->display,
                         strlen(ep->display)) != 0)

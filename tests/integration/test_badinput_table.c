@@ -266,6 +266,8 @@ THUNK(t_credentials_pw, dlock_options_set_credentials(x->o, NULL, x->arg))
 THUNK(t_credentials_user_only,
       dlock_options_set_credentials(x->o, x->arg, NULL))
 
+THUNK(t_replica_wait_null, dlock_options_set_replica_wait(NULL, 1000))
+THUNK(t_replica_wait_ms, dlock_options_set_replica_wait(x->o, x->num))
 THUNK(t_tls_null, dlock_options_set_tls(NULL, true))
 THUNK(t_tls_ca_null_opts, dlock_options_set_tls_ca(NULL, "/ca.pem", NULL))
 THUNK(t_tls_cert_null_opts,
@@ -795,6 +797,8 @@ static void g_null_args(void) {
           DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_log_callback", "fn NULL (clears)", t_log_fn_null,
           NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_replica_wait", "opts NULL", t_replica_wait_null,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_tls", "opts NULL", t_tls_null, NULL, 0,
           DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_tls_ca", "opts NULL", t_tls_ca_null_opts, NULL, 0,
@@ -1314,6 +1318,16 @@ static void g_options(void) {
           0, DLOCK_EINVAL, "must be NULL or non-empty"),
       ROW("dlock_options_set_credentials", "password \"\"", t_credentials_pw,
           "", 0, DLOCK_EINVAL, "must be NULL or non-empty"),
+      ROW("dlock_options_set_replica_wait", "0 (off)", t_replica_wait_ms, NULL,
+          0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_replica_wait", "-1", t_replica_wait_ms, NULL, -1,
+          DLOCK_EINVAL, "replica wait (0 turns it off) must be from 1"),
+      ROW("dlock_options_set_replica_wait", "a day + 1 ms", t_replica_wait_ms,
+          NULL, 86400001, DLOCK_EINVAL, "replica wait (0 turns it off) must be"),
+      ROW("dlock_options_set_replica_wait", "INT64_MIN", t_replica_wait_ms,
+          NULL, INT64_MIN, DLOCK_EINVAL, "replica wait (0 turns it off) must be"),
+      ROW("dlock_options_set_replica_wait", "1000", t_replica_wait_ms, NULL,
+          1000, DLOCK_OK, NULL),
       ROW("dlock_options_set_tls_ca", "file \"\"", t_tls_ca_file, "", 0,
           DLOCK_EINVAL, "CA file must be NULL or a path of 1 to 4096 bytes"),
       ROW("dlock_options_set_tls_ca", "dir \"\"", t_tls_ca_dir, "", 0,

@@ -893,7 +893,7 @@ static void t_cli_password(void) {
   "+hget +pttl +get +publish +pubsub|numsub +time +type +del +set +incr "    \
   "+incrby +decr +decrby +hset +hdel +hgetall +hincrby +hkeys +hlen "        \
   "+pexpire +rpush +lpop +lindex +lrange +lrem +zadd +zcount +zincrby "      \
-  "+zrange +zrangebyscore +zrem +zremrangebyscore +zscore"
+  "+zrange +zrangebyscore +zrem +zremrangebyscore +zscore +role +wait"
 #define ACL_PATTERNS                                                           \
   "resetkeys ~app:* ~{app:* ~redisson_*{app:* ~dlock_lock_*{app:* "           \
   "resetchannels &redisson_*{app:* &dlock_lock_*{app:*"
