@@ -153,8 +153,8 @@ static int configure(dlock__tls *t, const dlock__tls_config *cfg) {
     char why[200];
     queue_reason(why, sizeof why);
     ERR_clear_error();
-    return dlock__seterr(DLOCK_ETLS, "TLS: cannot use the system's CA store: %s",
-                         why);
+    return dlock__seterr(DLOCK_ETLS,
+                         "TLS: cannot use the system's CA store: %s", why);
   }
   if (cfg->cert_file) {
     if ((rc = check_file("certificate", cfg->cert_file)) ||

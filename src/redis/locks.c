@@ -387,8 +387,8 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
     const char *argv[MAX_ARGS] = {
         0,     0,        0,  a->name, k.queue, k.timeouts,
         lease, a->owner, tw, "1",     a->try_once ? "1" : "0"};
-    rc = dlock__redis_script_synced(be, &dlock__script_fair_acquire, 3, 11, argv,
-                             false, &rep, unsynced);
+    rc = dlock__redis_script_synced(be, &dlock__script_fair_acquire, 3, 11,
+                                    argv, false, &rep, unsynced);
     break;
   }
   case DLOCK_READ: {
@@ -412,8 +412,8 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   ttl,
                                   k.grant,
                                   RW_HELD_BACK_RECHECK_MS};
-    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6, 16, argv,
-                             false, &rep, unsynced);
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6, 16,
+                                    argv, false, &rep, unsynced);
     break;
   }
   case DLOCK_WRITE: {
@@ -435,8 +435,8 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   member,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0"};
-    rc = dlock__redis_script_synced(be, &dlock__script_rw_write_acquire, 6, 15, argv,
-                             false, &rep, unsynced);
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_write_acquire, 6, 15,
+                                    argv, false, &rep, unsynced);
     break;
   }
   default: {
@@ -453,8 +453,8 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0",
                                   a->kind == DLOCK_FENCED ? k.token : ""};
-    rc = dlock__redis_script_synced(be, &dlock__script_lock_acquire, 3, 12, argv,
-                             false, &rep, unsynced);
+    rc = dlock__redis_script_synced(be, &dlock__script_lock_acquire, 3, 12,
+                                    argv, false, &rep, unsynced);
     break;
   }
   }

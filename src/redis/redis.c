@@ -308,7 +308,8 @@ static int script_roundtrip(dlock__redis *r, dlock__conn *c,
   if (rc)
     return rc;
   redisReply *rep[3] = {NULL, NULL, NULL};
-  int64_t budget = r->command_timeout_ms + (wait_n > 0 ? r->replica_wait_ms : 0);
+  int64_t budget =
+      r->command_timeout_ms + (wait_n > 0 ? r->replica_wait_ms : 0);
   rc = dlock__conn_exec(c, dlock__deadline_after(budget), n, rep);
   if (rc)
     return rc;
