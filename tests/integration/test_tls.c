@@ -193,6 +193,80 @@ static void t_verified_locks_work(void) {
   th_server_stop(s);
 }
 
+/* A waiter of another kind woken over TLS pub/sub: fair (its own channel
+ * and the hand-off), a writer behind a reader, a latch. */
+typedef struct latch_waiter {
+  dlock_latch_t *latch;
+  atomic_int done;
+  int rc;
+} latch_waiter_t;
+
+static void *latch_waiter_main(void *arg) {
+  latch_waiter_t *w = arg;
+  w->rc = dlock_latch_await(w->latch, 20000);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static void waiter_woken(th_server_t *s, dlock_lock_t *holder,
+                         dlock_lock_t *waiter, const char *pattern) {
+  it_async_t w;
+  it_async_start(&w, waiter, 30000, WD, true);
+  bool ok;
+  TH_WAIT_FOR(ok, it_channels(s, pattern) >= 1, 10000);
+  CHECKF(ok, "no waiter subscribed to %s", pattern);
+  CHECK(!atomic_load(&w.done));
+  CHECK_OK(dlock_lock_release(holder));
+  CHECKF(it_async_wait(&w, 20000), "the waiter on %s was not woken", pattern);
+  CHECKF(w.rc == DLOCK_OK, "waiter: %s %s", dlock_err_name(w.rc), w.err);
+  it_async_finish(&w);
+}
+
+static void t_every_kind_over_tls(void) {
+  th_server_t *s = tls_server("server", false);
+  dlock_client_t *a = NULL, *b = NULL;
+  tls_cfg_t cfg = {.ca = "ca.crt"};
+  CHECK_OK(tls_client(s, &cfg, &a));
+  CHECK_OK(tls_client(s, &cfg, &b));
+  dlock_lock_t *fa = NULL, *fb = NULL, *ra = NULL, *wb = NULL;
+  CHECK_OK(dlock_lock_new_kind(a, "tls-fair", DLOCK_FAIR, &fa));
+  CHECK_OK(dlock_lock_new_kind(b, "tls-fair", DLOCK_FAIR, &fb));
+  CHECK_OK(dlock_lock_acquire(fa, 0, WD));
+  waiter_woken(s, fa, fb, "redisson_lock__channel:{tls-fair}:*");
+  CHECK_OK(dlock_lock_new_kind(a, "tls-rw", DLOCK_READ, &ra));
+  CHECK_OK(dlock_lock_new_kind(b, "tls-rw", DLOCK_WRITE, &wb));
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD));
+  waiter_woken(s, ra, wb, "redisson_rwlock:{tls-rw}");
+  dlock_latch_t *la = NULL, *lb = NULL;
+  CHECK_OK(dlock_latch_new(a, "tls-latch", &la));
+  CHECK_OK(dlock_latch_new(b, "tls-latch", &lb));
+  bool set = false;
+  CHECK_OK(dlock_latch_try_set_count(la, 1, &set));
+  latch_waiter_t lw = {.latch = lb};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, latch_waiter_main, &lw) == 0);
+  bool ok;
+  TH_WAIT_FOR(ok,
+              it_numsub(s, "redisson_countdownlatch__channel__{tls-latch}") >=
+                  1,
+              10000);
+  CHECK(ok);
+  CHECK_OK(dlock_latch_count_down(la));
+  TH_WAIT_FOR(ok, atomic_load(&lw.done), 20000);
+  CHECKF(ok, "the latch waiter was not woken");
+  pthread_join(th, NULL);
+  CHECK_OK(lw.rc);
+  dlock_latch_free(la);
+  dlock_latch_free(lb);
+  dlock_lock_free(fa);
+  dlock_lock_free(fb);
+  dlock_lock_free(ra);
+  dlock_lock_free(wb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
 static void t_tls_switch_on_redis_url(void) {
   th_server_t *s = tls_server("server", false);
   dlock_client_t *a = NULL, *b = NULL;
@@ -503,6 +577,7 @@ static void t_cli_tls(void) {
 
 static const check_case_t cases[] = {
     {"verified_locks_work", t_verified_locks_work},
+    {"every_kind_over_tls", t_every_kind_over_tls},
     {"tls_switch_on_redis_url", t_tls_switch_on_redis_url},
     {"wrong_ca", t_wrong_ca},
     {"wrong_host_name", t_wrong_host_name},
