@@ -269,6 +269,15 @@ static int role_replicas(const redisReply *rep) {
              : (int)rep->element[2]->elements;
 }
 
+/* Records a ROLE answer; a refused ROLE (ACL, a proxy) is not asked
+ * again: no replicas are known then. */
+static void note_role(dlock__redis *r, const redisReply *rep) {
+  atomic_store(&r->replicas, role_replicas(rep));
+  atomic_store(&r->replicas_at, rep->type == REDIS_REPLY_ERROR
+                                    ? INT64_MAX / 2
+                                    : dlock__now_ms());
+}
+
 int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
   return dlock__seterr(DLOCK_EUNAVAILABLE,
                        "%s: %s: none of the %d connected replica%s "
@@ -314,8 +323,7 @@ static int script_roundtrip(dlock__redis *r, dlock__conn *c,
   if (rc)
     return rc;
   if (role) {
-    atomic_store(&r->replicas, role_replicas(rep[0]));
-    atomic_store(&r->replicas_at, dlock__now_ms());
+    note_role(r, rep[0]);
     freeReplyObject(rep[0]);
   }
   *reply = rep[script_at];
@@ -482,8 +490,7 @@ static void learn_replicas(dlock__redis *r) {
   dlock__redis_pool_put(r, c);
   if (rc)
     return; /* the first write asks again */
-  atomic_store(&r->replicas, role_replicas(rep));
-  atomic_store(&r->replicas_at, dlock__now_ms());
+  note_role(r, rep);
   freeReplyObject(rep);
 }
 
