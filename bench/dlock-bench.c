@@ -40,7 +40,13 @@
  *   threads            T threads of one client on one lock, then on T locks;
  *   renewal            one client holding K watchdog locks: server commands,
  *                      read events and client CPU per renewal cycle;
- *   memory             client heap/RSS and server memory per held lock.
+ *   memory             client heap/RSS and server memory per held lock;
+ *   tls                the uncontended loop on --url (plain) and on
+ *                      --tls-url (TLS, verified with --cacert unless
+ *                      --insecure), alternated three times in one run;
+ *                      prints each side's pairs/s and the ratio.
+ * A rediss:// --url works in every scenario (--cacert, --insecure apply);
+ * the server counts then go missing (bench_redis speaks plain RESP).
  *
  * Threads and processes: worker threads share one client (that is the
  * library's model) and write only their own record buffer; the main thread
@@ -113,6 +119,9 @@ typedef struct config {
   int permits;            /* semaphore: --permits P */
   int waiters;            /* latch: --waiters W */
   int rounds;             /* latch: --rounds R */
+  const char *tls_url;    /* tls: --tls-url URL */
+  const char *cacert;     /* --cacert FILE for TLS URLs */
+  bool insecure;          /* --insecure: no TLS verification */
 } config_t;
 
 static const char *const KIND_NAMES[] = {"reentrant", "fair", "fenced",
@@ -145,11 +154,15 @@ static void usage(FILE *f) {
       "      renewal      one client holding --locks K list (1,100,10000)\n"
       "                   watchdog locks, --watchdog-ms (600), --cycles (10)\n"
       "      memory       client and server bytes per held lock, --locks K\n"
+      "      tls          uncontended pairs/s on --url (plain) against\n"
+      "                   --tls-url URL (rediss://), alternated 3 times\n"
       "                   (10000)\n"
       "options: --url URL (default $DLOCK_URL, else redis://127.0.0.1:6379)\n"
       "         --name NAME (default dlock-bench)  --seconds D (default 3)\n"
       "         --records FILE (merged records)  --csv FILE (append\n"
-      "         scenario,case,metric,value rows)\n",
+      "         scenario,case,metric,value rows)\n"
+      "         --cacert FILE (CA for TLS URLs)  --insecure (no TLS\n"
+      "         verification; tests only)\n",
       f);
 }
 
@@ -224,6 +237,9 @@ static int parse_args(int argc, char **argv, config_t *c) {
     O_PERMITS,
     O_WAITERS,
     O_ROUNDS,
+    O_TLS_URL,
+    O_CACERT,
+    O_INSECURE,
     O_HELP
   };
   static const struct option opts[] = {
@@ -246,6 +262,9 @@ static int parse_args(int argc, char **argv, config_t *c) {
       {"permits", required_argument, NULL, O_PERMITS},
       {"waiters", required_argument, NULL, O_WAITERS},
       {"rounds", required_argument, NULL, O_ROUNDS},
+      {"tls-url", required_argument, NULL, O_TLS_URL},
+      {"cacert", required_argument, NULL, O_CACERT},
+      {"insecure", no_argument, NULL, O_INSECURE},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   optind = first;
@@ -326,6 +345,15 @@ static int parse_args(int argc, char **argv, config_t *c) {
       break;
     case O_CSV:
       c->csv = optarg;
+      break;
+    case O_TLS_URL:
+      c->tls_url = optarg;
+      break;
+    case O_CACERT:
+      c->cacert = optarg;
+      break;
+    case O_INSECURE:
+      c->insecure = true;
       break;
     case O_KIND: {
       int k = -1;
@@ -570,19 +598,28 @@ static int merge(worker_t *ws, int n, bench_recs_t *all) {
   return 0;
 }
 
-static int new_client(const config_t *c, int64_t watchdog_ms,
-                      dlock_client_t **out) {
+static int new_client_at(const config_t *c, const char *url,
+                         int64_t watchdog_ms, dlock_client_t **out) {
   dlock_options_t *o = NULL;
   int rc = dlock_options_new(&o);
   if (!rc && watchdog_ms > 0)
     rc = dlock_options_set_watchdog_timeout(o, watchdog_ms);
+  if (!rc && c->cacert)
+    rc = dlock_options_set_tls_ca(o, c->cacert, NULL);
+  if (!rc && c->insecure)
+    rc = dlock_options_set_tls_insecure(o, true);
   if (!rc)
-    rc = dlock_client_new(out, c->url, o);
+    rc = dlock_client_new(out, url, o);
   dlock_options_free(o);
   if (rc)
-    fprintf(stderr, "dlock-bench: cannot connect to %s: %s (%s)\n", c->url,
+    fprintf(stderr, "dlock-bench: cannot connect to %s: %s (%s)\n", url,
             dlock_err_name(rc), dlock_last_error());
   return rc;
+}
+
+static int new_client(const config_t *c, int64_t watchdog_ms,
+                      dlock_client_t **out) {
+  return new_client_at(c, c->url, watchdog_ms, out);
 }
 
 static void worker_setup(worker_t *w, dlock_client_t *client,
@@ -742,6 +779,57 @@ static int scen_uncontended(const config_t *c) {
   workers_free(w, 1);
   dlock_client_free(client);
   return rc || st.overlaps ? 1 : 0;
+}
+
+/* One uncontended pass of c->seconds on `url`: pairs per second, or < 0. */
+static double uncontended_pass(const config_t *c, const char *url,
+                               const char *kase) {
+  dlock_client_t *client = NULL;
+  if (new_client_at(c, url, 0, &client))
+    return -1;
+  int64_t start = now_ns() + 100 * NS_PER_MS;
+  int64_t end = start + (int64_t)(c->seconds * 1e9);
+  worker_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    dlock_client_free(client);
+    return -1;
+  }
+  char name[DLOCK_NAME_MAX + 1];
+  snprintf(name, sizeof name, "%.900s:tls-cost", c->name);
+  worker_setup(w, client, name, 0, c->nhold ? c->hold_us[0] : 0, start, end);
+  int rc = run_threads(w, 1);
+  bench_stats_t st;
+  bench_analyse(&w->recs, 1, start, end, false, &st);
+  report_case("tls", kase, &st, NULL);
+  workers_free(w, 1);
+  dlock_client_free(client);
+  return rc || st.overlaps ? -1 : st.per_sec;
+}
+
+/* Plain against TLS, alternated so that drift of the machine's load falls
+ * on both sides alike. */
+static int scen_tls(const config_t *c) {
+  if (!c->tls_url) {
+    fprintf(stderr, "dlock-bench: tls needs --tls-url rediss://...\n");
+    return 2;
+  }
+  enum { ALTERNATIONS = 3 };
+  double plain = 0, tls = 0;
+  bench_stats_header(stdout);
+  for (int i = 0; i < ALTERNATIONS; i++) {
+    double p = uncontended_pass(c, c->url, "plain");
+    double t = uncontended_pass(c, c->tls_url, "tls");
+    if (p <= 0 || t <= 0)
+      return 1;
+    plain += p / ALTERNATIONS;
+    tls += t / ALTERNATIONS;
+  }
+  printf("tls: plain %.1f pairs/s, TLS %.1f pairs/s, TLS/plain %.3f\n",
+         plain, tls, tls / plain);
+  csv_row("tls", "plain", "pairs_per_sec", plain);
+  csv_row("tls", "tls", "pairs_per_sec", tls);
+  csv_row("tls", "ratio", "tls_over_plain", tls / plain);
+  return 0;
 }
 
 /* Waits for n forked children (bounded by `deadline`); whoever is left
@@ -1554,6 +1642,8 @@ int main(int argc, char **argv) {
     rc = scen_renewal(&c);
   else if (strcmp(c.scenario, "memory") == 0)
     rc = scen_memory(&c);
+  else if (strcmp(c.scenario, "tls") == 0)
+    rc = scen_tls(&c);
   else {
     fprintf(stderr, "dlock-bench: unknown scenario '%s'\n", c.scenario);
     usage(stderr);

@@ -77,7 +77,12 @@ DLOCK_EXTERN const char *dlock_version_string(void);
  * DLOCK_ESYS: a system call the library needs failed for a reason other
  * than memory (getrandom, pipe2, thread creation: a seccomp filter, a
  * descriptor or thread limit); dlock_last_error() names the call and its
- * errno text. */
+ * errno text.
+ * DLOCK_ETLS: a TLS connection could not be set up: the server's
+ * certificate did not verify (unknown CA, another host name, expired), a
+ * CA, certificate or key file could not be read, the server refused the
+ * client's certificate, or one side spoke TLS and the other did not;
+ * dlock_last_error() says which in one line. */
 #define DLOCK_ERRNO_MAP(X)                                                     \
   X(EINVAL, -1, "invalid argument")                                            \
   X(ENOMEM, -2, "out of memory")                                               \
@@ -96,7 +101,8 @@ DLOCK_EXTERN const char *dlock_version_string(void);
   X(ECLOSED, -15, "client is closed or was created in another process")        \
   X(EBADHANDLE, -16, "handle is not live (freed or corrupted)")              \
   X(EDEADLK, -17, "would deadlock (a read hold cannot become a write hold)") \
-  X(ESYS, -18, "system call failed")
+  X(ESYS, -18, "system call failed")                                          \
+  X(ETLS, -19, "TLS handshake or certificate verification failed")
 
 typedef enum dlock_err {
   DLOCK_OK = 0,
@@ -185,6 +191,21 @@ DLOCK_EXTERN int dlock_options_set_watchdog_timeout(dlock_options_t *opts,
  * Redis, whose holds have per-lock leases, ignores it. */
 DLOCK_EXTERN int dlock_options_set_session_timeout(dlock_options_t *opts,
                                                    int64_t ms);
+/* Redis with replicas: after every script that writes (acquire, release,
+ * semaphore and latch changes; not renewals), dlock sends
+ * `WAIT <connected replicas> <ms>` in the same pipeline, as Redisson's
+ * syncedEval does. When replicas are connected and none acknowledged
+ * within `ms`, the call fails with DLOCK_EUNAVAILABLE ("none of the N
+ * connected replicas acknowledged ..."); an acquire that had succeeded on
+ * the master is rolled back first (released), so the caller holds nothing.
+ * The replica count comes from ROLE, asked at most once a second in the
+ * same pipeline; with no replica connected (or a server that refuses ROLE
+ * or WAIT) nothing is waited for. One acknowledgement is enough: this
+ * narrows, but does not close, the window in which a failover loses a
+ * granted lock (replication stays asynchronous). 1..86400000 ms, or 0 to
+ * turn it off; default 1000 (Redisson's). See docs/REPLICAS.md. */
+DLOCK_EXTERN int dlock_options_set_replica_wait(dlock_options_t *opts,
+                                                int64_t ms);
 /* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
 DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
                                                const char *name);
@@ -208,6 +229,55 @@ DLOCK_EXTERN int dlock_options_set_log_callback(dlock_options_t *opts,
                                                 dlock_log_fn fn, void *userdata,
                                                 dlock_log_level_t max_level);
 
+/* TLS (Redis). A rediss:// URL turns TLS on; dlock_options_set_tls(opts,
+ * true) does so for a redis:// URL too (as redis-cli's --tls). Every
+ * connection of the client then speaks TLS 1.2 or later through OpenSSL,
+ * the pub/sub connection included. By default the server's certificate
+ * must chain to a CA of the system's store (OpenSSL's default paths) and
+ * name the URL's host: a DNS name is matched against the certificate's
+ * DNS names, an IP literal against its IP addresses. The files below are
+ * read when dlock_client_new() runs (a missing, unreadable or malformed
+ * file is DLOCK_ETLS there, naming the file); the options only copy the
+ * paths. A TLS failure while connecting (certificate not verified, name
+ * mismatch, client certificate refused, a plain server behind a rediss://
+ * URL) is DLOCK_ETLS with one line saying which; a TLS client at a plain
+ * port may also get DLOCK_EIOTIMEOUT after the connect timeout ("TLS
+ * handshake timed out"). TLS over unix:// is DLOCK_ENOTSUP. Setting any
+ * of these options does not by itself turn TLS on. */
+/* Turns TLS on (true) for redis:// URLs; false (the default) leaves plain
+ * redis:// URLs plain. A rediss:// URL uses TLS either way. */
+DLOCK_EXTERN int dlock_options_set_tls(dlock_options_t *opts, bool enable);
+/* The CAs trusted to sign the server's certificate, instead of the
+ * system's store: a PEM file (redis-cli's --cacert) and/or a directory of
+ * hashed PEM files as made by `openssl rehash` (--cacertdir). Both NULL
+ * (the default) restores the system's store. Non-empty paths of at most
+ * 4096 bytes; copied. */
+DLOCK_EXTERN int dlock_options_set_tls_ca(dlock_options_t *opts,
+                                          const char *ca_file,
+                                          const char *ca_dir);
+/* A client certificate (PEM, optionally followed by its chain) and its
+ * private key (PEM, not encrypted: an encrypted key is refused rather than
+ * prompted for), for servers that verify clients (Redis's
+ * tls-auth-clients). Give both or neither (NULL, NULL: no client
+ * certificate, the default); one without the other is DLOCK_EINVAL.
+ * Copied. */
+DLOCK_EXTERN int dlock_options_set_tls_cert(dlock_options_t *opts,
+                                            const char *cert_file,
+                                            const char *key_file);
+/* The server name sent as SNI and verified against the certificate,
+ * instead of the URL's host (for a server reached by address or through a
+ * tunnel whose certificate carries its DNS name). NULL (the default): the
+ * URL's host, sent as SNI unless it is an IP literal. 1..253 printable
+ * ASCII bytes without spaces; copied. */
+DLOCK_EXTERN int dlock_options_set_tls_sni(dlock_options_t *opts,
+                                           const char *server_name);
+/* FOR TESTS ONLY: true turns off the verification of the server's
+ * certificate and name, so anyone on the path can read and change the
+ * traffic, password included. Default false; never turned on by anything
+ * but this call (the command's --insecure). */
+DLOCK_EXTERN int dlock_options_set_tls_insecure(dlock_options_t *opts,
+                                                bool insecure);
+
 /* ----------------------------------------------------------------- client */
 
 typedef struct dlock_client dlock_client_t;
@@ -220,13 +290,15 @@ typedef struct dlock_client dlock_client_t;
  * User and password may be percent-encoded. `opts` may be NULL (defaults)
  * and is copied: it may be freed right after the call. On success *out owns
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
+ *   rediss://...                                  (the same over TLS: see
+ *                                                 the TLS options above)
  * A scheme this build has no backend for is DLOCK_EURL naming the schemes
- * it has; rediss:// (TLS) is DLOCK_ENOTSUP for now. An operation or object
+ * it has. An operation or object
  * the backend does not offer is DLOCK_ENOTSUP, naming both, before anything
  * is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
  * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
- * the background thread's creation failed). */
+ * the background thread's creation failed), DLOCK_ETLS. */
 DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
 /* Stops the background thread and closes every connection. Locks still held

@@ -13,6 +13,7 @@
 #define DEFAULT_WATCHDOG_MS 30000
 #define DEFAULT_POOL_SIZE 8
 #define DEFAULT_FAIR_THREAD_WAIT_MS 300000
+#define DEFAULT_REPLICA_WAIT_MS 1000 /* Redisson's slavesSyncTimeout */
 /* A day: longer timeouts are almost certainly a unit mistake. */
 #define MAX_TIMEOUT_MS (24LL * 3600 * 1000)
 
@@ -24,6 +25,7 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->pool_size = DEFAULT_POOL_SIZE;
   o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
   o->log_level = DLOCK_LOG_WARN;
+  o->replica_wait_ms = DEFAULT_REPLICA_WAIT_MS;
 }
 
 static void free_secret(char *s) {
@@ -37,6 +39,11 @@ void dlock__options_clear(struct dlock_options *o) {
   dlock__free(o->client_name);
   dlock__free(o->user);
   free_secret(o->password);
+  dlock__free(o->tls_ca_file);
+  dlock__free(o->tls_ca_dir);
+  dlock__free(o->tls_cert_file);
+  dlock__free(o->tls_key_file);
+  dlock__free(o->tls_sni);
   dlock__options_defaults(o);
 }
 
@@ -56,9 +63,16 @@ int dlock__options_copy(struct dlock_options *dst,
   }
   *dst = *src;
   dst->client_name = dst->user = dst->password = NULL;
+  dst->tls_ca_file = dst->tls_ca_dir = NULL;
+  dst->tls_cert_file = dst->tls_key_file = dst->tls_sni = NULL;
   if (dup_opt(&dst->client_name, src->client_name) ||
       dup_opt(&dst->user, src->user) ||
-      dup_opt(&dst->password, src->password)) {
+      dup_opt(&dst->password, src->password) ||
+      dup_opt(&dst->tls_ca_file, src->tls_ca_file) ||
+      dup_opt(&dst->tls_ca_dir, src->tls_ca_dir) ||
+      dup_opt(&dst->tls_cert_file, src->tls_cert_file) ||
+      dup_opt(&dst->tls_key_file, src->tls_key_file) ||
+      dup_opt(&dst->tls_sni, src->tls_sni)) {
     dlock__options_clear(dst);
     return DLOCK_ENOMEM;
   }
@@ -125,6 +139,14 @@ int dlock_options_set_session_timeout(dlock_options_t *opts, int64_t ms) {
   int rc = check_ms("session timeout", ms, 1);
   if (!rc)
     opts->session_timeout_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_replica_wait(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_replica_wait");
+  int rc = ms == 0 ? 0 : check_ms("replica wait (0 turns it off)", ms, 1);
+  if (!rc)
+    opts->replica_wait_ms = ms;
   return rc;
 }
 
@@ -205,5 +227,96 @@ int dlock_options_set_log_callback(dlock_options_t *opts, dlock_log_fn fn,
   opts->log_fn = fn;
   opts->log_ud = userdata;
   opts->log_level = max_level;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ TLS */
+
+#define TLS_PATH_MAX 4096
+
+/* NULL, or a non-empty path of at most TLS_PATH_MAX bytes. */
+static int check_path(const char *what, const char *path) {
+  if (path && (!*path || strnlen(path, TLS_PATH_MAX + 1) > TLS_PATH_MAX))
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s must be NULL or a path of 1 to %d bytes", what,
+                         TLS_PATH_MAX);
+  return 0;
+}
+
+/* Replaces two owned strings with copies of a and b, all or nothing. */
+static int set_pair(char **dst_a, char **dst_b, const char *a,
+                    const char *b) {
+  char *ca = NULL, *cb = NULL;
+  if (dup_opt(&ca, a) || dup_opt(&cb, b)) {
+    dlock__free(ca);
+    dlock__free(cb);
+    return DLOCK_ENOMEM;
+  }
+  dlock__free(*dst_a);
+  dlock__free(*dst_b);
+  *dst_a = ca;
+  *dst_b = cb;
+  return 0;
+}
+
+int dlock_options_set_tls(dlock_options_t *opts, bool enable) {
+  NEED_OPTS("dlock_options_set_tls");
+  opts->tls = enable;
+  return 0;
+}
+
+int dlock_options_set_tls_ca(dlock_options_t *opts, const char *ca_file,
+                             const char *ca_dir) {
+  NEED_OPTS("dlock_options_set_tls_ca");
+  int rc = check_path("the CA file", ca_file);
+  if (!rc)
+    rc = check_path("the CA directory", ca_dir);
+  if (!rc)
+    rc = set_pair(&opts->tls_ca_file, &opts->tls_ca_dir, ca_file, ca_dir);
+  return rc;
+}
+
+int dlock_options_set_tls_cert(dlock_options_t *opts, const char *cert_file,
+                               const char *key_file) {
+  NEED_OPTS("dlock_options_set_tls_cert");
+  if (!cert_file != !key_file)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "a client certificate needs its key and a key its "
+                         "certificate (give both or neither)");
+  int rc = check_path("the certificate file", cert_file);
+  if (!rc)
+    rc = check_path("the key file", key_file);
+  if (!rc)
+    rc = set_pair(&opts->tls_cert_file, &opts->tls_key_file, cert_file,
+                  key_file);
+  return rc;
+}
+
+int dlock_options_set_tls_sni(dlock_options_t *opts, const char *server_name) {
+  NEED_OPTS("dlock_options_set_tls_sni");
+  char *copy = NULL;
+  if (server_name) {
+    size_t n = strnlen(server_name, 256);
+    if (n == 0 || n > 253)
+      return dlock__seterr(DLOCK_EINVAL,
+                           "the TLS server name must be 1 to 253 bytes");
+    for (size_t i = 0; i < n; i++) {
+      unsigned char ch = (unsigned char)server_name[i];
+      if (ch <= ' ' || ch >= 0x7f)
+        return dlock__seterr(DLOCK_EINVAL,
+                             "the TLS server name must be printable ASCII "
+                             "without spaces");
+    }
+    if (!(copy = dlock__strdup(server_name)))
+      return DLOCK_ENOMEM;
+  }
+  dlock__free(opts->tls_sni);
+  opts->tls_sni = copy;
+  return 0;
+}
+
+int dlock_options_set_tls_insecure(dlock_options_t *opts, bool insecure) {
+  NEED_OPTS("dlock_options_set_tls_insecure");
+  opts->tls_insecure = insecure;
   return 0;
 }

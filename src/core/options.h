@@ -25,6 +25,13 @@ struct dlock_options {
   dlock_log_fn log_fn;
   void *log_ud;
   dlock_log_level_t log_level;
+  /* TLS (Redis): on for rediss:// URLs whatever `tls` says */
+  bool tls;
+  bool tls_insecure;
+  char *tls_ca_file, *tls_ca_dir; /* both NULL: the system's store */
+  char *tls_cert_file, *tls_key_file;
+  char *tls_sni;
+  int64_t replica_wait_ms; /* WAIT after write scripts; 0: off */
 };
 
 void dlock__options_defaults(struct dlock_options *o);

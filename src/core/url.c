@@ -240,7 +240,7 @@ static int parse_tcp(const char *rest, dlock__endpoint *ep) {
   }
   int v6 = memchr(ep->host, ':', hlen) != NULL;
   ep->display = dlock__asprintf(
-      "redis://%s%s%s%s%s:%d", ep->user ? ep->user : "", ep->user ? "@" : "",
+      "%s://%s%s%s%s%s:%d", ep->tls ? "rediss" : "redis", ep->user ? ep->user : "", ep->user ? "@" : "",
       v6 ? "[" : "", ep->host, v6 ? "]" : "", ep->port);
   return ep->display ? 0 : DLOCK_ENOMEM;
 }
@@ -267,8 +267,8 @@ int dlock__url_parse(const char *url, dlock__endpoint *ep) {
   } else if (strncmp(url, "unix://", 7) == 0) {
     rc = parse_unix(url + 7, ep);
   } else if (strncmp(url, "rediss://", 9) == 0) {
-    rc = dlock__seterr(DLOCK_ENOTSUP,
-                       "TLS URLs (rediss://) are not available yet");
+    ep->tls = true;
+    rc = parse_tcp(url + 9, ep);
   } else { /* the registry sent another scheme here: a programming error */
     const char *colon = strstr(url, "://");
     if (colon && colon - url < 16)

@@ -2,6 +2,7 @@
  * url.h - backend URLs parsed into endpoints.
  *
  *   redis://[[user]:password@]host[:port][/db][?db=N]
+ *   rediss://...  the same over TLS
  *   unix:///path/to/socket[?db=N]
  *
  * The endpoint keeps a display form without the password for messages.
@@ -22,6 +23,7 @@ typedef struct dlock__endpoint {
   char *user;     /* NULL = default user */
   char *password; /* NULL = no AUTH */
   char *display;  /* e.g. "redis://127.0.0.1:6379", never a password */
+  bool tls;       /* rediss:// */
 } dlock__endpoint;
 
 /* 0, DLOCK_EURL, DLOCK_ENOTSUP, DLOCK_ENOMEM (detail set). */

@@ -7,6 +7,28 @@
  * MSG_NOSIGNAL: a vanished server gives EPIPE, never SIGPIPE. The transport
  * table (struct transport) isolates the byte stream from the RESP logic so
  * that TLS is a second table, not a second code path.
+ *
+ * TLS. A TLS conn has an SSL object whose BIO is ours (bio_*: send with
+ * MSG_NOSIGNAL, recv), so OpenSSL's own socket writes cannot raise
+ * SIGPIPE either. tls_read/tls_write map SSL_ERROR_WANT_READ/WANT_WRITE to
+ * EAGAIN and record which readiness the stalled call needs (read_wait,
+ * write_wait: a TLS read may need the socket writable and a write may need
+ * it readable); every wait - the blocking exec's poll, the handshake's,
+ * the event loop's through dlock__conn_poll_events - waits for that, with
+ * the same deadlines as plain conns. Closing sends no close_notify (a
+ * forked child's close must not write into the parent's stream). The
+ * handshake runs inside
+ * dlock__conn_connect_tls before its deadline. Invariant that makes poll()
+ * enough: no decrypted byte stays inside OpenSSL between calls, because
+ * read-ahead is off (OpenSSL reads one record at a time) and READ_CHUNK is
+ * at least a record's largest plaintext (16384), so every SSL_read
+ * consumes its whole record; read_some also drains SSL_pending.
+ *
+ * Errors on a side that speaks the other protocol: a TLS client at a plain
+ * port sees a non-TLS answer (reported by tls.c) or no answer until the
+ * deadline ("TLS handshake timed out"); a plain client at a TLS port has
+ * its connection closed or reset before any reply, which is reported with
+ * a hint (got_bytes tells a first reply from a later one).
  */
 #include "conn.h"
 
@@ -21,7 +43,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <arpa/inet.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -39,11 +66,16 @@ typedef struct transport {
 struct dlock__conn {
   int fd;
   const transport *tp;
+  SSL *ssl; /* TLS conns only */
+  short read_wait, write_wait; /* poll events a stalled read/write needs */
+  bool got_bytes;              /* a byte of a reply ever arrived */
+  int tls_rc;                  /* set with the detail when a TLS call failed */
   redisReader *reader;
   char *wbuf;
   size_t wlen, wpos, wcap;
   bool broken;
   char peer[300];
+  char verified[256]; /* the name the certificate must carry */
 };
 
 static ssize_t plain_read(dlock__conn *c, void *buf, size_t len) {
@@ -56,7 +88,125 @@ static ssize_t plain_write(dlock__conn *c, const void *buf, size_t len) {
 
 static const transport plain_transport = {plain_read, plain_write};
 
+/* The reason of a failed TLS call, as conn's error: the transport returns
+ * -1 with errno EPROTO and tls_rc set. */
+static ssize_t tls_failed(dlock__conn *c) {
+  char why[400];
+  dlock__tls_reason(c->ssl, c->verified, why, sizeof why);
+  c->tls_rc = dlock__seterr(DLOCK_ETLS, "%s: TLS: %s", c->peer, why);
+  errno = EPROTO;
+  return -1;
+}
+
+/* Maps SSL_get_error after a call that returned n <= 0; `reading` tells
+ * which of the conn's waits a stall belongs to. */
+static ssize_t tls_result(dlock__conn *c, int n, bool reading) {
+  int saved = errno;
+  int e = SSL_get_error(c->ssl, n);
+  short *wait = reading ? &c->read_wait : &c->write_wait;
+  switch (e) {
+  case SSL_ERROR_WANT_READ:
+    *wait = POLLIN;
+    errno = EAGAIN;
+    return -1;
+  case SSL_ERROR_WANT_WRITE:
+    *wait = POLLOUT;
+    errno = EAGAIN;
+    return -1;
+  case SSL_ERROR_ZERO_RETURN:
+    ERR_clear_error();
+    return 0;
+  case SSL_ERROR_SYSCALL:
+    if (ERR_peek_error() != 0)
+      return tls_failed(c);
+    ERR_clear_error();
+    if (n == 0 || saved == 0)
+      return 0; /* EOF */
+    errno = saved;
+    return -1;
+  default:
+    return tls_failed(c);
+  }
+}
+
+static ssize_t tls_read(dlock__conn *c, void *buf, size_t len) {
+  ERR_clear_error();
+  int n = SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+  if (n > 0) {
+    c->read_wait = POLLIN;
+    return n;
+  }
+  return tls_result(c, n, true);
+}
+
+static ssize_t tls_write(dlock__conn *c, const void *buf, size_t len) {
+  ERR_clear_error();
+  int n = SSL_write(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+  if (n > 0) {
+    c->write_wait = POLLOUT;
+    return n;
+  }
+  return tls_result(c, n, false);
+}
+
+static const transport tls_transport = {tls_read, tls_write};
+
+/* ------------------------------------------------------- the socket BIO */
+
+static int bio_write(BIO *b, const char *buf, int len) {
+  int fd = (int)(intptr_t)BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    BIO_set_retry_write(b);
+  return (int)n;
+}
+
+static int bio_read(BIO *b, char *buf, int len) {
+  int fd = (int)(intptr_t)BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  ssize_t n = recv(fd, buf, (size_t)len, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    BIO_set_retry_read(b);
+  return (int)n;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  (void)b;
+  (void)num;
+  (void)ptr;
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int bio_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+static int bio_destroy(BIO *b) {
+  (void)b; /* the conn closes the socket */
+  return 1;
+}
+
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static void bio_init(void) {
+  BIO_METHOD *m =
+      BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "dlock socket");
+  if (!m)
+    return;
+  if (!BIO_meth_set_write(m, bio_write) || !BIO_meth_set_read(m, bio_read) ||
+      !BIO_meth_set_ctrl(m, bio_ctrl) || !BIO_meth_set_create(m, bio_create) ||
+      !BIO_meth_set_destroy(m, bio_destroy)) {
+    BIO_meth_free(m);
+    return;
+  }
+  bio_method = m;
+}
+
 int dlock__conn_fd(const dlock__conn *c) { return c->fd; }
+bool dlock__conn_is_tls(const dlock__conn *c) { return c->ssl != NULL; }
 bool dlock__conn_broken(const dlock__conn *c) { return c->broken; }
 const char *dlock__conn_peer(const dlock__conn *c) { return c->peer; }
 bool dlock__conn_want_write(const dlock__conn *c) { return c->wpos < c->wlen; }
@@ -169,6 +319,8 @@ static dlock__conn *conn_alloc(void) {
     return NULL;
   c->fd = -1;
   c->tp = &plain_transport;
+  c->read_wait = POLLIN;
+  c->write_wait = POLLOUT;
   c->reader = reader_new();
   if (!c->reader) {
     dlock__free(c);
@@ -245,14 +397,107 @@ static int connect_tcp(dlock__conn *c, const dlock__endpoint *ep,
   return rc;
 }
 
+static bool is_ip_literal(const char *name) {
+  unsigned char addr[sizeof(struct in6_addr)];
+  return inet_pton(AF_INET, name, addr) == 1 ||
+         inet_pton(AF_INET6, name, addr) == 1;
+}
+
+static int tls_setup_error(dlock__conn *c, const char *what) {
+  ERR_clear_error();
+  return dlock__seterr(DLOCK_ENOMEM, "%s: TLS: cannot %s", c->peer, what);
+}
+
+/* Wraps the connected socket in TLS and runs the handshake before the
+ * deadline: SNI and the name to verify are the SNI option's or the host's
+ * (no SNI for an IP literal, which is verified as an address). */
+static int tls_handshake(dlock__conn *c, const dlock__tls *tls,
+                         const char *host, int64_t deadline) {
+  pthread_once(&bio_once, bio_init);
+  if (!bio_method)
+    return tls_setup_error(c, "create the socket BIO method");
+  ERR_clear_error();
+  if (!(c->ssl = SSL_new(tls->ctx)))
+    return tls_setup_error(c, "create a connection");
+  BIO *b = BIO_new(bio_method);
+  if (!b)
+    return tls_setup_error(c, "create a BIO");
+  BIO_set_data(b, (void *)(intptr_t)c->fd);
+  SSL_set_bio(c->ssl, b, b);
+  c->tp = &tls_transport;
+  const char *name = tls->sni ? tls->sni : host;
+  snprintf(c->verified, sizeof c->verified, "%s", name);
+  bool ip = is_ip_literal(name);
+  if (!ip && SSL_set_tlsext_host_name(c->ssl, name) != 1)
+    return tls_setup_error(c, "set the SNI name");
+  if (!tls->insecure) {
+    int ok = ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), name)
+                : SSL_set1_host(c->ssl, name);
+    if (ok != 1)
+      return tls_setup_error(c, "set the name to verify");
+  }
+  SSL_set_connect_state(c->ssl);
+  for (int spins = 0; spins < 100000; spins++) {
+    ERR_clear_error();
+    errno = 0;
+    int r = SSL_connect(c->ssl);
+    if (r == 1)
+      return 0;
+    int e = SSL_get_error(c->ssl, r);
+    short ev;
+    if (e == SSL_ERROR_WANT_READ) {
+      ev = POLLIN;
+    } else if (e == SSL_ERROR_WANT_WRITE) {
+      ev = POLLOUT;
+    } else if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+      int saved = errno;
+      return dlock__seterr(
+          DLOCK_ETLS,
+          "%s: TLS: the server %s during the handshake (a plain port? use "
+          "redis:// there)",
+          c->peer,
+          saved && saved != ECONNRESET ? strerror(saved)
+                                       : "closed the connection");
+    } else {
+      char why[400];
+      dlock__tls_reason(c->ssl, c->verified, why, sizeof why);
+      return dlock__seterr(DLOCK_ETLS, "%s: TLS: %s", c->peer, why);
+    }
+    int w = wait_fd(c->fd, ev, deadline);
+    if (w == 0)
+      return dlock__seterr(DLOCK_EIOTIMEOUT,
+                           "%s: TLS handshake timed out (no TLS answer: a "
+                           "plain port? use redis:// there)",
+                           c->peer);
+    if (w < 0)
+      return dlock__seterr(DLOCK_EUNAVAILABLE, "%s: poll: %s", c->peer,
+                           strerror(errno));
+  }
+  return dlock__seterr(DLOCK_ETLS, "%s: TLS handshake did not finish",
+                       c->peer);
+}
+
 int dlock__conn_connect(dlock__conn **out, const dlock__endpoint *ep,
                         int64_t deadline) {
+  return dlock__conn_connect_tls(out, ep, NULL, deadline);
+}
+
+int dlock__conn_connect_tls(dlock__conn **out, const dlock__endpoint *ep,
+                            const dlock__tls *tls, int64_t deadline) {
   *out = NULL;
   dlock__conn *c = conn_alloc();
   if (!c)
     return DLOCK_ENOMEM;
   int rc = ep->kind == DLOCK__EP_UNIX ? connect_unix(c, ep, deadline)
                                       : connect_tcp(c, ep, deadline);
+  if (!rc && tls) {
+    if (ep->kind == DLOCK__EP_UNIX)
+      rc = dlock__seterr(DLOCK_ENOTSUP, "%s: TLS over a Unix socket is not "
+                                        "supported",
+                         c->peer);
+    else
+      rc = tls_handshake(c, tls, ep->host, deadline);
+  }
   if (rc) {
     dlock__conn_close(c);
     return rc;
@@ -264,6 +509,13 @@ int dlock__conn_connect(dlock__conn **out, const dlock__endpoint *ep,
 void dlock__conn_close(dlock__conn *c) {
   if (!c)
     return;
+  if (c->ssl) {
+    /* no close_notify: a forked child freeing its copy of a client must
+     * not write into the parent's TLS stream; the server takes the close
+     * of the socket as the end */
+    SSL_free(c->ssl);
+    ERR_clear_error();
+  }
   if (c->fd >= 0)
     close(c->fd);
   if (c->reader)
@@ -331,6 +583,23 @@ int dlock__conn_append(dlock__conn *c, int argc, const char **argv,
   return 0;
 }
 
+/* The server dropped the connection before its first reply: on a plain
+ * conn the usual cause is a TLS port, on a TLS conn a server that wants a
+ * client certificate (TLS 1.3 refuses it after the handshake). */
+static int first_reply_lost(dlock__conn *c, const char *how) {
+  c->broken = true;
+  if (c->ssl)
+    return dlock__seterr(DLOCK_ETLS,
+                         "%s: TLS: connection %s by the server before any "
+                         "reply (does it want a client certificate? give a "
+                         "certificate and key)",
+                         c->peer, how);
+  return dlock__seterr(DLOCK_EUNAVAILABLE,
+                       "%s: connection %s by the server before any reply (a "
+                       "TLS port? use rediss:// there)",
+                       c->peer, how);
+}
+
 int dlock__conn_write_some(dlock__conn *c) {
   if (c->broken)
     return dlock__seterr(DLOCK_EUNAVAILABLE, "%s: connection is broken",
@@ -345,6 +614,12 @@ int dlock__conn_write_some(dlock__conn *c) {
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return 0;
+    if (c->tls_rc) {
+      c->broken = true;
+      return c->tls_rc;
+    }
+    if (!c->got_bytes && n < 0 && errno == ECONNRESET)
+      return first_reply_lost(c, "reset");
     return fail(c, DLOCK_EUNAVAILABLE, "%s: write failed: %s",
                 n < 0 ? strerror(errno) : "short write");
   }
@@ -360,12 +635,17 @@ int dlock__conn_read_some(dlock__conn *c) {
   for (int i = 0; i < 64; i++) {
     ssize_t n = c->tp->read(c, buf, sizeof buf);
     if (n > 0) {
+      c->got_bytes = true;
       if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK)
         return fail(c, DLOCK_ENOMEM, "%s: %s", "reply buffer failed");
-      if ((size_t)n < sizeof buf)
+      /* a short plain read drained the socket; TLS reads go on until
+       * OpenSSL would block (a record is often shorter than buf) */
+      if ((size_t)n < sizeof buf && !c->ssl)
         return 0;
       continue;
     }
+    if (n == 0 && !c->got_bytes)
+      return first_reply_lost(c, "closed");
     if (n == 0)
       return fail(c, DLOCK_EUNAVAILABLE, "%s: %s",
                   "connection closed by the server");
@@ -373,6 +653,12 @@ int dlock__conn_read_some(dlock__conn *c) {
       continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK)
       return 0;
+    if (c->tls_rc) {
+      c->broken = true;
+      return c->tls_rc;
+    }
+    if (errno == ECONNRESET && !c->got_bytes)
+      return first_reply_lost(c, "reset");
     return fail(c, DLOCK_EUNAVAILABLE, "%s: read failed: %s", strerror(errno));
   }
   return 0;
@@ -404,7 +690,7 @@ int dlock__conn_exec(dlock__conn *c, int64_t deadline, size_t n,
       goto failed;
     if (!dlock__conn_want_write(c))
       break;
-    int w = wait_fd(c->fd, POLLOUT, deadline);
+    int w = wait_fd(c->fd, c->write_wait, deadline);
     if (w == 0) {
       rc = fail(c, DLOCK_EIOTIMEOUT, "%s: %s",
                 "timed out writing to the server");
@@ -426,7 +712,7 @@ int dlock__conn_exec(dlock__conn *c, int64_t deadline, size_t n,
       got++;
       continue;
     }
-    int w = wait_fd(c->fd, POLLIN, deadline);
+    int w = wait_fd(c->fd, c->read_wait, deadline);
     if (w == 0) {
       rc = fail(c, DLOCK_EIOTIMEOUT, "%s: %s",
                 "the server did not answer in time");
@@ -457,7 +743,21 @@ bool dlock__conn_peer_closed(dlock__conn *c) {
   if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
     return true;
   char ch;
+  if (c->ssl) {
+    /* TLS records that carry no data (a TLS 1.3 session ticket) are
+     * consumed here; data or a close alert makes the conn unusable */
+    ERR_clear_error();
+    int pn = SSL_peek(c->ssl, &ch, 1);
+    int e = pn > 0 ? SSL_ERROR_NONE : SSL_get_error(c->ssl, pn);
+    ERR_clear_error();
+    return e != SSL_ERROR_WANT_READ;
+  }
   ssize_t n = recv(c->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT);
   /* data pending on an idle conn is unexpected too: treat as unusable */
   return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+short dlock__conn_poll_events(const dlock__conn *c) {
+  return (short)(c->read_wait |
+                 (dlock__conn_want_write(c) ? c->write_wait : 0));
 }

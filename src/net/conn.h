@@ -2,7 +2,7 @@
  * conn.h - one connection to a RESP server: socket, deadlines, parser.
  *
  * A conn is a non-blocking socket (TCP or Unix) behind a small transport
- * table (plain today; TLS plugs in as a second table on the same path), an
+ * table (plain, or TLS through OpenSSL on the same path), an
  * output buffer into which commands are written as RESP directly (no
  * printf), and a hiredis redisReader that parses the replies.
  *
@@ -28,6 +28,7 @@
 #include <hiredis/hiredis.h>
 
 #include "core/url.h"
+#include "net/tls.h"
 
 typedef struct dlock__conn dlock__conn;
 
@@ -35,6 +36,12 @@ typedef struct dlock__conn dlock__conn;
  * DLOCK_EUNAVAILABLE (refused, unknown host, ...), DLOCK_EIOTIMEOUT. */
 int dlock__conn_connect(dlock__conn **out, const dlock__endpoint *ep,
                         int64_t deadline);
+/* The same over TLS when tls is not NULL: the handshake (certificate and
+ * name verification unless tls is insecure) ends before the deadline too.
+ * More errors: DLOCK_ETLS (detail says why), DLOCK_ENOTSUP (a Unix
+ * socket). tls must outlive the conn. */
+int dlock__conn_connect_tls(dlock__conn **out, const dlock__endpoint *ep,
+                            const dlock__tls *tls, int64_t deadline);
 void dlock__conn_close(dlock__conn *c);
 
 /* Appends one command (argument vector) to the output buffer. */
@@ -55,6 +62,12 @@ bool dlock__conn_want_write(const dlock__conn *c);
 int dlock__conn_read_some(dlock__conn *c);
 int dlock__conn_take_reply(dlock__conn *c, redisReply **out);
 int dlock__conn_fd(const dlock__conn *c);
+/* The poll events to wait for before the next read_some / write_some:
+ * POLLIN, plus POLLOUT while output is pending - or, on a TLS conn, what
+ * OpenSSL said the stalled call needs (a read may need POLLOUT). Call both
+ * write_some (when want_write) and read_some on any readiness. */
+short dlock__conn_poll_events(const dlock__conn *c);
+bool dlock__conn_is_tls(const dlock__conn *c);
 bool dlock__conn_broken(const dlock__conn *c);
 /* True when the peer already closed or reset the connection (checked
  * without blocking); used before reusing an idle pooled conn. */

@@ -25,7 +25,9 @@
  * names are subscribed and unsubscribed together; the channel is armed when
  * both are confirmed. A refused grant channel only disables hand-off.
  *
- * The watch connection is dialled on the client's dialling worker (the
+ * The watch connection is a conn like the pool's (conn.c: plain or TLS on
+ * one path; the loop polls for what dlock__conn_poll_events says). It is
+ * dialled on the client's dialling worker (the
  * loop never waits on the network) and then belongs to the loop thread,
  * which writes (UN)SUBSCRIBE without blocking and reads the pushes (this
  * file's "protocol" part turns them into events). A lost
@@ -945,8 +947,7 @@ int dlock__redis_loop_prepare(void *be, int64_t now, struct pollfd *fds,
   if (!up || !r->watch || max < 1)
     return 0;
   fds[0].fd = dlock__conn_fd(r->watch);
-  fds[0].events =
-      (short)(POLLIN | (dlock__conn_want_write(r->watch) ? POLLOUT : 0));
+  fds[0].events = dlock__conn_poll_events(r->watch);
   fds[0].revents = 0;
   return 1;
 }
@@ -957,10 +958,13 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
   dlock__redis *r = be;
   if (n < 1 || !fds[0].revents || !r->watch)
     return;
+  /* any readiness drives both directions: over TLS a stalled write may
+   * wait for POLLIN and a read for POLLOUT (conn.h); a call that still
+   * cannot proceed just reports that it would block */
   int rc = 0;
-  if (fds[0].revents & POLLOUT)
+  if (dlock__conn_want_write(r->watch))
     rc = watch_flush(r);
-  if (!rc && (fds[0].revents & (POLLIN | POLLERR | POLLHUP)))
+  if (!rc)
     rc = watch_read(r, on_watch_event, r);
   if (rc)
     watch_down(r, dlock_last_error());

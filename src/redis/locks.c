@@ -31,6 +31,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/fmt.h"
+#include "core/id.h"
 #include "redis/redis.h"
 
 #define LOCK_CHANNEL_PREFIX "redisson_lock__channel"
@@ -364,8 +365,9 @@ static bool token_reply(const redisReply *rep, int64_t *token) {
   return true;
 }
 
-int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
-                              int64_t *token) {
+/* One acquire script; *unsynced as dlock__redis_script_synced. */
+static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
+                             int64_t *token, int *unsynced) {
   char lease[24], ttl[24], tw[24], wfield[128], member[160] = "";
   dlock__fmt_i64(lease, a->lease_ms);
   if (a->q)
@@ -385,8 +387,8 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     const char *argv[MAX_ARGS] = {
         0,     0,        0,  a->name, k.queue, k.timeouts,
         lease, a->owner, tw, "1",     a->try_once ? "1" : "0"};
-    rc = dlock__redis_script(be, &dlock__script_fair_acquire, 3, 11, argv,
-                             false, &rep);
+    rc = dlock__redis_script_synced(be, &dlock__script_fair_acquire, 3, 11,
+                                    argv, false, &rep, unsynced);
     break;
   }
   case DLOCK_READ: {
@@ -410,8 +412,8 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   ttl,
                                   k.grant,
                                   RW_HELD_BACK_RECHECK_MS};
-    rc = dlock__redis_script(be, &dlock__script_rw_read_acquire, 6, 16, argv,
-                             false, &rep);
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6, 16,
+                                    argv, false, &rep, unsynced);
     break;
   }
   case DLOCK_WRITE: {
@@ -433,8 +435,8 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   member,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0"};
-    rc = dlock__redis_script(be, &dlock__script_rw_write_acquire, 6, 15, argv,
-                             false, &rep);
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_write_acquire, 6, 15,
+                                    argv, false, &rep, unsynced);
     break;
   }
   default: {
@@ -451,8 +453,8 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0",
                                   a->kind == DLOCK_FENCED ? k.token : ""};
-    rc = dlock__redis_script(be, &dlock__script_lock_acquire, 3, 12, argv,
-                             false, &rep);
+    rc = dlock__redis_script_synced(be, &dlock__script_lock_acquire, 3, 12,
+                                    argv, false, &rep, unsynced);
     break;
   }
   }
@@ -492,6 +494,23 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   *pttl = rep->integer;
   freeReplyObject(rep);
   return 0;
+}
+
+int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                              int64_t *token) {
+  int unsynced = 0;
+  int rc = lock_acquire_once(be, a, pttl, token, &unsynced);
+  if (rc != 1 || unsynced == 0)
+    return rc;
+  /* taken on the master, but no replica has it: give it back, so that a
+   * failover cannot leave two holders (this release's own WAIT may fail
+   * too; the lease bounds the key then) */
+  char req[DLOCK__UUID_LEN + 1];
+  int urc = dlock__uuid(req);
+  if (!urc)
+    dlock__redis_lock_release(be, a->bh, a->kind, a->name, a->owner,
+                              a->lease_ms, req);
+  return dlock__redis_unsynced(be, "lock acquire", unsynced);
 }
 
 int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,

@@ -10,6 +10,20 @@
  * connection whose peer has closed it (server restarted) is discarded
  * before use, so a restart costs one reconnect, not a failed call.
  *
+ * TLS (rediss:// or the options' switch): one OpenSSL context per client
+ * (net/tls.c), built at open so a bad CA or certificate file is reported
+ * there; every connection, the pub/sub one included, is a TLS conn made
+ * from it by dlock__redis_dial.
+ *
+ * Replicas: a script that writes is followed, in the same pipeline, by
+ * WAIT <connected replicas> <replica_wait_ms> when replicas are connected;
+ * the count comes from ROLE, piggybacked on a script's pipeline at most
+ * once a second (so the WAIT of one call uses the count of an earlier
+ * one). None acknowledged: the call fails (dlock__redis_script) or the
+ * caller rolls its acquire back (dlock__redis_script_synced). A server
+ * that refuses WAIT (a proxy, a managed service, ACL) is never asked again;
+ * one that refuses ROLE counts as having no replicas.
+ *
  * Scripts go by EVALSHA; on NOSCRIPT (restarted or failed-over server) the
  * same connection resends them as EVAL, which also loads them again.
  *
@@ -105,7 +119,7 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
   if (until < deadline)
     deadline = until;
   dlock__conn *c = NULL;
-  int rc = dlock__conn_connect(&c, r->ep, deadline);
+  int rc = dlock__conn_connect_tls(&c, r->ep, r->tls, deadline);
   if (rc)
     return rc;
   size_t n = 0;
@@ -233,31 +247,131 @@ bool dlock__redis_is_noscript(const redisReply *rep) {
   return rep->type == REDIS_REPLY_ERROR && starts_with(rep, "NOSCRIPT");
 }
 
+/* ------------------------------------------------------- replica sync */
+
+/* Scripts that only read: no WAIT after them. */
+static bool script_reads_only(const dlock__script *s) {
+  return s == &dlock__script_lock_state || s == &dlock__script_psem_state;
+}
+
+#define REPLICAS_REFRESH_MS 1000
+
+/* The replica count in a ROLE reply of a master; -1 for anything else (a
+ * replica, an error such as NOPERM). */
+static int role_replicas(const redisReply *rep) {
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements < 3 ||
+      rep->element[0]->type != REDIS_REPLY_STRING ||
+      strcmp(rep->element[0]->str, "master") != 0 ||
+      rep->element[2]->type != REDIS_REPLY_ARRAY)
+    return -1;
+  return rep->element[2]->elements > 1000000
+             ? 1000000
+             : (int)rep->element[2]->elements;
+}
+
+/* Records a ROLE answer; a refused ROLE (ACL, a proxy) is not asked
+ * again: no replicas are known then. */
+static void note_role(dlock__redis *r, const redisReply *rep) {
+  atomic_store(&r->replicas, role_replicas(rep));
+  atomic_store(&r->replicas_at, rep->type == REDIS_REPLY_ERROR
+                                    ? INT64_MAX / 2
+                                    : dlock__now_ms());
+}
+
+int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
+  return dlock__seterr(DLOCK_EUNAVAILABLE,
+                       "%s: %s: none of the %d connected replica%s "
+                       "acknowledged the write within %lld ms (WAIT); "
+                       "nothing is held",
+                       r->ep->display, what, n, n == 1 ? "" : "s",
+                       (long long)r->replica_wait_ms);
+}
+
+/* One round trip of [ROLE] EVALSHA|EVAL [WAIT n T] on c. *reply is the
+ * script's; *acked WAIT's answer (-1 when none was sent or it failed). */
+static int script_roundtrip(dlock__redis *r, dlock__conn *c,
+                            const dlock__script *s, bool body, bool role,
+                            int wait_n, int nkeys, int argc,
+                            const char **argv, size_t *lens,
+                            redisReply **reply, int64_t *acked) {
+  *acked = -1;
+  size_t n = 0, script_at = 0;
+  int rc = 0;
+  char wn[DLOCK__I64_BUF], wt[DLOCK__I64_BUF];
+  if (role) {
+    const char *a[1] = {"ROLE"};
+    rc = dlock__redis_append_cmd(c, 1, a);
+    n++;
+  }
+  if (!rc) {
+    script_at = n++;
+    rc = dlock__redis_append_script(c, s, body, nkeys, argc, argv, lens);
+  }
+  if (!rc && wait_n > 0) {
+    dlock__fmt_i64(wn, wait_n);
+    dlock__fmt_i64(wt, r->replica_wait_ms);
+    const char *a[3] = {"WAIT", wn, wt};
+    rc = dlock__redis_append_cmd(c, 3, a);
+    n++;
+  }
+  if (rc)
+    return rc;
+  redisReply *rep[3] = {NULL, NULL, NULL};
+  int64_t budget =
+      r->command_timeout_ms + (wait_n > 0 ? r->replica_wait_ms : 0);
+  rc = dlock__conn_exec(c, dlock__deadline_after(budget), n, rep);
+  if (rc)
+    return rc;
+  if (role) {
+    note_role(r, rep[0]);
+    freeReplyObject(rep[0]);
+  }
+  *reply = rep[script_at];
+  if (wait_n > 0) {
+    redisReply *w = rep[script_at + 1];
+    if (w->type == REDIS_REPLY_INTEGER)
+      *acked = w->integer;
+    else /* a proxy or managed service without WAIT, or ACL: stop asking */
+      atomic_store(&r->wait_refused, true);
+    freeReplyObject(w);
+  }
+  return 0;
+}
+
 /* Runs one script; `retry_safe` allows one resend on a fresh connection if
  * the first connection broke (only for idempotent scripts). argv[3..] hold
- * keys then args (C strings); argv[0..2] are filled here. */
-int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys, int argc,
-                  const char **argv, bool retry_safe, redisReply **reply) {
+ * keys then args (C strings); argv[0..2] are filled here. A script that
+ * writes is followed by WAIT when replicas are connected (see
+ * dlock_options_set_replica_wait). */
+int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
+                               int nkeys, int argc, const char **argv,
+                               bool retry_safe, redisReply **reply,
+                               int *unsynced) {
   size_t lens[DLOCK__REDIS_MAX_ARGS];
+  *unsynced = 0;
   if (argc > DLOCK__REDIS_MAX_ARGS)
     return dlock__seterr(DLOCK_EINVAL, "too many script arguments");
   for (int i = 3; i < argc; i++)
     lens[i] = strlen(argv[i]);
-  int rc = 0;
+  bool sync = r->replica_wait_ms > 0 && !script_reads_only(s) &&
+              !atomic_load(&r->wait_refused);
+  int rc = 0, wait_n = 0;
+  int64_t acked = -1;
   for (int attempt = 0; attempt < 2; attempt++) {
     dlock__conn *c = NULL;
     rc = pool_get(r, &c);
     if (rc)
       return rc;
-    rc = dlock__redis_append_script(c, s, false, nkeys, argc, argv, lens);
-    if (!rc)
-      rc = roundtrip(r, c, 1, reply);
+    bool role = sync && dlock__now_ms() - atomic_load(&r->replicas_at) >=
+                            REPLICAS_REFRESH_MS;
+    wait_n = sync ? atomic_load(&r->replicas) : 0;
+    rc = script_roundtrip(r, c, s, false, role, wait_n, nkeys, argc, argv,
+                          lens, reply, &acked);
     if (!rc && dlock__redis_is_noscript(*reply)) {
       freeReplyObject(*reply);
       *reply = NULL;
-      rc = dlock__redis_append_script(c, s, true, nkeys, argc, argv, lens);
-      if (!rc)
-        rc = roundtrip(r, c, 1, reply);
+      rc = script_roundtrip(r, c, s, true, false, wait_n, nkeys, argc, argv,
+                            lens, reply, &acked);
     }
     bool broke = rc && dlock__conn_broken(c);
     dlock__redis_pool_put(r, c);
@@ -268,6 +382,22 @@ int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys, int 
     rc = dlock__redis_error(*reply, s->name);
     freeReplyObject(*reply);
     *reply = NULL;
+  }
+  if (!rc && wait_n > 0 && acked == 0)
+    *unsynced = wait_n;
+  return rc;
+}
+
+int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys,
+                        int argc, const char **argv, bool retry_safe,
+                        redisReply **reply) {
+  int unsynced = 0;
+  int rc = dlock__redis_script_synced(r, s, nkeys, argc, argv, retry_safe,
+                                      reply, &unsynced);
+  if (!rc && unsynced > 0) {
+    freeReplyObject(*reply);
+    *reply = NULL;
+    rc = dlock__redis_unsynced(r, s->name, unsynced);
   }
   return rc;
 }
@@ -296,6 +426,7 @@ static void redis_close(void *be) {
     dlock__free(r->password);
   }
   dlock__free(r->client_name);
+  dlock__tls_free(r->tls); /* after every conn above */
   dlock__endpoint_clear(&r->ep_parsed);
   dlock__free(r);
 }
@@ -310,6 +441,57 @@ static int redis_ping(void *be) {
     return dlock__redis_unexpected(rep, "PING");
   freeReplyObject(rep);
   return 0;
+}
+
+/* An ACL user without PUBLISH could lock and release, but no release would
+ * wake a waiter (the scripts publish best effort, see lock_release.lua):
+ * waits would last until leases ran out. So open fails then, naming the
+ * command. PUBLISH to a channel of dlock's reserved family, which no lock
+ * uses and nobody hears; a refusal of that channel (not of the command)
+ * means the command is allowed. Other errors (a renamed PUBLISH) keep the
+ * best-effort behaviour. */
+static int probe_publish(dlock__redis *r) {
+  const char *argv[] = {r->publish, "dlock_lock_probe", ""};
+  redisReply *rep = NULL;
+  dlock__conn *c = NULL;
+  int rc = dlock__redis_pool_get_until(r, DLOCK__NEVER, &c);
+  if (!rc)
+    rc = dlock__redis_append_cmd(c, 3, argv);
+  if (!rc)
+    rc = dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), 1,
+                          &rep);
+  dlock__redis_pool_put(r, c);
+  if (rc)
+    return rc;
+  if (rep->type == REDIS_REPLY_ERROR && starts_with(rep, "NOPERM") &&
+      !strstr(rep->str, "channel")) {
+    int n = rep->len > 200 ? 200 : (int)rep->len;
+    rc = dlock__seterr(DLOCK_EAUTH,
+                       "%s: PUBLISH refused: %.*s (dlock needs PUBLISH to "
+                       "wake waiters; see docs/ACL.md)",
+                       r->ep->display, n, rep->str);
+  }
+  freeReplyObject(rep);
+  return rc;
+}
+
+/* The first ROLE, so that the first write already waits for replicas. A
+ * refusal (NOPERM, a proxy) counts as no replicas, as in the pipeline. */
+static void learn_replicas(dlock__redis *r) {
+  redisReply *rep = NULL;
+  const char *argv[] = {"ROLE"};
+  dlock__conn *c = NULL;
+  int rc = dlock__redis_pool_get_until(r, DLOCK__NEVER, &c);
+  if (!rc)
+    rc = dlock__redis_append_cmd(c, 1, argv);
+  if (!rc)
+    rc = dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), 1,
+                          &rep);
+  dlock__redis_pool_put(r, c);
+  if (rc)
+    return; /* the first write asks again */
+  note_role(r, rep);
+  freeReplyObject(rep);
 }
 
 static int redis_open(void **be, const char *url,
@@ -338,9 +520,31 @@ static int redis_open(void **be, const char *url,
   r->db = ep->db;
   r->pool_size = o->pool_size;
   r->publish = "publish";
+  r->replica_wait_ms = o->replica_wait_ms;
+  atomic_store(&r->replicas, 0);
+  atomic_store(&r->replicas_at, INT64_MIN / 2); /* ROLE at the first write */
+  int rc = 0;
+  if (ep->tls || o->tls) {
+    if (ep->kind == DLOCK__EP_UNIX)
+      rc = dlock__seterr(DLOCK_ENOTSUP,
+                         "%s: TLS over a Unix socket is not supported",
+                         ep->display);
+    else
+      rc = dlock__tls_new(&r->tls, &(dlock__tls_config){
+                                       .ca_file = o->tls_ca_file,
+                                       .ca_dir = o->tls_ca_dir,
+                                       .cert_file = o->tls_cert_file,
+                                       .key_file = o->tls_key_file,
+                                       .sni = o->tls_sni,
+                                       .insecure = o->tls_insecure,
+                                   });
+    if (rc) {
+      redis_close(r);
+      return rc;
+    }
+  }
   const char *user = o->credentials_set ? o->user : ep->user;
   const char *pass = o->credentials_set ? o->password : ep->password;
-  int rc = 0;
   if ((user && !(r->user = dlock__strdup(user))) ||
       (pass && !(r->password = dlock__strdup(pass))) ||
       (o->client_name && !(r->client_name = dlock__strdup(o->client_name))) ||
@@ -353,7 +557,13 @@ static int redis_open(void **be, const char *url,
     if (!rc) {
       dlock__redis_pool_put(r, c);
       rc = redis_ping(r);
-      if (rc)
+      if (!rc)
+        rc = probe_publish(r);
+      if (!rc && r->replica_wait_ms > 0)
+        learn_replicas(r);
+      /* name the server, unless the detail already leads with it */
+      if (rc && strncmp(dlock_last_error(), ep->display,
+                        strlen(ep->display)) != 0)
         dlock__preferr(rc, "%s", ep->display);
     }
   }

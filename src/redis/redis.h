@@ -7,6 +7,7 @@
 #define DLOCK_REDIS_REDIS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "core/backend.h"
 #include "net/conn.h"
@@ -31,6 +32,12 @@ typedef struct dlock__redis {
   int db;
   int pool_size;
   const char *publish; /* "publish" (or "spublish" for sharded pub/sub) */
+  dlock__tls *tls;     /* TLS settings, NULL for plain connections */
+  int64_t replica_wait_ms;     /* WAIT's timeout after write scripts; 0 off */
+  _Atomic int replicas;        /* connected replicas, from ROLE (-1: none
+                                  known: a replica, ROLE refused) */
+  _Atomic int64_t replicas_at; /* when ROLE was last asked (monotonic ms) */
+  _Atomic bool wait_refused;   /* WAIT is unknown or refused: never sent */
 
   pthread_mutex_t pool_mu; /* protects idle[] and nidle only */
   dlock__conn **idle;
@@ -71,6 +78,16 @@ int dlock__redis_command(dlock__redis *r, int argc, const char **argv,
 int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys,
                         int argc, const char **argv, bool retry_safe,
                         redisReply **reply);
+/* The same, for acquires that roll back: when the script ran but none of
+ * the connected replicas acknowledged it, returns 0 with the reply and
+ * *unsynced = the number of replicas waited for (else 0); the caller
+ * undoes what it took and returns dlock__redis_unsynced(). */
+int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
+                               int nkeys, int argc, const char **argv,
+                               bool retry_safe, redisReply **reply,
+                               int *unsynced);
+/* DLOCK_EUNAVAILABLE: "<what>: none of the <n> connected replicas ...". */
+int dlock__redis_unsynced(dlock__redis *r, const char *what, int n);
 int dlock__redis_append_cmd(dlock__conn *c, int argc, const char **argv);
 int dlock__redis_append_script(dlock__conn *c, const dlock__script *s,
                                bool body, int nkeys, int argc,

@@ -152,11 +152,17 @@ int dlock__redis_sem_acquire(void *be, const char *name, int64_t permits) {
   snprintf(n, sizeof n, "%" PRId64, permits);
   const char *argv[MAX_ARGS] = {0, 0, 0, name, n};
   redisReply *rep = NULL;
-  int rc = dlock__redis_script(r, &dlock__script_sem_acquire, 1, 5, argv, false,
-                               &rep);
+  int unsynced = 0;
+  int rc = dlock__redis_script_synced(r, &dlock__script_sem_acquire, 1, 5,
+                                      argv, false, &rep, &unsynced);
   bool taken = false;
   if (!rc)
     rc = flag_reply(rep, "semaphore acquire", &taken);
+  if (!rc && taken && unsynced > 0) {
+    /* no replica has the permits: give them back (see locks.c) */
+    dlock__redis_sem_release(r, name, permits);
+    return dlock__redis_unsynced(r, "semaphore acquire", unsynced);
+  }
   return rc ? rc : taken;
 }
 
@@ -246,14 +252,14 @@ int dlock__redis_psem_acquire(void *be, const char *name, const char *id,
   snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
   char *tk = permit_key(name);
   char *ch = dlock__redis_sync_channel(r, DLOCK__SYNC_PERMIT, name);
-  int rc = 0;
+  int rc = 0, unsynced = 0;
   redisReply *rep = NULL;
   if (!tk || !ch) {
     rc = DLOCK_ENOMEM;
   } else {
     const char *argv[MAX_ARGS] = {0, 0, 0, name, tk, ch, id, lease, r->publish};
-    rc = dlock__redis_script(r, &dlock__script_psem_acquire, 3, 9, argv, false,
-                             &rep);
+    rc = dlock__redis_script_synced(r, &dlock__script_psem_acquire, 3, 9,
+                                    argv, false, &rep, &unsynced);
   }
   dlock__free(tk);
   dlock__free(ch);
@@ -268,6 +274,10 @@ int dlock__redis_psem_acquire(void *be, const char *name, const char *id,
   int taken = (int)rep->element[0]->integer;
   *retry_in_ms = rep->element[1]->integer;
   freeReplyObject(rep);
+  if (taken && unsynced > 0) {
+    dlock__redis_psem_release(r, name, id); /* see sem_acquire */
+    return dlock__redis_unsynced(r, "permit semaphore acquire", unsynced);
+  }
   return taken;
 }
 

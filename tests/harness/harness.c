@@ -322,11 +322,21 @@ static int write_conf(th_server_t *s) {
           "enable-debug-command local\n",
           s->port, s->dir, s->dir);
   for (size_t i = 0; i < s->nconf; i++) {
-    /* "${dir}" stands for the server's directory */
+    /* "${dir}" stands for the server's directory, "${port2}" for the
+     * second port */
     const char *line = s->conf[i], *at;
-    while ((at = strstr(line, "${dir}")) != NULL) {
-      fprintf(f, "%.*s%s", (int)(at - line), line, s->dir);
-      line = at + 6;
+    for (;;) {
+      const char *d = strstr(line, "${dir}"), *p = strstr(line, "${port2}");
+      at = d && (!p || d < p) ? d : p;
+      if (!at)
+        break;
+      if (at == d) {
+        fprintf(f, "%.*s%s", (int)(at - line), line, s->dir);
+        line = at + 6;
+      } else {
+        fprintf(f, "%.*s%d", (int)(at - line), line, s->port2);
+        line = at + 8;
+      }
     }
     fprintf(f, "%s\n", line);
   }
@@ -643,6 +653,13 @@ th_server_t *th_server_start(const char *const *extra) {
       break;
     }
     snprintf(s->url, sizeof s->url, "redis://127.0.0.1:%d", s->port);
+    for (size_t i = 0; i < s->nconf; i++)
+      if (strstr(s->conf[i], "${port2}")) {
+        s->port2 = th_free_port();
+        if (s->port2 == s->port)
+          s->port2 = th_free_port();
+        break;
+      }
     int rc = spawn_and_wait(s);
     if (rc == 0)
       return s;

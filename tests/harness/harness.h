@@ -27,6 +27,7 @@
 typedef struct th_server {
   pid_t pid;     /* 0 while the server is down */
   int port;      /* stays the same across restarts */
+  int port2;     /* "${port2}" in a config line (e.g. tls-port), or 0 */
   char dir[256]; /* the server's temp dir (config, log, data) */
   char url[64];  /* "redis://127.0.0.1:PORT" */
   char **conf;   /* extra config lines, copied */
@@ -40,7 +41,9 @@ typedef struct th_server {
 /* Starts redis-server with the default config plus `extra` (NULL-terminated
  * array of config lines, may be NULL; later lines override earlier ones).
  * "${dir}" in a line stands for the server's directory (e.g.
- * "unixsocket ${dir}/redis.sock"). A "requirepass X" line makes the harness
+ * "unixsocket ${dir}/redis.sock"), "${port2}" for a second free port kept
+ * in s->port2 (e.g. "tls-port ${port2}": the harness itself keeps using
+ * the plain port). A "requirepass X" line makes the harness
  * AUTH with X. Waits until the
  * server answers (at most 10 s). Returns NULL (after printing why) on
  * failure. */

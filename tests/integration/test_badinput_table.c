@@ -266,6 +266,60 @@ THUNK(t_credentials_pw, dlock_options_set_credentials(x->o, NULL, x->arg))
 THUNK(t_credentials_user_only,
       dlock_options_set_credentials(x->o, x->arg, NULL))
 
+THUNK(t_replica_wait_null, dlock_options_set_replica_wait(NULL, 1000))
+THUNK(t_replica_wait_ms, dlock_options_set_replica_wait(x->o, x->num))
+THUNK(t_tls_null, dlock_options_set_tls(NULL, true))
+THUNK(t_tls_ca_null_opts, dlock_options_set_tls_ca(NULL, "/ca.pem", NULL))
+THUNK(t_tls_cert_null_opts,
+      dlock_options_set_tls_cert(NULL, "/c.pem", "/k.pem"))
+THUNK(t_tls_sni_null_opts, dlock_options_set_tls_sni(NULL, "redis.example"))
+THUNK(t_tls_insecure_null, dlock_options_set_tls_insecure(NULL, true))
+THUNK(t_tls_ca_nulls, dlock_options_set_tls_ca(x->o, NULL, NULL))
+THUNK(t_tls_cert_nulls, dlock_options_set_tls_cert(x->o, NULL, NULL))
+THUNK(t_tls_sni_null, dlock_options_set_tls_sni(x->o, NULL))
+THUNK(t_tls_ca_file, dlock_options_set_tls_ca(x->o, x->arg, NULL))
+THUNK(t_tls_ca_dir, dlock_options_set_tls_ca(x->o, NULL, x->arg))
+THUNK(t_tls_cert_only, dlock_options_set_tls_cert(x->o, x->arg, NULL))
+THUNK(t_tls_key_only, dlock_options_set_tls_cert(x->o, NULL, x->arg))
+THUNK(t_tls_cert_file, dlock_options_set_tls_cert(x->o, x->arg, "/k.pem"))
+THUNK(t_tls_sni, dlock_options_set_tls_sni(x->o, x->arg))
+
+static int t_tls_ca_long(tctx_t *x) {
+  static char path[4098];
+  memset(path, 'p', sizeof path);
+  path[0] = '/';
+  path[x->num] = '\0';
+  return dlock_options_set_tls_ca(x->o, path, NULL);
+}
+
+static int t_tls_sni_long(tctx_t *x) {
+  char name[300];
+  memset(name, 'n', sizeof name);
+  name[x->num] = '\0';
+  return dlock_options_set_tls_sni(x->o, name);
+}
+
+/* dlock_client_new over TLS with the CA file x->arg: the file is read
+ * when the client is created, before anything is dialled */
+static int t_client_new_tls_ca(tctx_t *x) {
+  dlock_options_t *o = NULL;
+  int rc = dlock_options_new(&o);
+  if (!rc)
+    rc = dlock_options_set_tls_ca(o, x->arg, NULL);
+  if (rc) {
+    dlock_options_free(o);
+    return wrong(x, "options refused");
+  }
+  dlock_client_t *c = (dlock_client_t *)x; /* must become NULL */
+  rc = dlock_client_new(&c, "rediss://127.0.0.1:1", o);
+  dlock_options_free(o);
+  if (rc == 0) {
+    dlock_client_free(c);
+    return 0;
+  }
+  return c == NULL ? rc : wrong(x, "*out not NULL after a failure");
+}
+
 static int t_options_free_null(tctx_t *x) {
   (void)x;
   dlock_options_free(NULL);
@@ -573,7 +627,7 @@ static int t_err_name(tctx_t *x) {
 }
 
 static int t_every_code(tctx_t *x) {
-  for (int code = -18; code <= 0; code++) {
+  for (int code = -19; code <= 0; code++) {
     const char *m = dlock_strerror(code), *n = dlock_err_name(code);
     if (!m || !n || !m[0] || strcmp(m, "unknown error") == 0 ||
         strncmp(n, "DLOCK_", 6) != 0 || strcmp(n, "DLOCK_E?") == 0)
@@ -743,6 +797,28 @@ static void g_null_args(void) {
           DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_log_callback", "fn NULL (clears)", t_log_fn_null,
           NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_replica_wait", "opts NULL", t_replica_wait_null,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_tls", "opts NULL", t_tls_null, NULL, 0,
+          DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_tls_ca", "opts NULL", t_tls_ca_null_opts, NULL, 0,
+          DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_tls_ca", "file and dir NULL (system store)",
+          t_tls_ca_nulls, NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_tls_cert", "opts NULL", t_tls_cert_null_opts, NULL,
+          0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_tls_cert", "cert and key NULL (none)",
+          t_tls_cert_nulls, NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_tls_cert", "key NULL", t_tls_cert_only, "/c.pem",
+          0, DLOCK_EINVAL, "give both or neither"),
+      ROW("dlock_options_set_tls_cert", "cert NULL", t_tls_key_only, "/k.pem",
+          0, DLOCK_EINVAL, "give both or neither"),
+      ROW("dlock_options_set_tls_sni", "opts NULL", t_tls_sni_null_opts, NULL,
+          0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_tls_sni", "name NULL (the URL's host)",
+          t_tls_sni_null, NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_tls_insecure", "opts NULL", t_tls_insecure_null,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_client_new", "out NULL", t_client_new_null_out, NULL, 0,
           DLOCK_EINVAL, "out is NULL"),
       ROW("dlock_client_new", "url NULL", t_client_new_null_url, NULL, 0,
@@ -1000,17 +1076,17 @@ static void g_codes(void) {
   tctx_t x;
   memset(&x, 0, sizeof x);
   static const row_t rows[] = {
-      ROW("dlock_strerror", "every code -18..0", t_every_code, NULL, 0,
+      ROW("dlock_strerror", "every code -19..0", t_every_code, NULL, 0,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "1 (not a code)", t_strerror, "unknown error", 1,
           DLOCK_OK, NULL),
-      ROW("dlock_strerror", "-19 (not yet a code)", t_strerror, "unknown error",
-          -19, DLOCK_OK, NULL),
+      ROW("dlock_strerror", "-20 (not yet a code)", t_strerror, "unknown error",
+          -20, DLOCK_OK, NULL),
       ROW("dlock_strerror", "INT_MIN", t_strerror, "unknown error", INT_MIN,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "INT_MAX", t_strerror, "unknown error", INT_MAX,
           DLOCK_OK, NULL),
-      ROW("dlock_err_name", "-19", t_err_name, "DLOCK_E?", -19, DLOCK_OK, NULL),
+      ROW("dlock_err_name", "-20", t_err_name, "DLOCK_E?", -20, DLOCK_OK, NULL),
       ROW("dlock_err_name", "INT_MIN", t_err_name, "DLOCK_E?", INT_MIN,
           DLOCK_OK, NULL),
       ROW("dlock_err_name", "0", t_err_name, "DLOCK_OK", 0, DLOCK_OK, NULL),
@@ -1242,6 +1318,38 @@ static void g_options(void) {
           0, DLOCK_EINVAL, "must be NULL or non-empty"),
       ROW("dlock_options_set_credentials", "password \"\"", t_credentials_pw,
           "", 0, DLOCK_EINVAL, "must be NULL or non-empty"),
+      ROW("dlock_options_set_replica_wait", "0 (off)", t_replica_wait_ms, NULL,
+          0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_replica_wait", "-1", t_replica_wait_ms, NULL, -1,
+          DLOCK_EINVAL, "replica wait (0 turns it off) must be from 1"),
+      ROW("dlock_options_set_replica_wait", "a day + 1 ms", t_replica_wait_ms,
+          NULL, 86400001, DLOCK_EINVAL,
+          "replica wait (0 turns it off) must be"),
+      ROW("dlock_options_set_replica_wait", "INT64_MIN", t_replica_wait_ms,
+          NULL, INT64_MIN, DLOCK_EINVAL,
+          "replica wait (0 turns it off) must be"),
+      ROW("dlock_options_set_replica_wait", "1000", t_replica_wait_ms, NULL,
+          1000, DLOCK_OK, NULL),
+      ROW("dlock_options_set_tls_ca", "file \"\"", t_tls_ca_file, "", 0,
+          DLOCK_EINVAL, "CA file must be NULL or a path of 1 to 4096 bytes"),
+      ROW("dlock_options_set_tls_ca", "dir \"\"", t_tls_ca_dir, "", 0,
+          DLOCK_EINVAL, "CA directory must be NULL or a path"),
+      ROW("dlock_options_set_tls_ca", "file of 4097 bytes", t_tls_ca_long,
+          NULL, 4097, DLOCK_EINVAL, "a path of 1 to 4096 bytes"),
+      ROW("dlock_options_set_tls_ca", "file of 4096 bytes", t_tls_ca_long,
+          NULL, 4096, DLOCK_OK, NULL),
+      ROW("dlock_options_set_tls_cert", "cert \"\"", t_tls_cert_file, "", 0,
+          DLOCK_EINVAL, "certificate file must be NULL or a path"),
+      ROW("dlock_options_set_tls_sni", "\"\"", t_tls_sni, "", 0, DLOCK_EINVAL,
+          "server name must be 1 to 253 bytes"),
+      ROW("dlock_options_set_tls_sni", "254 bytes", t_tls_sni_long, NULL, 254,
+          DLOCK_EINVAL, "server name must be 1 to 253 bytes"),
+      ROW("dlock_options_set_tls_sni", "253 bytes", t_tls_sni_long, NULL, 253,
+          DLOCK_OK, NULL),
+      ROW("dlock_options_set_tls_sni", "with a space", t_tls_sni, "a b", 0,
+          DLOCK_EINVAL, "printable ASCII without spaces"),
+      ROW("dlock_options_set_tls_sni", "non-ASCII \\xc3\\xa9", t_tls_sni,
+          "caf\xc3\xa9", 0, DLOCK_EINVAL, "printable ASCII without spaces"),
   };
   int failed = RUN_ROWS(&x, "options", rows);
   dlock_options_free(x.o);
@@ -1260,8 +1368,14 @@ static void g_urls(void) {
           0, DLOCK_EURL, "bad URL"),
       ROW("dlock_client_new", "unknown scheme", t_client_new_url,
           "http://127.0.0.1", 0, DLOCK_EURL, "unknown scheme 'http'"),
-      ROW("dlock_client_new", "rediss:// (TLS)", t_client_new_url,
-          "rediss://127.0.0.1", 0, DLOCK_ENOTSUP, "TLS"),
+      ROW("dlock_client_new", "rediss:// without a host", t_client_new_url,
+          "rediss://:6379", 0, DLOCK_EURL, "no host"),
+      ROW("dlock_client_new", "rediss:// with a CA file that does not exist",
+          t_client_new_tls_ca, "/nonexistent/ca.pem", 0, DLOCK_ETLS,
+          "cannot read the CA file '/nonexistent/ca.pem': No such file"),
+      ROW("dlock_client_new", "rediss:// with a CA file that is not PEM",
+          t_client_new_tls_ca, "/dev/null", 0, DLOCK_ETLS,
+          "cannot load the CA file '/dev/null'"),
       ROW("dlock_client_new", "no host", t_client_new_url, "redis://", 0,
           DLOCK_EURL, "no host"),
       ROW("dlock_client_new", "port 0", t_client_new_url, "redis://127.0.0.1:0",

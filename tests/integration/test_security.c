@@ -884,6 +884,289 @@ static void t_cli_password(void) {
   CHECKF(bad == 0, "%d password leak(s) or wrong exits by the command", bad);
 }
 
+/* ------------------------------------------------------------------ ACL */
+
+/* docs/ACL.md's rule for lock names that start with "app:" (and hold no
+ * '{'), word for word. */
+#define ACL_COMMANDS                                                           \
+  "-@all +evalsha +eval +ping +subscribe +unsubscribe +exists +hexists "     \
+  "+hget +pttl +get +publish +pubsub|numsub +time +type +del +set +incr "    \
+  "+incrby +decr +decrby +hset +hdel +hgetall +hincrby +hkeys +hlen "        \
+  "+pexpire +rpush +lpop +lindex +lrange +lrem +zadd +zcount +zincrby "      \
+  "+zrange +zrangebyscore +zrem +zremrangebyscore +zscore +role +wait"
+#define ACL_PATTERNS                                                           \
+  "resetkeys ~app:* ~{app:* ~redisson_*{app:* ~dlock_lock_*{app:* "           \
+  "resetchannels &redisson_*{app:* &dlock_lock_*{app:*"
+#define ACL_RULE ACL_COMMANDS " " ACL_PATTERNS
+
+static dlock_client_t *acl_client(th_server_t *s, const char *user) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_credentials(o, user, "acl-pw"));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_command_timeout(o, 3000));
+  dlock_client_t *c = NULL;
+  int rc = dlock_client_new(&c, s->url, o);
+  dlock_options_free(o);
+  CHECKF(rc == 0, "client as %s: %s %s", user, dlock_err_name(rc),
+         dlock_last_error());
+  return c;
+}
+
+/* A waiter on another thread for a semaphore permit or a latch. */
+typedef struct sync_waiter {
+  dlock_semaphore_t *sem;
+  dlock_latch_t *latch;
+  pthread_t th;
+  atomic_int done;
+  int rc;
+} sync_waiter_t;
+
+static void *sync_waiter_main(void *arg) {
+  sync_waiter_t *w = arg;
+  w->rc = w->sem ? dlock_semaphore_acquire(w->sem, 1, 20000)
+                 : dlock_latch_await(w->latch, 20000);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static int sync_waiter_run(sync_waiter_t *w, th_server_t *s,
+                           const char *channel, void (*wake)(void *),
+                           void *arg) {
+  CHECK(pthread_create(&w->th, NULL, sync_waiter_main, w) == 0);
+  bool ok;
+  TH_WAIT_FOR(ok, it_numsub(s, channel) >= 1 || atomic_load(&w->done),
+              10000);
+  CHECKF(ok && !atomic_load(&w->done), "the waiter did not wait on %s",
+         channel);
+  wake(arg);
+  TH_WAIT_FOR(ok, atomic_load(&w->done), 15000);
+  CHECKF(ok, "the waiter on %s was not woken", channel);
+  pthread_join(w->th, NULL);
+  return w->rc;
+}
+
+static void release_one(void *sem) {
+  CHECK_OK(dlock_semaphore_release(sem, 1));
+}
+static void count_down(void *latch) {
+  CHECK_OK(dlock_latch_count_down(latch));
+}
+
+/* One lock kind: A holds, B waits (subscribed), A releases, B gets it. */
+static void acl_lock_kind(th_server_t *s, dlock_client_t *a, dlock_client_t *b,
+                          dlock_lock_kind_t kind, const char *name,
+                          const char *channel) {
+  dlock_lock_t *la = NULL, *lb = NULL;
+  CHECK_OK(dlock_lock_new_kind(a, name, kind, &la));
+  CHECK_OK(dlock_lock_new_kind(b, name, kind, &lb));
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  bool locked = false;
+  CHECK_OK(dlock_lock_is_locked(la, &locked));
+  CHECK(locked);
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(la, &n));
+  CHECK_OK(dlock_lock_remaining_lease(la, &n));
+  dlock_lock_state_t *st = NULL;
+  CHECK_OK(dlock_lock_state(la, &st));
+  dlock_lock_state_free(st);
+  it_async_t w;
+  it_async_start(&w, lb, 20000, WD, false);
+  bool ok;
+  TH_WAIT_FOR(ok, it_channels(s, channel) >= 1, 10000);
+  CHECKF(ok, "%s: no waiter subscribed to %s", name, channel);
+  CHECK(!atomic_load(&w.done));
+  CHECK_OK(dlock_lock_release(la));
+  CHECKF(it_async_wait(&w, 15000), "%s: the waiter was not woken", name);
+  CHECKF(w.rc == DLOCK_OK, "%s: %s %s", name, dlock_err_name(w.rc), w.err);
+  CHECK_OK(it_async_finish(&w));
+  bool was = false;
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  CHECK_OK(dlock_lock_force_release(la, &was));
+  CHECK(was);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  printf("%-28s every call works under the rule\n", name);
+}
+
+/* A user with exactly docs/ACL.md's rule uses every kind; a name outside
+ * the rule's prefix is refused with NOPERM. */
+static void t_acl_minimal_rule(void) {
+  const char *conf[] = {"user locker on >acl-pw " ACL_RULE, NULL};
+  th_server_t *s = th_server_start(conf);
+  CHECK(s);
+  dlock_client_t *a = acl_client(s, "locker"), *b = acl_client(s, "locker");
+  CHECK_OK(dlock_client_ping(a));
+  acl_lock_kind(s, a, b, DLOCK_REENTRANT, "app:reentrant",
+                "redisson_lock__channel:{app:reentrant}");
+  acl_lock_kind(s, a, b, DLOCK_FENCED, "app:fenced",
+                "redisson_lock__channel:{app:fenced}");
+  acl_lock_kind(s, a, b, DLOCK_FAIR, "app:fair",
+                "redisson_lock__channel:{app:fair}:*");
+  acl_lock_kind(s, a, b, DLOCK_WRITE, "app:rw",
+                "redisson_rwlock:{app:rw}");
+  {
+    /* a writer waits for a reader */
+    dlock_lock_t *r = NULL, *wr = NULL;
+    CHECK_OK(dlock_lock_new_kind(a, "app:rw3", DLOCK_READ, &r));
+    CHECK_OK(dlock_lock_new_kind(b, "app:rw3", DLOCK_WRITE, &wr));
+    CHECK_OK(dlock_lock_acquire(r, 0, WD));
+    it_async_t w;
+    it_async_start(&w, wr, 20000, WD, true);
+    bool ok;
+    TH_WAIT_FOR(ok, it_channels(s, "redisson_rwlock:{app:rw3}") >= 1, 10000);
+    CHECK(ok);
+    CHECK_OK(dlock_lock_release(r));
+    CHECK(it_async_wait(&w, 15000));
+    CHECKF(w.rc == DLOCK_OK, "writer: %s %s", dlock_err_name(w.rc), w.err);
+    it_async_finish(&w);
+    dlock_lock_free(r);
+    dlock_lock_free(wr);
+  }
+  {
+    dlock_semaphore_t *sa = NULL, *sb = NULL;
+    CHECK_OK(dlock_semaphore_new(a, "app:sem", &sa));
+    CHECK_OK(dlock_semaphore_new(b, "app:sem", &sb));
+    bool set = false;
+    CHECK_OK(dlock_semaphore_try_set_permits(sa, 1, &set));
+    CHECK(set);
+    CHECK_OK(dlock_semaphore_acquire(sa, 1, 0));
+    sync_waiter_t w = {.sem = sb};
+    CHECK_OK(sync_waiter_run(&w, s, "redisson_sc:{app:sem}", release_one, sa));
+    CHECK_OK(dlock_semaphore_add_permits(sa, 1));
+    int64_t n = 0;
+    CHECK_OK(dlock_semaphore_available(sa, &n));
+    CHECK_OK(dlock_semaphore_delete(sa, &set));
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(sb);
+    printf("%-28s every call works under the rule\n", "app:sem");
+  }
+  {
+    dlock_permit_sem_t *p = NULL;
+    CHECK_OK(dlock_permit_sem_new(a, "app:psem", &p));
+    bool set = false;
+    CHECK_OK(dlock_permit_sem_try_set_permits(p, 1, &set));
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    CHECK_OK(dlock_permit_sem_acquire(p, 0, 10000, id));
+    dlock_sem_state_t *st = NULL;
+    CHECK_OK(dlock_permit_sem_state(p, &st));
+    dlock_sem_state_free(st);
+    CHECK_OK(dlock_permit_sem_release(p, id));
+    CHECK_OK(dlock_permit_sem_delete(p, &set));
+    dlock_permit_sem_free(p);
+    printf("%-28s every call works under the rule\n", "app:psem");
+  }
+  {
+    dlock_latch_t *la = NULL, *lb = NULL;
+    CHECK_OK(dlock_latch_new(a, "app:latch", &la));
+    CHECK_OK(dlock_latch_new(b, "app:latch", &lb));
+    bool set = false;
+    CHECK_OK(dlock_latch_try_set_count(la, 1, &set));
+    CHECK(set);
+    sync_waiter_t w = {.latch = lb};
+    CHECK_OK(sync_waiter_run(&w, s,
+                             "redisson_countdownlatch__channel__{app:latch}",
+                             count_down, la));
+    int64_t n = 0;
+    CHECK_OK(dlock_latch_count(la, &n));
+    CHECK_OK(dlock_latch_delete(la, &set));
+    dlock_latch_free(la);
+    dlock_latch_free(lb);
+    printf("%-28s every call works under the rule\n", "app:latch");
+  }
+  /* the rule confines the user to its names */
+  dlock_lock_t *other = it_lock(a, "other");
+  CHECK_RC(dlock_lock_acquire(other, 0, WD), DLOCK_EAUTH);
+  printf("outside the prefix: \"%s\"\n", dlock_last_error());
+  CHECK(strstr(dlock_last_error(), "NOPERM"));
+  dlock_lock_free(other);
+  /* nothing left but the fenced lock's token (kept for good, by design) */
+  CHECK_INT(it_lock_keys(s), ==, 1);
+  CHECK(it_exists(s, "redisson_lock_token:{app:fenced}"));
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_server_stop(s);
+}
+
+/* The rule minus one permission: the call that needs it fails with one
+ * line naming what is missing. */
+static void t_acl_missing_permission(void) {
+  const char *conf[] = {
+      "user noevalsha on >acl-pw " ACL_RULE " -evalsha",
+      "user nopublish on >acl-pw " ACL_RULE " -publish",
+      "user nosubscribe on >acl-pw " ACL_RULE " -subscribe", NULL};
+  th_server_t *s = th_server_start(conf);
+  CHECK(s);
+  const struct {
+    const char *user, *want;
+  } cases[] = {
+      {.user = "noevalsha", .want = "'evalsha' command"},
+      {.user = "nopublish", .want = "'publish' command"},
+      {.user = "nosubscribe", .want = "'subscribe' command"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (strcmp(cases[i].user, "nopublish") == 0) {
+      /* found when the client opens: no release could wake a waiter */
+      dlock_options_t *o = NULL;
+      CHECK_OK(dlock_options_new(&o));
+      CHECK_OK(dlock_options_set_credentials(o, cases[i].user, "acl-pw"));
+      dlock_client_t *c = NULL;
+      int rc = dlock_client_new(&c, s->url, o);
+      dlock_options_free(o);
+      const char *err = dlock_last_error();
+      printf("%-12s %s \"%s\"\n", cases[i].user, dlock_err_name(rc), err);
+      CHECK_RC(rc, DLOCK_EAUTH);
+      CHECKF(strstr(err, cases[i].want), "\"%s\" does not name %s", err,
+             cases[i].want);
+      CHECK(!strchr(err, '\n'));
+      continue;
+    }
+    dlock_client_t *a = acl_client(s, cases[i].user);
+    dlock_client_t *b = acl_client(s, cases[i].user);
+    dlock_lock_t *la = it_lock(a, "app:missing"), *lb = it_lock(b,
+                                                                 "app:missing");
+    int rc = dlock_lock_acquire(la, 0, WD);
+    char err[512] = "";
+    if (rc == DLOCK_OK) {
+      /* a waiter: subscribes, and is woken by the release's publish */
+      it_async_t w;
+      it_async_start(&w, lb, 8000, WD, true);
+      bool ok;
+      TH_WAIT_FOR(ok, it_channels(s, "redisson_lock__channel:{app:missing}") >=
+                          1 ||
+                      atomic_load(&w.done),
+                  10000);
+      CHECKF(ok, "%s: the waiter neither waited nor ended", cases[i].user);
+      int rel = dlock_lock_release(la);
+      if (rel) {
+        rc = rel;
+        snprintf(err, sizeof err, "%s", dlock_last_error());
+      }
+      CHECK(it_async_wait(&w, 15000));
+      if (!rc) {
+        rc = w.rc;
+        snprintf(err, sizeof err, "%s", w.err);
+      }
+      it_async_finish(&w);
+    } else {
+      snprintf(err, sizeof err, "%s", dlock_last_error());
+    }
+    printf("%-12s %s \"%s\"\n", cases[i].user, dlock_err_name(rc), err);
+    CHECKF(rc == DLOCK_EAUTH, "%s: %s", cases[i].user, dlock_err_name(rc));
+    CHECKF(strstr(err, cases[i].want), "\"%s\" does not name %s", err,
+           cases[i].want);
+    CHECK(!strchr(err, '\n'));
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_free(a);
+    dlock_client_free(b);
+    redisReply *r = th_redis_cmd(s, "DEL %s", "app:missing");
+    if (r)
+      freeReplyObject(r);
+  }
+  th_server_stop(s);
+}
+
 /* ------------------------------------------------------------------ ids */
 
 static void t_ids_from_getrandom(void) {
@@ -989,6 +1272,8 @@ static const check_case_t cases[] = {
     {"cli_password", t_cli_password},
     {"ids_from_getrandom", t_ids_from_getrandom},
     {"ids_distinct_uuid4", t_ids_distinct_uuid4},
+    {"acl_minimal_rule", t_acl_minimal_rule},
+    {"acl_missing_permission", t_acl_missing_permission},
 };
 
 CHECK_MAIN(cases)

@@ -52,6 +52,13 @@ enum opt_id {
   O_STATUS,
   O_FORCE_UNLOCK,
   O_PASSWORD_FILE,
+  O_TLS,
+  O_CACERT,
+  O_CACERTDIR,
+  O_CERT,
+  O_KEY,
+  O_SNI,
+  O_INSECURE,
   O_HELP,
   O_VERSION
 };
@@ -84,6 +91,13 @@ static const struct optdef optdefs[] = {
     {"status", 0, false, O_STATUS},
     {"force-unlock", 0, false, O_FORCE_UNLOCK},
     {"password-file", 0, true, O_PASSWORD_FILE},
+    {"tls", 0, false, O_TLS},
+    {"cacert", 0, true, O_CACERT},
+    {"cacertdir", 0, true, O_CACERTDIR},
+    {"cert", 0, true, O_CERT},
+    {"key", 0, true, O_KEY},
+    {"sni", 0, true, O_SNI},
+    {"insecure", 0, false, O_INSECURE},
     {"help", 'h', false, O_HELP},
     {"version", 0, false, O_VERSION},
 };
@@ -350,6 +364,29 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
       return fail(err, errlen, "%s: empty file name", spelled);
     o->password_file = value;
     return 0;
+  case O_TLS:
+    o->tls = true;
+    return 0;
+  case O_INSECURE:
+    o->tls_insecure = true;
+    return 0;
+  case O_CACERT:
+  case O_CACERTDIR:
+  case O_CERT:
+  case O_KEY:
+  case O_SNI: {
+    const char **slot = d->id == O_CACERT      ? &o->tls_cacert
+                        : d->id == O_CACERTDIR ? &o->tls_cacertdir
+                        : d->id == O_CERT      ? &o->tls_cert
+                        : d->id == O_KEY       ? &o->tls_key
+                                               : &o->tls_sni;
+    if (value[0] == '\0')
+      return fail(err, errlen, "%s: empty value", spelled);
+    if (*slot != NULL)
+      return fail(err, errlen, "%s given twice", spelled);
+    *slot = value;
+    return 0;
+  }
   case O_HELP:
     o->mode = CLI_MODE_HELP;
     return 0;
@@ -531,6 +568,11 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
   if (o->command != NULL && o->shell_command != NULL)
     return fail(err, errlen,
                 "give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both");
+  if ((o->tls_cert != NULL) != (o->tls_key != NULL))
+    return fail(err, errlen,
+                "%s needs %s: a client certificate goes with its key",
+                o->tls_cert ? "--cert" : "--key",
+                o->tls_cert ? "--key" : "--cert");
 
   o->json = sn.json;
   o->kind = sn.limit    ? CLI_KIND_LIMIT

@@ -69,6 +69,12 @@ struct cli_opts {
   long limit;                /* -N */
   int verbose;               /* number of -v */
   bool json;                 /* --json */
+  /* TLS, redis-cli's names (point into argv, or NULL / false) */
+  bool tls;              /* --tls: TLS for a redis:// URL too */
+  bool tls_insecure;     /* --insecure */
+  const char *tls_cacert, *tls_cacertdir; /* --cacert, --cacertdir */
+  const char *tls_cert, *tls_key;         /* --cert, --key */
+  const char *tls_sni;                    /* --sni */
 };
 
 /* Longest number of seconds any option accepts (about 31 years). */

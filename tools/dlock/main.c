@@ -82,6 +82,19 @@ static const char usage_text[] =
     "                           only the shared lock; with -F: the fair one;\n"
     "                           with -N: the semaphore)\n"
     "      --password-file FILE read the password from FILE's first line\n"
+    "      --tls                TLS for a redis:// URL too (rediss:// URLs\n"
+    "                           always use TLS); the server's certificate\n"
+    "                           and host name are verified\n"
+    "      --cacert FILE        trust the CAs in FILE (PEM) instead of the\n"
+    "                           system's store\n"
+    "      --cacertdir DIR      trust the CAs in DIR (openssl rehash)\n"
+    "      --cert FILE          client certificate (PEM), with --key, for\n"
+    "                           servers that verify clients\n"
+    "      --key FILE           its private key (PEM, not encrypted)\n"
+    "      --sni NAME           server name to send and verify instead of\n"
+    "                           the URL's host\n"
+    "      --insecure           FOR TESTS ONLY: do not verify the server's\n"
+    "                           certificate or name\n"
     "  -h, --help               this text\n"
     "      --version            version of dlock and libdlock\n"
     "\n"
@@ -100,11 +113,11 @@ static const char usage_text[] =
     "holder; a holder giving another N is refused (exit 64) until\n"
     "'dlock --force-unlock -N N NAME' deletes the semaphore.\n"
     "\n"
-    "Not available yet (they exit 64 today): --all, several -u (Redlock),\n"
-    "rediss:// (TLS).\n"
+    "Not available yet (they exit 64 today): --all, several -u (Redlock).\n"
     "\n"
     "URLs: redis://[[user]:password@]host[:port][/db], "
-    "unix:///path/redis.sock.\n"
+    "unix:///path/redis.sock,\n"
+    "rediss://[[user]:password@]host[:port][/db] (TLS).\n"
     "A password is never printed and is hidden from ps.\n"
     "\n"
     "Environment:\n"
@@ -122,6 +135,31 @@ static const char usage_text[] =
     "Exit status: the command's (128+S if killed by signal S); 1 (or -E) when\n"
     "-n/-w gave up; 64 usage error; 69 backend unreachable, auth refused or\n"
     "timed out; 70 internal error; 75 lock lost and the command terminated.\n";
+
+/* The TLS flags into the library's options; 0, or -1 after a message. */
+static int set_tls_options(struct cli_ctx *c, const struct cli_opts *o) {
+  const char *flag = NULL;
+  if (o->tls && dlock_options_set_tls(c->dopts, true) != 0)
+    flag = "--tls";
+  else if ((o->tls_cacert || o->tls_cacertdir) &&
+           dlock_options_set_tls_ca(c->dopts, o->tls_cacert,
+                                    o->tls_cacertdir) != 0)
+    flag = o->tls_cacert ? "--cacert" : "--cacertdir";
+  else if (o->tls_cert &&
+           dlock_options_set_tls_cert(c->dopts, o->tls_cert, o->tls_key) != 0)
+    flag = "--cert";
+  else if (o->tls_sni && dlock_options_set_tls_sni(c->dopts, o->tls_sni) != 0)
+    flag = "--sni";
+  else if (o->tls_insecure &&
+           dlock_options_set_tls_insecure(c->dopts, true) != 0)
+    flag = "--insecure";
+  if (flag == NULL)
+    return 0;
+  char detail[300];
+  cli_printable(dlock_last_error(), 250, detail, sizeof detail);
+  cli_msg(c, "%s: %s", flag, detail);
+  return -1;
+}
 
 static void on_log(void *userdata, dlock_log_level_t level, const char *msg) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -234,11 +272,16 @@ int main(int argc, char **argv) {
   c.secrets[c.nsecrets++] = url_secret;
   c.secrets[c.nsecrets++] = url_pw;
 
-  if (cli_url_is_tls(url)) {
-    cli_msg(&c,
-            "%s: rediss:// (TLS) is not available yet; use redis:// "
-            "over a trusted network or a tunnel",
-            shown);
+  if (!cli_url_is_tls(url) && !o.tls &&
+      (o.tls_cacert || o.tls_cacertdir || o.tls_cert || o.tls_sni ||
+       o.tls_insecure)) {
+    cli_msg(&c, "%s is a TLS option, but TLS is off: use a rediss:// URL "
+                "or --tls",
+            o.tls_cacert      ? "--cacert"
+            : o.tls_cacertdir ? "--cacertdir"
+            : o.tls_cert      ? "--cert"
+            : o.tls_sni       ? "--sni"
+                              : "--insecure");
     rc = CLI_EX_USAGE;
     goto out;
   }
@@ -300,6 +343,10 @@ int main(int argc, char **argv) {
       rc = CLI_EX_USAGE;
       goto out;
     }
+  }
+  if (set_tls_options(&c, &o) != 0) {
+    rc = CLI_EX_USAGE;
+    goto out;
   }
   dlock_options_set_client_name(c.dopts, "dlock-cli");
   if (o.verbose > 0)

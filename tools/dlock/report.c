@@ -59,6 +59,7 @@ int cli_exit_for(int err) {
   case DLOCK_EPROTO:
   case DLOCK_EWRONGTYPE:
   case DLOCK_ENOTSUP:
+  case DLOCK_ETLS:
     return CLI_EX_UNAVAILABLE;
   case DLOCK_EURL:
   case DLOCK_EINVAL:

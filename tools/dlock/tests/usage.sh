@@ -84,8 +84,13 @@ usage "-N with -F" -N 2 -F NAME true
 usage "-N with -x" -x --limit 2 NAME true
 usage "--all not available yet" --all -u redis://a -u redis://b NAME true
 usage "two -u not available yet" -u redis://127.0.0.1:1 -u redis://127.0.0.1:2 NAME true
-usage "rediss:// not available yet" -u rediss://127.0.0.1:1 NAME true
-usage "REDISS:// not available yet" -u REDISS://127.0.0.1:1 NAME true
+usage "--cert without --key" -u rediss://127.0.0.1:1 --cert "$T/pwfile" NAME true
+usage "--key without --cert" -u rediss://127.0.0.1:1 --key "$T/pwfile" NAME true
+usage "--cacert empty" -u rediss://127.0.0.1:1 --cacert '' NAME true
+usage "--cacert twice" -u rediss://127.0.0.1:1 --cacert a --cacert b NAME true
+usage "--cacert without TLS" -u redis://127.0.0.1:1 --cacert "$T/pwfile" NAME true
+usage "--insecure without TLS" --insecure NAME true
+usage "--tls takes no value" --tls=yes NAME true
 usage "-u empty" -u '' NAME true
 usage "--url missing value" --url
 usage "--password-file missing" --password-file "$T/nope" NAME true
@@ -96,9 +101,9 @@ usage "unknown scheme" -u 'http://127.0.0.1:1' NAME true
 usage "control bytes in an option" $'--bo\ngus' NAME
 usage "control bytes in a value" -w $'1\n2' NAME
 
-# DLOCK_URL with TLS.
+# DLOCK_URL with TLS: a connection is tried (nothing listens: 69).
 DLOCK_URL=rediss://127.0.0.1:1 "$DLOCK" NAME true 2>"$T/err"
-expect "rediss:// in DLOCK_URL exits 64" 64 $?
+expect "rediss:// in DLOCK_URL is dialled (69)" 69 $?
 
 "$DLOCK" --help >"$T/help" 2>&1
 expect "--help exits 0" 0 $?
