@@ -68,8 +68,8 @@ static void log_route(int slot, const char *msg) {
       level = DLOCK_LOG_ERROR;
     else if (strncmp(at, "ZOO_WARN", 8) == 0)
       level = DLOCK_LOG_WARN;
-    else if (strncmp(at, "ZOO_INFO", 8) == 0)
-      level = DLOCK_LOG_INFO;
+    /* the library's INFO lines (environment, every connection) are
+     * debugging detail for a dlock user */
   }
   const char *text = at ? at : msg;
   size_t n = strcspn(text, "\n");
@@ -270,7 +270,9 @@ static int parse_url(dlock__zk *z, const char *url) {
         rest++;
     }
   }
-  snprintf(z->hosts, sizeof z->hosts, "%s%s", hosts, chroot);
+  int full = snprintf(z->hosts, sizeof z->hosts, "%s%s", hosts, chroot);
+  if (full < 0 || (size_t)full >= sizeof z->hosts)
+    return url_error("host list too long");
   int shown = snprintf(z->display, sizeof z->display, "zookeeper://%s%s",
                        hosts, chroot);
   if (shown < 0 || (size_t)shown >= sizeof z->display)
@@ -500,6 +502,11 @@ static int zk_open(void **be, const char *url,
   pthread_cond_init(&z->cond, &attr);
   pthread_condattr_destroy(&attr);
   int rc = parse_url(z, url);
+  if (!rc && opts->credentials_set)
+    rc = dlock__seterr(DLOCK_ENOTSUP,
+                       "the zookeeper backend does not support credentials "
+                       "yet (digest or SASL authentication): the ensemble "
+                       "must accept unauthenticated clients");
   if (rc) {
     zk_close(z);
     return rc;

@@ -711,6 +711,118 @@ static void t_leader_killed(void) {
   th_zk_stop(z);
 }
 
+/* The server stops answering (paused): the session is suspended, and
+ * lost once the session timeout has passed without a server, by the
+ * client's own timer (as Curator's), before the server could hand the lock
+ * to anyone else. A new session serves the client afterwards. */
+static atomic_int g_suspended_lost;
+static void on_suspended_lost(void *ud, const char *name, uint64_t tid,
+                              dlock_lost_reason_t why) {
+  (void)ud;
+  (void)tid;
+  if (strcmp(name, "suspend") == 0 && why == DLOCK_LOST_SESSION)
+    atomic_fetch_add(&g_suspended_lost, 1);
+}
+
+static void t_suspended_then_lost(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  zk_cfg_t cfg = {.session_ms = 2000, .lost = on_suspended_lost};
+  dlock_client_t *c = zk_client_cfg(th_zk_url(z), &cfg);
+  dlock_lock_t *l = zk_lock(c, "suspend", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(th_zk_pause(z, 0), ==, 0);
+  bool ok;
+  TH_WAIT_FOR(ok, atomic_load(&g_suspended_lost) == 1, 30000);
+  if (!ok)
+    th_zk_resume(z, 0);
+  CHECK(ok);
+  /* no round trip needed to know it: the session is gone */
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK(strstr(dlock_last_error(), "suspend"));
+  CHECK_INT(th_zk_resume(z, 0), ==, 0);
+  int rc = -1;
+  TH_WAIT_FOR(ok, (rc = dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG)) == 0,
+              30000);
+  CHECKF(ok, "no new session: %s", dlock_err_name(rc));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(atomic_load(&g_suspended_lost), ==, 1);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_zk_stop(z);
+}
+
+/* The dlock command on a ZooKeeper URL: the fenced lock with DLOCK_TOKEN,
+ * -n refused while a library client holds NAME, --status, and the fixed
+ * lease refused with the reason. */
+static void cli_path(char *out, size_t size) {
+  const char *env = getenv("TH_DLOCK_CLI");
+  if (env && *env) {
+    snprintf(out, size, "%s", env);
+    return;
+  }
+  char self[512];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(n > 0);
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  CHECK(slash);
+  *slash = '\0'; /* build/tests */
+  snprintf(out, size, "%s/../tools/dlock/dlock", self);
+}
+
+/* Runs a shell command line; its output (stdout and stderr) into out. */
+static int run_sh(const char *cmd, char *out, size_t size) {
+  FILE *p = popen(cmd, "r");
+  CHECK(p);
+  size_t got = 0;
+  while (got + 1 < size) {
+    size_t r = fread(out + got, 1, size - 1 - got, p);
+    if (r == 0)
+      break;
+    got += r;
+  }
+  out[got] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void t_cli(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  char cli[600], cmd[1500], out[4096];
+  cli_path(cli, sizeof cli);
+  CHECKF(access(cli, X_OK) == 0, "no dlock command at %s", cli);
+  snprintf(cmd, sizeof cmd,
+           "%s -u '%s' job sh -c 'echo token=$DLOCK_TOKEN' 2>&1", cli,
+           th_zk_url(z));
+  CHECK_INT(run_sh(cmd, out, sizeof out), ==, 0);
+  long long token = 0;
+  CHECKF(sscanf(out, "token=%lld", &token) == 1 && token > 0, "%s", out);
+  dlock_client_t *c = zk_client(z);
+  dlock_lock_t *l = zk_lock(c, "job", DLOCK_FENCED);
+  int64_t t = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t));
+  CHECK(t > token);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' -n job echo ran 2>&1", cli,
+           th_zk_url(z));
+  CHECK_INT(run_sh(cmd, out, sizeof out), ==, 1);
+  CHECKF(!strstr(out, "ran"), "%s", out);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' --status job 2>&1", cli,
+           th_zk_url(z));
+  CHECK_INT(run_sh(cmd, out, sizeof out), ==, 0);
+  CHECKF(strstr(out, dlock_client_id(c)), "%s", out);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(run_sh(cmd, out, sizeof out), ==, 1);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' -l 5 job echo ran 2>&1", cli,
+           th_zk_url(z));
+  CHECK(run_sh(cmd, out, sizeof out) != 0);
+  CHECKF(strstr(out, "fixed lease") && !strstr(out, "ran"), "%s", out);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_zk_stop(z);
+}
+
 /* libzookeeper's own log lines reach the log callback, never stderr; the
  * kinds ZooKeeper has no recipe for here say so. */
 static atomic_int g_logs;
@@ -780,6 +892,8 @@ static const check_case_t cases[] = {
     {"curator_layout", t_curator_layout},
     {"session_expiry", t_session_expiry},
     {"leader_killed", t_leader_killed},
+    {"suspended_then_lost", t_suspended_then_lost},
+    {"cli", t_cli},
     {"quiet_and_unsupported", t_quiet_and_unsupported},
 };
 
