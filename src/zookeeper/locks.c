@@ -201,8 +201,9 @@ static int list_sorted(dlock__zk *z, const char *dir, bool rw,
                               : "a read-write lock's __READ__/__WRIT__ nodes");
     }
   }
-  qsort(r->children, (size_t)r->nchildren, sizeof(char *),
-        rw ? cmp_rw : cmp_mutex);
+  if (r->nchildren > 1)
+    qsort(r->children, (size_t)r->nchildren, sizeof(char *),
+          rw ? cmp_rw : cmp_mutex);
   return 0;
 }
 

@@ -7,15 +7,17 @@
  * is a full path (as Curator users write it); any other NAME lives under
  * the base path, /dlock/locks unless ?base= says otherwise.
  *
- * Session (as Curator): one session per client, asked for with the
- * session timeout option (default 60000 ms). open waits for CONNECTED
- * within the connect timeout. When the connection drops the session is
- * SUSPENDED: holds may still be valid and are kept. It is LOST when the
- * server says it expired (on reconnect) or when the session timeout has
- * passed since the connection dropped (the local timer, checked by the
- * event loop's loop_prepare: the server expires the session no later than
- * that, since it last heard from us no earlier than we last heard from
- * it). On LOST every hold is reported (dlock__holds_session_lost), waits
+ * Session: one session per client, asked for with the session timeout
+ * option (default 60000 ms, Curator's). open waits for CONNECTED within the
+ * connect timeout. When the connection drops the session is SUSPENDED:
+ * holds may still be valid and are kept. It is LOST when the server says
+ * it expired (on reconnect), or by the local timer (checked by the event
+ * loop's loop_prepare) once a suspension has lasted a third of the
+ * negotiated timeout less a margin (suspended_budget: the earliest the
+ * server can have expired the session, so a loss is reported before the
+ * lock can go to anyone else; Curator's own timer waits the whole timeout,
+ * which is later than the server's expiry). On LOST every hold is
+ * reported (dlock__holds_session_lost), waits
  * are woken to retry, and the dialling worker closes the handle and opens
  * a new session (the old handle never reconnects, so no node of the old
  * session can come back to life).
@@ -410,6 +412,20 @@ static void reset_job(void *arg) {
                z->display, strerror(errno));
 }
 
+/* How long a suspended session (connection lost, session maybe alive) is
+ * trusted. libzookeeper pings after a third of the session timeout T of
+ * silence and declares the connection dead after two thirds without a
+ * packet, so it notices a loss at most 2T/3 after its last packet from the
+ * server, whose reply proves the server heard us shortly before: the
+ * server cannot expire the session earlier than T/3 (less a round trip)
+ * after we notice. Holds are given up then, less a margin of 5% of T (at
+ * least 5 ms), before anyone else can be given the lock. */
+static int64_t suspended_budget(int64_t timeout) {
+  int64_t margin = timeout / 20 < 5 ? 5 : timeout / 20;
+  int64_t b = timeout / 3 - margin;
+  return b > 0 ? b : 0;
+}
+
 static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   (void)fds;
@@ -419,15 +435,16 @@ static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   int64_t sid = 0;
   pthread_mutex_lock(&z->mu);
   int64_t timeout = z->negotiated > 0 ? z->negotiated : z->session_timeout;
+  int64_t budget = suspended_budget(timeout);
   if (!z->lost_handled && z->live &&
       (z->expired ||
-       (z->suspended_at && now - z->suspended_at >= timeout))) {
+       (z->suspended_at && now - z->suspended_at >= budget))) {
     lost = true;
     z->lost_handled = true;
     sid = z->session_id;
     zk_nodes_forget_locked(z);
   } else if (!z->lost_handled && z->live && z->suspended_at) {
-    int64_t at = z->suspended_at + timeout;
+    int64_t at = z->suspended_at + budget;
     if (at < *until)
       *until = at;
   }
