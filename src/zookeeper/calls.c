@@ -93,6 +93,14 @@ static void on_void(int rc, const void *data) {
   call_finish_locked(c, rc);
 }
 
+static void on_stat(int rc, const struct Stat *stat, const void *data) {
+  zk_call *c = (zk_call *)data;
+  pthread_mutex_lock(&c->mu);
+  if (rc == ZOK && stat)
+    c->res.stat = *stat;
+  call_finish_locked(c, rc);
+}
+
 static void on_data(int rc, const char *value, int len,
                     const struct Stat *stat, const void *data) {
   zk_call *c = (zk_call *)data;
@@ -153,7 +161,14 @@ int zk_error(dlock__zk *z, int zrc, const char *what, const char *path) {
 
 /* ------------------------------------------------------------- sends */
 
-typedef enum { OP_CREATE, OP_DELETE, OP_CHILDREN, OP_GET } zk_op;
+typedef enum {
+  OP_CREATE,
+  OP_DELETE,
+  OP_CHILDREN,
+  OP_GET,
+  OP_EXISTS,
+  OP_SET
+} zk_op;
 
 typedef struct zk_args {
   zk_op op;
@@ -162,6 +177,7 @@ typedef struct zk_args {
   int flags;
   watcher_fn watcher;
   void *watch_ctx;
+  int version;
 } zk_args;
 
 static int send_locked(zhandle_t *zh, zk_call *c, const zk_args *a) {
@@ -172,7 +188,17 @@ static int send_locked(zhandle_t *zh, zk_call *c, const zk_args *a) {
   case OP_DELETE:
     return zoo_adelete(zh, a->path, -1, on_void, c);
   case OP_CHILDREN:
+    if (a->watcher)
+      return zoo_awget_children2(zh, a->path, a->watcher, a->watch_ctx,
+                                 on_strings_stat, c);
     return zoo_aget_children2(zh, a->path, 0, on_strings_stat, c);
+  case OP_EXISTS:
+    if (a->watcher)
+      return zoo_awexists(zh, a->path, a->watcher, a->watch_ctx, on_stat, c);
+    return zoo_aexists(zh, a->path, 0, on_stat, c);
+  case OP_SET:
+    return zoo_aset(zh, a->path, a->data, (int)strlen(a->data), a->version,
+                    on_stat, c);
   case OP_GET:
     if (a->watcher)
       return zoo_awget(zh, a->path, a->watcher, a->watch_ctx, on_data, c);
@@ -185,6 +211,8 @@ static const char *op_name(zk_op op) {
   return op == OP_CREATE     ? "create"
          : op == OP_DELETE   ? "delete"
          : op == OP_CHILDREN ? "list children of"
+         : op == OP_SET      ? "write"
+         : op == OP_EXISTS   ? "look for"
                              : "read";
 }
 
@@ -199,18 +227,18 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   zk_call *c = call_new();
   if (!c)
     return DLOCK_ENOMEM;
+  /* held from before the send: the completion sees the call whole */
+  pthread_mutex_lock(&c->mu);
   pthread_rwlock_rdlock(&z->zh_lock);
   int rc = z->zh ? send_locked(z->zh, c, a) : ZINVALIDSTATE;
   pthread_rwlock_unlock(&z->zh_lock);
   if (rc != ZOK) {
-    pthread_mutex_lock(&c->mu);
     c->refs = 1; /* the completion will never run */
     call_put_locked(c);
     return zk_error(z, rc, op_name(a->op), a->path);
   }
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
-  pthread_mutex_lock(&c->mu);
   while (!c->done && dlock__now_ms() < deadline)
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
   if (!c->done) {
@@ -244,6 +272,28 @@ int zk_delete(dlock__zk *z, const char *path, zk_result *out) {
 
 int zk_children(dlock__zk *z, const char *path, zk_result *out) {
   zk_args a = {.op = OP_CHILDREN, .path = path};
+  return run(z, &a, out);
+}
+
+int zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
+                      void *watch_ctx, zk_result *out) {
+  zk_args a = {.op = OP_CHILDREN,
+               .path = path,
+               .watcher = watcher,
+               .watch_ctx = watch_ctx};
+  return run(z, &a, out);
+}
+
+int zk_exists(dlock__zk *z, const char *path, watcher_fn watcher,
+              void *watch_ctx, zk_result *out) {
+  zk_args a = {
+      .op = OP_EXISTS, .path = path, .watcher = watcher, .watch_ctx = watch_ctx};
+  return run(z, &a, out);
+}
+
+int zk_set(dlock__zk *z, const char *path, const char *data, int version,
+           zk_result *out) {
+  zk_args a = {.op = OP_SET, .path = path, .data = data, .version = version};
   return run(z, &a, out);
 }
 

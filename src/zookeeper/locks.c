@@ -47,7 +47,7 @@
 #include "core/id.h"
 #include "zookeeper/zk.h"
 
-#define PATH_MAX_ZK 1200
+#define PATH_MAX_ZK ZK_PATH_MAX
 #define MAX_ROUNDS 16   /* one attempt's retries (races with deletes) */
 #define STATE_MAX 100   /* nodes listed by lock_state */
 
@@ -207,8 +207,7 @@ static int list_sorted(dlock__zk *z, const char *dir, bool rw,
   return 0;
 }
 
-/* dir/child into out (cut short when too long: then no such node). */
-static void join(char *out, size_t size, const char *dir, const char *child) {
+void zk_join(char *out, size_t size, const char *dir, const char *child) {
   int n = snprintf(out, size, "%s/%s", dir, child);
   if (n < 0 || (size_t)n >= size)
     out[size - 1] = '\0';
@@ -221,9 +220,8 @@ static const char *base_name(const char *path) {
 
 /* ------------------------------------------------------------- creates */
 
-/* Creates every missing ancestor of `dir` and dir itself as containers
- * (Curator's creatingParentContainersIfNeeded). */
-static int make_parents(dlock__zk *z, const char *dir) {
+/* Curator's creatingParentContainersIfNeeded. */
+int zk_make_parents(dlock__zk *z, const char *dir) {
   char p[PATH_MAX_ZK];
   size_t len = strlen(dir);
   if (len >= sizeof p)
@@ -267,7 +265,7 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
   path[0] = '\0';
   for (int i = 0; i < r.nchildren; i++)
     if (strncmp(r.children[i], prefix, strlen(prefix)) == 0)
-      join(path, sizeof path, dir, r.children[i]);
+      zk_join(path, sizeof path, dir, r.children[i]);
   zk_result_clear(&r);
   if (!path[0])
     return 0;
@@ -335,7 +333,7 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
     int zrc = r.rc;
     zk_result_clear(&r);
     if (zrc == ZNONODE) {
-      if ((rc = make_parents(z, dir)))
+      if ((rc = zk_make_parents(z, dir)))
         return rc;
     } else if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
       pthread_mutex_lock(&z->mu);
@@ -541,7 +539,7 @@ int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       return 0;
     }
     char pred[PATH_MAX_ZK];
-    join(pred, sizeof pred, dir, kids.children[watch]);
+    zk_join(pred, sizeof pred, dir, kids.children[watch]);
     zk_result_clear(&kids);
     uint64_t id = zk_wait_watch_id(z, a->owner, a->q->seq);
     zk_result r;
@@ -682,7 +680,7 @@ int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
   *deleted = false;
   for (int i = 0; i < nh && !rc; i++) {
     char path[PATH_MAX_ZK];
-    join(path, sizeof path, dir, kids.children[i]);
+    zk_join(path, sizeof path, dir, kids.children[i]);
     zk_result r;
     if ((rc = zk_delete(z, path, &r)))
       break;
@@ -743,7 +741,7 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
 static char *node_owner(dlock__zk *z, const char *dir, const char *child,
                         int64_t *czxid) {
   char path[PATH_MAX_ZK];
-  join(path, sizeof path, dir, child);
+  zk_join(path, sizeof path, dir, child);
   zk_result r;
   *czxid = 0;
   if (zk_get(z, path, NULL, NULL, &r) != 0)

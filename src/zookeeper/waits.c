@@ -21,6 +21,7 @@
 #include "core/alloc.h"
 #include "zookeeper/zk.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int dlock__zk_wait_begin(void *be, dlock__wait *w) {
@@ -100,4 +101,31 @@ void zk_predecessor_watcher(zhandle_t *zh, int type, int state,
 void zk_waits_wake_all_locked(dlock__zk *z) {
   for (zk_wait *r = z->waits; r; r = r->next)
     dlock__wait_wake(r->w);
+}
+
+void zk_semaphore_watcher(zhandle_t *zh, int type, int state,
+                          const char *path, void *ctx) {
+  (void)state;
+  (void)ctx;
+  dlock__zk *z = (dlock__zk *)zoo_get_context(zh);
+  if (!z)
+    return;
+  /* the semaphore's path: P itself (its count) or P/leases */
+  char sem[ZK_PATH_MAX];
+  snprintf(sem, sizeof sem, "%s", path ? path : "");
+  size_t n = strlen(sem);
+  if (n > 7 && strcmp(sem + n - 7, "/leases") == 0)
+    sem[n - 7] = '\0';
+  bool all = type == ZOO_SESSION_EVENT || !sem[0];
+  pthread_mutex_lock(&z->mu);
+  for (zk_wait *r = z->waits; r; r = r->next) {
+    const dlock__wait_spec *spec = r->w->spec;
+    char p[ZK_PATH_MAX];
+    if (!spec->sync)
+      continue;
+    if (all || (zk_lock_path(z, spec->name, p, sizeof p) == 0 &&
+                strcmp(p, sem) == 0))
+      dlock__wait_wake(r->w);
+  }
+  pthread_mutex_unlock(&z->mu);
 }

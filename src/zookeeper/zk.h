@@ -9,8 +9,9 @@
  * Files: session.c (URL, open/close, the session watcher, the local
  * session timer, the log bridge, the ops table), calls.c (one bounded
  * asynchronous request and its completion), locks.c (Curator's lock
- * layouts: acquire, release, leave, state), waits.c (waits woken by a
- * watch on the predecessor node).
+ * layouts: acquire, release, leave, state), semaphore.c (the permit
+ * semaphore on InterProcessSemaphoreV2's layout), waits.c (waits woken by
+ * a watch on the predecessor node or on a semaphore's leases).
  *
  * Locks: z->mu guards the node table, the wait list and the session
  * fields below; it is never held across a request, a wait up-call that
@@ -114,6 +115,14 @@ int zk_children(dlock__zk *z, const char *path, zk_result *out);
 /* getData; with watcher, leaves a watch whose context is watch_ctx. */
 int zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
            void *watch_ctx, zk_result *out);
+/* getChildren leaving a child watch; exists (ZNONODE leaves a watch for
+ * the creation too); setData with a version (-1: any). */
+int zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
+                      void *watch_ctx, zk_result *out);
+int zk_exists(dlock__zk *z, const char *path, watcher_fn watcher,
+              void *watch_ctx, zk_result *out);
+int zk_set(dlock__zk *z, const char *path, const char *data, int version,
+           zk_result *out);
 /* A ZooKeeper error as a dlock error with detail "<what> <path>: ...". */
 int zk_error(dlock__zk *z, int zrc, const char *what, const char *path);
 
@@ -142,8 +151,28 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                          const char *owner, dlock__lock_query q, int64_t *out);
 int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out);
+/* Creates every missing ancestor of dir, and dir, as containers. */
+int zk_make_parents(dlock__zk *z, const char *dir);
+/* dir/child into out (cut short when too long: then no such node). */
+void zk_join(char *out, size_t size, const char *dir, const char *child);
+#define ZK_PATH_MAX 1200
 /* Forgets every node (the session that owned them ended); mu held. */
 void zk_nodes_forget_locked(dlock__zk *z);
+
+/* ------------------------------------------------------ semaphore.c */
+
+int dlock__zk_sem_set(void *be, const char *name, int64_t permits, bool *set);
+int dlock__zk_sem_add(void *be, const char *name, int64_t n);
+int dlock__zk_sem_acquire(void *be, const char *name, int64_t permits);
+int dlock__zk_sem_release(void *be, const char *name, int64_t permits);
+int dlock__zk_sem_available(void *be, dlock__sync_kind kind, const char *name,
+                            int64_t *out);
+int dlock__zk_sem_delete(void *be, dlock__sync_kind kind, const char *name,
+                         bool *existed);
+int dlock__zk_psem_acquire(void *be, const char *name, const char *id,
+                           int64_t lease_ms, int64_t *retry_in_ms);
+int dlock__zk_psem_release(void *be, const char *name, const char *id);
+int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out);
 
 /* ---------------------------------------------------------- waits.c */
 
@@ -156,6 +185,10 @@ uint64_t zk_wait_watch_id(dlock__zk *z, const char *owner, uint64_t seq);
 /* The watcher set on a predecessor: wakes the wait it names. */
 void zk_predecessor_watcher(zhandle_t *zh, int type, int state,
                             const char *path, void *ctx);
+/* The watcher set on a semaphore's count and leases: wakes every wait of
+ * this client on the semaphore the path names. */
+void zk_semaphore_watcher(zhandle_t *zh, int type, int state,
+                          const char *path, void *ctx);
 /* Wakes every wait (mu held): a reconnect or a new session. */
 void zk_waits_wake_all_locked(dlock__zk *z);
 

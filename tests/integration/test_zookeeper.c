@@ -21,6 +21,13 @@
 #include <sys/stat.h>
 #include <zookeeper/zookeeper.h>
 
+/* TSan: libzookeeper_mt 3.8.0 (not instrumented) formats endpoint names
+ * with sprintf into one global buffer from every handle's I/O thread (a
+ * race inside the library between two clients of one process, garbling
+ * its log text only). dlock itself never calls sprintf. */
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void) { return "race_top:vsprintf\n"; }
+
 #define WAIT_LONG 60000 /* an acquire's wait: far past any test bound */
 
 /* ------------------------------------------------------------- helpers */
@@ -823,8 +830,111 @@ static void t_cli(void) {
   th_zk_stop(z);
 }
 
+/* The permit semaphore on InterProcessSemaphoreV2's layout: the count,
+ * permits taken up to it, a waiter woken by a release and by added
+ * permits (its wait is 60 s), ids that name the lease nodes, delete. */
+typedef struct psem_bg {
+  pthread_t th;
+  dlock_permit_sem_t *s;
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  atomic_int state; /* 0 waiting, 1 got it, 2 failed */
+} psem_bg_t;
+
+static void *psem_bg_main(void *arg) {
+  psem_bg_t *b = arg;
+  int rc =
+      dlock_permit_sem_acquire(b->s, WAIT_LONG, DLOCK_LEASE_WATCHDOG, b->id);
+  atomic_store(&b->state, rc == 0 ? 1 : 2);
+  return NULL;
+}
+
+static void t_permit_semaphore(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  dlock_client_t *a = zk_client(z), *b = zk_client(z);
+  dlock_permit_sem_t *sa = NULL, *sb = NULL;
+  CHECK_OK(dlock_permit_sem_new(a, "pool", &sa));
+  CHECK_OK(dlock_permit_sem_new(b, "pool", &sb));
+  bool set = false;
+  CHECK_OK(dlock_permit_sem_try_set_permits(sa, 2, &set));
+  CHECK(set);
+  CHECK_OK(dlock_permit_sem_try_set_permits(sb, 5, &set));
+  CHECK(!set);
+  char id1[DLOCK_PERMIT_ID_LEN + 1], id2[DLOCK_PERMIT_ID_LEN + 1];
+  char id3[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sa, 0, DLOCK_LEASE_WATCHDOG, id1));
+  CHECK_OK(dlock_permit_sem_acquire(sb, 0, DLOCK_LEASE_WATCHDOG, id2));
+  CHECK_RC(dlock_permit_sem_acquire(sb, 0, DLOCK_LEASE_WATCHDOG, id3),
+           DLOCK_EBUSY);
+  CHECK_RC(dlock_permit_sem_acquire(sb, 0, 5000, id3), DLOCK_ENOTSUP);
+  int64_t avail = -1;
+  CHECK_OK(dlock_permit_sem_available(sa, &avail));
+  CHECK_INT(avail, ==, 0);
+  /* the lease nodes are named by the permit ids */
+  zhandle_t *zh = raw_connect(z);
+  struct String_vector v;
+  CHECK_INT(raw_children(zh, "/dlock/locks/pool/leases", &v), ==, ZOK);
+  CHECK_INT(v.count, ==, 2);
+  for (int i = 0; i < v.count; i++) {
+    char id[40] = "";
+    size_t n = 0;
+    for (const char *c = v.data[i] + 3; *c && n < 32 && c < v.data[i] + 39;
+         c++)
+      if (*c != '-')
+        id[n++] = *c;
+    id[n] = '\0';
+    CHECKF(strncmp(v.data[i], "_c_", 3) == 0 &&
+               strstr(v.data[i], "-lease-") &&
+               (strcmp(id, id1) == 0 || strcmp(id, id2) == 0),
+           "%s", v.data[i]);
+  }
+  deallocate_String_vector(&v);
+  dlock_sem_state_t *st = NULL;
+  CHECK_OK(dlock_permit_sem_state(sa, &st));
+  CHECK_INT(st->in_use, ==, 2);
+  CHECK_INT(st->available, ==, 0);
+  CHECK_INT(st->permits[0].expires_in_ms, ==, -1);
+  dlock_sem_state_free(st);
+  /* waiters, woken by a release and by more permits */
+  psem_bg_t w1, w2;
+  memset(&w1, 0, sizeof w1);
+  memset(&w2, 0, sizeof w2);
+  w1.s = w2.s = sb;
+  CHECK(pthread_create(&w1.th, NULL, psem_bg_main, &w1) == 0);
+  CHECK(pthread_create(&w2.th, NULL, psem_bg_main, &w2) == 0);
+  CHECK_OK(dlock_permit_sem_release(sa, id1));
+  bool ok;
+  TH_WAIT_FOR(ok, atomic_load(&w1.state) + atomic_load(&w2.state) == 1,
+              20000);
+  CHECK(ok);
+  CHECK_OK(dlock_permit_sem_add_permits(sa, 1));
+  TH_WAIT_FOR(ok, atomic_load(&w1.state) == 1 && atomic_load(&w2.state) == 1,
+              20000);
+  CHECK(ok);
+  pthread_join(w1.th, NULL);
+  pthread_join(w2.th, NULL);
+  CHECK_OK(dlock_permit_sem_available(sa, &avail));
+  CHECK_INT(avail, ==, 0);
+  CHECK_RC(dlock_permit_sem_release(sa, id1), DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_permit_sem_release(sb, w1.id));
+  /* delete: the holders are told at release */
+  bool existed = false;
+  CHECK_OK(dlock_permit_sem_delete(sa, &existed));
+  CHECK(existed);
+  CHECK_RC(dlock_permit_sem_release(sb, w2.id), DLOCK_ELOST);
+  CHECK_RC(dlock_permit_sem_release(sb, id2), DLOCK_ELOST);
+  CHECK_INT(zoo_exists(zh, "/dlock/locks/pool", 0, NULL), ==, ZNONODE);
+  zookeeper_close(zh);
+  dlock_permit_sem_free(sa);
+  dlock_permit_sem_free(sb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_zk_stop(z);
+}
+
 /* libzookeeper's own log lines reach the log callback, never stderr; the
- * kinds ZooKeeper has no recipe for here say so. */
+ * kinds ZooKeeper has no recipe for here say so (the permit semaphore is
+ * offered). */
 static atomic_int g_logs;
 static void on_log(void *ud, dlock_log_level_t level, const char *msg) {
   (void)ud;
@@ -852,7 +962,8 @@ static void t_quiet_and_unsupported(void) {
   dlock_latch_t *lt = NULL;
   int lrc = dlock_latch_new(c, "latch", &lt);
   dlock_permit_sem_t *ps = NULL;
-  int prc = dlock_permit_sem_new(c, "psem", &ps);
+  CHECK_OK(dlock_permit_sem_new(c, "psem", &ps));
+  dlock_permit_sem_free(ps);
   dlock_lock_free(l);
   dlock_client_free(c);
   /* an unreachable ensemble is logged too, and still not on stderr */
@@ -876,7 +987,6 @@ static void t_quiet_and_unsupported(void) {
   CHECK(atomic_load(&g_logs) > 0);
   CHECK_RC(src, DLOCK_ENOTSUP);
   CHECK_RC(lrc, DLOCK_ENOTSUP);
-  CHECK_RC(prc, DLOCK_ENOTSUP);
   CHECK_RC(urc, DLOCK_EUNAVAILABLE);
   th_zk_stop(z);
 }
@@ -894,6 +1004,7 @@ static const check_case_t cases[] = {
     {"leader_killed", t_leader_killed},
     {"suspended_then_lost", t_suspended_then_lost},
     {"cli", t_cli},
+    {"permit_semaphore", t_permit_semaphore},
     {"quiet_and_unsupported", t_quiet_and_unsupported},
 };
 
