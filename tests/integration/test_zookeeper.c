@@ -932,6 +932,58 @@ static void t_permit_semaphore(void) {
   th_zk_stop(z);
 }
 
+/* A create whose answer is lost (the fault proxy drops the server's
+ * replies; the session survives): the node was made, unknown to the
+ * client, and holds the lock. The client's next attempt finds it by its
+ * protected prefix instead of queueing a second node behind it, so it gets
+ * the lock, and its release frees it for others. */
+static void t_protected_create(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  th_proxy_t *px = th_proxy_start(th_zk_port(z, 0));
+  CHECK(px);
+  char url[96];
+  snprintf(url, sizeof url, "zookeeper://127.0.0.1:%d", th_proxy_port(px));
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 10000));
+  CHECK_OK(dlock_options_set_command_timeout(o, 1000));
+  CHECK_OK(dlock_options_set_session_timeout(o, 20000));
+  dlock_client_t *a = NULL;
+  CHECK_OK(dlock_client_new(&a, url, o));
+  dlock_options_free(o);
+  dlock_client_t *b = zk_client(z);
+  dlock_lock_t *la = zk_lock(a, "prot", DLOCK_REENTRANT);
+  dlock_lock_t *lb = zk_lock(b, "prot", DLOCK_REENTRANT);
+  /* the lock's container exists (the lost create must not fail on it) */
+  CHECK_OK(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(lb));
+  th_proxy_drop_replies(px, true);
+  int rc = dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG);
+  th_proxy_drop_replies(px, false);
+  CHECK_RC(rc, DLOCK_EIOTIMEOUT);
+  /* the lost create made a node: it holds the lock for a */
+  bool ok;
+  TH_WAIT_FOR(ok, holders(lb) == 1, 20000);
+  CHECK(ok);
+  CHECK_RC(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  /* a's next attempt finds its node rather than queueing another */
+  TH_WAIT_FOR(ok, (rc = dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG)) == 0,
+              20000);
+  CHECKF(ok, "%s", dlock_err_name(rc));
+  CHECK_INT(holders(lb), ==, 1);
+  CHECK_INT(queued(lb), ==, 0);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK_OK(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(lb));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_proxy_stop(px);
+  th_zk_stop(z);
+}
+
 /* libzookeeper's own log lines reach the log callback, never stderr; the
  * kinds ZooKeeper has no recipe for here say so (the permit semaphore is
  * offered). */
@@ -1005,6 +1057,7 @@ static const check_case_t cases[] = {
     {"suspended_then_lost", t_suspended_then_lost},
     {"cli", t_cli},
     {"permit_semaphore", t_permit_semaphore},
+    {"protected_create", t_protected_create},
     {"quiet_and_unsupported", t_quiet_and_unsupported},
 };
 
