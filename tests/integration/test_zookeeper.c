@@ -157,8 +157,10 @@ static void bg_start(bg_t *b, dlock_lock_t *l, int64_t wait_ms) {
 /* The harness itself: an ensemble elects a leader, elects another when it
  * is killed, and takes the old one back. */
 static void t_harness_ensemble(void) {
+  int64_t t0 = th_now_ms();
   th_zk_t *z = th_zk_start(3);
   CHECK(z);
+  printf("3 members serving after %lld ms\n", (long long)(th_now_ms() - t0));
   CHECK_INT(th_zk_members(z), ==, 3);
   CHECK(strncmp(th_zk_url(z), "zookeeper://127.0.0.1:", 22) == 0);
   int leader = th_zk_leader(z);
@@ -166,10 +168,15 @@ static void t_harness_ensemble(void) {
   CHECK_INT(th_zk_kill9(z, leader), ==, 0);
   int next = -1;
   bool ok;
+  t0 = th_now_ms();
   TH_WAIT_FOR(ok, (next = th_zk_leader(z)) >= 0, 30000);
   CHECK(ok);
   CHECK(next != leader);
+  printf("a new leader after %lld ms\n", (long long)(th_now_ms() - t0));
+  t0 = th_now_ms();
   CHECK_INT(th_zk_up(z, leader), ==, 0);
+  printf("the old leader serving again after %lld ms\n",
+         (long long)(th_now_ms() - t0));
   CHECK_INT(th_zk_pause(z, next), ==, 0);
   CHECK_INT(th_zk_resume(z, next), ==, 0);
   th_zk_stop(z);
@@ -255,6 +262,7 @@ static void t_exclusion_processes(void) {
   fflush(stdout);
   fflush(stderr);
   pid_t pids[PROCS];
+  int64_t t0 = th_now_ms();
   for (int i = 0; i < PROCS; i++) {
     pids[i] = fork();
     CHECK(pids[i] >= 0);
@@ -286,6 +294,8 @@ static void t_exclusion_processes(void) {
     }
   CHECK_INT(done, ==, PROCS);
   CHECK_INT(failed, ==, 0);
+  printf("%d processes x %d acquire/increment/release: %lld ms\n", PROCS,
+         ITERS, (long long)(th_now_ms() - t0));
   f = fopen(file, "r");
   long v = -1;
   CHECK(f && fscanf(f, "%ld", &v) == 1);
