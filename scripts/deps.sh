@@ -5,10 +5,11 @@ set -euo pipefail
 # build and run; clang + libclang-rt-14-dev: libFuzzer (tests/fuzz);
 # valgrind: memcheck over the integration tests; iproute2 + iptables: the
 # fault suite's network partitions (tests/fault, in a private namespace);
-# openssl: test_tls and bench/tls-cost.sh make their certificates with it
+# openssl: test_tls and bench/tls-cost.sh make their certificates with it;
+# zookeeper + libzookeeper-mt-dev: the ZooKeeper backend and its tests
 pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
       redis-server redis-tools clang libclang-rt-14-dev valgrind
-      iproute2 iptables openssl)
+      iproute2 iptables openssl zookeeper libzookeeper-mt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

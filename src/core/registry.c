@@ -14,7 +14,8 @@
 #include "core/error.h"
 
 static const dlock__backend_ops *const backends[] = {
-    &dlock__redis_backend, /* redis://, unix:// */
+    &dlock__redis_backend,     /* redis://, unix:// */
+    &dlock__zookeeper_backend, /* zookeeper://, zk:// */
 };
 
 #define NBACKENDS (sizeof backends / sizeof backends[0])

@@ -10,7 +10,7 @@
  *    on failure and the endpoint left all-zero;
  *  - on success the fields are in range (port 1..65535, db 0..1000000, host
  *    1..255 bytes without spaces, socket path absolute and < 108 bytes) and
- *    the display form is exactly "redis://[user@]host:port" (brackets for an
+ *    the display form is exactly "redis[s]://[user@]host:port" (brackets for an
  *    IPv6 host) or "unix://path": never the password;
  *  - the detail of a failure never shows the URL's password when that
  *    password is distinctive (>= 4 bytes, found once in the URL);
@@ -113,17 +113,20 @@ static void check_ok(const dlock__endpoint *ep) {
     FCHECK(ep->user == NULL || ep->password != NULL);
     bool v6 = strchr(ep->host, ':') != NULL;
     if (!ep->user) {
-      snprintf(want, sizeof want, "redis://%s%s%s:%d", v6 ? "[" : "", ep->host,
+      snprintf(want, sizeof want, "%s://%s%s%s:%d",
+               ep->tls ? "rediss" : "redis", v6 ? "[" : "", ep->host,
                v6 ? "]" : "", ep->port);
       FCHECK(strcmp(ep->display, want) == 0);
     } else {
       /* the user may be up to 4096 bytes: compare piecewise */
       size_t ul = strlen(ep->user);
-      FCHECK(strncmp(ep->display, "redis://", 8) == 0);
-      FCHECK(strncmp(ep->display + 8, ep->user, ul) == 0);
+      const char *scheme = ep->tls ? "rediss://" : "redis://";
+      size_t sl = strlen(scheme);
+      FCHECK(strncmp(ep->display, scheme, sl) == 0);
+      FCHECK(strncmp(ep->display + sl, ep->user, ul) == 0);
       snprintf(want, sizeof want, "@%s%s%s:%d", v6 ? "[" : "", ep->host,
                v6 ? "]" : "", ep->port);
-      FCHECK(strcmp(ep->display + 8 + ul, want) == 0);
+      FCHECK(strcmp(ep->display + sl + ul, want) == 0);
     }
   } else {
     FCHECK(ep->kind == DLOCK__EP_UNIX);

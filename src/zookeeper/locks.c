@@ -1,0 +1,818 @@
+/*
+ * locks.c - Curator's lock recipes on ZooKeeper: InterProcessMutex for the
+ * reentrant, fair and fenced kinds, InterProcessReadWriteLock for the read
+ * and write sides.
+ *
+ * Layout (Curator's, so that Curator processes and dlock exclude each
+ * other on the same path): the lock is a container node P (the lock
+ * name's path, zk_lock_path); each contender creates one protected
+ * EPHEMERAL_SEQUENTIAL child
+ *     P/_c_<uuid>-lock-<10 digits>        mutex
+ *     P/_c_<uuid>-__READ__<10 digits>     read side
+ *     P/_c_<uuid>-__WRIT__<10 digits>     write side
+ * with the owner "<client-id>:<tid>" as data (Curator writes the host's
+ * address; only __REVOKE__ means anything to it). Children sort by the
+ * digits after the last marker. A mutex or write node holds when it is
+ * first, and otherwise watches the node just before it; a read node holds
+ * when no write node is before it, and otherwise watches the first write
+ * node. A thread holding the write side takes the read side with a plain
+ * EPHEMERAL node named with its write node's digits (Curator's
+ * downgrade); a thread holding the read side that asks for the write side
+ * gets DLOCK_EDEADLK (Curator would wait for itself forever).
+ *
+ * Reentrancy is the client's, per owner, as Curator's per thread: the node
+ * table (z->nodes) counts re-entries; a release deletes the node when the
+ * count reaches 0. Fencing token: the node's czxid (see docs/ZOOKEEPER.md:
+ * holders of one lock hold in sequence order, which is creation order, and
+ * zxids grow with every write of the ensemble).
+ *
+ * Protected creates: a create whose answer was lost (connection loss or
+ * our own timeout) is looked for among the children by its `_c_<uuid>-`
+ * prefix before anything is created again, so that no orphan node of ours
+ * can queue ahead of us or, worse, hold the lock unknown to us.
+ *
+ * Threads: caller threads, and the settling worker (leave, release). A
+ * node record is used by its owner's thread; its fields are read and
+ * written under z->mu, and requests are made without it. A session loss
+ * marks every record lost (zk_nodes_forget_locked) without freeing it, so
+ * that a thread in the middle of an attempt never touches freed memory.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/id.h"
+#include "zookeeper/zk.h"
+
+#define PATH_MAX_ZK ZK_PATH_MAX
+#define MAX_ROUNDS 16   /* one attempt's retries (races with deletes) */
+#define STATE_MAX 100   /* nodes listed by lock_state */
+
+static const char MUTEX_MARK[] = "lock-";
+static const char READ_MARK[] = "__READ__";
+static const char WRITE_MARK[] = "__WRIT__";
+
+static zk_side side_of(dlock_lock_kind_t kind) {
+  return kind == DLOCK_READ    ? ZK_READ
+         : kind == DLOCK_WRITE ? ZK_WRITE
+                               : ZK_MUTEX;
+}
+
+static const char *mark_of(zk_side side) {
+  return side == ZK_READ    ? READ_MARK
+         : side == ZK_WRITE ? WRITE_MARK
+                            : MUTEX_MARK;
+}
+
+/* ---------------------------------------------------------- node table */
+
+typedef struct zk_node_ext {
+  zk_node n;
+  bool lost;   /* its session ended */
+  bool unsure; /* a create may have happened without our knowing */
+} zk_node_ext;
+
+static zk_node_ext *ext(zk_node *n) { return (zk_node_ext *)n; }
+
+static zk_node *node_find_locked(dlock__zk *z, zk_side side,
+                                 const char *name, const char *owner) {
+  for (zk_node *n = z->nodes; n; n = n->next)
+    if (n->side == side && strcmp(n->name, name) == 0 &&
+        strcmp(n->owner, owner) == 0)
+      return n;
+  return NULL;
+}
+
+static zk_node *node_add_locked(dlock__zk *z, zk_side side, const char *name,
+                                const char *owner) {
+  zk_node_ext *e = dlock__calloc(1, sizeof *e);
+  if (!e)
+    return NULL;
+  zk_node *n = &e->n;
+  n->side = side;
+  if (!(n->name = dlock__strdup(name)) || !(n->owner = dlock__strdup(owner)) ||
+      dlock__uuid(n->uuid)) {
+    dlock__free(n->name);
+    dlock__free(n->owner);
+    dlock__free(e);
+    return NULL;
+  }
+  n->next = z->nodes;
+  z->nodes = n;
+  return n;
+}
+
+static void node_remove_locked(dlock__zk *z, zk_node *n) {
+  for (zk_node **p = &z->nodes; *p; p = &(*p)->next)
+    if (*p == n) {
+      *p = n->next;
+      break;
+    }
+  dlock__free(n->name);
+  dlock__free(n->owner);
+  dlock__free(n->path);
+  dlock__free(ext(n));
+}
+
+/* A record whose session ended starts over (a new protected id). */
+static void node_restart_locked(zk_node *n) {
+  dlock__free(n->path);
+  n->path = NULL;
+  n->count = 0;
+  n->czxid = 0;
+  n->releasing = false;
+  ext(n)->lost = false;
+  ext(n)->unsure = false;
+  dlock__uuid(n->uuid);
+}
+
+void zk_nodes_forget_locked(dlock__zk *z) {
+  for (zk_node *n = z->nodes; n; n = n->next)
+    ext(n)->lost = true;
+}
+
+/* ------------------------------------------------------------- children */
+
+static const char *after_last(const char *s, const char *mark) {
+  const char *found = NULL, *p = s;
+  size_t len = strlen(mark);
+  while ((p = strstr(p, mark)) != NULL) {
+    found = p + len;
+    p += 1;
+  }
+  return found;
+}
+
+/* The text children sort by (Curator's fixForSorting). */
+static const char *sort_key(const char *child, bool rw) {
+  if (!rw) {
+    const char *k = after_last(child, MUTEX_MARK);
+    return k ? k : child;
+  }
+  const char *r = after_last(child, READ_MARK);
+  const char *w = after_last(child, WRITE_MARK);
+  const char *k = r && w ? (r > w ? r : w) : r ? r : w;
+  return k ? k : child;
+}
+
+static int cmp_mutex(const void *a, const void *b) {
+  return strcmp(sort_key(*(char *const *)a, false),
+                sort_key(*(char *const *)b, false));
+}
+
+static int cmp_rw(const void *a, const void *b) {
+  return strcmp(sort_key(*(char *const *)a, true),
+                sort_key(*(char *const *)b, true));
+}
+
+static bool is_write(const char *child) {
+  return strstr(child, WRITE_MARK) != NULL;
+}
+
+/* Lists and sorts the lock's children. ZNONODE: an empty list. */
+static int list_sorted(dlock__zk *z, const char *dir, bool rw,
+                       const char *name, zk_result *r) {
+  int rc = zk_children(z, dir, r);
+  if (rc)
+    return rc;
+  if (r->rc == ZNONODE) {
+    r->rc = ZOK;
+    return 0;
+  }
+  if (r->rc != ZOK) {
+    rc = zk_error(z, r->rc, "list children of", dir);
+    zk_result_clear(r);
+    return rc;
+  }
+  for (int i = 0; i < r->nchildren; i++) {
+    const char *c = r->children[i];
+    bool rw_node = strstr(c, READ_MARK) || strstr(c, WRITE_MARK);
+    bool mutex_node = !rw_node && strstr(c, MUTEX_MARK);
+    if ((rw && mutex_node) || (!rw && rw_node)) {
+      zk_result_clear(r);
+      return dlock__seterr(DLOCK_EWRONGTYPE,
+                           "lock '%.200s': %s holds nodes of another kind of "
+                           "lock (%s)",
+                           name, dir,
+                           rw ? "a mutex's lock- nodes"
+                              : "a read-write lock's __READ__/__WRIT__ nodes");
+    }
+  }
+  if (r->nchildren > 1)
+    qsort(r->children, (size_t)r->nchildren, sizeof(char *),
+          rw ? cmp_rw : cmp_mutex);
+  return 0;
+}
+
+void zk_join(char *out, size_t size, const char *dir, const char *child) {
+  int n = snprintf(out, size, "%s/%s", dir, child);
+  if (n < 0 || (size_t)n >= size)
+    out[size - 1] = '\0';
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* ------------------------------------------------------------- creates */
+
+/* Curator's creatingParentContainersIfNeeded. */
+int zk_make_parents(dlock__zk *z, const char *dir) {
+  char p[PATH_MAX_ZK];
+  size_t len = strlen(dir);
+  if (len >= sizeof p)
+    return dlock__seterr(DLOCK_EINVAL, "path too long: %.200s", dir);
+  for (size_t i = 1; i <= len; i++) {
+    if (i < len && dir[i] != '/')
+      continue;
+    memcpy(p, dir, i);
+    p[i] = '\0';
+    zk_result r;
+    int rc = zk_create(z, p, NULL, ZOO_CONTAINER, &r);
+    if (rc)
+      return rc;
+    int zrc = r.rc;
+    zk_result_clear(&r);
+    if (zrc != ZOK && zrc != ZNODEEXISTS)
+      return zk_error(z, zrc, "create", p);
+  }
+  return 0;
+}
+
+/* Looks for our protected node among dir's children: 1 found (path and
+ * czxid set under mu), 0 not there, or an error. */
+static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
+  zk_result r;
+  int rc = zk_children(z, dir, &r);
+  if (rc)
+    return rc;
+  if (r.rc == ZNONODE) {
+    zk_result_clear(&r);
+    return 0;
+  }
+  if (r.rc != ZOK) {
+    rc = zk_error(z, r.rc, "list children of", dir);
+    zk_result_clear(&r);
+    return rc;
+  }
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "_c_%s-", n->uuid);
+  char path[PATH_MAX_ZK];
+  path[0] = '\0';
+  for (int i = 0; i < r.nchildren; i++)
+    if (strncmp(r.children[i], prefix, strlen(prefix)) == 0)
+      zk_join(path, sizeof path, dir, r.children[i]);
+  zk_result_clear(&r);
+  if (!path[0])
+    return 0;
+  if ((rc = zk_get(z, path, NULL, NULL, &r)))
+    return rc;
+  int zrc = r.rc;
+  int64_t czxid = r.stat.czxid;
+  zk_result_clear(&r);
+  if (zrc == ZNONODE)
+    return 0;
+  if (zrc != ZOK)
+    return zk_error(z, zrc, "read", path);
+  char *copy = dlock__strdup(path);
+  if (!copy)
+    return DLOCK_ENOMEM;
+  pthread_mutex_lock(&z->mu);
+  dlock__free(n->path);
+  n->path = copy;
+  n->czxid = czxid;
+  ext(n)->unsure = false;
+  pthread_mutex_unlock(&z->mu);
+  return 1;
+}
+
+/* Creates n's node under dir: `<dir>/_c_<uuid>-<mark><suffix>`, sequential
+ * unless suffix is given (a downgrade's read node). */
+static int create_node(dlock__zk *z, zk_node *n, const char *dir,
+                       const char *suffix) {
+  char path[PATH_MAX_ZK];
+  int len = snprintf(path, sizeof path, "%s/_c_%s-%s%s", dir, n->uuid,
+                     mark_of(n->side), suffix ? suffix : "");
+  if (len < 0 || (size_t)len >= sizeof path)
+    return dlock__seterr(DLOCK_EINVAL, "lock path too long: %.200s", dir);
+  int flags = suffix ? ZOO_EPHEMERAL : ZOO_EPHEMERAL_SEQUENTIAL;
+  for (int round = 0; round < 4; round++) {
+    pthread_mutex_lock(&z->mu);
+    bool unsure = ext(n)->unsure;
+    pthread_mutex_unlock(&z->mu);
+    if (unsure) { /* an earlier create may have made it */
+      int found = find_protected(z, n, dir);
+      if (found != 0)
+        return found < 0 ? found : 0;
+    }
+    zk_result r;
+    int rc = zk_create(z, path, n->owner, flags, &r);
+    if (rc == DLOCK_EIOTIMEOUT) { /* sent; the answer did not come */
+      pthread_mutex_lock(&z->mu);
+      ext(n)->unsure = true;
+      pthread_mutex_unlock(&z->mu);
+      return rc;
+    }
+    if (rc)
+      return rc;
+    if (r.rc == ZOK) {
+      pthread_mutex_lock(&z->mu);
+      dlock__free(n->path);
+      n->path = r.path;
+      r.path = NULL;
+      n->czxid = r.stat.czxid;
+      ext(n)->unsure = false;
+      pthread_mutex_unlock(&z->mu);
+      zk_result_clear(&r);
+      return 0;
+    }
+    int zrc = r.rc;
+    zk_result_clear(&r);
+    if (zrc == ZNONODE) {
+      if ((rc = zk_make_parents(z, dir)))
+        return rc;
+    } else if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
+      pthread_mutex_lock(&z->mu);
+      ext(n)->unsure = true;
+      pthread_mutex_unlock(&z->mu);
+    } else if (zrc == ZNODEEXISTS && suffix) {
+      /* our own downgrade node from an earlier, unsure create */
+      char *copy = dlock__strdup(path);
+      if (!copy)
+        return DLOCK_ENOMEM;
+      pthread_mutex_lock(&z->mu);
+      dlock__free(n->path);
+      n->path = copy;
+      pthread_mutex_unlock(&z->mu);
+      return 0;
+    } else {
+      return zk_error(z, zrc, "create", path);
+    }
+  }
+  return dlock__seterr(DLOCK_EUNAVAILABLE,
+                       "zookeeper %s: could not create a node under "
+                       "'%.300s' (the connection kept failing)",
+                       z->display, dir);
+}
+
+/* Deletes n's node (and forgets the record): 0, or an error (the record
+ * stays, for a retry). ZNONODE counts as deleted. */
+static int drop_node(dlock__zk *z, zk_node *n, const char *dir) {
+  pthread_mutex_lock(&z->mu);
+  char *path = n->path ? dlock__strdup(n->path) : NULL;
+  bool unsure = ext(n)->unsure;
+  pthread_mutex_unlock(&z->mu);
+  if (!path && unsure && dir) {
+    int found = find_protected(z, n, dir);
+    if (found < 0)
+      return found;
+    pthread_mutex_lock(&z->mu);
+    path = n->path ? dlock__strdup(n->path) : NULL;
+    pthread_mutex_unlock(&z->mu);
+  }
+  if (path) {
+    zk_result r;
+    int rc = zk_delete(z, path, &r);
+    int zrc = rc ? ZOK : r.rc;
+    if (!rc)
+      zk_result_clear(&r);
+    if (!rc && zrc != ZOK && zrc != ZNONODE)
+      rc = zk_error(z, zrc, "delete", path);
+    dlock__free(path);
+    if (rc)
+      return rc;
+  }
+  pthread_mutex_lock(&z->mu);
+  node_remove_locked(z, n);
+  pthread_mutex_unlock(&z->mu);
+  return 0;
+}
+
+/* ------------------------------------------------------------ handles */
+
+int dlock__zk_handle_open(void *be, dlock_lock_kind_t kind, const char *name,
+                          void **bh) {
+  (void)kind;
+  char dir[PATH_MAX_ZK];
+  *bh = NULL;
+  return zk_lock_path(be, name, dir, sizeof dir);
+}
+
+/* ------------------------------------------------------------ acquire */
+
+static int lease_check(dlock__zk *z, const dlock__acquire *a) {
+  if (a->lease_ms == z->watchdog_ms)
+    return 0;
+  return dlock__seterr(DLOCK_ENOTSUP,
+                       "lock '%.200s': the zookeeper backend does not "
+                       "support fixed leases (%lld ms): a hold lasts until "
+                       "its release or the end of the client's session; "
+                       "acquire with DLOCK_LEASE_WATCHDOG",
+                       a->name, (long long)a->lease_ms);
+}
+
+/* A thread holding the write side takes the read side (Curator's
+ * downgrade): a plain ephemeral read node named with the write node's
+ * digits, which sorts with it. */
+static int downgrade(dlock__zk *z, zk_node *n, const char *dir,
+                     const char *write_path, int64_t *token) {
+  const char *digits = sort_key(base_name(write_path), true);
+  int rc = create_node(z, n, dir, digits);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&z->mu);
+  n->count = 1;
+  *token = 0;
+  pthread_mutex_unlock(&z->mu);
+  return 1;
+}
+
+int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                           int64_t *token) {
+  dlock__zk *z = be;
+  int rc = lease_check(z, a);
+  if (rc)
+    return rc;
+  char dir[PATH_MAX_ZK];
+  if ((rc = zk_lock_path(z, a->name, dir, sizeof dir)))
+    return rc;
+  zk_side side = side_of(a->kind);
+  bool rw = side != ZK_MUTEX;
+  char *write_path = NULL;
+
+  pthread_mutex_lock(&z->mu);
+  zk_node *n = node_find_locked(z, side, a->name, a->owner);
+  if (n && ext(n)->lost)
+    node_restart_locked(n);
+  if (n && n->count > 0) {
+    n->count++;
+    *token = n->czxid;
+    pthread_mutex_unlock(&z->mu);
+    return 1;
+  }
+  if (side == ZK_WRITE) {
+    zk_node *r = node_find_locked(z, ZK_READ, a->name, a->owner);
+    if (r && r->count > 0 && !ext(r)->lost) {
+      pthread_mutex_unlock(&z->mu);
+      return dlock__seterr(DLOCK_EDEADLK,
+                           "lock '%.200s': this owner holds the read side; "
+                           "it cannot take the write side (release the "
+                           "read side first)",
+                           a->name);
+    }
+  } else if (side == ZK_READ) {
+    zk_node *w = node_find_locked(z, ZK_WRITE, a->name, a->owner);
+    if (w && w->count > 0 && !ext(w)->lost && w->path)
+      write_path = dlock__strdup(w->path);
+  }
+  if (!n && !(n = node_add_locked(z, side, a->name, a->owner))) {
+    pthread_mutex_unlock(&z->mu);
+    dlock__free(write_path);
+    return DLOCK_ENOMEM;
+  }
+  pthread_mutex_unlock(&z->mu);
+
+  if (write_path) {
+    rc = downgrade(z, n, dir, write_path, token);
+    dlock__free(write_path);
+    if (rc < 0) {
+      pthread_mutex_lock(&z->mu);
+      bool unsure = ext(n)->unsure;
+      if (!unsure)
+        node_remove_locked(z, n);
+      pthread_mutex_unlock(&z->mu);
+    }
+    return rc;
+  }
+
+  for (int round = 0; round < MAX_ROUNDS; round++) {
+    pthread_mutex_lock(&z->mu);
+    bool created = n->path != NULL;
+    pthread_mutex_unlock(&z->mu);
+    if (!created && (rc = create_node(z, n, dir, NULL)) != 0)
+      goto failed;
+    zk_result kids;
+    if ((rc = list_sorted(z, dir, rw, a->name, &kids)) != 0)
+      goto failed;
+    pthread_mutex_lock(&z->mu);
+    const char *mine = base_name(n->path);
+    int me = -1, first_write = -1;
+    for (int i = 0; i < kids.nchildren; i++) {
+      if (me < 0 && strcmp(kids.children[i], mine) == 0)
+        me = i;
+      if (first_write < 0 && rw && is_write(kids.children[i]))
+        first_write = i;
+    }
+    if (me < 0) { /* our node is gone (force release, or the session) */
+      dlock__free(n->path);
+      n->path = NULL;
+      pthread_mutex_unlock(&z->mu);
+      zk_result_clear(&kids);
+      continue;
+    }
+    int watch = -1;
+    bool holds;
+    if (side == ZK_READ) {
+      holds = first_write < 0 || first_write > me;
+      watch = holds ? -1 : first_write;
+    } else {
+      holds = me == 0;
+      watch = me - 1;
+    }
+    if (holds) {
+      n->count = 1;
+      *token = n->czxid;
+      pthread_mutex_unlock(&z->mu);
+      zk_result_clear(&kids);
+      return 1;
+    }
+    pthread_mutex_unlock(&z->mu);
+    if (!a->q) { /* no wait: leave at once */
+      zk_result_clear(&kids);
+      if ((rc = drop_node(z, n, dir)) != 0)
+        return rc;
+      *pttl = -1;
+      return 0;
+    }
+    char pred[PATH_MAX_ZK];
+    zk_join(pred, sizeof pred, dir, kids.children[watch]);
+    zk_result_clear(&kids);
+    uint64_t id = zk_wait_watch_id(z, a->owner, a->q->seq);
+    zk_result r;
+    rc = zk_get(z, pred, id ? zk_predecessor_watcher : NULL,
+                (void *)(uintptr_t)id, &r);
+    if (rc)
+      return rc; /* the node stays: the wait leaves, or comes back */
+    int zrc = r.rc;
+    zk_result_clear(&r);
+    if (zrc == ZNONODE)
+      continue; /* gone meanwhile: look again */
+    if (zrc != ZOK)
+      return zk_error(z, zrc, "watch", pred);
+    /* -1: a deletion wakes us; without a registered wait (never the
+     * case through the core), look again within a second */
+    *pttl = id ? -1 : 1000;
+    return 0;
+  }
+  *pttl = 50; /* the children kept changing under us: try again soon */
+  return 0;
+
+failed:
+  if (!a->q) { /* a try: nothing of ours must stay behind */
+    pthread_mutex_lock(&z->mu);
+    bool keep = ext(n)->unsure || n->path;
+    pthread_mutex_unlock(&z->mu);
+    if (!keep || drop_node(z, n, dir) != 0) {
+      pthread_mutex_lock(&z->mu);
+      if (!ext(n)->unsure && !n->path)
+        node_remove_locked(z, n);
+      pthread_mutex_unlock(&z->mu);
+    }
+  }
+  return rc;
+}
+
+int dlock__zk_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
+                         int64_t *token) {
+  (void)seq;
+  (void)token;
+  dlock__zk *z = be;
+  char dir[PATH_MAX_ZK];
+  int rc = zk_lock_path(z, a->name, dir, sizeof dir);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&z->mu);
+  zk_node *n = node_find_locked(z, side_of(a->kind), a->name, a->owner);
+  if (n && ext(n)->lost) {
+    node_remove_locked(z, n);
+    n = NULL;
+  }
+  bool waiting = n && n->count == 0 && !n->releasing;
+  pthread_mutex_unlock(&z->mu);
+  if (!waiting)
+    return 0;
+  /* giving up deletes our place; if we had just become first, the lock
+   * passes on to the next in line, as if we had released it */
+  rc = drop_node(z, n, dir);
+  return rc < 0 ? rc : 0;
+}
+
+int dlock__zk_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
+                           const char *name, const char *owner,
+                           int64_t lease_ms, const char *request_id) {
+  (void)bh;
+  (void)lease_ms;
+  (void)request_id; /* a retry finds its record still releasing */
+  dlock__zk *z = be;
+  pthread_mutex_lock(&z->mu);
+  zk_node *n = node_find_locked(z, side_of(kind), name, owner);
+  if (n && ext(n)->lost) {
+    node_remove_locked(z, n);
+    n = NULL;
+  }
+  if (!n || (n->count == 0 && !n->releasing)) {
+    pthread_mutex_unlock(&z->mu);
+    return DLOCK__REL_NOTOWNER;
+  }
+  if (n->count > 1) {
+    n->count--;
+    pthread_mutex_unlock(&z->mu);
+    return DLOCK__REL_DOWN;
+  }
+  n->count = 0;
+  n->releasing = true;
+  char *path = n->path ? dlock__strdup(n->path) : NULL;
+  pthread_mutex_unlock(&z->mu);
+  if (!path)
+    return DLOCK_ENOMEM;
+  zk_result r;
+  int rc = zk_delete(z, path, &r);
+  if (rc) {
+    dlock__free(path);
+    return rc; /* the record stays releasing: the retry deletes again */
+  }
+  int zrc = r.rc;
+  zk_result_clear(&r);
+  if (zrc != ZOK && zrc != ZNONODE) {
+    rc = zk_error(z, zrc, "delete", path);
+    dlock__free(path);
+    return rc;
+  }
+  dlock__free(path);
+  pthread_mutex_lock(&z->mu);
+  node_remove_locked(z, n);
+  pthread_mutex_unlock(&z->mu);
+  /* ZNONODE: someone deleted it (a force release, the session's end);
+   * on the core's retry that means our first delete went through */
+  return zrc == ZOK ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+/* ------------------------------------------------------- state, admin */
+
+/* Indexes [0, *nholders) of the sorted children hold the lock. */
+static int holders_of(const zk_result *kids, bool rw) {
+  if (kids->nchildren == 0)
+    return 0;
+  if (!rw || is_write(kids->children[0]))
+    return 1;
+  int n = 0;
+  while (n < kids->nchildren && !is_write(kids->children[n]))
+    n++;
+  return n;
+}
+
+int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
+                                 const char *name, bool *deleted) {
+  dlock__zk *z = be;
+  char dir[PATH_MAX_ZK];
+  int rc = zk_lock_path(z, name, dir, sizeof dir);
+  if (rc)
+    return rc;
+  bool rw = side_of(kind) != ZK_MUTEX;
+  zk_result kids;
+  if ((rc = list_sorted(z, dir, rw, name, &kids)))
+    return rc;
+  int nh = holders_of(&kids, rw);
+  *deleted = false;
+  for (int i = 0; i < nh && !rc; i++) {
+    char path[PATH_MAX_ZK];
+    zk_join(path, sizeof path, dir, kids.children[i]);
+    zk_result r;
+    if ((rc = zk_delete(z, path, &r)))
+      break;
+    if (r.rc == ZOK)
+      *deleted = true;
+    else if (r.rc != ZNONODE)
+      rc = zk_error(z, r.rc, "delete", path);
+    zk_result_clear(&r);
+  }
+  zk_result_clear(&kids);
+  return rc;
+}
+
+int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
+                         const char *owner, dlock__lock_query q,
+                         int64_t *out) {
+  dlock__zk *z = be;
+  char dir[PATH_MAX_ZK];
+  int rc = zk_lock_path(z, name, dir, sizeof dir);
+  if (rc)
+    return rc;
+  if (q == DLOCK__Q_COUNT || q == DLOCK__Q_HELD) {
+    pthread_mutex_lock(&z->mu);
+    zk_node *n = node_find_locked(z, side_of(kind), name, owner);
+    int64_t count = n && !ext(n)->lost ? n->count : 0;
+    char *path = count > 0 && n->path ? dlock__strdup(n->path) : NULL;
+    pthread_mutex_unlock(&z->mu);
+    if (count > 0 && path) { /* the server's truth: is the node there? */
+      zk_result r;
+      rc = zk_get(z, path, NULL, NULL, &r);
+      dlock__free(path);
+      if (rc)
+        return rc;
+      if (r.rc == ZNONODE)
+        count = 0;
+      else if (r.rc != ZOK)
+        rc = zk_error(z, r.rc, "read", dir);
+      zk_result_clear(&r);
+      if (rc)
+        return rc;
+    } else {
+      dlock__free(path);
+    }
+    *out = q == DLOCK__Q_COUNT ? count : count > 0;
+    return 0;
+  }
+  zk_result kids;
+  if ((rc = list_sorted(z, dir, side_of(kind) != ZK_MUTEX, name, &kids)))
+    return rc;
+  bool locked = kids.nchildren > 0;
+  zk_result_clear(&kids);
+  *out = q == DLOCK__Q_LOCKED ? locked : locked ? -1 : -2;
+  return 0;
+}
+
+/* The owner shown for a node: its data when it is a dlock owner, else its
+ * session (a Curator node holds the host's address). */
+static char *node_owner(dlock__zk *z, const char *dir, const char *child,
+                        int64_t *czxid) {
+  char path[PATH_MAX_ZK];
+  zk_join(path, sizeof path, dir, child);
+  zk_result r;
+  *czxid = 0;
+  if (zk_get(z, path, NULL, NULL, &r) != 0)
+    return dlock__strdup("?");
+  char *s;
+  bool printable = r.rc == ZOK && r.data_len > 0 && r.data_len < 200;
+  for (int i = 0; printable && i < r.data_len; i++)
+    if ((unsigned char)r.data[i] < 0x20 || (unsigned char)r.data[i] > 0x7e)
+      printable = false;
+  if (r.rc != ZOK)
+    s = dlock__strdup("(gone)");
+  else if (printable && strchr(r.data, ':'))
+    s = dlock__asprintf("%s", r.data);
+  else
+    s = dlock__asprintf("session 0x%llx",
+                        (unsigned long long)r.stat.ephemeralOwner);
+  if (r.rc == ZOK)
+    *czxid = r.stat.czxid;
+  zk_result_clear(&r);
+  return s;
+}
+
+int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
+                         dlock_lock_state_t **out) {
+  dlock__zk *z = be;
+  char dir[PATH_MAX_ZK];
+  int rc = zk_lock_path(z, name, dir, sizeof dir);
+  if (rc)
+    return rc;
+  bool rw = side_of(kind) != ZK_MUTEX;
+  zk_result kids;
+  if ((rc = list_sorted(z, dir, rw, name, &kids)))
+    return rc;
+  dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
+  int n = kids.nchildren < STATE_MAX ? kids.nchildren : STATE_MAX;
+  int nh = holders_of(&kids, rw);
+  if (!st || !(st->name = dlock__strdup(name)))
+    goto oom;
+  static const char *const kinds[] = {"reentrant", "fair", "fenced", "read",
+                                      "write"};
+  st->kind = nh == 0 ? "free"
+             : rw    ? (is_write(kids.children[0]) ? "write" : "read")
+                     : kinds[kind];
+  st->ttl_ms = nh ? -1 : -2;
+  if (nh && !(st->holders = dlock__calloc((size_t)nh, sizeof *st->holders)))
+    goto oom;
+  if (n > nh &&
+      !(st->waiters = dlock__calloc((size_t)(n - nh), sizeof(char *))))
+    goto oom;
+  for (int i = 0; i < n; i++) {
+    int64_t czxid = 0;
+    char *who = node_owner(z, dir, kids.children[i], &czxid);
+    if (!who)
+      goto oom;
+    if (i < nh) {
+      st->holders[st->nholders].owner = who;
+      st->holders[st->nholders].count = 1;
+      st->holders[st->nholders].side =
+          rw ? (is_write(kids.children[i]) ? "write" : "read") : NULL;
+      st->nholders++;
+      if (i == 0 && kind == DLOCK_FENCED)
+        st->token = czxid;
+    } else {
+      st->waiters[st->nwaiters++] = who;
+    }
+  }
+  zk_result_clear(&kids);
+  *out = st;
+  return 0;
+oom:
+  zk_result_clear(&kids);
+  dlock_lock_state_free(st);
+  return DLOCK_ENOMEM;
+}
