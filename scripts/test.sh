@@ -3,9 +3,9 @@
 # warnings as errors, runs every test under AddressSanitizer+UBSan, then
 # under ThreadSanitizer, then each fuzz target for 25 s (tests/fuzz/run.sh),
 # then the integration tests under valgrind (tests/valgrind/run.sh), then in
-# a normal build, then the Java interop suite against the real Redisson
-# (tests/interop/run.sh; skipped with one line when java or mvn is
-# missing). Each test starts its own redis-server on a free loopback port
+# a normal build, then the Java interop suites against the real Redisson
+# (tests/interop/run.sh) and the real Curator (tests/interop/curator/run.sh;
+# each skipped with one line when java or mvn is missing). Each test starts its own redis-server on a free loopback port
 # and stops it. Usage: ./scripts/test.sh [extra ctest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,3 +35,5 @@ echo "== Release build =="
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "== Redisson interop (Java) =="
 ./tests/interop/run.sh build
+echo "== Curator interop (Java) =="
+./tests/interop/curator/run.sh build
