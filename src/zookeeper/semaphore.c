@@ -209,8 +209,8 @@ int dlock__zk_sem_add(void *be, const char *name, int64_t n) {
   if (rc)
     return rc;
   for (int round = 0; round < 16; round++) {
-    int64_t count;
-    int version;
+    int64_t count = 0;
+    int version = -1;
     int has = read_count(z, p, NULL, &count, &version);
     if (has < 0)
       return has;
