@@ -185,6 +185,17 @@ DLOCK_EXTERN int dlock_options_set_watchdog_timeout(dlock_options_t *opts,
  * Redis, whose holds have per-lock leases, ignores it. */
 DLOCK_EXTERN int dlock_options_set_session_timeout(dlock_options_t *opts,
                                                    int64_t ms);
+/* Redlock clients (dlock_client_new_redlock): how long one node may take
+ * to answer one request before it counts as a "no" (> 0; default 50 ms,
+ * small against the lease, as antirez's specification asks), and the
+ * clock drift allowed for, drift_permille / 1000 x lease + drift_ms
+ * (defaults 10 per mille and 2 ms: 0.01 x lease + 2 ms; 0..500 and
+ * 0..60000). A grant is kept only while lease - elapsed - drift > 0.
+ * Other clients ignore them. */
+DLOCK_EXTERN int dlock_options_set_redlock_timing(dlock_options_t *opts,
+                                                  int64_t node_timeout_ms,
+                                                  int64_t drift_permille,
+                                                  int64_t drift_ms);
 /* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
 DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
                                                const char *name);
@@ -229,6 +240,34 @@ typedef struct dlock_client dlock_client_t;
  * the background thread's creation failed). */
 DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
+/* Creates a Redlock client over n independent Redis masters (n odd, 1 to
+ * 15; each URL as for dlock_client_new, redis:// or unix://; no two
+ * alike). Every lock of this client is a Redlock (antirez's algorithm,
+ * docs/REDLOCK.md): each request goes to every node at once, and a lock
+ * is granted when a majority (n/2 + 1) grants it within the validity
+ * lease - elapsed - drift (dlock_options_set_redlock_timing); otherwise it
+ * is released on every node and tried again after a random delay within
+ * the wait. Waiting is woken by a release on any node. The watchdog
+ * renews on every node at once and keeps a hold only while a majority
+ * renews it in time; otherwise the hold is reported lost. Each node holds
+ * the Redisson layout of the lock (RLock, RFencedLock), so Redisson's
+ * RedissonRedLock over the same masters excludes it, and vice versa.
+ * Kinds: DLOCK_REENTRANT and DLOCK_FENCED (a fenced token is the largest
+ * of the granting majority's counters: it grows with every grant seen by
+ * a majority, but is no consensus token; see docs/REDLOCK.md); other
+ * kinds, semaphores and latches are DLOCK_ENOTSUP. Each node is checked
+ * once at creation, as by dlock_client_new: a majority must answer (a
+ * node that is down is only logged, and tried again at each request);
+ * a bad URL or password on any node is an error.
+ * Ownership, threads and freeing as for dlock_client_new.
+ * Errors: as dlock_client_new; DLOCK_EINVAL for a NULL list or an even,
+ * zero or too large n. */
+#define DLOCK_REDLOCK_MAX_NODES 15
+DLOCK_EXTERN int dlock_client_new_redlock(dlock_client_t **out,
+                                          const char *const *urls, size_t n,
+                                          const dlock_options_t *opts);
+/* A Redlock client's node count (0 for any other client). */
+DLOCK_EXTERN size_t dlock_client_nodes(const dlock_client_t *client);
 /* Stops the background thread and closes every connection. Locks still held
  * are not released: watchdog leases stop being renewed and expire on the
  * server. Calls in progress on other threads end first: a waiting acquire
@@ -407,6 +446,13 @@ typedef struct dlock_lock_state {
 /* Reads the state; *out is freed with dlock_lock_state_free(). */
 DLOCK_EXTERN int dlock_lock_state(dlock_lock_t *lock, dlock_lock_state_t **out);
 DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
+/* A Redlock client's lock: the state on node `node` alone (0 ..
+ * dlock_client_nodes() - 1), for status displays that show each node's
+ * view. (dlock_lock_state of a Redlock shows the first node that answers;
+ * the queries above report what a majority of the nodes reports.)
+ * DLOCK_EINVAL for a client that is not a Redlock or a node out of range. */
+DLOCK_EXTERN int dlock_lock_node_state(dlock_lock_t *lock, size_t node,
+                                       dlock_lock_state_t **out);
 
 /* -------------------------------------------------------------- semaphore */
 
