@@ -454,6 +454,46 @@ DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
 DLOCK_EXTERN int dlock_lock_node_state(dlock_lock_t *lock, size_t node,
                                        dlock_lock_state_t **out);
 
+/* -------------------------------------------------------------- multilock */
+
+/* Several locks taken as one, all or nothing (Redisson's RedissonMultiLock,
+ * without its partial holds): lock handles by names on one client or on
+ * different clients, of any kinds (a Redlock client's locks included).
+ * Acquiring never holds some members while waiting for another: it waits
+ * for one member holding nothing, then tries each other member once; if
+ * one is held, it releases what it took, backs off for a random moment (up
+ * to 30 ms) and waits for that member next. Two callers taking
+ * overlapping sets in opposite orders therefore never deadlock, and a
+ * partial set is held for one attempt at most. Each member is renewed by
+ * its client's watchdog and a loss is reported by that client's lost
+ * callback; dlock_multilock_release releases every member together. */
+typedef struct dlock_multilock dlock_multilock_t;
+
+/* A multilock over locks[0..n) (n >= 1; the array is copied, the handles
+ * are borrowed: they must outlive the multilock and may not be freed
+ * while it is held). Two handles on the same name of the same client are
+ * DLOCK_EINVAL. Touches no server. Free with dlock_multilock_free. */
+DLOCK_EXTERN int dlock_multilock_new(dlock_multilock_t **out,
+                                     dlock_lock_t *const *locks, size_t n);
+/* Frees the multilock, not its members nor their holds. Accepts NULL. */
+DLOCK_EXTERN void dlock_multilock_free(dlock_multilock_t *m);
+/* Its number of members (0 for a handle that is not live). */
+DLOCK_EXTERN size_t dlock_multilock_size(const dlock_multilock_t *m);
+/* Takes every member for the calling thread. wait_ms and lease_ms as for
+ * dlock_lock_acquire, for the whole set (each member's lease starts when
+ * that member is taken, within one attempt of the others). DLOCK_EBUSY
+ * (wait 0) or DLOCK_ETIMEDOUT naming a member that was held; a backend
+ * error of any member is returned at once, with nothing held. A
+ * multilock object serves one thread at a time and does not count
+ * re-entries: acquiring it while held is DLOCK_EINVAL. */
+DLOCK_EXTERN int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
+                                         int64_t lease_ms);
+/* Releases every member (from the thread that acquired it). 0; or
+ * DLOCK_ELOST when any member had been lost (every other member is
+ * released all the same); DLOCK_ENOTOWNER when it is not held; else the
+ * first member's error. */
+DLOCK_EXTERN int dlock_multilock_release(dlock_multilock_t *m);
+
 /* -------------------------------------------------------------- semaphore */
 
 /* A counting semaphore without owners (Redisson RSemaphore layout): the

@@ -458,6 +458,140 @@ static void t_bad_input(void) {
   th_server_stop(s);
 }
 
+/* ------------------------------------------------------------ multilock */
+
+#define MCOUNTER "multi-counter"
+
+/* child: ORDER(0|1) ITERS PORT0 PORT1; three locks on two single-node
+ * clients, x and z on node 1, y on node 2, taken in one order or the
+ * reverse, with racy increments under them */
+static int mchild_main(int reverse, int iters, int port0, int port1) {
+  char u0[64], u1[64];
+  snprintf(u0, sizeof u0, "redis://127.0.0.1:%d", port0);
+  snprintf(u1, sizeof u1, "redis://127.0.0.1:%d", port1);
+  dlock_client_t *a = NULL, *b = NULL;
+  CHECK_OK(dlock_client_new(&a, u0, NULL));
+  CHECK_OK(dlock_client_new(&b, u1, NULL));
+  dlock_lock_t *x = it_lock(a, "mx"), *y = it_lock(b, "my"),
+               *z = it_lock(a, "mz");
+  dlock_lock_t *fwd[3] = {x, y, z}, *rev[3] = {z, y, x};
+  dlock_multilock_t *m = NULL;
+  CHECK_OK(dlock_multilock_new(&m, reverse ? rev : fwd, 3));
+  redisContext *rc = counter_conn(port0);
+  for (int i = 0; i < iters; i++) {
+    CHECK_OK(dlock_multilock_acquire(m, ACQ_WAIT_MS, DLOCK_LEASE_WATCHDOG));
+    redisReply *r = redisCommand(rc, "GET " MCOUNTER);
+    CHECK(r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL));
+    long long v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    sched_yield();
+    r = redisCommand(rc, "SET " MCOUNTER " %lld", v + 1);
+    CHECK(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    CHECK_OK(dlock_multilock_release(m));
+  }
+  redisFree(rc);
+  dlock_multilock_free(m);
+  dlock_lock_free(x);
+  dlock_lock_free(y);
+  dlock_lock_free(z);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  return 0;
+}
+
+#define MITERS 150
+
+static void t_multilock_opposite_orders(void) {
+  th_server_t *s0 = th_server_start(NULL), *s1 = th_server_start(NULL);
+  CHECK(s0 && s1);
+  char iters[16], p0[16], p1[16];
+  snprintf(iters, sizeof iters, "%d", MITERS);
+  snprintf(p0, sizeof p0, "%d", s0->port);
+  snprintf(p1, sizeof p1, "%d", s1->port);
+  pid_t pids[2];
+  fflush(stdout);
+  fflush(stderr);
+  for (int p = 0; p < 2; p++) {
+    pids[p] = fork();
+    CHECK(pids[p] >= 0);
+    if (pids[p] == 0) {
+      char *argv[] = {"test_redlock", "--mchild", p ? "1" : "0", iters, p0,
+                      p1,             NULL};
+      execv("/proc/self/exe", argv);
+      _exit(127);
+    }
+  }
+  int failed = 0;
+  for (int p = 0; p < 2; p++)
+    if (!it_child_ok(it_spawn_wait(pids[p], 90000)))
+      failed++;
+  CHECK_INT(failed, ==, 0);
+  char *v = th_redis_str(s0, "GET " MCOUNTER);
+  CHECK(v);
+  CHECK_INT(strtoll(v, NULL, 10), ==, 2 * MITERS);
+  free(v);
+  CHECK(!it_exists(s0, "mx") && !it_exists(s0, "mz") && !it_exists(s1, "my"));
+  th_server_stop(s0);
+  th_server_stop(s1);
+}
+
+/* All or nothing: with one member held elsewhere, nothing is held after a
+ * failed attempt; once it is free, every member is taken and released. */
+static void t_multilock_all_or_nothing(void) {
+  start_all();
+  it_lost_t lost;
+  it_lost_init(&lost);
+  rl_cfg_t cfg = {.lost = &lost, .watchdog_ms = 900};
+  dlock_client_t *rl = rl_client(&cfg); /* a Redlock member */
+  dlock_client_t *one = it_client(srv[0]);
+  dlock_client_t *other = it_client(srv[0]);
+  dlock_lock_t *a = it_lock(rl, "ma"), *b = it_lock(one, "mb"),
+               *c = it_lock(one, "mc");
+  dlock_lock_t *b2 = it_lock(other, "mb");
+  dlock_lock_t *set[3] = {a, b, c};
+  dlock_multilock_t *m = NULL;
+  CHECK_RC(dlock_multilock_new(&m, (dlock_lock_t *[]){b, c, b}, 3),
+           DLOCK_EINVAL);
+  CHECK(m == NULL);
+  CHECK_OK(dlock_multilock_new(&m, set, 3));
+  CHECK_INT(dlock_multilock_size(m), ==, 3);
+  CHECK_OK(dlock_lock_acquire(b2, 0, 60000));
+  CHECK_RC(dlock_multilock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK(strstr(dlock_last_error(), "'mb'"));
+  CHECK_INT(held_on("ma", NULL), ==, 0);
+  CHECK(!it_exists(srv[0], "mc"));
+  CHECK_RC(dlock_multilock_acquire(m, 300, DLOCK_LEASE_WATCHDOG),
+           DLOCK_ETIMEDOUT);
+  CHECK_INT(held_on("ma", NULL), ==, 0);
+  CHECK(!it_exists(srv[0], "mc"));
+  CHECK_RC(dlock_multilock_release(m), DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_lock_release(b2));
+  CHECK_OK(dlock_multilock_acquire(m, 5000, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(held_on("ma", NULL), ==, N);
+  CHECK(it_exists(srv[0], "mb") && it_exists(srv[0], "mc"));
+  CHECK_OK(dlock_multilock_release(m));
+  CHECK_INT(held_on("ma", NULL), ==, 0);
+  CHECK(!it_exists(srv[0], "mb") && !it_exists(srv[0], "mc"));
+  /* a member lost: the release releases the others and says so */
+  CHECK_OK(dlock_multilock_acquire(m, 5000, DLOCK_LEASE_WATCHDOG));
+  for (int i = 0; i < N; i++)
+    th_redis_int(srv[i], "DEL ma");
+  CHECK(it_lost_wait(&lost, 1, 10000));
+  CHECK_RC(dlock_multilock_release(m), DLOCK_ELOST);
+  CHECK(strstr(dlock_last_error(), "ma"));
+  CHECK(!it_exists(srv[0], "mb") && !it_exists(srv[0], "mc"));
+  dlock_multilock_free(m);
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_lock_free(c);
+  dlock_lock_free(b2);
+  dlock_client_free(rl);
+  dlock_client_free(one);
+  dlock_client_free(other);
+  stop_all();
+}
+
 static const check_case_t cases[] = {
     {"processes", t_processes},
     {"two_down_still_granted", t_two_down_still_granted},
@@ -469,6 +603,8 @@ static const check_case_t cases[] = {
     {"wait_woken_by_release", t_wait_woken_by_release},
     {"fenced_tokens", t_fenced_tokens},
     {"bad_input", t_bad_input},
+    {"multilock_opposite_orders", t_multilock_opposite_orders},
+    {"multilock_all_or_nothing", t_multilock_all_or_nothing},
 };
 
 int main(int argc, char **argv) {
@@ -478,5 +614,8 @@ int main(int argc, char **argv) {
       ports[i] = atoi(argv[3 + i]);
     return child_main(atoi(argv[2]), ports);
   }
+  if (argc == 6 && strcmp(argv[1], "--mchild") == 0)
+    return mchild_main(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]),
+                       atoi(argv[5]));
   return check_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }
