@@ -493,6 +493,12 @@ DLOCK_EXTERN int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
  * released all the same); DLOCK_ENOTOWNER when it is not held; else the
  * first member's error. */
 DLOCK_EXTERN int dlock_multilock_release(dlock_multilock_t *m);
+/* The same for an explicit owner thread id (as dlock_lock_acquire_as). */
+DLOCK_EXTERN int dlock_multilock_acquire_as(dlock_multilock_t *m,
+                                            uint64_t thread_id,
+                                            int64_t wait_ms, int64_t lease_ms);
+DLOCK_EXTERN int dlock_multilock_release_as(dlock_multilock_t *m,
+                                            uint64_t thread_id);
 
 /* -------------------------------------------------------------- semaphore */
 

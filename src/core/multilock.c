@@ -104,12 +104,12 @@ static int check(const dlock_multilock_t *m, const char *fn) {
 }
 
 /* Releases what this attempt took, keeping the caller's error detail. */
-static void release_taken(dlock_multilock_t *m) {
+static void release_taken(dlock_multilock_t *m, uint64_t tid) {
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   for (size_t i = m->n; i-- > 0;) {
     if (m->held[i])
-      dlock_lock_release(m->locks[i]); /* a failure lets the lease expire */
+      dlock_lock_release_as(m->locks[i], tid); /* else the lease expires */
     m->held[i] = false;
   }
   dlock__seterr(0, "%s", saved);
@@ -129,10 +129,11 @@ static void backoff(int64_t deadline) {
   }
 }
 
-int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
-                            int64_t lease_ms) {
-  static const char fn[] = "dlock_multilock_acquire";
+static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
+                   int64_t lease_ms, const char *fn) {
   int rc = check(m, fn);
+  if (!rc && tid == 0)
+    rc = dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
   if (!rc)
     rc = dlock__check_wait(wait_ms, fn);
   if (!rc)
@@ -155,7 +156,7 @@ int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
                 : deadline == DLOCK__NEVER ? DLOCK_WAIT_FOREVER
                 : deadline > now           ? deadline - now
                                            : 0;
-    rc = dlock_lock_acquire(m->locks[first], w, lease_ms);
+    rc = dlock_lock_acquire_as(m->locks[first], tid, w, lease_ms);
     if (rc)
       return rc == DLOCK_EBUSY && wait_ms != 0 ? DLOCK_ETIMEDOUT : rc;
     m->held[first] = true;
@@ -164,7 +165,7 @@ int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
     for (size_t i = 0; i < m->n && busy == m->n; i++) {
       if (i == first)
         continue;
-      rc = dlock_lock_acquire(m->locks[i], 0, lease_ms);
+      rc = dlock_lock_acquire_as(m->locks[i], tid, 0, lease_ms);
       if (rc == 0)
         m->held[i] = true;
       else if (rc == DLOCK_EBUSY)
@@ -172,13 +173,13 @@ int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
       else {
         dlock__preferr(rc, "%s: member %zu ('%.200s')", fn, i,
                        m->locks[i]->name);
-        release_taken(m);
+        release_taken(m, tid);
         return rc;
       }
     }
     if (busy == m->n)
       return 0;
-    release_taken(m);
+    release_taken(m, tid);
     if (wait_ms == 0)
       return dlock__seterr(DLOCK_EBUSY,
                            "%s: member %zu ('%.200s') is held by another "
@@ -194,9 +195,21 @@ int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
   }
 }
 
-int dlock_multilock_release(dlock_multilock_t *m) {
-  static const char fn[] = "dlock_multilock_release";
+int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
+                            int64_t lease_ms) {
+  return acquire(m, dlock_thread_id(), wait_ms, lease_ms,
+                 "dlock_multilock_acquire");
+}
+
+int dlock_multilock_acquire_as(dlock_multilock_t *m, uint64_t thread_id,
+                               int64_t wait_ms, int64_t lease_ms) {
+  return acquire(m, thread_id, wait_ms, lease_ms, "dlock_multilock_acquire_as");
+}
+
+static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
   int rc = check(m, fn);
+  if (!rc && tid == 0)
+    rc = dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
   if (rc)
     return rc;
   bool any = false;
@@ -207,7 +220,7 @@ int dlock_multilock_release(dlock_multilock_t *m) {
       continue;
     any = true;
     m->held[i] = false;
-    int r = dlock_lock_release(m->locks[i]);
+    int r = dlock_lock_release_as(m->locks[i], tid);
     if (r == DLOCK_ELOST && !lost) {
       lost = r;
       snprintf(detail, sizeof detail, "%s: member %zu: %s", fn, i,
@@ -227,4 +240,12 @@ int dlock_multilock_release(dlock_multilock_t *m) {
   if (first_err)
     return dlock__seterr(first_err, "%s", detail);
   return 0;
+}
+
+int dlock_multilock_release(dlock_multilock_t *m) {
+  return release(m, dlock_thread_id(), "dlock_multilock_release");
+}
+
+int dlock_multilock_release_as(dlock_multilock_t *m, uint64_t thread_id) {
+  return release(m, thread_id, "dlock_multilock_release_as");
 }
