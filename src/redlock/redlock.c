@@ -166,10 +166,21 @@ static void fanout(redlock *rl, dlock__redis_req *q, node_call *calls,
   }
   struct pollfd pfd[MAX_NODES];
   size_t at[MAX_NODES];
+  int64_t start = dlock__now_ms(), grace_end = DLOCK__NEVER;
   for (;;) {
-    if (decided && decided(calls, n, arg))
-      break;
+    if (decided && grace_end == DLOCK__NEVER && decided(calls, n, arg)) {
+      /* decided: the stragglers get as long again as the decision took
+       * (at least 2 ms) to answer, so that a request a healthy node is
+       * about to run is not cut off (a server may drop a request whose
+       * connection closes before it ran it), then the rest are closed */
+      int64_t now = dlock__now_ms();
+      grace_end = now + (now - start > 2 ? now - start : 2);
+    }
     int64_t now = dlock__now_ms(), until = DLOCK__NEVER;
+    if (now >= grace_end)
+      break;
+    if (grace_end < until)
+      until = grace_end;
     nfds_t np = 0;
     for (size_t i = 0; i < n; i++) {
       node_call *x = &calls[i];
