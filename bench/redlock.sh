@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # redlock.sh [N] [redlock-bench options] - starts N (default 5) private
 # redis-servers on free 127.0.0.1 ports (temp dirs, no persistence), runs
-# redlock-bench over them, and stops them by PID whatever happens.
+# redlock-bench over them (and node-redlock, when bench/peers has its
+# modules), and stops them by PID whatever happens.
 #   bench/redlock.sh 5 --iters 5000
 # REDLOCK_BENCH: the binary (default build/bench/redlock-bench).
 set -u
@@ -37,3 +38,9 @@ for i in $(seq "$n"); do
   urls+=("redis://127.0.0.1:$port")
 done
 "$bin" "$@" "${urls[@]}"
+# node-redlock over the same servers, when bench/peers has its modules
+# (npm ci in bench/peers)
+peers=$(dirname "$0")/peers
+if command -v node >/dev/null && [ -d "$peers/node_modules/redlock" ]; then
+  node "$peers/redlock_latency.js" 3000 "${urls[@]}"
+fi
