@@ -4,7 +4,9 @@
  * Model
  * -----
  * A client (dlock_client_t) is a connection to one coordination service
- * (today: Redis; the backend is chosen by the URL's scheme). It owns a
+ * (today: Redis; the backend is chosen by the URL's scheme), or, created
+ * with dlock_client_new_redlock(), to several independent Redis masters
+ * whose majority keeps each lock (Redlock, docs/REDLOCK.md). It owns a
  * small pool of command connections and one background event loop that
  * holds the pub/sub connection (wake-ups), schedules lease renewal and
  * reconnects, and reports lost locks by their deadlines; the round trips

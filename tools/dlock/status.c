@@ -9,6 +9,9 @@
  * unprintable, the JSON output escapes per RFC 8259 and turns bytes that are
  * not UTF-8 into U+FFFD, so the output is always one valid JSON object.
  * Which locks a view reads, per kind, is described above cli_status().
+ * With several -u (a Redlock, or --all) --status shows each server's own
+ * view, one client per server (status_nodes), and --force-unlock breaks
+ * the lock on each server in turn.
  */
 #include "cli.h"
 
