@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # redlock.sh [N] [redlock-bench options] - starts N (default 5) private
 # redis-servers on free 127.0.0.1 ports (temp dirs, no persistence), runs
-# redlock-bench over them (and node-redlock, when bench/peers has its
-# modules), and stops them by PID whatever happens.
+# redlock-bench over them (then node-redlock and go-redsync over the same
+# servers, when bench/peers has its node modules and Go is installed), and
+# stops them by PID whatever happens.
 #   bench/redlock.sh 5 --iters 5000
 # REDLOCK_BENCH: the binary (default build/bench/redlock-bench).
 set -u
@@ -43,4 +44,10 @@ done
 peers=$(dirname "$0")/peers
 if command -v node >/dev/null && [ -d "$peers/node_modules/redlock" ]; then
   node "$peers/redlock_latency.js" 3000 "${urls[@]}"
+fi
+# go-redsync v4 over the same servers, when Go is installed (go build
+# fetches the modules of bench/peers/redsync/go.mod)
+if command -v go >/dev/null; then
+  (cd "$peers/redsync" && go build -o "$dir/redsync-latency" . ) &&
+    "$dir/redsync-latency" 3000 "${urls[@]}"
 fi
