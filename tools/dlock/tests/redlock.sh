@@ -52,6 +52,10 @@ expect "-M: ma not left held" 0 "$(cli "$RL_PORT_1" exists ma)"
 kill -TERM "$p"
 wait_exit "$p" 10000
 
+# -M over a Redlock: each name on a majority of the three
+out=$("$DLOCK" "${U[@]}" -M na nb -- sh -c "n=0; for p in $RL_PORT_1 $RL_PORT_2 $RL_PORT_3; do n=\$((n + \$(redis-cli -p \$p exists na nb))); done; echo \$n")
+expect_true "-M over a Redlock: both names on a majority ($out of 6)" test "$out" -ge 4
+
 # A majority of the servers goes away while the command runs: --on-lost
 # terminates it and dlock exits 75.
 f=$T/lost
