@@ -11,9 +11,12 @@
  * the replies are gathered by one poll() on the calling thread (fanout):
  * each node has its own deadline, its send time plus the per-node timeout,
  * so a frozen node costs at most that timeout, and an acquire stops
- * waiting as soon as its outcome is decided (a majority granted, or a
- * majority can no longer grant). A connection whose reply did not come is
- * closed (its reply may still arrive), never pooled.
+ * waiting soon after its outcome is decided (a majority granted, or a
+ * majority can no longer grant): the other nodes get as long again to
+ * answer, at least 2 ms (a request cut off by closing its connection
+ * may never run, which would leave the lock on a bare majority). A
+ * connection whose reply did not come is closed (its reply may still
+ * arrive), never pooled.
  *
  * Acquire: granted when a majority (n/2 + 1) grants and the validity
  * lease - elapsed - drift (drift = lease x permille / 1000 + ms, elapsed
