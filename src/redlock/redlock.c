@@ -11,8 +11,7 @@
  * the replies are gathered by one poll() on the calling thread (fanout):
  * each node has its own deadline, its send time plus the per-node timeout,
  * so a frozen node costs at most that timeout, and an acquire stops
- * waiting soon after its outcome is decided (a majority granted, or a
- * majority can no longer grant): the other nodes get as long again to
+ * waiting soon after a majority granted: the other nodes get as long again to
  * answer, at least 2 ms (a request cut off by closing its connection
  * may never run, which would leave the lock on a bare majority). A
  * connection whose reply did not come is closed (its reply may still
@@ -498,25 +497,22 @@ typedef struct acquire_tally {
   const dlock__acquire *a;
 } acquire_tally;
 
-/* Decided once a majority granted or a majority can no longer grant. */
+/* Decided once a majority granted. An attempt that fails waits for every
+ * node (or its timeout) instead: its release on every node must come after
+ * each node's acquire, and a release sent on another connection while the
+ * acquire is still on its way could overtake it and leave a grant behind
+ * until its lease ends. */
 static bool acquire_decided(const node_call *calls, size_t n, void *arg) {
   const acquire_tally *t = arg;
-  size_t yes = 0, no = 0;
+  size_t yes = 0;
   for (size_t i = 0; i < n; i++) {
     const node_call *x = &calls[i];
-    if (!x->done)
-      continue;
-    if (x->rc) {
-      no++;
-      continue;
-    }
     /* a lock acquire's grant is nil, or an array (fenced) */
-    if (x->rep->type == REDIS_REPLY_NIL || x->rep->type == REDIS_REPLY_ARRAY)
+    if (x->done && !x->rc &&
+        (x->rep->type == REDIS_REPLY_NIL || x->rep->type == REDIS_REPLY_ARRAY))
       yes++;
-    else
-      no++;
   }
-  return yes >= t->rl->quorum || no > n - t->rl->quorum;
+  return yes >= t->rl->quorum;
 }
 
 static int cmp_i64(const void *a, const void *b) {
