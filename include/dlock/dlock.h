@@ -4,7 +4,9 @@
  * Model
  * -----
  * A client (dlock_client_t) is a connection to one coordination service
- * (today: Redis; the backend is chosen by the URL's scheme). It owns a
+ * (today: Redis; the backend is chosen by the URL's scheme), or, created
+ * with dlock_client_new_redlock(), to several independent Redis masters
+ * whose majority keeps each lock (Redlock, docs/REDLOCK.md). It owns a
  * small pool of command connections and one background event loop that
  * holds the pub/sub connection (wake-ups), schedules lease renewal and
  * reconnects, and reports lost locks by their deadlines; the round trips
@@ -206,6 +208,17 @@ DLOCK_EXTERN int dlock_options_set_session_timeout(dlock_options_t *opts,
  * turn it off; default 1000 (Redisson's). See docs/REPLICAS.md. */
 DLOCK_EXTERN int dlock_options_set_replica_wait(dlock_options_t *opts,
                                                 int64_t ms);
+/* Redlock clients (dlock_client_new_redlock): how long one node may take
+ * to answer one request before it counts as a "no" (> 0; default 50 ms,
+ * small against the lease, as antirez's specification asks), and the
+ * clock drift allowed for, drift_permille / 1000 x lease + drift_ms
+ * (defaults 10 per mille and 2 ms: 0.01 x lease + 2 ms; 0..500 and
+ * 0..60000). A grant is kept only while lease - elapsed - drift > 0.
+ * Other clients ignore them. */
+DLOCK_EXTERN int dlock_options_set_redlock_timing(dlock_options_t *opts,
+                                                  int64_t node_timeout_ms,
+                                                  int64_t drift_permille,
+                                                  int64_t drift_ms);
 /* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
 DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
                                                const char *name);
@@ -301,6 +314,34 @@ typedef struct dlock_client dlock_client_t;
  * the background thread's creation failed), DLOCK_ETLS. */
 DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
+/* Creates a Redlock client over n independent Redis masters (n odd, 1 to
+ * 15; each URL as for dlock_client_new, redis:// or unix://; no two
+ * alike). Every lock of this client is a Redlock (antirez's algorithm,
+ * docs/REDLOCK.md): each request goes to every node at once, and a lock
+ * is granted when a majority (n/2 + 1) grants it within the validity
+ * lease - elapsed - drift (dlock_options_set_redlock_timing); otherwise it
+ * is released on every node and tried again after a random delay within
+ * the wait. Waiting is woken by a release on any node. The watchdog
+ * renews on every node at once and keeps a hold only while a majority
+ * renews it in time; otherwise the hold is reported lost. Each node holds
+ * the Redisson layout of the lock (RLock, RFencedLock), so Redisson's
+ * RedissonRedLock over the same masters excludes it, and vice versa.
+ * Kinds: DLOCK_REENTRANT and DLOCK_FENCED (a fenced token is the largest
+ * of the granting majority's counters: it grows with every grant seen by
+ * a majority, but is no consensus token; see docs/REDLOCK.md); other
+ * kinds, semaphores and latches are DLOCK_ENOTSUP. Each node is checked
+ * once at creation, as by dlock_client_new: a majority must answer (a
+ * node that is down is only logged, and tried again at each request);
+ * a bad URL or password on any node is an error.
+ * Ownership, threads and freeing as for dlock_client_new.
+ * Errors: as dlock_client_new; DLOCK_EINVAL for a NULL list or an even,
+ * zero or too large n. */
+#define DLOCK_REDLOCK_MAX_NODES 15
+DLOCK_EXTERN int dlock_client_new_redlock(dlock_client_t **out,
+                                          const char *const *urls, size_t n,
+                                          const dlock_options_t *opts);
+/* A Redlock client's node count (0 for any other client). */
+DLOCK_EXTERN size_t dlock_client_nodes(const dlock_client_t *client);
 /* Stops the background thread and closes every connection. Locks still held
  * are not released: watchdog leases stop being renewed and expire on the
  * server. Calls in progress on other threads end first: a waiting acquire
@@ -479,6 +520,59 @@ typedef struct dlock_lock_state {
 /* Reads the state; *out is freed with dlock_lock_state_free(). */
 DLOCK_EXTERN int dlock_lock_state(dlock_lock_t *lock, dlock_lock_state_t **out);
 DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
+/* A Redlock client's lock: the state on node `node` alone (0 ..
+ * dlock_client_nodes() - 1), for status displays that show each node's
+ * view. (dlock_lock_state of a Redlock shows the first node that answers;
+ * the queries above report what a majority of the nodes reports.)
+ * DLOCK_EINVAL for a client that is not a Redlock or a node out of range. */
+DLOCK_EXTERN int dlock_lock_node_state(dlock_lock_t *lock, size_t node,
+                                       dlock_lock_state_t **out);
+
+/* -------------------------------------------------------------- multilock */
+
+/* Several locks taken as one, all or nothing (Redisson's RedissonMultiLock,
+ * without its partial holds): lock handles by names on one client or on
+ * different clients, of any kinds (a Redlock client's locks included).
+ * Acquiring never holds some members while waiting for another: it waits
+ * for one member holding nothing, then tries each other member once; if
+ * one is held, it releases what it took, backs off for a random moment (up
+ * to 30 ms) and waits for that member next. Two callers taking
+ * overlapping sets in opposite orders therefore never deadlock, and a
+ * partial set is held for one attempt at most. Each member is renewed by
+ * its client's watchdog and a loss is reported by that client's lost
+ * callback; dlock_multilock_release releases every member together. */
+typedef struct dlock_multilock dlock_multilock_t;
+
+/* A multilock over locks[0..n) (n >= 1; the array is copied, the handles
+ * are borrowed: they must outlive the multilock and may not be freed
+ * while it is held). Two handles on the same name of the same client are
+ * DLOCK_EINVAL. Touches no server. Free with dlock_multilock_free. */
+DLOCK_EXTERN int dlock_multilock_new(dlock_multilock_t **out,
+                                     dlock_lock_t *const *locks, size_t n);
+/* Frees the multilock, not its members nor their holds. Accepts NULL. */
+DLOCK_EXTERN void dlock_multilock_free(dlock_multilock_t *m);
+/* Its number of members (0 for a handle that is not live). */
+DLOCK_EXTERN size_t dlock_multilock_size(const dlock_multilock_t *m);
+/* Takes every member for the calling thread. wait_ms and lease_ms as for
+ * dlock_lock_acquire, for the whole set (each member's lease starts when
+ * that member is taken, within one attempt of the others). DLOCK_EBUSY
+ * (wait 0) or DLOCK_ETIMEDOUT naming a member that was held; a backend
+ * error of any member is returned at once, with nothing held. A
+ * multilock object serves one thread at a time and does not count
+ * re-entries: acquiring it while held is DLOCK_EINVAL. */
+DLOCK_EXTERN int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
+                                         int64_t lease_ms);
+/* Releases every member (from the thread that acquired it). 0; or
+ * DLOCK_ELOST when any member had been lost (every other member is
+ * released all the same); DLOCK_ENOTOWNER when it is not held; else the
+ * first member's error. */
+DLOCK_EXTERN int dlock_multilock_release(dlock_multilock_t *m);
+/* The same for an explicit owner thread id (as dlock_lock_acquire_as). */
+DLOCK_EXTERN int dlock_multilock_acquire_as(dlock_multilock_t *m,
+                                            uint64_t thread_id,
+                                            int64_t wait_ms, int64_t lease_ms);
+DLOCK_EXTERN int dlock_multilock_release_as(dlock_multilock_t *m,
+                                            uint64_t thread_id);
 
 /* -------------------------------------------------------------- semaphore */
 

@@ -266,5 +266,13 @@ const dlock__backend_ops *dlock__backend_for_url(const char *url);
 
 extern const dlock__backend_ops dlock__redis_backend;
 extern const dlock__backend_ops dlock__zookeeper_backend;
+/* Redlock over several Redis masters (src/redlock/): not in the registry,
+ * as no one URL names it; dlock_client_new_redlock opens it with the
+ * nodes' URLs one a line. */
+extern const dlock__backend_ops dlock__redlock_backend;
+size_t dlock__redlock_node_count(const void *be);
+/* One node's own view of a lock (node from 0). */
+int dlock__redlock_node_state(void *be, size_t node, dlock_lock_kind_t kind,
+                              const char *name, dlock_lock_state_t **out);
 
 #endif

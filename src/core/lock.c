@@ -739,6 +739,22 @@ int dlock_lock_state(dlock_lock_t *l, dlock_lock_state_t **out) {
       l, l->client->ops->lock_state(l->client->be, l->kind, l->name, out));
 }
 
+int dlock_lock_node_state(dlock_lock_t *l, size_t node,
+                          dlock_lock_state_t **out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_lock_node_state: out is NULL");
+  *out = NULL;
+  int rc = call_begin(l, "dlock_lock_node_state");
+  if (rc)
+    return rc;
+  if (l->client->ops != &dlock__redlock_backend)
+    return call_end(l, dlock__seterr(DLOCK_EINVAL,
+                                     "dlock_lock_node_state: the client is "
+                                     "not a Redlock client"));
+  return call_end(l, dlock__redlock_node_state(l->client->be, node, l->kind,
+                                               l->name, out));
+}
+
 void dlock_lock_state_free(dlock_lock_state_t *st) {
   if (!st)
     return;

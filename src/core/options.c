@@ -14,6 +14,11 @@
 #define DEFAULT_POOL_SIZE 8
 #define DEFAULT_FAIR_THREAD_WAIT_MS 300000
 #define DEFAULT_REPLICA_WAIT_MS 1000 /* Redisson's slavesSyncTimeout */
+/* Redlock: antirez's spec asks for 5-50 ms against a 10 s TTL; the drift is
+ * node-redlock's and go-redsync's 0.01 x lease, plus 2 ms */
+#define DEFAULT_REDLOCK_NODE_TIMEOUT_MS 50
+#define DEFAULT_REDLOCK_DRIFT_PERMILLE 10
+#define DEFAULT_REDLOCK_DRIFT_MS 2
 /* A day: longer timeouts are almost certainly a unit mistake. */
 #define MAX_TIMEOUT_MS (24LL * 3600 * 1000)
 
@@ -24,6 +29,9 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->watchdog_ms = DEFAULT_WATCHDOG_MS;
   o->pool_size = DEFAULT_POOL_SIZE;
   o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
+  o->redlock_node_timeout_ms = DEFAULT_REDLOCK_NODE_TIMEOUT_MS;
+  o->redlock_drift_permille = DEFAULT_REDLOCK_DRIFT_PERMILLE;
+  o->redlock_drift_ms = DEFAULT_REDLOCK_DRIFT_MS;
   o->log_level = DLOCK_LOG_WARN;
   o->replica_wait_ms = DEFAULT_REPLICA_WAIT_MS;
 }
@@ -147,6 +155,30 @@ int dlock_options_set_replica_wait(dlock_options_t *opts, int64_t ms) {
   int rc = ms == 0 ? 0 : check_ms("replica wait (0 turns it off)", ms, 1);
   if (!rc)
     opts->replica_wait_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_redlock_timing(dlock_options_t *opts,
+                                     int64_t node_timeout_ms,
+                                     int64_t drift_permille,
+                                     int64_t drift_ms) {
+  NEED_OPTS("dlock_options_set_redlock_timing");
+  int rc = check_ms("Redlock node timeout", node_timeout_ms, 1);
+  if (!rc && (drift_permille < 0 || drift_permille > 500))
+    rc = dlock__seterr(DLOCK_EINVAL,
+                       "Redlock drift must be from 0 to 500 per mille of the "
+                       "lease (got %lld)",
+                       (long long)drift_permille);
+  if (!rc && (drift_ms < 0 || drift_ms > 60000))
+    rc = dlock__seterr(DLOCK_EINVAL,
+                       "Redlock fixed drift must be from 0 to 60000 ms (got "
+                       "%lld)",
+                       (long long)drift_ms);
+  if (!rc) {
+    opts->redlock_node_timeout_ms = node_timeout_ms;
+    opts->redlock_drift_permille = drift_permille;
+    opts->redlock_drift_ms = drift_ms;
+  }
   return rc;
 }
 

@@ -15,6 +15,9 @@ struct dlock_options {
   int64_t watchdog_ms;
   int64_t session_timeout_ms; /* 0: the backend's default */
   int64_t fair_thread_wait_ms;
+  int64_t redlock_node_timeout_ms; /* Redlock: one node's answer, > 0 */
+  int64_t redlock_drift_permille;  /* Redlock: drift per 1000 of a lease */
+  int64_t redlock_drift_ms;        /* Redlock: drift added, >= 0 */
   int pool_size;
   char *client_name;
   bool credentials_set;

@@ -125,8 +125,13 @@ void dlock__wait_end(dlock__wait *w) {
 
 /* ------------------------------------------------------------ up-calls */
 
+/* The wait a node wait stands for (mu held): its parent's wake state is
+ * the one that counts. */
+static dlock__wait *waker(dlock__wait *w) { return w->parent ? w->parent : w; }
+
 void dlock__wait_wake(dlock__wait *w) {
   pthread_mutex_lock(&w->c->mu);
+  w = waker(w);
   w->woken = true;
   pthread_cond_signal(&w->cond);
   pthread_mutex_unlock(&w->c->mu);
@@ -134,6 +139,13 @@ void dlock__wait_wake(dlock__wait *w) {
 
 void dlock__wait_grant(dlock__wait *w, int64_t token) {
   pthread_mutex_lock(&w->c->mu);
+  if (w->parent) { /* a node's hand-off is only a wake for the parent */
+    w = w->parent;
+    w->woken = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->c->mu);
+    return;
+  }
   w->granted = true;
   w->token = token;
   w->woken = true;
@@ -145,6 +157,7 @@ void dlock__wait_fail(dlock__wait *w, int code, const char *msg) {
   pthread_mutex_lock(&w->c->mu);
   w->err = code;
   snprintf(w->errmsg, sizeof w->errmsg, "%s", msg ? msg : "");
+  w = waker(w);
   w->woken = true;
   pthread_cond_signal(&w->cond);
   pthread_mutex_unlock(&w->c->mu);
@@ -153,6 +166,11 @@ void dlock__wait_fail(dlock__wait *w, int code, const char *msg) {
 void dlock__wait_set_ready(dlock__wait *w, bool ready, bool wake) {
   pthread_mutex_lock(&w->c->mu);
   w->ready = ready;
+  if (w->parent && ready) { /* one armed node is enough to be woken */
+    w->parent->ready = true;
+    pthread_cond_signal(&w->parent->cond);
+  }
+  w = waker(w);
   /* armed: retry (a release may have come before); disarmed: messages may
    * have been lost, retry too */
   if (wake) {
@@ -164,7 +182,7 @@ void dlock__wait_set_ready(dlock__wait *w, bool ready, bool wake) {
 
 bool dlock__wait_is_woken(dlock__wait *w) {
   pthread_mutex_lock(&w->c->mu);
-  bool woken = w->woken;
+  bool woken = waker(w)->woken;
   pthread_mutex_unlock(&w->c->mu);
   return woken;
 }

@@ -44,6 +44,13 @@ typedef struct dlock__wait {
   void *reg;                    /* the backend's registration */
   pthread_cond_t cond;
   struct dlock__wait *prev, *next; /* client->waits, under client->mu */
+  /* A node wait of a backend over several servers (Redlock): set by that
+   * backend on the wait it registers with one server's backend for the
+   * caller's wait `parent`. Nobody sleeps on a node wait: its wakes and
+   * failures wake the parent (one node's failure only makes the parent
+   * try again), its readiness makes the parent ready, and its grants
+   * count as wakes. */
+  struct dlock__wait *parent;
   /* --- under client->mu --- */
   bool woken;    /* try again; cleared by the waiter that consumes it */
   bool ready;    /* the backend's wake-up path is armed */

@@ -1127,3 +1127,147 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   *out = st;
   return 0;
 }
+
+/* -------------------------------------------- requests for Redlock */
+
+int dlock__redis_lock_acquire_req(void *be, const dlock__acquire *a,
+                                  dlock__redis_req *q) {
+  (void)be;
+  if (a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED)
+    return dlock__seterr(DLOCK_ENOTSUP, "redlock: %s locks are not offered",
+                         a->kind == DLOCK_FAIR ? "fair" : "read-write");
+  char lease[24];
+  dlock__fmt_i64(lease, a->lease_ms);
+  lock_keys k;
+  int rc = keys_get(&k, a->bh, a->kind, a->name, a->owner,
+                    KM_QUEUE | (a->kind == DLOCK_FENCED ? KM_TOKEN : 0));
+  if (rc)
+    return rc;
+  /* no queue member: exactly Redisson's acquire (lock_acquire.lua) */
+  const char *argv[MAX_ARGS] = {0,     0,        0,  a->name, k.queue,
+                                k.timeouts, lease, a->owner, "", "0", "0",
+                                a->kind == DLOCK_FENCED ? k.token : ""};
+  rc = dlock__redis_req_set(q, &dlock__script_lock_acquire, 3, 12, argv);
+  keys_clear(&k);
+  return rc;
+}
+
+int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
+                                    int64_t *pttl, int64_t *token) {
+  if (rep->type == REDIS_REPLY_ERROR) {
+    int rc = dlock__redis_error(rep, "lock acquire");
+    freeReplyObject(rep);
+    return rc;
+  }
+  if (a->kind == DLOCK_FENCED && rep->type != REDIS_REPLY_INTEGER) {
+    if (!token_reply(rep, token))
+      return dlock__redis_unexpected(rep, "fenced lock acquire");
+    freeReplyObject(rep);
+    return 1;
+  }
+  if (rep->type == REDIS_REPLY_NIL && a->kind != DLOCK_FENCED) {
+    freeReplyObject(rep);
+    return 1;
+  }
+  if (rep->type != REDIS_REPLY_INTEGER || rep->integer < -2)
+    return dlock__redis_unexpected(rep, "lock acquire");
+  *pttl = rep->integer;
+  freeReplyObject(rep);
+  return 0;
+}
+
+int dlock__redis_lock_release_req(void *be, void *bh, dlock_lock_kind_t kind,
+                                  const char *name, const char *owner,
+                                  int64_t lease_ms, const char *request_id,
+                                  dlock__redis_req *q) {
+  dlock__redis *r = be;
+  if (kind != DLOCK_REENTRANT && kind != DLOCK_FENCED)
+    return dlock__seterr(DLOCK_ENOTSUP, "redlock: only reentrant and fenced "
+                                        "locks are offered");
+  char lease[24];
+  const char *latch = r->latch_ms;
+  dlock__fmt_i64(lease, lease_ms);
+  lock_keys k;
+  int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
+  if (rc)
+    return rc;
+  const redis_handle *h = bh;
+  char *latch_prefix =
+      h ? h->latch_prefix : dlock__redis_prefixed(LATCH_PREFIX, name);
+  char *latch_key =
+      latch_prefix
+          ? dlock__concat(3, (const char *[]){latch_prefix, ":", request_id})
+          : NULL;
+  if (!h)
+    dlock__free(latch_prefix);
+  if (!latch_key) {
+    keys_clear(&k);
+    return DLOCK_ENOMEM;
+  }
+  /* nobody queues on a Redlock: "watching" is moot, and a release always
+   * wakes the lock's channel (Redisson's "0") */
+  const char *argv[MAX_ARGS] = {0,         0,         0,       name,
+                                k.channel, latch_key, k.queue, k.timeouts,
+                                k.yield,   k.token,   "0",     lease,
+                                owner,     r->publish, latch,  k.grant,
+                                YIELD_PERIOD_MS, "0"};
+  rc = dlock__redis_req_set(q, &dlock__script_lock_release, 7, 18, argv);
+  keys_clear(&k);
+  dlock__free(latch_key);
+  return rc;
+}
+
+int dlock__redis_lock_release_reply(redisReply *rep) {
+  if (rep->type == REDIS_REPLY_ERROR) {
+    int rc = dlock__redis_error(rep, "lock release");
+    freeReplyObject(rep);
+    return rc;
+  }
+  return release_outcome(rep, false);
+}
+
+int dlock__redis_lock_renew_req(const dlock__renewal *items, size_t n,
+                                int64_t lease_ms, dlock__redis_req *q) {
+  /* lock_renew.lua: KEYS names, ARGV lease then one owner per key */
+  size_t argc = 3 + n + 1 + n;
+  const char **argv = dlock__calloc(argc, sizeof *argv);
+  if (!argv)
+    return DLOCK_ENOMEM;
+  char lease[24];
+  dlock__fmt_i64(lease, lease_ms);
+  for (size_t i = 0; i < n; i++) {
+    argv[3 + i] = items[i].name;
+    argv[3 + n + 1 + i] = items[i].owner;
+  }
+  argv[3 + n] = lease;
+  int rc = dlock__redis_req_set(q, &dlock__script_lock_renew, (int)n,
+                                (int)argc, argv);
+  dlock__free(argv);
+  return rc;
+}
+
+int dlock__redis_lock_renew_reply(redisReply *rep, size_t n, int *results) {
+  int rc = 0;
+  if (rep->type == REDIS_REPLY_ERROR)
+    rc = dlock__redis_error(rep, "lock renew");
+  else if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
+    rc = dlock__seterr(DLOCK_EPROTO, "lock renew: unexpected reply");
+  for (size_t i = 0; !rc && i < n; i++)
+    results[i] = rep->element[i]->type == REDIS_REPLY_INTEGER &&
+                 rep->element[i]->integer == 1;
+  freeReplyObject(rep);
+  return rc;
+}
+
+int dlock__redis_token_raise_req(const char *name, int64_t token,
+                                 dlock__redis_req *q) {
+  char *key = dlock__redis_prefixed(TOKEN_PREFIX, name);
+  if (!key)
+    return DLOCK_ENOMEM;
+  char t[24];
+  dlock__fmt_i64(t, token);
+  const char *argv[5] = {0, 0, 0, key, t};
+  int rc = dlock__redis_req_set(q, &dlock__script_token_raise, 1, 5, argv);
+  dlock__free(key);
+  return rc;
+}

@@ -402,6 +402,44 @@ int dlock__redis_script(dlock__redis *r, const dlock__script *s, int nkeys,
   return rc;
 }
 
+/* ------------------------------------------------ prepared requests */
+
+int dlock__redis_req_set(dlock__redis_req *q, const dlock__script *s,
+                         int nkeys, int argc, const char **argv) {
+  memset(q, 0, sizeof *q);
+  size_t bytes = 0;
+  for (int i = 3; i < argc; i++)
+    bytes += strlen(argv[i]) + 1;
+  size_t head = (size_t)argc * (sizeof *q->argv + sizeof *q->lens);
+  char *mem = dlock__calloc(1, head + bytes);
+  if (!mem)
+    return DLOCK_ENOMEM;
+  q->argv = (const char **)(void *)mem;
+  q->lens = (size_t *)(void *)(mem + (size_t)argc * sizeof *q->argv);
+  char *p = mem + head;
+  for (int i = 3; i < argc; i++) {
+    size_t n = strlen(argv[i]);
+    memcpy(p, argv[i], n + 1);
+    q->argv[i] = p;
+    q->lens[i] = n;
+    p += n + 1;
+  }
+  q->s = s;
+  q->nkeys = nkeys;
+  q->argc = argc;
+  return 0;
+}
+
+int dlock__redis_req_append(dlock__conn *c, dlock__redis_req *q, bool body) {
+  return dlock__redis_append_script(c, q->s, body, q->nkeys, q->argc, q->argv,
+                                    q->lens);
+}
+
+void dlock__redis_req_clear(dlock__redis_req *q) {
+  dlock__free((void *)q->argv);
+  memset(q, 0, sizeof *q);
+}
+
 int dlock__redis_unexpected(redisReply *rep, const char *what) {
   int rc = dlock__seterr(DLOCK_EPROTO, "%s: unexpected reply type %d", what,
                          rep ? rep->type : -1);
@@ -494,9 +532,9 @@ static void learn_replicas(dlock__redis *r) {
   freeReplyObject(rep);
 }
 
-static int redis_open(void **be, const char *url,
-                      const struct dlock_options *o,
-                      struct dlock_client *core) {
+static int open_backend(void **be, const char *url,
+                        const struct dlock_options *o,
+                        struct dlock_client *core, bool check) {
   *be = NULL;
   dlock__redis *r = dlock__calloc(1, sizeof *r);
   if (!r)
@@ -550,7 +588,7 @@ static int redis_open(void **be, const char *url,
       (o->client_name && !(r->client_name = dlock__strdup(o->client_name))) ||
       !(r->idle = dlock__calloc((size_t)r->pool_size, sizeof *r->idle)))
     rc = DLOCK_ENOMEM;
-  if (!rc) {
+  if (!rc && check) {
     /* dial once so a bad address or password is reported now */
     dlock__conn *c = NULL;
     rc = dlock__redis_dial(r, true, DLOCK__NEVER, &c);
@@ -573,6 +611,18 @@ static int redis_open(void **be, const char *url,
   }
   *be = r;
   return 0;
+}
+
+static int redis_open(void **be, const char *url,
+                      const struct dlock_options *o,
+                      struct dlock_client *core) {
+  return open_backend(be, url, o, core, true);
+}
+
+int dlock__redis_open_unchecked(void **be, const char *url,
+                                const struct dlock_options *o,
+                                struct dlock_client *core) {
+  return open_backend(be, url, o, core, false);
 }
 
 static const char *const redis_schemes[] = {"redis", "rediss", "unix", NULL};

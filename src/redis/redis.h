@@ -48,6 +48,12 @@ typedef struct dlock__redis {
   dlock__redis_watch *ws;
 } dlock__redis;
 
+/* Opens the backend as its `open` does, but without the round trip that
+ * checks the server (a Redlock node that is down when the client is
+ * created: it is dialled at each request, as a broken connection is). */
+int dlock__redis_open_unchecked(void **be, const char *url,
+                                const struct dlock_options *o,
+                                struct dlock_client *core);
 /* Connects and runs the handshake (AUTH, SELECT, CLIENT SETNAME) within
  * the connect timeout, or sooner when `deadline` (monotonic ms) is. */
 int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t deadline,
@@ -99,6 +105,24 @@ void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c);
 /* DLOCK_EPROTO "<what>: unexpected reply"; frees rep. */
 int dlock__redis_unexpected(redisReply *rep, const char *what);
 
+/* One script call prepared apart from any connection, so that one thread
+ * can send it to several servers at once and read the replies as they
+ * come (Redlock, src/redlock/): the script, its keys and arguments, copied
+ * into one allocation. */
+typedef struct dlock__redis_req {
+  const dlock__script *s;
+  int nkeys, argc;
+  const char **argv; /* argc entries; [0..2] are filled by req_append */
+  size_t *lens;
+} dlock__redis_req;
+
+/* Copies argv[3..argc) (keys, then arguments; C strings). */
+int dlock__redis_req_set(dlock__redis_req *q, const dlock__script *s,
+                         int nkeys, int argc, const char **argv);
+/* Appends EVALSHA (or EVAL with the body, after a NOSCRIPT) to c. */
+int dlock__redis_req_append(dlock__conn *c, dlock__redis_req *q, bool body);
+void dlock__redis_req_clear(dlock__redis_req *q);
+
 /* locks.c: every lock kind */
 char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
                                 const char *name, const char *owner);
@@ -126,6 +150,27 @@ int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                             int64_t *out);
 int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                             dlock_lock_state_t **out);
+
+/* The reentrant and fenced lock's acquire (never queued: a->q is
+ * ignored), release and renewal as requests and reply parsers, for
+ * Redlock. The parsers take the reply (freed) and return as
+ * dlock__redis_lock_acquire, _release and _renew do. */
+int dlock__redis_lock_acquire_req(void *be, const dlock__acquire *a,
+                                  dlock__redis_req *q);
+int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
+                                    int64_t *pttl, int64_t *token);
+int dlock__redis_lock_release_req(void *be, void *bh, dlock_lock_kind_t kind,
+                                  const char *name, const char *owner,
+                                  int64_t lease_ms, const char *request_id,
+                                  dlock__redis_req *q);
+int dlock__redis_lock_release_reply(redisReply *rep);
+/* Raises the fenced lock's token counter to at least `token`. */
+int dlock__redis_token_raise_req(const char *name, int64_t token,
+                                 dlock__redis_req *q);
+/* Items of kind DLOCK__HK_LOCK only; results go to items[i].result. */
+int dlock__redis_lock_renew_req(const dlock__renewal *items, size_t n,
+                                int64_t lease_ms, dlock__redis_req *q);
+int dlock__redis_lock_renew_reply(redisReply *rep, size_t n, int *results);
 
 /* sync.c: semaphores, permit semaphores, count-down latches */
 char *dlock__redis_sync_channel(void *be, dlock__sync_kind kind,

@@ -21,6 +21,7 @@ extern const dlock__script dlock__script_lock_force_release;
 extern const dlock__script dlock__script_lock_leave;
 extern const dlock__script dlock__script_lock_renew;
 extern const dlock__script dlock__script_lock_state;
+extern const dlock__script dlock__script_token_raise;
 extern const dlock__script dlock__script_fair_acquire;
 extern const dlock__script dlock__script_fair_leave;
 extern const dlock__script dlock__script_fair_release;

@@ -1687,6 +1687,146 @@ static void g_server_busy_script(void) {
   group_done("server_busy_script", failed);
 }
 
+/* ------------------------------------------- Redlock and multilock */
+
+THUNK(t_rl_timing_null, dlock_options_set_redlock_timing(NULL, 50, 10, 2))
+THUNK(t_rl_timing_node, dlock_options_set_redlock_timing(x->o, x->num, 10, 2))
+THUNK(t_rl_timing_factor,
+      dlock_options_set_redlock_timing(x->o, 50, x->num, 2))
+THUNK(t_rl_timing_fixed, dlock_options_set_redlock_timing(x->o, 50, 10, x->num))
+
+/* dlock_client_new_redlock with x->num copies of the server's URL (or of
+ * the row's argument), a NULL at index -x->num - 1 when x->num < 0. */
+static int t_rl_new(tctx_t *x) {
+  const char *urls[4] = {x->s->url, x->arg ? x->arg : x->s->url,
+                         "redis://127.0.0.1:1", NULL};
+  dlock_client_t *c = NULL;
+  size_t n = x->num;
+  if (x->num == -2) { /* urls[1] NULL */
+    urls[1] = NULL;
+    n = 3;
+  }
+  int rc = dlock_client_new_redlock(&c, urls, n, NULL);
+  if (rc != 0 && c != NULL)
+    return wrong(x, "*out is not NULL after a failure");
+  dlock_client_free(c);
+  return rc;
+}
+THUNK(t_rl_new_out_null, dlock_client_new_redlock(NULL, NULL, 3, NULL))
+static int t_rl_new_urls_null(tctx_t *x) {
+  dlock_client_t *c = NULL;
+  (void)x;
+  return dlock_client_new_redlock(&c, NULL, 3, NULL);
+}
+THUNK(t_rl_nodes_plain, dlock_client_nodes(x->c) == 0 ? 0 : WRONG)
+static int t_node_state_plain(tctx_t *x) {
+  dlock_lock_state_t *st = NULL;
+  int rc = dlock_lock_node_state(x->l, 0, &st);
+  dlock_lock_state_free(st);
+  return rc;
+}
+THUNK(t_node_state_out_null, dlock_lock_node_state(x->l, 0, NULL))
+THUNK(t_ml_new_out_null, dlock_multilock_new(NULL, &x->l, 1))
+static int t_ml_new(tctx_t *x) {
+  dlock_multilock_t *m = NULL;
+  dlock_lock_t *locks[2] = {x->l, x->num == 1 ? NULL : x->l};
+  int rc = dlock_multilock_new(&m, x->num == 0 ? NULL : locks,
+                               x->num == 0 ? 0 : 2);
+  if (rc != 0 && m != NULL)
+    return wrong(x, "*out is not NULL after a failure");
+  dlock_multilock_free(m);
+  return rc;
+}
+THUNK(t_ml_acquire_null, dlock_multilock_acquire(NULL, 0, 1000))
+THUNK(t_ml_release_null, dlock_multilock_release(NULL))
+THUNK(t_ml_size_null, dlock_multilock_size(NULL) == 0 ? 0 : WRONG)
+static int t_ml_use(tctx_t *x) {
+  dlock_multilock_t *m = NULL;
+  int rc = dlock_multilock_new(&m, &x->l, 1);
+  if (rc)
+    return rc;
+  if (strcmp(x->arg, "wait") == 0)
+    rc = dlock_multilock_acquire(m, -5, 1000);
+  else if (strcmp(x->arg, "lease") == 0)
+    rc = dlock_multilock_acquire(m, 0, 0);
+  else if (strcmp(x->arg, "tid") == 0)
+    rc = dlock_multilock_acquire_as(m, 0, 0, 1000);
+  else
+    rc = dlock_multilock_release(m);
+  dlock_multilock_free(m);
+  return rc;
+}
+
+static void g_redlock_multilock(void) {
+  tctx_t x;
+  setup(&x, NULL);
+  static const row_t rows[] = {
+      ROW("dlock_options_set_redlock_timing", "opts NULL", t_rl_timing_null,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_redlock_timing", "node timeout 0",
+          t_rl_timing_node, NULL, 0, DLOCK_EINVAL,
+          "Redlock node timeout must be from 1"),
+      ROW("dlock_options_set_redlock_timing", "drift 501 per mille",
+          t_rl_timing_factor, NULL, 501, DLOCK_EINVAL,
+          "Redlock drift must be from 0 to 500"),
+      ROW("dlock_options_set_redlock_timing", "fixed drift -1",
+          t_rl_timing_fixed, NULL, -1, DLOCK_EINVAL,
+          "Redlock fixed drift must be"),
+      ROW("dlock_options_set_redlock_timing", "50, 10, 2", t_rl_timing_node,
+          NULL, 50, DLOCK_OK, NULL),
+      ROW("dlock_client_new_redlock", "out NULL", t_rl_new_out_null, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_client_new_redlock", "urls NULL", t_rl_new_urls_null, NULL,
+          0, DLOCK_EINVAL, "urls is NULL"),
+      ROW("dlock_client_new_redlock", "0 nodes", t_rl_new, NULL, 0,
+          DLOCK_EINVAL, "must be odd"),
+      ROW("dlock_client_new_redlock", "2 nodes", t_rl_new, "redis://h:2", 2,
+          DLOCK_EINVAL, "must be odd"),
+      ROW("dlock_client_new_redlock", "16 nodes", t_rl_new, NULL, 16,
+          DLOCK_EINVAL, "must be odd"),
+      ROW("dlock_client_new_redlock", "urls[1] NULL", t_rl_new, NULL, -2,
+          DLOCK_EINVAL, "urls[1] is NULL"),
+      ROW("dlock_client_new_redlock", "the same URL twice", t_rl_new, NULL, 3,
+          DLOCK_EINVAL, "are the same URL"),
+      ROW("dlock_client_new_redlock", "a node not Redis", t_rl_new,
+          "zk://127.0.0.1:2181", 3, DLOCK_EURL, "node 2"),
+      ROW("dlock_client_new_redlock", "two of three nodes down", t_rl_new,
+          "redis://127.0.0.1:2", 3, DLOCK_EUNAVAILABLE,
+          "2 of 3 nodes are down"),
+      ROW("dlock_client_nodes", "a one-server client: 0", t_rl_nodes_plain,
+          NULL, 0, DLOCK_OK, NULL),
+      ROW("dlock_lock_node_state", "not a Redlock client", t_node_state_plain,
+          NULL, 0, DLOCK_EINVAL, "not a Redlock client"),
+      ROW("dlock_lock_node_state", "out NULL", t_node_state_out_null, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_multilock_new", "out NULL", t_ml_new_out_null, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_multilock_new", "no locks", t_ml_new, NULL, 0, DLOCK_EINVAL,
+          "no locks given"),
+      ROW("dlock_multilock_new", "locks[1] NULL", t_ml_new, NULL, 1,
+          DLOCK_EINVAL, "locks[1] is NULL"),
+      ROW("dlock_multilock_new", "one lock twice", t_ml_new, NULL, 2,
+          DLOCK_EINVAL, "are the same lock"),
+      ROW("dlock_multilock_size", "NULL: 0", t_ml_size_null, NULL, 0,
+          DLOCK_OK, NULL),
+      ROW("dlock_multilock_acquire", "NULL", t_ml_acquire_null, NULL, 0,
+          DLOCK_EINVAL, "multilock is NULL"),
+      ROW("dlock_multilock_acquire", "wait -5", t_ml_use, "wait", 0,
+          DLOCK_EINVAL, "wait must be"),
+      ROW("dlock_multilock_acquire", "lease 0", t_ml_use, "lease", 0,
+          DLOCK_EINVAL, "lease must be"),
+      ROW("dlock_multilock_acquire_as", "thread id 0", t_ml_use, "tid", 0,
+          DLOCK_EINVAL, "thread id 0"),
+      ROW("dlock_multilock_release", "NULL", t_ml_release_null, NULL, 0,
+          DLOCK_EINVAL, "multilock is NULL"),
+      ROW("dlock_multilock_release", "not held", t_ml_use, "release", 0,
+          DLOCK_ENOTOWNER, "not held"),
+  };
+  int failed = RUN_ROWS(&x, "redlock_multilock", rows);
+  teardown(&x);
+  group_done("redlock_multilock", failed);
+}
+
 static const check_case_t cases[] = {
     {"null_args", g_null_args},
     {"codes", g_codes},
@@ -1706,6 +1846,7 @@ static const check_case_t cases[] = {
     {"server_readonly_replica", g_server_readonly_replica},
     {"server_oom", g_server_oom},
     {"server_busy_script", g_server_busy_script},
+    {"redlock_multilock", g_redlock_multilock},
 };
 
 int main(int argc, char **argv) {

@@ -9,11 +9,15 @@
  *
  * Grammar: options (short clusters "-nv", "-w5", "-w 5"; long "--wait=5",
  * "--wait 5"; "--" ends them), then NAME, then either "-c CMD" or COMMAND
- * ARG... verbatim. "-c CMD" may also come before NAME. Every rule that the
- * contract states about combinations is checked here, so main() only deals
- * with the outside world. Options the command does not serve yet (--all,
- * a second -u) are recognised and refused with "not available yet" (exit
- * 64).
+ * ARG... verbatim. "-c CMD" may also come before NAME. With -M (--multi)
+ * several NAMEs come first, up to a "--" that is then required before the
+ * command: `dlock -M a b c -- cmd` (a multilock of the names). Every rule
+ * that the contract states about combinations is checked here, so main()
+ * only deals with the outside world.
+ *
+ * Several servers. An odd number of -u makes a Redlock (a majority of the
+ * servers must grant); with --all, every server must (a multilock across
+ * them), and the number may be even. Both serve the exclusive kind only.
  *
  * Kinds. -x (the default) and -F are exclusive, -s is shared; -x and -s, and
  * -F and -s, exclude each other (64). With --status and --force-unlock the
@@ -59,6 +63,7 @@ enum opt_id {
   O_KEY,
   O_SNI,
   O_INSECURE,
+  O_MULTI,
   O_HELP,
   O_VERSION
 };
@@ -98,6 +103,7 @@ static const struct optdef optdefs[] = {
     {"key", 0, true, O_KEY},
     {"sni", 0, true, O_SNI},
     {"insecure", 0, false, O_INSECURE},
+    {"multi", 'M', false, O_MULTI},
     {"help", 'h', false, O_HELP},
     {"version", 0, false, O_VERSION},
 };
@@ -106,7 +112,7 @@ static const struct optdef optdefs[] = {
 /* What the options said, before the final consistency checks. */
 struct seen {
   bool nonblock, wait, lease, watchdog, status, force_unlock, json;
-  bool exclusive, shared, fair, limit;
+  bool exclusive, shared, fair, limit, multi;
 };
 
 void cli_printable(const char *s, size_t max, char *out, size_t outlen) {
@@ -257,14 +263,6 @@ static int opt_secs(const char *spelled, const char *value, int64_t min_ms,
   return 0;
 }
 
-static int not_yet(char *err, size_t errlen, const char *spelled,
-                   const char *what) {
-  return fail(err, errlen,
-              "%s: %s not available yet (this dlock serves exclusive, "
-              "fair and shared locks on one Redis server)",
-              spelled, what);
-}
-
 /* Applies one option. `spelled` is how the user wrote it ("-w", "--wait"). */
 static int apply(const struct optdef *d, const char *spelled, char *value,
                  struct cli_opts *o, struct seen *sn, char *err,
@@ -273,17 +271,21 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
   long n;
   switch (d->id) {
   case O_URL:
-    if (o->url != NULL)
-      return fail(err, errlen,
-                  "%s given twice: several servers (Redlock, --all) are not "
-                  "available yet",
-                  spelled);
+    if (o->nurls == CLI_URLS_MAX)
+      return fail(err, errlen, "%s given more than %d times", spelled,
+                  CLI_URLS_MAX);
     if (value[0] == '\0')
       return fail(err, errlen, "%s: empty URL", spelled);
-    o->url = value;
+    if (o->url == NULL)
+      o->url = value;
+    o->urls[o->nurls++] = value;
     return 0;
   case O_ALL:
-    return not_yet(err, errlen, spelled, "multilock over several servers is");
+    o->all = true;
+    return 0;
+  case O_MULTI:
+    sn->multi = true;
+    return 0;
   case O_EXCLUSIVE:
     sn->exclusive = true;
     return 0;
@@ -517,12 +519,27 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
     return fail(err, errlen,
                 "missing lock NAME (usage: dlock [options] NAME [COMMAND "
                 "[ARG...]]; see dlock --help)");
-  o->name = argv[i++];
-  if (o->name[0] == '\0')
-    return fail(err, errlen, "the lock NAME must not be empty");
-  if (strlen(o->name) > CLI_NAME_MAX)
-    return fail(err, errlen, "the lock NAME is longer than %d bytes",
-                CLI_NAME_MAX);
+  o->names = &argv[i];
+  o->nnames = 1;
+  if (sn.multi) /* NAME... up to "--" (or the end) */
+    while (i + o->nnames < argc && argv[i + o->nnames] != NULL &&
+           strcmp(argv[i + o->nnames], "--") != 0)
+      o->nnames++;
+  for (int k = 0; k < o->nnames; k++) {
+    const char *nm = argv[i + k];
+    if (nm[0] == '\0')
+      return fail(err, errlen, "the lock NAME must not be empty");
+    if (strlen(nm) > CLI_NAME_MAX)
+      return fail(err, errlen, "the lock NAME is longer than %d bytes",
+                  CLI_NAME_MAX);
+    for (int j = 0; j < k; j++)
+      if (strcmp(argv[i + j], nm) == 0)
+        return fail(err, errlen, "-M: a NAME is given twice");
+  }
+  o->name = argv[i];
+  i += o->nnames;
+  if (sn.multi && i < argc && argv[i] != NULL)
+    i++; /* the "--" that ends the names */
 
   /* After NAME: "-c CMD", or COMMAND ARG... verbatim. */
   if (i < argc && argv[i] != NULL && is_dash_c(argv[i])) {
@@ -574,6 +591,23 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
                 o->tls_cert ? "--cert" : "--key",
                 o->tls_cert ? "--key" : "--cert");
 
+  if (o->all && o->nurls < 2)
+    return fail(err, errlen,
+                "--all goes with several -u (every server must grant)");
+  if (o->nurls > 1 && !o->all && o->nurls % 2 == 0)
+    return fail(err, errlen,
+                "%d -u servers: a Redlock needs an odd number (a majority of "
+                "an even number tolerates no more failures than one server "
+                "fewer); add or drop one, or give --all",
+                o->nurls);
+  if ((o->nurls > 1 || sn.multi) && (sn.shared || sn.fair || sn.limit) &&
+      !sn.status && !sn.force_unlock)
+    return fail(err, errlen,
+                "%s: several servers and -M serve the exclusive kind only",
+                sn.shared ? "-s" : sn.fair ? "-F" : "-N");
+  if (sn.multi && (sn.status || sn.force_unlock))
+    return fail(err, errlen, "%s takes one NAME: give it once per name",
+                sn.status ? "--status" : "--force-unlock");
   o->json = sn.json;
   o->kind = sn.limit    ? CLI_KIND_LIMIT
             : sn.shared ? CLI_KIND_SHARED

@@ -52,10 +52,18 @@ enum cli_kind {
 /* Longest NAME the command accepts (the suffixed name must fit). */
 #define CLI_NAME_MAX (DLOCK_NAME_MAX - (int)(sizeof CLI_SHARED_SUFFIX - 1))
 
+/* Most -u URLs (a Redlock's nodes, or --all's servers). */
+#define CLI_URLS_MAX 15
+
 struct cli_opts {
   enum cli_mode mode;
   const char *name;          /* the lock name (points into argv) */
   char *url;                 /* -u argument (points into argv), or NULL */
+  char *urls[CLI_URLS_MAX];  /* every -u, in order (urls[0] == url) */
+  int nurls;
+  bool all;                  /* --all: every -u server, not a majority */
+  char *const *names;        /* -M: NAME... (names[0] == name) */
+  int nnames;                /* 1 without -M */
   char *const *command;      /* COMMAND ARG... (NULL-terminated argv tail) */
   const char *shell_command; /* -c CMD, or NULL */
   const char *password_file; /* --password-file, or NULL */

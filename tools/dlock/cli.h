@@ -22,12 +22,17 @@
 
 #include "args.h"
 
-#define CLI_MAX_SECRETS 4
+#define CLI_MAX_SECRETS (4 + 2 * CLI_URLS_MAX)
 
 struct cli_ctx {
   const struct cli_opts *o;
   const char *url;       /* the backend URL in use */
   const char *url_shown; /* the same with the password as "***" */
+  /* every server (several -u: a Redlock's nodes or --all's servers);
+   * urls[0] == url; nurls >= 1 */
+  const char *urls[CLI_URLS_MAX];
+  const char *urls_shown[CLI_URLS_MAX];
+  int nurls;
   const char *secrets[CLI_MAX_SECRETS]; /* never printed */
   size_t nsecrets;
   dlock_options_t *dopts; /* library options (owned by main) */
@@ -50,8 +55,14 @@ int cli_exit_for(int err);
  * detail does not already name the backend. */
 int cli_lib_error(const struct cli_ctx *c, const char *subject, int err);
 
-/* Connects. 0, or an exit status after an error line. */
+/* Connects: to the one server, or with several -u and no --all to all
+ * of them as one Redlock client. 0, or an exit status after an error
+ * line. */
 int cli_connect(const struct cli_ctx *c, dlock_client_t **client);
+/* Connects to server i alone (--all, per-node status). Same returns;
+ * `quiet`: no error line (the caller reports). */
+int cli_connect_url(const struct cli_ctx *c, int i, bool quiet,
+                    dlock_client_t **client);
 
 /* The library kind of the main lock NAME for the selected kind: fenced for
  * -x, fair for -F; for -s there is none (returns DLOCK_READ, the kind of

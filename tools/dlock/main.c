@@ -43,7 +43,13 @@ static const char usage_text[] =
     "\n"
     "Options:\n"
     "  -u, --url URL            backend (default: $DLOCK_URL, else\n"
-    "                           " DEFAULT_URL ")\n"
+    "                           " DEFAULT_URL "); repeat it for\n"
+    "                           a Redlock over an odd number of independent\n"
+    "                           masters (a majority must grant; -x only)\n"
+    "      --all                with several -u: every server must grant\n"
+    "                           (a multilock across them)\n"
+    "  -M, --multi              several NAMEs, taken all or nothing:\n"
+    "                           dlock -M NAME1 NAME2 ... -- COMMAND (-x only)\n"
     "  -x, --exclusive          exclusive lock (the default), with a fencing\n"
     "                           token in DLOCK_TOKEN\n"
     "  -s, --shared             shared lock: any number of -s holders at once;\n"
@@ -223,6 +229,8 @@ int main(int argc, char **argv) {
   const char *env_pw = NULL, *pw = NULL, *env_url;
   size_t off, len;
   int rc = 0;
+  char *extra_secrets[2 * CLI_URLS_MAX];
+  int nextra = 0;
 
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) {
     fprintf(stderr, "dlock: %s\n", err);
@@ -274,6 +282,30 @@ int main(int argc, char **argv) {
   c.url_shown = shown;
   c.secrets[c.nsecrets++] = url_secret;
   c.secrets[c.nsecrets++] = url_pw;
+  c.urls[0] = url;
+  c.urls_shown[0] = shown;
+  c.nurls = 1;
+  /* More -u: a Redlock's nodes, or --all's servers; their secrets go out
+   * of argv too */
+  for (int k = 1; k < o.nurls; k++) {
+    char *u = strdup(o.urls[k]);
+    char *sh = u ? cli_url_redact(u) : NULL;
+    if (sh == NULL) {
+      free(u);
+      fprintf(stderr, "dlock: out of memory\n");
+      rc = CLI_EX_SOFTWARE;
+      goto out;
+    }
+    if (cli_url_secret_span(o.urls[k], &off, &len)) {
+      extra_secrets[nextra] = strndup(u + off, len);
+      c.secrets[c.nsecrets++] = extra_secrets[nextra++];
+      memset(o.urls[k] + off, '*', len);
+    }
+    extra_secrets[nextra] = cli_url_password(u);
+    c.secrets[c.nsecrets++] = extra_secrets[nextra++];
+    c.urls[c.nurls] = u;
+    c.urls_shown[c.nurls++] = sh;
+  }
 
   if (!cli_url_is_tls(url) && !o.tls &&
       (o.tls_cacert || o.tls_cacertdir || o.tls_cert || o.tls_sni ||
@@ -340,7 +372,7 @@ int main(int argc, char **argv) {
       goto out;
     }
     free(url);
-    c.url = url = bare;
+    c.url = c.urls[0] = url = bare;
     if (dlock_options_set_credentials(c.dopts, user, pw) != 0) {
       cli_msg(&c, "the library refused the credentials");
       rc = CLI_EX_USAGE;
@@ -370,6 +402,12 @@ int main(int argc, char **argv) {
   }
 
 out:
+  for (int k = 1; k < c.nurls; k++) {
+    free((char *)c.urls[k]);
+    free((char *)c.urls_shown[k]);
+  }
+  for (int k = 0; k < nextra; k++)
+    free(extra_secrets[k]);
   dlock_options_free(c.dopts);
   free(user);
   free(file_pw);

@@ -123,9 +123,23 @@ int cli_lib_error(const struct cli_ctx *c, const char *subject, int err) {
 int cli_connect(const struct cli_ctx *c, dlock_client_t **client) {
   int err;
   *client = NULL;
-  err = dlock_client_new(client, c->url, c->dopts);
+  if (c->nurls > 1 && !c->o->all)
+    err = dlock_client_new_redlock(client, c->urls, (size_t)c->nurls,
+                                   c->dopts);
+  else
+    err = dlock_client_new(client, c->url, c->dopts);
   if (err != 0)
     return cli_lib_error(c, NULL, err);
+  return 0;
+}
+
+int cli_connect_url(const struct cli_ctx *c, int i, bool quiet,
+                    dlock_client_t **client) {
+  int err;
+  *client = NULL;
+  err = dlock_client_new(client, c->urls[i], c->dopts);
+  if (err != 0)
+    return quiet ? cli_exit_for(err) : cli_lib_error(c, NULL, err);
   return 0;
 }
 

@@ -40,6 +40,16 @@
  *   gives up, the first is released. Release goes in the reverse order.
  *   Why one lock cannot do (slots, wake-ups across kinds, starvation):
  *   docs/LAYOUT.md, "Why an exclusive dlock takes two locks".
+ * - Several servers or names. Several -u without --all: one Redlock client
+ *   (the library's, a majority of the nodes), holding the fenced lock NAME
+ *   only (a Redlock has no read-write lock, so no -s). With --all (one
+ *   client per server) or -M (several NAMEs): a multilock ("group") of,
+ *   per client and name, the fenced lock and, on a one-server client, the
+ *   write side of NAME:dlock-rw, taken all or nothing by the library; no
+ *   DLOCK_TOKEN (the members' tokens are unrelated). A loss of any member
+ *   is the group's loss (--on-lost). A stop signal while a group is being
+ *   acquired ends dlock at once: an attempt's partial set is left to its
+ *   lease, as after a crash.
  * - DLOCK_TOKEN reaches the child through posix_spawn's environment array
  *   (built after the grant; setenv() is not safe once threads run). A fair
  *   or shared holder has no token: the variable is then absent.
@@ -86,6 +96,13 @@ struct run {
   dlock_permit_sem_t *sem;               /* -N: the semaphore, else NULL */
   char permit[DLOCK_PERMIT_ID_LEN + 1]; /* -N: the permit held */
   int64_t token;      /* fenced grant's token; 0: none */
+  /* several servers (--all) or names (-M): the group and what it owns */
+  dlock_multilock_t *multi;
+  dlock_lock_t **members;
+  size_t nmembers;
+  dlock_client_t **clients; /* --all: one per server; clients[0] == client */
+  size_t nclients;
+  char **side_names; /* -M: NAME:dlock-rw per name */
   int acquire_err;
   bool failed; /* no lock: worker_rc is the exit status */
   int worker_rc;
@@ -118,12 +135,96 @@ static void on_lost(void *userdata, const char *name, uint64_t thread_id,
   while (n < 0 && errno == EINTR);
 }
 
+static bool is_group(const struct cli_ctx *c) {
+  return c->o->all || c->o->nnames > 1;
+}
+
+static void group_free(struct run *r) {
+  dlock_multilock_free(r->multi);
+  r->multi = NULL;
+  for (size_t i = 0; i < r->nmembers; i++)
+    dlock_lock_free(r->members[i]);
+  free(r->members);
+  r->members = NULL;
+  r->nmembers = 0;
+  for (size_t i = 0; i < r->nclients; i++)
+    dlock_client_free(r->clients[i]);
+  free(r->clients);
+  r->clients = NULL;
+  r->nclients = 0;
+  r->client = NULL;
+  for (int i = 0; r->side_names && i < r->c->o->nnames; i++)
+    free(r->side_names[i]);
+  free(r->side_names);
+  r->side_names = NULL;
+}
+
+static int member_open(struct run *r, dlock_client_t *client,
+                        const char *name, dlock_lock_kind_t kind) {
+  dlock_lock_t *l = NULL;
+  int err = dlock_lock_new_kind(client, name, kind, &l);
+  if (err != 0)
+    return cli_lib_error(r->c, r->c->name_shown, err);
+  r->members[r->nmembers++] = l;
+  return 0;
+}
+
+/* Connects the group's clients and opens its members (see the design
+ * note). 0, or an exit status after an error line. */
+static int group_open(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  const struct cli_opts *o = c->o;
+  size_t nc = o->all ? (size_t)c->nurls : 1, nn = (size_t)o->nnames;
+  int rc = 0;
+  r->clients = calloc(nc, sizeof *r->clients);
+  r->members = calloc(2 * nc * nn, sizeof *r->members);
+  r->side_names = calloc(nn, sizeof *r->side_names);
+  if (!r->clients || !r->members || !r->side_names) {
+    cli_msg(c, "out of memory");
+    return CLI_EX_SOFTWARE;
+  }
+  for (size_t j = 0; j < nn; j++) {
+    r->side_names[j] = malloc(strlen(o->names[j]) + sizeof CLI_SHARED_SUFFIX);
+    if (!r->side_names[j]) {
+      cli_msg(c, "out of memory");
+      return CLI_EX_SOFTWARE;
+    }
+    strcpy(r->side_names[j], o->names[j]);
+    strcat(r->side_names[j], CLI_SHARED_SUFFIX);
+  }
+  for (size_t k = 0; k < nc && rc == 0; k++) {
+    rc = o->all ? cli_connect_url(c, (int)k, false, &r->clients[k])
+                : cli_connect(c, &r->clients[k]);
+    if (rc == 0)
+      r->nclients++;
+  }
+  for (size_t k = 0; k < r->nclients && rc == 0; k++) {
+    dlock_client_t *cl = r->clients[k];
+    for (size_t j = 0; j < nn && rc == 0; j++) {
+      rc = member_open(r, cl, o->names[j], DLOCK_FENCED);
+      if (rc == 0 && dlock_client_nodes(cl) == 0)
+        rc = member_open(r, cl, r->side_names[j], DLOCK_WRITE);
+    }
+  }
+  if (rc == 0) {
+    int err = dlock_multilock_new(&r->multi, r->members, r->nmembers);
+    if (err != 0)
+      rc = cli_lib_error(c, c->name_shown, err);
+  }
+  if (r->nclients > 0)
+    r->client = r->clients[0];
+  return rc;
+}
+
 /* Acquires the lock(s) of the selected kind as r->owner (see the design
  * note); 0 or a library error, with everything released on an error. */
 static int acquire_all(struct run *r) {
   const struct cli_opts *o = r->c->o;
   int64_t t0 = cli_now_ms(), wait = o->wait_ms;
   int err;
+  if (r->multi != NULL)
+    return dlock_multilock_acquire_as(r->multi, r->owner, o->wait_ms,
+                                      o->lease_ms);
   if (r->sem != NULL)
     return dlock_permit_sem_acquire(r->sem, o->wait_ms, o->lease_ms,
                                     r->permit);
@@ -160,17 +261,18 @@ static void *worker(void *arg) {
   struct run *r = arg;
   const struct cli_ctx *c = r->c;
   const struct cli_opts *o = c->o;
-  int rc = cli_connect(c, &r->client);
+  int rc = is_group(c) ? group_open(r) : cli_connect(c, &r->client);
   char b = 'A';
   ssize_t n;
-  if (rc == 0) {
+  if (rc == 0 && r->multi == NULL) {
     if (o->kind == CLI_KIND_LIMIT) {
       rc = cli_limit_open(c, r->client, &r->sem);
     } else if (o->kind == CLI_KIND_SHARED) {
       rc = cli_lock_new(c, r->client, true, DLOCK_READ, &r->lock);
     } else {
       rc = cli_lock_new(c, r->client, false, cli_main_kind(c), &r->lock);
-      if (rc == 0)
+      /* a Redlock has the fenced lock only (no read-write lock, no -s) */
+      if (rc == 0 && dlock_client_nodes(r->client) == 0)
         rc = cli_lock_new(c, r->client, true, DLOCK_WRITE, &r->side);
     }
   }
@@ -188,9 +290,15 @@ static void *worker(void *arg) {
       r->worker_rc = CLI_EX_SOFTWARE;
       goto done;
     }
-    if (o->verbose)
-      cli_msg(c, "connected to %s as client %s; acquiring '%s' (%s)",
-              c->url_shown, dlock_client_id(r->client), c->name_shown,
+    if (o->verbose && r->multi != NULL)
+      cli_msg(c, "connected to %d server(s)%s; acquiring %zu lock(s) all or "
+              "nothing ('%s'%s)",
+              o->all ? c->nurls : 1, c->nurls > 1 && !o->all ? " (Redlock)" : "",
+              r->nmembers, c->name_shown, o->nnames > 1 ? ", ..." : "");
+    else if (o->verbose)
+      cli_msg(c, "connected to %s%s as client %s; acquiring '%s' (%s)",
+              c->url_shown, c->nurls > 1 ? " and more (Redlock)" : "",
+              dlock_client_id(r->client), c->name_shown,
               o->kind == CLI_KIND_SHARED  ? "shared"
               : o->kind == CLI_KIND_FAIR  ? "fair, exclusive"
               : o->kind == CLI_KIND_LIMIT ? "one of the semaphore's permits"
@@ -360,10 +468,32 @@ static void release_and_close(struct run *r) {
     release_permit(r);
     goto close;
   }
+  if (r->multi != NULL) {
+    int err = dlock_multilock_release_as(r->multi, r->owner);
+    if (err == 0 && c->o->verbose)
+      cli_msg(c, "released the %zu locks of '%s'%s", r->nmembers,
+              c->name_shown, c->o->nnames > 1 ? " and the other names" : "");
+    else if ((err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) &&
+             ((c->o->lease_ms <= 0 && !r->lost) || c->o->verbose > 0))
+      cli_msg(c, "a lock of '%s' was no longer ours at release (%s)",
+              c->name_shown,
+              c->o->lease_ms > 0 ? "its fixed lease had run out"
+                                 : "it was lost");
+    else if (err != 0 && err != DLOCK_ELOST && err != DLOCK_ENOTOWNER) {
+      char subject[256];
+      snprintf(subject, sizeof subject, "releasing '%s'", c->name_shown);
+      cli_lib_error(c, subject, err);
+    }
+    goto close;
+  }
   if (r->side != NULL)
     release_one(r, r->side);
   release_one(r, r->lock);
 close:
+  if (r->clients != NULL) {
+    group_free(r);
+    return;
+  }
   dlock_permit_sem_free(r->sem);
   r->sem = NULL;
   dlock_lock_free(r->side);
@@ -522,7 +652,7 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
     die_by_signal(signo);
   /* -N: whether a permit was granted cannot be asked; one granted in flight
    * comes back when its lease runs out, as after a crash */
-  if (r->sem != NULL)
+  if (r->sem != NULL || r->multi != NULL)
     die_by_signal(signo);
   /* Granted means the last lock of the kind is held (the write side of an
    * exclusive kind is taken after NAME). An exclusive holder still waiting
@@ -767,6 +897,10 @@ int cli_run(struct cli_ctx *c) {
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
               c->name_shown, secs(r.t_acquired - r.t_start));
+    if (r.clients != NULL) {
+      group_free(&r);
+      return r.worker_rc;
+    }
     dlock_permit_sem_free(r.sem);
     dlock_lock_free(r.side);
     dlock_lock_free(r.lock);
@@ -790,6 +924,8 @@ int cli_run(struct cli_ctx *c) {
     else if (r.sem != NULL)
       cli_msg(c, "permit %s of %ld; no fencing token (DLOCK_TOKEN is not set)",
               r.permit, c->o->limit);
+    else if (r.multi != NULL)
+      cli_msg(c, "no fencing token: several locks (DLOCK_TOKEN is not set)");
     else
       cli_msg(c, "no fencing token: %s lock (DLOCK_TOKEN is not set)",
               c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");

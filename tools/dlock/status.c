@@ -9,6 +9,9 @@
  * unprintable, the JSON output escapes per RFC 8259 and turns bytes that are
  * not UTF-8 into U+FFFD, so the output is always one valid JSON object.
  * Which locks a view reads, per kind, is described above cli_status().
+ * With several -u (a Redlock, or --all) --status shows each server's own
+ * view, one client per server (status_nodes), and --force-unlock breaks
+ * the lock on each server in turn.
  */
 #include "cli.h"
 
@@ -195,10 +198,116 @@ static int read_view(const struct cli_ctx *c, dlock_client_t *client,
  * reads the fair lock NAME (its queue with each waiter's deadline), -s the
  * read-write lock (readers, or the exclusive holder's write side).
  */
+/*
+ * Several -u (a Redlock, or --all): each server's own view of the lock NAME
+ * (fenced), one line (or one JSON object) per server, read with a client of
+ * its own so that a server that is down shows as such. Held (exit 0) when a
+ * majority holds it for one owner (every server with --all).
+ */
+static int status_nodes(struct cli_ctx *c) {
+  int held_by_first = 0, answered = 0;
+  char first_owner[256] = "";
+  if (c->o->json)
+    fputs("{\"name\":", stdout);
+  if (c->o->json) {
+    cli_json_string(stdout, c->o->name);
+    printf(",\"mode\":\"%s\",\"nodes\":[", c->o->all ? "all" : "redlock");
+  } else {
+    char nm[160];
+    cli_printable(c->o->name, 120, nm, sizeof nm);
+    printf("lock:    %s (%s over %d servers)\n", nm,
+           c->o->all ? "every server" : "Redlock, a majority", c->nurls);
+  }
+  for (int i = 0; i < c->nurls; i++) {
+    dlock_client_t *client = NULL;
+    dlock_lock_t *lock = NULL;
+    dlock_lock_state_t *st = NULL;
+    int err = cli_connect_url(c, i, true, &client) == 0 ? 0 : -1;
+    char why[256] = "";
+    if (err != 0)
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+    if (err == 0 && (err = dlock_lock_new_kind(client, c->o->name,
+                                               DLOCK_FENCED, &lock)) == 0)
+      err = dlock_lock_state(lock, &st);
+    if (err != 0 && why[0] == '\0')
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+    bool held = err == 0 && st->nholders > 0 && st->kind != NULL &&
+                strcmp(st->kind, "free") != 0;
+    const char *owner = held && st->holders[0].owner ? st->holders[0].owner
+                                                      : "";
+    if (err == 0)
+      answered++;
+    if (held && first_owner[0] == '\0')
+      snprintf(first_owner, sizeof first_owner, "%s", owner);
+    if (held && strcmp(owner, first_owner) == 0)
+      held_by_first++;
+    if (c->o->json) {
+      printf("%s{\"url\":", i ? "," : "");
+      cli_json_string(stdout, c->urls_shown[i]);
+      printf(",\"up\":%s,\"held\":%s", err == 0 ? "true" : "false",
+             held ? "true" : "false");
+      fputs(",\"owner\":", stdout);
+      if (held)
+        cli_json_string(stdout, owner);
+      else
+        fputs("null", stdout);
+      fputs(",\"lease_ms\":", stdout);
+      if (held && st->ttl_ms >= 0)
+        printf("%lld", (long long)st->ttl_ms);
+      else
+        fputs("null", stdout);
+      fputs(",\"token\":", stdout);
+      if (err == 0 && st->token > 0)
+        printf("%lld", (long long)st->token);
+      else
+        fputs("null", stdout);
+      fputs(",\"error\":", stdout);
+      if (err != 0)
+        cli_json_string(stdout, why);
+      else
+        fputs("null", stdout);
+      fputc('}', stdout);
+    } else {
+      char ow[160];
+      cli_printable(owner, 120, ow, sizeof ow);
+      if (err != 0)
+        printf("node %d:  %s: unreachable (%s)\n", i + 1, c->urls_shown[i],
+               why);
+      else if (held)
+        printf("node %d:  %s: held by %s (count %lld, %lld ms left, token "
+               "%lld)\n",
+               i + 1, c->urls_shown[i], ow, (long long)st->holders[0].count,
+               (long long)st->ttl_ms, (long long)st->token);
+      else
+        printf("node %d:  %s: free (token %lld)\n", i + 1, c->urls_shown[i],
+               (long long)st->token);
+    }
+    dlock_lock_state_free(st);
+    dlock_lock_free(lock);
+    dlock_client_free(client);
+  }
+  int need = c->o->all ? c->nurls : c->nurls / 2 + 1;
+  bool held = held_by_first >= need;
+  if (c->o->json)
+    printf("],\"held\":%s}\n", held ? "true" : "false");
+  else
+    printf("held:    %s (%d of %d servers hold it for one owner; %d "
+           "needed)\n",
+           held ? "yes" : "no", held_by_first, c->nurls, need);
+  if (fflush(stdout) != 0)
+    return CLI_EX_SOFTWARE;
+  if (answered == 0)
+    return CLI_EX_UNAVAILABLE;
+  return held ? 0 : 1;
+}
+
 int cli_status(struct cli_ctx *c) {
   dlock_client_t *client;
   struct view v, rw;
-  int rc = cli_connect(c, &client);
+  int rc;
+  if (c->nurls > 1)
+    return status_nodes(c);
+  rc = cli_connect(c, &client);
   if (rc != 0)
     return rc;
   memset(&v, 0, sizeof v);
@@ -233,13 +342,27 @@ int cli_status(struct cli_ctx *c) {
 
 /* Breaks what the kind takes: the main lock NAME (fenced, or fair with -F)
  * and the read-write lock NAME:dlock-rw; with -s only the latter. */
+static int force_unlock_one(struct cli_ctx *c, dlock_client_t *client);
+
+/* With several -u: on every server, each with a client of its own. */
 int cli_force_unlock(struct cli_ctx *c) {
   dlock_client_t *client;
+  int rc = 0;
+  for (int i = 0; i < c->nurls; i++) {
+    int one = c->nurls > 1 ? cli_connect_url(c, i, false, &client)
+                           : cli_connect(c, &client);
+    if (one == 0)
+      one = force_unlock_one(c, client);
+    if (one != 0 && rc == 0)
+      rc = one;
+  }
+  return rc;
+}
+
+static int force_unlock_one(struct cli_ctx *c, dlock_client_t *client) {
   dlock_lock_t *lock = NULL;
   bool was = false, was_rw = false;
-  int rc = cli_connect(c, &client), err = 0;
-  if (rc != 0)
-    return rc;
+  int rc = 0, err = 0;
   if (c->o->kind != CLI_KIND_SHARED) {
     rc = cli_lock_new(c, client, false, cli_main_kind(c), &lock);
     if (rc == 0)

@@ -82,8 +82,12 @@ usage "--limit=abc" --limit=abc NAME true
 usage "-N above the maximum" -N 1000001 NAME true
 usage "-N with -F" -N 2 -F NAME true
 usage "-N with -x" -x --limit 2 NAME true
-usage "--all not available yet" --all -u redis://a -u redis://b NAME true
-usage "two -u not available yet" -u redis://127.0.0.1:1 -u redis://127.0.0.1:2 NAME true
+usage "--all with one -u" --all -u redis://a NAME true
+usage "two -u: a Redlock needs an odd number" -u redis://127.0.0.1:1 -u redis://127.0.0.1:2 NAME true
+usage "-s with several -u" -s -u redis://a -u redis://b -u redis://c NAME true
+usage "-F with -M" -F -M a b -- true
+usage "-M with --status" --status -M a b
+usage "-M: a name twice" -M a b a -- true
 usage "--cert without --key" -u rediss://127.0.0.1:1 --cert "$T/pwfile" NAME true
 usage "--key without --cert" -u rediss://127.0.0.1:1 --key "$T/pwfile" NAME true
 usage "--cacert empty" -u rediss://127.0.0.1:1 --cacert '' NAME true

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# redlock.sh [N] [redlock-bench options] - starts N (default 5) private
+# redis-servers on free 127.0.0.1 ports (temp dirs, no persistence), runs
+# redlock-bench over them (then node-redlock and go-redsync over the same
+# servers, when bench/peers has its node modules and Go is installed), and
+# stops them by PID whatever happens.
+#   bench/redlock.sh 5 --iters 5000
+# REDLOCK_BENCH: the binary (default build/bench/redlock-bench).
+set -u
+n=${1:-5}
+shift || true
+bin=${REDLOCK_BENCH:-build/bench/redlock-bench}
+dir=$(mktemp -d "${TMPDIR:-/tmp}/redlock-bench-XXXXXX") || exit 1
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]+"${pids[@]}"}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]+"${pids[@]}"}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$p" 2>/dev/null
+  done
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT INT TERM
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+urls=()
+for i in $(seq "$n"); do
+  port=$(free_port)
+  mkdir -p "$dir/$i"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$dir/$i" --logfile "$dir/$i/log" &
+  pids+=($!)
+  for _ in $(seq 200); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    sleep 0.05
+  done
+  urls+=("redis://127.0.0.1:$port")
+done
+"$bin" "$@" "${urls[@]}"
+# node-redlock over the same servers, when bench/peers has its modules
+# (npm ci in bench/peers)
+peers=$(dirname "$0")/peers
+if command -v node >/dev/null && [ -d "$peers/node_modules/redlock" ]; then
+  node "$peers/redlock_latency.js" 3000 "${urls[@]}"
+fi
+# go-redsync v4 over the same servers, when Go is installed (go build
+# fetches the modules of bench/peers/redsync/go.mod)
+if command -v go >/dev/null; then
+  (cd "$peers/redsync" && go build -o "$dir/redsync-latency" . ) &&
+    "$dir/redsync-latency" 3000 "${urls[@]}"
+fi
