@@ -40,10 +40,18 @@ rm -rf target/surefire-reports
 # Maven in batch mode, quiet (failures are still printed in full); the
 # summary line is printed below from Surefire's reports.
 rc=0
-"$root/tests/harness/with-redis.sh" -- sh -c '
+# Three private servers: the first is the one most tests use (dlock.url);
+# all three are the independent masters of the Redlock and MultiLock tests
+# (dlock.urls). Each with-redis.sh stops its own server by PID.
+with_redis="$root/tests/harness/with-redis.sh"
+"$with_redis" -- sh -c 'DLOCK_URL_A=$DLOCK_URL exec "$0" "$@"' \
+  "$with_redis" -- sh -c 'DLOCK_URL_B=$DLOCK_URL exec "$0" "$@"' \
+  "$with_redis" -- sh -c '
   bin=$1 helper=$2
   shift 2
-  exec mvn -q -B -Dstyle.color=never "$@" test -Ddlock.url="$DLOCK_URL" -Ddlock.bin="$bin" -Ddlock.helper="$helper"
+  exec mvn -q -B -Dstyle.color=never "$@" test -Ddlock.url="$DLOCK_URL_A" \
+    -Ddlock.urls="$DLOCK_URL_A,$DLOCK_URL_B,$DLOCK_URL" \
+    -Ddlock.bin="$bin" -Ddlock.helper="$helper"
 ' run.sh "$dlock_bin" "$helper" "$@" || rc=$?
 
 # One summary line, as Surefire words it, summed over its XML reports.
