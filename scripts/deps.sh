@@ -4,10 +4,13 @@
 set -euo pipefail
 # build and run; clang + libclang-rt-14-dev: libFuzzer (tests/fuzz);
 # valgrind: memcheck over the integration tests; iproute2 + iptables: the
-# fault suite's network partitions (tests/fault, in a private namespace)
+# fault suite's network partitions (tests/fault, in a private namespace);
+# libcurl4-openssl-dev + libjson-c-dev: the etcd backend (its gRPC gateway);
+# etcd-server + etcd-client: its tests and interop (etcdctl lock)
 pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
       redis-server redis-tools clang libclang-rt-14-dev valgrind
-      iproute2 iptables)
+      iproute2 iptables libcurl4-openssl-dev libjson-c-dev
+      etcd-server etcd-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -265,5 +265,6 @@ void dlock__log(struct dlock_client *c, dlock_log_level_t level,
 const dlock__backend_ops *dlock__backend_for_url(const char *url);
 
 extern const dlock__backend_ops dlock__redis_backend;
+extern const dlock__backend_ops dlock__etcd_backend;
 
 #endif

@@ -15,6 +15,7 @@
 
 static const dlock__backend_ops *const backends[] = {
     &dlock__redis_backend, /* redis://, unix:// */
+    &dlock__etcd_backend,  /* etcd://, etcds:// */
 };
 
 #define NBACKENDS (sizeof backends / sizeof backends[0])
