@@ -22,6 +22,7 @@
 #include <dlock/dlock.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -317,15 +318,408 @@ static void t_fencing(void) {
   th_etcd_stop(e);
 }
 
+/* ------------------------------------------------------------- processes */
+
+#define PROCS 4
+#define PROC_ITERS 15
+
+/* `--child-counter URL FILE ITERS`: increments the number in FILE under
+ * the lock "proc", non-atomically (read, yield, write). */
+static int child_counter(const char *url, const char *file, int iters) {
+  dlock_client_t *c = client(url);
+  dlock_lock_t *l = lock_kind(c, "proc", DLOCK_REENTRANT);
+  for (int i = 0; i < iters; i++) {
+    CHECK_OK(dlock_lock_acquire(l, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+    FILE *f = fopen(file, "r+");
+    CHECK(f);
+    long long v = 0;
+    if (fscanf(f, "%lld", &v) != 1)
+      v = 0;
+    sched_yield();
+    rewind(f);
+    fprintf(f, "%lld\n", v + 1);
+    CHECK(fclose(f) == 0);
+    CHECK_OK(dlock_lock_release(l));
+  }
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return 0;
+}
+
+static pid_t spawn_self(char *const argv[]) {
+  pid_t p = fork();
+  CHECK(p >= 0);
+  if (p == 0) {
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  return p;
+}
+
+/* Waits for pid within ms; its exit status, or -1 (killed then). */
+static int reap_within(pid_t pid, int64_t ms) {
+  int st = 0;
+  bool ok = false;
+  TH_WAIT_FOR(ok, waitpid(pid, &st, WNOHANG) == pid, ms);
+  if (!ok) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void t_processes(void) {
+  th_etcd_t *e = cluster(3);
+  char file[] = "/tmp/dlock-etcd-counter-XXXXXX";
+  int fd = mkstemp(file);
+  CHECK(fd >= 0);
+  CHECK(write(fd, "0\n", 2) == 2);
+  close(fd);
+  char iters[16];
+  snprintf(iters, sizeof iters, "%d", PROC_ITERS);
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) {
+    char *argv[] = {(char *)g_exe, "--child-counter", (char *)th_etcd_url(e),
+                    file, iters, NULL};
+    pids[i] = spawn_self(argv);
+  }
+  for (int i = 0; i < PROCS; i++)
+    CHECK_INT(reap_within(pids[i], 90000), ==, 0);
+  FILE *f = fopen(file, "r");
+  CHECK(f);
+  long long v = 0;
+  CHECK(fscanf(f, "%lld", &v) == 1);
+  fclose(f);
+  unlink(file);
+  CHECK_INT(v, ==, PROCS * PROC_ITERS);
+  th_etcd_stop(e);
+}
+
+/* ------------------------------------------------------------------ order */
+
+static void t_fifo(void) {
+  /* waiters get the lock in the order they asked: by create revision */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "fifo", DLOCK_FENCED);
+  int64_t t0 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t0));
+  waiter_t w[3];
+  atomic_int counter = 0;
+  bool ok = false;
+  for (int i = 0; i < 3; i++) {
+    waiter_start(&w[i], th_etcd_url(e), "fifo", DLOCK_FENCED, WAIT_MS);
+    w[i].counter = &counter;
+    atomic_store(&w[i].release, true); /* each releases once it has it */
+    TH_WAIT_FOR(ok, nwaiters(l) == (size_t)i + 1, 10000);
+    CHECK(ok);
+  }
+  dlock_lock_state_t *st = state(l);
+  CHECK_INT(st->nwaiters, ==, 3);
+  printf("holder: %s\n", st->holders[0].owner);
+  for (size_t i = 0; i < st->nwaiters; i++)
+    printf("waiter %zu: %s\n", i, st->waiters[i]);
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(l));
+  for (int i = 0; i < 3; i++) {
+    pthread_join(w[i].th, NULL);
+    CHECK_INT(atomic_load(&w[i].rc), ==, 0);
+    CHECK_INT(atomic_load(&w[i].order), ==, i + 1);
+    CHECK_INT(atomic_load(&w[i].token), >, i ? atomic_load(&w[i - 1].token)
+                                             : t0);
+  }
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ------------------------------------------------------------------ lease */
+
+typedef struct lost_rec {
+  atomic_int n;
+  atomic_int reason;
+} lost_rec_t;
+
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason) {
+  (void)name;
+  (void)tid;
+  lost_rec_t *r = ud;
+  atomic_store(&r->reason, (int)reason);
+  atomic_fetch_add(&r->n, 1);
+}
+
+/* `--child-hold URL NAME SESSION_MS`: holds the fenced lock NAME on a
+ * session of SESSION_MS, prints "held <token>", waits until its lost
+ * callback reports the session's end, checks that the release says
+ * DLOCK_ELOST, prints "lost". */
+static int child_hold(const char *url, const char *name, int64_t session_ms) {
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(url, session_ms, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, name, DLOCK_FENCED);
+  int64_t tok = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG, &tok));
+  printf("held %lld\n", (long long)tok);
+  fflush(stdout);
+  bool ok = false;
+  TH_WAIT_FOR(ok, atomic_load(&rec.n) > 0, 60000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&rec.reason), ==, DLOCK_LOST_SESSION);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  printf("lost\n");
+  fflush(stdout);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return 0;
+}
+
+static pid_t spawn_self_out(char *const argv[], int *out_fd) {
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  close(p[1]);
+  *out_fd = p[0];
+  return pid;
+}
+
+/* Reads one line from fd within ms (a byte at a time); false on EOF or
+ * timeout. */
+static bool read_line(int fd, char *buf, size_t len, int64_t ms) {
+  int64_t until = th_now_ms() + ms;
+  size_t n = 0;
+  while (n + 1 < len) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int64_t left = until - th_now_ms();
+    if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+      return false;
+    char ch;
+    if (read(fd, &ch, 1) != 1)
+      return false;
+    if (ch == '\n')
+      break;
+    buf[n++] = ch;
+  }
+  buf[n] = '\0';
+  return true;
+}
+
+static void t_lease_expiry(void) {
+  /* a holder paused past its lease's TTL: the next waiter gets the lock
+   * with a higher revision; the resumed holder is told (lost callback,
+   * DLOCK_ELOST on release) */
+  th_etcd_t *e = cluster(3);
+  int fd = -1;
+  char *argv[] = {(char *)g_exe, "--child-hold", (char *)th_etcd_url(e),
+                  "expiry", "2000", NULL};
+  pid_t child = spawn_self_out(argv, &fd);
+  char line[128];
+  CHECK(read_line(fd, line, sizeof line, 20000));
+  long long held_tok = 0;
+  CHECK(sscanf(line, "held %lld", &held_tok) == 1);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "expiry", DLOCK_FENCED, WAIT_MS);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "expiry", DLOCK_FENCED);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK(kill(child, SIGSTOP) == 0);
+  int64_t stopped = th_now_ms();
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
+         atomic_load(&w.rc));
+  printf("the waiter got it %lld ms after the holder stopped\n",
+         (long long)(atomic_load(&w.got_at) - stopped));
+  CHECK_INT(atomic_load(&w.token), >, held_tok);
+  CHECK(kill(child, SIGCONT) == 0);
+  CHECK(read_line(fd, line, sizeof line, 30000));
+  CHECK_STR(line, "lost");
+  CHECK_INT(reap_within(child, 20000), ==, 0);
+  close(fd);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_lease_revoked(void) {
+  /* the session's lease revoked from outside: every hold is lost at once,
+   * and the client goes on with a new lease */
+  th_etcd_t *e = cluster(1);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 3000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "revoked", DLOCK_FENCED);
+  int64_t t1 = 0, t2 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t1));
+  dlock_lock_state_t *st = state(l);
+  const char *lp = strstr(st->holders[0].owner, "lease=");
+  CHECK(lp);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s lease revoke %s "
+           ">/dev/null",
+           th_etcd_endpoints(e), lp + 6);
+  dlock_lock_state_free(st);
+  CHECK(system(cmd) == 0);
+  bool ok = false;
+  TH_WAIT_FOR(ok, atomic_load(&rec.n) > 0, 10000); /* the TTL/3 keep-alive */
+  CHECK(ok);
+  CHECK_INT(atomic_load(&rec.reason), ==, DLOCK_LOST_SESSION);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t2));
+  CHECK_INT(t2, >, t1);
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ----------------------------------------------------------------- faults */
+
+static void t_leader_killed(void) {
+  /* the leader dies while a lock is held and waited for */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "leader", DLOCK_FENCED);
+  int64_t t1 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t1));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "leader", DLOCK_FENCED, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  int leader = th_etcd_leader(e);
+  CHECK(leader >= 0);
+  CHECK_OK(th_etcd_kill9(e, leader));
+  TH_WAIT_FOR(ok, th_etcd_leader(e) >= 0, 20000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
+         atomic_load(&w.rc));
+  CHECK_INT(atomic_load(&w.token), >, t1);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  /* and the member comes back */
+  CHECK_OK(th_etcd_up(e, leader));
+  int64_t t2 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG, &t2));
+  CHECK_INT(t2, >, atomic_load(&w.token));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_member_killed(void) {
+  /* the member the client talks to (the first listed) dies: requests,
+   * keep-alives and watches move to the others */
+  th_etcd_t *e = cluster(3);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 3000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "member", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(th_etcd_kill9(e, 0));
+  CHECK_OK(dlock_lock_acquire(l, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "member", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  /* longer than the session's TTL: the keep-alive found another member */
+  int64_t t0 = th_now_ms();
+  TH_WAIT_FOR(ok, th_now_ms() - t0 > 4000 || atomic_load(&rec.n) > 0, 5000);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* -------------------------------------------------------------- bad input */
+
+static void t_bad_url(void) {
+  th_etcd_t *e = cluster(1);
+  struct {
+    const char *url;
+    int code;
+    const char *says;
+  } rows[] = {
+      {"etcd://", DLOCK_EURL, "no endpoint"},
+      {"etcd://127.0.0.1:0", DLOCK_EURL, "bad port"},
+      {"etcd://127.0.0.1:99999", DLOCK_EURL, "bad port"},
+      {"etcd://127.0.0.1:2379,", DLOCK_EURL, "empty endpoint"},
+      {"etcd://127.0.0.1:2379/x", DLOCK_EURL, "no path"},
+      {"etcd://host!:2379", DLOCK_EURL, "bad character"},
+      {"etcds://127.0.0.1:2379", DLOCK_ENOTSUP, "TLS"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    dlock_client_t *c = NULL;
+    int rc = dlock_client_new(&c, rows[i].url, NULL);
+    CHECKF(rc == rows[i].code, "%s: %s (%s)", rows[i].url, dlock_strerror(rc),
+           dlock_last_error());
+    CHECKF(strstr(dlock_last_error(), rows[i].says) != NULL, "%s: %s",
+           rows[i].url, dlock_last_error());
+    CHECK(c == NULL);
+  }
+  /* nobody listens there */
+  char url[64];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", th_free_port());
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 500));
+  CHECK_OK(dlock_options_set_command_timeout(o, 500));
+  dlock_client_t *c = NULL;
+  CHECK_RC(dlock_client_new(&c, url, o), DLOCK_EUNAVAILABLE);
+  dlock_options_free(o);
+  /* kinds etcd does not offer, named */
+  c = client(th_etcd_url(e));
+  dlock_lock_t *l = NULL;
+  CHECK_RC(dlock_lock_new_kind(c, "rw", DLOCK_WRITE, &l), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_last_error(), "etcd") != NULL);
+  dlock_semaphore_t *s = NULL;
+  CHECK_RC(dlock_semaphore_new(c, "sem", &s), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_last_error(), "etcd") != NULL);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 static const check_case_t cases[] = {
     {"basic", t_basic},
     {"try_refused", t_try_refused},
     {"waiter_woken", t_waiter_woken},
     {"threads_one_client", t_threads_one_client},
     {"fencing", t_fencing},
+    {"processes", t_processes},
+    {"fifo", t_fifo},
+    {"lease_expiry", t_lease_expiry},
+    {"lease_revoked", t_lease_revoked},
+    {"leader_killed", t_leader_killed},
+    {"member_killed", t_member_killed},
+    {"bad_url", t_bad_url},
 };
 
 int main(int argc, char **argv) {
   g_exe = argv[0];
+  if (argc == 5 && strcmp(argv[1], "--child-hold") == 0)
+    return child_hold(argv[2], argv[3], atoll(argv[4]));
+  if (argc == 5 && strcmp(argv[1], "--child-counter") == 0)
+    return child_counter(argv[2], argv[3], atoi(argv[4]));
   return check_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }
