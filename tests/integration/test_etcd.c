@@ -700,6 +700,85 @@ static void t_bad_url(void) {
   th_etcd_stop(e);
 }
 
+/* ---------------------------------------------------------------- etcdctl */
+
+/* Starts `etcdctl lock NAME` (ETCDCTL_API=3) with its stdout on *out_fd. */
+static pid_t etcdctl_lock(th_etcd_t *e, const char *name, int *out_fd) {
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  char endpoints[300];
+  snprintf(endpoints, sizeof endpoints, "--endpoints=%s",
+           th_etcd_endpoints(e));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    setenv("ETCDCTL_API", "3", 1);
+    execl(ETCDCTL, ETCDCTL, endpoints, "lock", name, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  *out_fd = p[0];
+  return pid;
+}
+
+static void t_etcdctl_holds(void) {
+  /* etcdctl lock holds: dlock is refused, waits, and gets it when etcdctl
+   * lets go */
+  th_etcd_t *e = cluster(3);
+  int fd = -1;
+  pid_t ctl = etcdctl_lock(e, "interop", &fd);
+  char line[256];
+  CHECK(read_line(fd, line, sizeof line, 20000));
+  CHECKF(strncmp(line, "interop/", 8) == 0, "etcdctl printed '%s'", line);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "interop", DLOCK_REENTRANT);
+  CHECK_RC(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "interop", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  CHECK(kill(ctl, SIGTERM) == 0);
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  reap_within(ctl, 10000);
+  close(fd);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_dlock_holds(void) {
+  /* dlock holds: etcdctl lock waits, and gets it at dlock's release */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "interop", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  int fd = -1;
+  pid_t ctl = etcdctl_lock(e, "interop", &fd);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 20000);
+  CHECK(ok);
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  CHECKF(poll(&pfd, 1, 0) == 0, "etcdctl got the lock dlock holds");
+  CHECK_OK(dlock_lock_release(l));
+  char line[256];
+  CHECK(read_line(fd, line, sizeof line, WAIT_MS));
+  CHECKF(strncmp(line, "interop/", 8) == 0, "etcdctl printed '%s'", line);
+  /* now etcdctl holds it */
+  CHECK_RC(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  kill(ctl, SIGTERM);
+  reap_within(ctl, 10000);
+  close(fd);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 static const check_case_t cases[] = {
     {"basic", t_basic},
     {"try_refused", t_try_refused},
@@ -713,6 +792,8 @@ static const check_case_t cases[] = {
     {"leader_killed", t_leader_killed},
     {"member_killed", t_member_killed},
     {"bad_url", t_bad_url},
+    {"etcdctl_holds", t_etcdctl_holds},
+    {"dlock_holds", t_dlock_holds},
 };
 
 int main(int argc, char **argv) {
