@@ -408,6 +408,18 @@ typedef struct dlock_lock_state {
 DLOCK_EXTERN int dlock_lock_state(dlock_lock_t *lock, dlock_lock_state_t **out);
 DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
 
+/* Environment variables that the backend's own lock tool gives a command
+ * run under the lock, for thread_id's hold of `lock` (etcd:
+ * ETCD_LOCK_KEY, the holder's key, and ETCD_LOCK_REV, its create
+ * revision, as `etcdctl lock NAME -- command` sets them; Redis: none).
+ * *out is a NULL-terminated array of "NAME=VALUE" strings, or NULL when
+ * there are none (or the thread holds nothing); free it with
+ * dlock_env_free(). No round trip: the client's own record of the hold.
+ * Any thread. */
+DLOCK_EXTERN int dlock_lock_hold_env(dlock_lock_t *lock, uint64_t thread_id,
+                                     char ***out);
+DLOCK_EXTERN void dlock_env_free(char **env);
+
 /* -------------------------------------------------------------- semaphore */
 
 /* A counting semaphore without owners (Redisson RSemaphore layout): the

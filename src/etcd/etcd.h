@@ -141,6 +141,9 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                            int64_t *out);
 int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                            dlock_lock_state_t **out);
+int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
+                              const char *name, const char *owner,
+                              char ***out);
 int dlock__etcd_wait_begin(void *be, struct dlock__wait *w);
 bool dlock__etcd_wait_arm(void *be, struct dlock__wait *w, bool only_if_ready);
 bool dlock__etcd_wait_can_queue(void *be, struct dlock__wait *w);

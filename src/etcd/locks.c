@@ -584,6 +584,38 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   return 0;
 }
 
+int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
+                              const char *name, const char *owner,
+                              char ***out) {
+  dlock__etcd *e = be;
+  (void)kind;
+  *out = NULL;
+  pthread_mutex_lock(&e->mu);
+  etcd_entry *x = entry_find_locked(e, name);
+  bool held = x && x->held && strcmp(x->owner, owner) == 0;
+  int64_t lease = held ? x->lease : 0, rev = held ? x->rev : 0;
+  pthread_mutex_unlock(&e->mu);
+  if (!held)
+    return 0;
+  char **env = dlock__calloc(3, sizeof *env);
+  char *key = dlock__etcd_key(name, lease);
+  if (env && key) {
+    env[0] = dlock__asprintf("ETCD_LOCK_KEY=%s", key);
+    env[1] = dlock__asprintf("ETCD_LOCK_REV=%" PRId64, rev);
+  }
+  dlock__free(key);
+  if (!env || !env[0] || !env[1]) {
+    if (env) {
+      dlock__free(env[0]);
+      dlock__free(env[1]);
+    }
+    dlock__free(env);
+    return DLOCK_ENOMEM;
+  }
+  *out = env;
+  return 0;
+}
+
 /* ------------------------------------------------------------------ waits */
 
 int dlock__etcd_wait_begin(void *be, struct dlock__wait *w) {

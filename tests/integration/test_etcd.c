@@ -779,6 +779,57 @@ static void t_dlock_holds(void) {
   th_etcd_stop(e);
 }
 
+/* ---------------------------------------------------------------- command */
+
+static void t_command(void) {
+  /* the dlock command with an etcd URL: the child gets DLOCK_TOKEN, and
+   * ETCD_LOCK_KEY / ETCD_LOCK_REV as etcdctl lock's exec mode sets them;
+   * -n is refused while etcdctl holds the lock; --status shows the holder */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(3);
+  char cmd[1024], out[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCD_LOCK_KEY=inherited " DLOCK_CLI_PATH " -u '%s' job sh -c "
+           "'echo \"$DLOCK_TOKEN $ETCD_LOCK_KEY $ETCD_LOCK_REV\"'",
+           th_etcd_url(e));
+  FILE *p = popen(cmd, "r");
+  CHECK(p);
+  CHECK(fgets(out, sizeof out, p) != NULL);
+  CHECK_INT(pclose(p), ==, 0);
+  long long tok = 0, rev = 0;
+  char key[256];
+  CHECKF(sscanf(out, "%lld %255s %lld", &tok, key, &rev) == 3, "got '%s'",
+         out);
+  CHECK(tok > 0 && tok == rev);
+  CHECKF(strncmp(key, "job/", 4) == 0, "key '%s'", key);
+  /* etcdctl holds: -n gives up, --status names the holder */
+  int fd = -1;
+  pid_t ctl = etcdctl_lock(e, "job", &fd);
+  char line[256];
+  CHECK(read_line(fd, line, sizeof line, 20000));
+  snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' -n job true 2>/dev/null",
+           th_etcd_url(e));
+  int st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' --status job",
+           th_etcd_url(e));
+  p = popen(cmd, "r");
+  CHECK(p);
+  bool named = false;
+  while (fgets(out, sizeof out, p))
+    if (strstr(out, "holder:") && strstr(out, line))
+      named = true;
+  CHECK_INT(pclose(p), ==, 0); /* exit 0: held */
+  CHECKF(named, "--status did not name etcdctl's key %s", line);
+  kill(ctl, SIGTERM);
+  reap_within(ctl, 10000);
+  close(fd);
+  th_etcd_stop(e);
+#endif
+}
+
 static const check_case_t cases[] = {
     {"basic", t_basic},
     {"try_refused", t_try_refused},
@@ -794,6 +845,7 @@ static const check_case_t cases[] = {
     {"bad_url", t_bad_url},
     {"etcdctl_holds", t_etcdctl_holds},
     {"dlock_holds", t_dlock_holds},
+    {"command", t_command},
 };
 
 int main(int argc, char **argv) {
