@@ -99,14 +99,27 @@ int dlock__etcd_session_lease(dlock__etcd *e, int64_t *lease) {
     return 0;
   }
   e->granting = true;
+  int64_t old = e->lease; /* a lost lease, or 0 */
   pthread_mutex_unlock(&e->mu);
 
+  if (old) {
+    /* a loss declared here (no confirmation in time) may find the lease
+     * still alive on the server: its keys would stand in our own way */
+    json_object *rq = json_object_new_object(), *rp = NULL;
+    dlock__etcd_set_i64(rq, "ID", old);
+    if (dlock__etcd_call(e, "/v3/lease/revoke", rq, true, &rp) != 0)
+      dlock__log(e->core, DLOCK_LOG_DEBUG,
+                 "etcd: revoking the lost lease %llx: %s",
+                 (unsigned long long)old, dlock_last_error());
+    json_object_put(rp);
+  }
   json_object *req = json_object_new_object(), *rep = NULL;
-  if (!req)
-    return DLOCK_ENOMEM;
-  json_object_object_add(req, "TTL", json_object_new_int64(e->ttl_s));
   int64_t sent = dlock__now_ms();
-  int rc = dlock__etcd_call(e, "/v3/lease/grant", req, true, &rep);
+  int rc = DLOCK_ENOMEM;
+  if (req) {
+    json_object_object_add(req, "TTL", json_object_new_int64(e->ttl_s));
+    rc = dlock__etcd_call(e, "/v3/lease/grant", req, true, &rep);
+  }
   int64_t id = rc ? 0 : dlock__etcd_i64(rep, "ID");
   int64_t ttl = rc ? 0 : dlock__etcd_i64(rep, "TTL");
   if (!rc && (id == 0 || ttl <= 0)) {

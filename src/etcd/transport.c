@@ -12,14 +12,18 @@
  * gRPC would need nghttp2 plus protobuf-c plus a hand-made gRPC framing
  * layer (length-prefixed messages, trailers, status codes, HTTP/2 flow
  * control for long streams) and generated code for etcd's .proto files.
- * Measured in one run on a 3-member cluster of this machine (docs/ETCD.md,
- * "Transport"): an uncontended acquire+release through the gateway costs
- * a few hundred microseconds more than the Go clientv3 over gRPC on the
- * same members, in a total dominated by the raft commit of the two writes;
- * the client CPU per pair is of the same order. That difference does not
- * justify a hand-written gRPC layer; the gateway is the choice.
+ * Measured in one run on a private 3-member cluster of this machine
+ * (bench/etcd-transport.c; bench/results/2026-11-24/etcd-transport.md):
+ * an uncontended acquire+release took 2.9-3.3 ms through the gateway and
+ * 2.5-2.7 ms with Go's clientv3 over gRPC on the same members (two
+ * requests per pair each; the difference is etcd's JSON decoding and its
+ * loopback call to its own gRPC server), and the client CPU per pair was
+ * 183 us here against 410-465 us for the Go client. A sixth of the
+ * latency, paid inside etcd, does not justify a hand-written gRPC layer:
+ * the gateway is the choice.
  *
- * Requests (caller threads, the session thread for grants): an easy
+ * Requests (caller threads; the session thread makes its keep-alive and
+ * watch handles with dlock__etcd_easy_new and runs them itself): an easy
  * handle is borrowed from a small idle pool (pool_mu guards the array, the
  * endpoint in use and the auth token, never I/O), so each keeps its HTTP
  * keep-alive connection; one POST per request, bounded by the command
