@@ -220,6 +220,9 @@ static void abandon(dlock__etcd *e, const char *name, const char *owner) {
   pthread_mutex_unlock(&e->mu);
   if (!ours)
     return;
+  /* the error being returned (if any) is kept */
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
   char *key = dlock__etcd_key(name, lease);
   char *b64 = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
   if (!b64 || delete_key(e, b64, true, NULL) != 0)
@@ -229,6 +232,7 @@ static void abandon(dlock__etcd *e, const char *name, const char *owner) {
                name, dlock_last_error());
   dlock__free(key);
   dlock__free(b64);
+  dlock__seterr(0, "%s", saved);
   pthread_mutex_lock(&e->mu);
   x = entry_find_locked(e, name);
   if (x && strcmp(x->owner, owner) == 0 && !x->held) {

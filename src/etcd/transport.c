@@ -269,7 +269,7 @@ void dlock__etcd_easy_free(void *h) {
 }
 
 /* What one exchange gave. */
-enum { X_OK, X_UNSENT, X_LOST, X_UNAVAILABLE, X_AUTH_EXPIRED, X_ERROR };
+enum { X_OK, X_UNSENT, X_LOST, X_UNAVAILABLE, X_AUTH_EXPIRED, X_AUTH, X_ERROR };
 
 static int exchange(dlock__etcd *e, const char *path, const char *req,
                     int64_t timeout_ms, json_object **out, int *idx,
@@ -318,12 +318,15 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
                                  strstr(msg, "timed out") ||
                                  strstr(msg, "not capable"))))
         x = X_UNAVAILABLE;
-      else if (msg && (strstr(msg, "invalid auth token") ||
-                       strstr(msg, "user name is empty")))
+      else if (msg && strstr(msg, "invalid auth token") && e->user)
         x = X_AUTH_EXPIRED;
+      else if ((msg && (strstr(msg, "user name is empty") ||
+                        strstr(msg, "permission denied") ||
+                        strstr(msg, "authentication failed") ||
+                        strstr(msg, "invalid auth token"))) ||
+               code == 16 || code == 7)
+        x = X_AUTH;
       else
-        x = code == 16 || code == 7 ? X_AUTH_EXPIRED : X_ERROR;
-      if (x == X_AUTH_EXPIRED && !e->user)
         x = X_ERROR;
       json_object_put(j);
     }
@@ -365,6 +368,12 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       break;
     if (x == X_ERROR) {
       rc = dlock__seterr(DLOCK_ESERVER, "etcd %s: %s", path, why);
+      break;
+    }
+    if (x == X_AUTH) {
+      rc = dlock__seterr(DLOCK_EAUTH, "etcd %s: %s%s", path, why,
+                         e->user ? "" : " (the cluster has auth enabled: "
+                                        "give user:password@ in the URL)");
       break;
     }
     if (x == X_AUTH_EXPIRED) {
@@ -435,7 +444,7 @@ int dlock__etcd_authenticate(dlock__etcd *e) {
       rc = 0;
       break;
     }
-    if (x == X_ERROR || x == X_AUTH_EXPIRED) {
+    if (x == X_ERROR || x == X_AUTH || x == X_AUTH_EXPIRED) {
       rc = dlock__seterr(DLOCK_EAUTH, "%s: authentication refused (%s)",
                          e->display, why);
       break;

@@ -779,6 +779,54 @@ static void t_dlock_holds(void) {
   th_etcd_stop(e);
 }
 
+/* ------------------------------------------------------------------- auth */
+
+static void t_auth(void) {
+  /* etcd's auth: user and password in the URL give a token; a wrong one
+   * is DLOCK_EAUTH without the password in the message; no credentials
+   * are refused at the first lock request with a hint */
+  th_etcd_t *e = cluster(1);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s user add root "
+           "--new-user-password=s3cret --interactive=false >/dev/null && "
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s auth enable >/dev/null",
+           th_etcd_endpoints(e), th_etcd_endpoints(e));
+  CHECK(system(cmd) == 0);
+  char good[300], bad[300];
+  snprintf(good, sizeof good, "etcd://root:s3cret@%s",
+           th_etcd_url(e) + strlen("etcd://"));
+  snprintf(bad, sizeof bad, "etcd://root:wrongpw@%s",
+           th_etcd_url(e) + strlen("etcd://"));
+  dlock_client_t *c = client(good);
+  dlock_lock_t *l = lock_kind(c, "auth", DLOCK_FENCED);
+  int64_t t = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t));
+  waiter_t w;
+  waiter_start(&w, good, "auth", DLOCK_FENCED, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_client_t *x = NULL;
+  CHECK_RC(dlock_client_new(&x, bad, NULL), DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "wrongpw") == NULL);
+  dlock_client_t *anon = client(th_etcd_url(e));
+  dlock_lock_t *la = lock_kind(anon, "auth", DLOCK_FENCED);
+  CHECK_RC(dlock_lock_acquire_fenced(la, 0, DLOCK_LEASE_WATCHDOG, &t),
+           DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "user:password") != NULL);
+  dlock_lock_free(la);
+  dlock_client_free(anon);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static void t_command(void) {
@@ -845,6 +893,7 @@ static const check_case_t cases[] = {
     {"bad_url", t_bad_url},
     {"etcdctl_holds", t_etcdctl_holds},
     {"dlock_holds", t_dlock_holds},
+    {"auth", t_auth},
     {"command", t_command},
 };
 
