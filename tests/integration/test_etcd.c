@@ -827,6 +827,114 @@ static void t_auth(void) {
   th_etcd_stop(e);
 }
 
+/* --------------------------------------------------------------------- Go */
+
+/* Builds tests/interop/go into dir; false (after saying why) without Go. */
+static bool build_go_locker(const char *dir, char *exe, size_t len) {
+  if (system("command -v go >/dev/null 2>&1") != 0) {
+    printf("skipped: no Go toolchain on PATH (Go interop)\n");
+    return false;
+  }
+  snprintf(exe, len, "%s/etcd-go-locker", dir);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && GOFLAGS=-mod=mod go build -o '%s' . >'%s/build.log' "
+           "2>&1",
+           DLOCK_GO_INTEROP_DIR, exe, dir);
+  int st = system(cmd);
+  CHECKF(st == 0, "go build of %s failed (see its log: %s/build.log)",
+         DLOCK_GO_INTEROP_DIR, dir);
+  return true;
+}
+
+/* Starts the Go locker on NAME; its stdin and stdout. */
+static pid_t go_locker(const char *exe, th_etcd_t *e, const char *name,
+                       int *in_fd, int *out_fd) {
+  int in[2], out[2];
+  CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+  char endpoints[300];
+  snprintf(endpoints, sizeof endpoints, "%s", th_etcd_endpoints(e));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    execl(exe, exe, endpoints, name, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  *in_fd = in[1];
+  *out_fd = out[0];
+  return pid;
+}
+
+static void t_go_interop(void) {
+  /* Go's concurrency.Mutex and dlock exclude each other, both ways */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "gomutex", DLOCK_FENCED);
+  int64_t t = 0;
+  /* Go holds */
+  int in = -1, out = -1;
+  pid_t go = go_locker(exe, e, "gomutex", &in, &out);
+  char line[256], key[200];
+  long long rev = 0;
+  CHECK(read_line(out, line, sizeof line, 30000));
+  CHECKF(sscanf(line, "held %199s %lld", key, &rev) == 2, "Go said '%s'", line);
+  CHECK(strncmp(key, "gomutex/", 8) == 0);
+  CHECK_RC(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t),
+           DLOCK_EBUSY);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "gomutex", DLOCK_FENCED, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(atomic_load(&w.token), >, rev);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  /* dlock holds */
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t));
+  go = go_locker(exe, e, "gomutex", &in, &out);
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 30000);
+  CHECK(ok);
+  struct pollfd pfd = {.fd = out, .events = POLLIN};
+  CHECKF(poll(&pfd, 1, 0) == 0, "Go got the lock dlock holds");
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(read_line(out, line, sizeof line, WAIT_MS));
+  CHECKF(sscanf(line, "held %199s %lld", key, &rev) == 2, "Go said '%s'", line);
+  CHECK_INT(rev, >, t);
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+  unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static void t_command(void) {
@@ -894,6 +1002,7 @@ static const check_case_t cases[] = {
     {"etcdctl_holds", t_etcdctl_holds},
     {"dlock_holds", t_dlock_holds},
     {"auth", t_auth},
+    {"go_interop", t_go_interop},
     {"command", t_command},
 };
 
