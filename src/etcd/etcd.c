@@ -18,9 +18,9 @@
  * waits go at once) and frees everything.
  *
  * What it offers: reentrant, fair (the same lock: etcd's queue is FIFO by
- * create revision) and fenced locks (token: the key's create revision).
- * Read-write locks, semaphores and latches are DLOCK_ENOTSUP (lock_kinds,
- * sync_kinds). No per-hold renewal (lock_renew NULL): the session keeps
+ * create revision) and fenced locks (token: the key's create revision),
+ * and read-write locks with the recipe's layout (rw.c). Semaphores and
+ * latches are DLOCK_ENOTSUP (sync_kinds 0: etcd has no recipe for them). No per-hold renewal (lock_renew NULL): the session keeps
  * every hold alive, and its loss is dlock__holds_session_lost.
  */
 #include <curl/curl.h>
@@ -55,6 +55,7 @@ static void etcd_free(dlock__etcd *e) {
   }
   dlock__free(e->user);
   dlock__etcd_entries_free(e);
+  dlock__etcd_rws_free(e);
   dlock__etcd_transport_free(e);
   pthread_cond_destroy(&e->session_cv);
   pthread_mutex_destroy(&e->mu);
@@ -245,7 +246,8 @@ const dlock__backend_ops dlock__etcd_backend = {
     .name = "etcd",
     .schemes = etcd_schemes,
     .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FAIR) |
-                  (1u << DLOCK_FENCED),
+                  (1u << DLOCK_FENCED) | (1u << DLOCK_READ) |
+                  (1u << DLOCK_WRITE),
     .sync_kinds = 0,
     .queue_kinds = 0,
     .open = etcd_open,

@@ -22,6 +22,7 @@ struct dlock__wait;
 typedef struct etcd_watch etcd_watch;
 typedef struct etcd_reg etcd_reg;
 typedef struct etcd_entry etcd_entry;
+typedef struct etcd_rw etcd_rw;
 
 #define ETCD_POOL_MAX 8
 
@@ -51,6 +52,7 @@ typedef struct dlock__etcd {
   int64_t last_ok;       /* send time of the last confirmed keep-alive */
   int64_t next_keepalive;
   etcd_entry *entries; /* one per lock name this client uses */
+  etcd_rw *rws;        /* read-write holds and waits (rw.c) */
   etcd_reg *regs;      /* live waits */
   bool stop;
 
@@ -71,6 +73,20 @@ struct etcd_entry {
   int64_t lease; /* the lease the key was made with */
   int64_t rev;   /* the key's create revision (the fencing token) */
   etcd_entry *next;
+};
+
+/* A thread's hold or wait on one side of a read-write lock: its own key
+ * NAME/read/<ns> or NAME/write/<ns>. Guarded by mu. */
+struct etcd_rw {
+  char *name;
+  char owner[64];
+  dlock_lock_kind_t kind; /* DLOCK_READ or DLOCK_WRITE */
+  char *key;
+  int64_t lease;
+  int64_t rev; /* its create (= mod) revision, 0 before the put */
+  int64_t count;
+  bool held;
+  etcd_rw *next;
 };
 
 /* A live wait (core/wait.h) and what it watches. Guarded by mu, but for
@@ -149,6 +165,41 @@ bool dlock__etcd_wait_arm(void *be, struct dlock__wait *w, bool only_if_ready);
 bool dlock__etcd_wait_can_queue(void *be, struct dlock__wait *w);
 void dlock__etcd_wait_end(void *be, struct dlock__wait *w);
 void dlock__etcd_entries_free(dlock__etcd *e);
+/* Shared by locks.c and rw.c. A Range request object; order NULL: no
+ * sort; 0: no limit / no bound. */
+json_object *dlock__etcd_range_req(const char *key_b64, const char *end_b64,
+                                   const char *order, const char *target,
+                                   int64_t limit, int64_t max_create_rev,
+                                   int64_t max_mod_rev);
+/* The first kv of a range response, or NULL. */
+json_object *dlock__etcd_first_kv(json_object *range_resp);
+int dlock__etcd_delete(dlock__etcd *e, const char *key_b64, bool resend,
+                       int64_t *deleted);
+/* ms left on a lease; -1 when none or unknown (one round trip). */
+int64_t dlock__etcd_lease_left(dlock__etcd *e, int64_t lease);
+/* "<owner> key=<key> rev=<create revision> lease=<hex>" of a kv. */
+char *dlock__etcd_describe(json_object *kv);
+/* mu held: the live wait of owner on name, or NULL. */
+etcd_reg *dlock__etcd_reg_find_locked(dlock__etcd *e, const char *name,
+                                      const char *owner);
+
+/* rw.c: read-write lock (etcd's recipes RWMutex layout) */
+int dlock__etcd_rw_acquire(dlock__etcd *e, const dlock__acquire *a,
+                           int64_t *pttl, int64_t *token);
+int dlock__etcd_rw_release(dlock__etcd *e, dlock_lock_kind_t kind,
+                           const char *name, const char *owner);
+int dlock__etcd_rw_force_release(dlock__etcd *e, const char *name,
+                                 bool *deleted);
+int dlock__etcd_rw_query(dlock__etcd *e, dlock_lock_kind_t kind,
+                         const char *name, const char *owner,
+                         dlock__lock_query q, int64_t *out);
+int dlock__etcd_rw_state(dlock__etcd *e, const char *name,
+                         dlock_lock_state_t **out);
+/* A wait on a side ends: its key goes unless it holds. */
+void dlock__etcd_rw_abandon(dlock__etcd *e, dlock_lock_kind_t kind,
+                            const char *name, const char *owner);
+void dlock__etcd_rws_free(dlock__etcd *e);
+
 /* The key of `name` under `lease`: "<name>/<lease in hex>". Caller frees. */
 char *dlock__etcd_key(const char *name, int64_t lease);
 

@@ -110,8 +110,8 @@ static void wake_local_locked(dlock__etcd *e, const char *name,
   }
 }
 
-static etcd_reg *reg_find_locked(dlock__etcd *e, const char *name,
-                                 const char *owner) {
+etcd_reg *dlock__etcd_reg_find_locked(dlock__etcd *e, const char *name,
+                                      const char *owner) {
   for (etcd_reg *r = e->regs; r; r = r->next) {
     const dlock__wait_spec *s = r->w->spec;
     if (!s->sync && strcmp(s->name, name) == 0 && strcmp(s->owner, owner) == 0)
@@ -122,22 +122,32 @@ static etcd_reg *reg_find_locked(dlock__etcd *e, const char *name,
 
 /* --------------------------------------------------------------- requests */
 
-static json_object *range_req(const char *key_b64, const char *end_b64,
-                              const char *order, int64_t limit,
-                              int64_t max_create_rev) {
+json_object *dlock__etcd_range_req(const char *key_b64, const char *end_b64,
+                                   const char *order, const char *target,
+                                   int64_t limit, int64_t max_create_rev,
+                                   int64_t max_mod_rev) {
   json_object *r = json_object_new_object();
   dlock__etcd_set_str(r, "key", key_b64);
   if (end_b64)
     dlock__etcd_set_str(r, "range_end", end_b64);
   if (order) {
     dlock__etcd_set_str(r, "sort_order", order);
-    dlock__etcd_set_str(r, "sort_target", "CREATE");
+    dlock__etcd_set_str(r, "sort_target", target);
   }
   if (limit)
     dlock__etcd_set_i64(r, "limit", limit);
   if (max_create_rev)
     dlock__etcd_set_i64(r, "max_create_revision", max_create_rev);
+  if (max_mod_rev)
+    dlock__etcd_set_i64(r, "max_mod_revision", max_mod_rev);
   return r;
+}
+
+static json_object *range_req(const char *key_b64, const char *end_b64,
+                              const char *order, int64_t limit,
+                              int64_t max_create_rev) {
+  return dlock__etcd_range_req(key_b64, end_b64, order, "CREATE", limit,
+                               max_create_rev, 0);
 }
 
 typedef struct names {
@@ -174,14 +184,14 @@ static int names_make(const char *name, int64_t lease, names_t *n) {
 }
 
 /* The kvs array of a range response (NULL or empty: none). */
-static json_object *first_kv(json_object *range_resp) {
+json_object *dlock__etcd_first_kv(json_object *range_resp) {
   json_object *kvs = dlock__etcd_get(range_resp, "kvs");
   if (!kvs || json_object_array_length(kvs) == 0)
     return NULL;
   return json_object_array_get_idx(kvs, 0);
 }
 
-static int delete_key(dlock__etcd *e, const char *key_b64, bool resend,
+int dlock__etcd_delete(dlock__etcd *e, const char *key_b64, bool resend,
                       int64_t *deleted) {
   json_object *req = json_object_new_object(), *rep = NULL;
   if (!req)
@@ -195,7 +205,7 @@ static int delete_key(dlock__etcd *e, const char *key_b64, bool resend,
 }
 
 /* ms left on a lease; -1 when it has none (or it is unknown). */
-static int64_t lease_left_ms(dlock__etcd *e, int64_t lease) {
+int64_t dlock__etcd_lease_left(dlock__etcd *e, int64_t lease) {
   if (!lease)
     return -1;
   json_object *req = json_object_new_object(), *rep = NULL;
@@ -225,7 +235,7 @@ static void abandon(dlock__etcd *e, const char *name, const char *owner) {
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   char *key = dlock__etcd_key(name, lease);
   char *b64 = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
-  if (!b64 || delete_key(e, b64, true, NULL) != 0)
+  if (!b64 || dlock__etcd_delete(e, b64, true, NULL) != 0)
     dlock__log(e->core, DLOCK_LOG_INFO,
                "etcd: removing the key of an abandoned wait on '%.200s' "
                "failed (%s); it goes with the session's lease",
@@ -246,6 +256,8 @@ static void abandon(dlock__etcd *e, const char *name, const char *owner) {
 
 int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                              int64_t *token) {
+  if (a->kind == DLOCK_READ || a->kind == DLOCK_WRITE)
+    return dlock__etcd_rw_acquire(be, a, pttl, token);
   dlock__etcd *e = be;
   *pttl = -1;
   int64_t lease = 0;
@@ -333,8 +345,8 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       my_rev = dlock__etcd_i64(dlock__etcd_get(rep, "header"), "revision");
     else if (r0)
       my_rev = dlock__etcd_i64(
-          first_kv(dlock__etcd_get(r0, "response_range")), "create_revision");
-    json_object *okv = r1 ? first_kv(dlock__etcd_get(r1, "response_range"))
+          dlock__etcd_first_kv(dlock__etcd_get(r0, "response_range")), "create_revision");
+    json_object *okv = r1 ? dlock__etcd_first_kv(dlock__etcd_get(r1, "response_range"))
                           : NULL;
     owner_rev = dlock__etcd_i64(okv, "create_revision");
     owner_lease = dlock__etcd_i64(okv, "lease");
@@ -348,7 +360,7 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   bool got = !rc && owner_rev == my_rev;
   if (!rc && !got && a->try_once) {
     /* concurrency.Mutex.TryLock (3.5): held by another, remove our key */
-    int64_t left = lease_left_ms(e, owner_lease);
+    int64_t left = dlock__etcd_lease_left(e, owner_lease);
     abandon(e, a->name, a->owner);
     *pttl = left;
     names_free(&n);
@@ -359,7 +371,7 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     json_object *get = range_req(n.pfx_b64, n.end_b64, "DESCEND", 1,
                                  my_rev - 1);
     rc = dlock__etcd_call(e, "/v3/kv/range", get, true, &rep);
-    json_object *pred = rc ? NULL : first_kv(rep);
+    json_object *pred = rc ? NULL : dlock__etcd_first_kv(rep);
     if (!rc && !pred) {
       got = true; /* every older key is gone */
     } else if (!rc) {
@@ -367,7 +379,7 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       int64_t hrev = dlock__etcd_i64(dlock__etcd_get(rep, "header"),
                                      "revision");
       pthread_mutex_lock(&e->mu);
-      etcd_reg *r = reg_find_locked(e, a->name, a->owner);
+      etcd_reg *r = dlock__etcd_reg_find_locked(e, a->name, a->owner);
       if (r && pkey) {
         dlock__etcd_watch_detach_locked(r); /* an earlier predecessor's */
         dlock__free(r->watch_key_b64);
@@ -425,9 +437,10 @@ int dlock__etcd_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                              int64_t lease_ms, const char *request_id) {
   dlock__etcd *e = be;
   (void)bh;
-  (void)kind;
   (void)lease_ms;
   (void)request_id;
+  if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+    return dlock__etcd_rw_release(e, kind, name, owner);
   pthread_mutex_lock(&e->mu);
   etcd_entry *x = entry_find_locked(e, name);
   if (!x || strcmp(x->owner, owner) != 0 || !x->held) {
@@ -447,7 +460,7 @@ int dlock__etcd_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   if (!b64)
     return DLOCK_ENOMEM;
   int64_t deleted = 0;
-  int rc = delete_key(e, b64, false, &deleted);
+  int rc = dlock__etcd_delete(e, b64, false, &deleted);
   dlock__free(b64);
   if (rc)
     return rc; /* still held here: the core's retry deletes again */
@@ -473,21 +486,22 @@ static int owner_kv(dlock__etcd *e, const char *name, json_object **rep,
                         true, rep);
   names_free(&n);
   if (!rc)
-    *kv = first_kv(*rep);
+    *kv = dlock__etcd_first_kv(*rep);
   return rc;
 }
 
 int dlock__etcd_lock_force_release(void *be, dlock_lock_kind_t kind,
                                    const char *name, bool *deleted) {
   dlock__etcd *e = be;
-  (void)kind;
+  if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+    return dlock__etcd_rw_force_release(e, name, deleted);
   json_object *rep = NULL, *kv = NULL;
   int rc = owner_kv(e, name, &rep, &kv, 1);
   *deleted = false;
   if (!rc && kv) {
     const char *k = json_object_get_string(dlock__etcd_get(kv, "key"));
     int64_t n = 0;
-    rc = k ? delete_key(e, k, false, &n) : DLOCK_EPROTO;
+    rc = k ? dlock__etcd_delete(e, k, false, &n) : DLOCK_EPROTO;
     *deleted = n > 0;
   }
   json_object_put(rep);
@@ -498,7 +512,8 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                            const char *owner, dlock__lock_query q,
                            int64_t *out) {
   dlock__etcd *e = be;
-  (void)kind;
+  if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+    return dlock__etcd_rw_query(e, kind, name, owner, q, out);
   json_object *rep = NULL, *kv = NULL;
   int rc = owner_kv(e, name, &rep, &kv, 1);
   if (rc)
@@ -523,14 +538,14 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
     *out = count;
     break;
   case DLOCK__Q_REMAINING:
-    *out = !kv ? -2 : lease_left_ms(e, lease);
+    *out = !kv ? -2 : dlock__etcd_lease_left(e, lease);
     break;
   }
   return 0;
 }
 
 /* "<owner> key=<key> rev=<create revision> lease=<hex>" */
-static char *describe(json_object *kv) {
+char *dlock__etcd_describe(json_object *kv) {
   const char *k64 = json_object_get_string(dlock__etcd_get(kv, "key"));
   const char *v64 = json_object_get_string(dlock__etcd_get(kv, "value"));
   char *key = k64 ? dlock__etcd_unb64(k64, NULL) : NULL;
@@ -548,6 +563,8 @@ static char *describe(json_object *kv) {
 int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                            dlock_lock_state_t **out) {
   dlock__etcd *e = be;
+  if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+    return dlock__etcd_rw_state(e, name, out);
   json_object *rep = NULL, *kv = NULL;
   int rc = owner_kv(e, name, &rep, &kv, 101);
   if (rc)
@@ -569,7 +586,7 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   st->ttl_ms = -2;
   for (size_t i = 0; i < n; i++) {
     json_object *k = json_object_array_get_idx(kvs, i);
-    char *d = describe(k);
+    char *d = dlock__etcd_describe(k);
     if (!d)
       continue;
     if (i == 0) {
@@ -578,7 +595,7 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
       st->nholders = 1;
       st->token = kind == DLOCK_FENCED ? dlock__etcd_i64(k, "create_revision")
                                        : 0;
-      st->ttl_ms = lease_left_ms(e, dlock__etcd_i64(k, "lease"));
+      st->ttl_ms = dlock__etcd_lease_left(e, dlock__etcd_i64(k, "lease"));
     } else {
       st->waiters[st->nwaiters++] = d;
     }
@@ -592,8 +609,9 @@ int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               char ***out) {
   dlock__etcd *e = be;
-  (void)kind;
   *out = NULL;
+  if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+    return 0; /* etcdctl has no read-write lock: nothing to mirror */
   pthread_mutex_lock(&e->mu);
   etcd_entry *x = entry_find_locked(e, name);
   bool held = x && x->held && strcmp(x->owner, owner) == 0;
@@ -668,6 +686,10 @@ void dlock__etcd_wait_end(void *be, struct dlock__wait *w) {
   dlock__free(r->watch_key_b64);
   dlock__free(r);
   w->reg = NULL;
-  if (!s->sync)
+  if (s->sync)
+    return;
+  if (s->lock_kind == DLOCK_READ || s->lock_kind == DLOCK_WRITE)
+    dlock__etcd_rw_abandon(e, s->lock_kind, s->name, s->owner);
+  else
     abandon(e, s->name, s->owner);
 }

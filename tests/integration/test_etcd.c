@@ -690,14 +690,88 @@ static void t_bad_url(void) {
   dlock_options_free(o);
   /* kinds etcd does not offer, named */
   c = client(th_etcd_url(e));
-  dlock_lock_t *l = NULL;
-  CHECK_RC(dlock_lock_new_kind(c, "rw", DLOCK_WRITE, &l), DLOCK_ENOTSUP);
+  dlock_latch_t *lt = NULL;
+  CHECK_RC(dlock_latch_new(c, "latch", &lt), DLOCK_ENOTSUP);
   CHECK(strstr(dlock_last_error(), "etcd") != NULL);
   dlock_semaphore_t *s = NULL;
   CHECK_RC(dlock_semaphore_new(c, "sem", &s), DLOCK_ENOTSUP);
   CHECK(strstr(dlock_last_error(), "etcd") != NULL);
   dlock_client_free(c);
   th_etcd_stop(e);
+}
+
+/* ---------------------------------------------------------- read-write */
+
+static void t_rw(void) {
+  /* the recipe's layout: readers share, a writer waits for them and is
+   * woken by the last one's release; readers wait for the writer */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *a = client(th_etcd_url(e)), *b = client(th_etcd_url(e));
+  dlock_lock_t *ra = lock_kind(a, "rw", DLOCK_READ);
+  dlock_lock_t *rb = lock_kind(b, "rw", DLOCK_READ);
+  dlock_lock_t *wa = lock_kind(a, "rw", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(ra, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_acquire(ra, 0, DLOCK_LEASE_WATCHDOG)); /* reentry */
+  CHECK_OK(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG));
+  /* a reader asking for the write side */
+  CHECK_RC(dlock_lock_acquire(wa, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EDEADLK);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "rw", DLOCK_WRITE, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(ra) == 1, 10000);
+  CHECK(ok);
+  dlock_lock_state_t *st = state(ra);
+  CHECK_STR(st->kind, "read");
+  CHECK_INT(st->nholders, ==, 2);
+  CHECK_STR(st->holders[0].side, "read");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK_INT(atomic_load(&w.got_at), ==, 0); /* b still reads */
+  CHECK_OK(dlock_lock_release(rb));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  st = state(ra);
+  CHECK_STR(st->kind, "write");
+  dlock_lock_state_free(st);
+  /* the writer holds: a reader is refused, and waits for it */
+  CHECK_RC(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK_INT(nwaiters(ra), ==, 0); /* the refused try left no key */
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_OK(dlock_lock_acquire(rb, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(rb));
+  bool locked = true;
+  CHECK_OK(dlock_lock_is_locked(rb, &locked));
+  CHECK(!locked);
+  dlock_lock_free(ra);
+  dlock_lock_free(rb);
+  dlock_lock_free(wa);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_etcd_stop(e);
+}
+
+static void t_rw_shared_command(void) {
+  /* the dlock command: -s holders share, an exclusive holder waits */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(1);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' -s job " DLOCK_CLI_PATH
+           " -u '%s' -s -n job true",
+           th_etcd_url(e), th_etcd_url(e));
+  CHECK_INT(system(cmd), ==, 0); /* a shared holder inside a shared one */
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' -s job " DLOCK_CLI_PATH
+           " -u '%s' -n job true 2>/dev/null",
+           th_etcd_url(e), th_etcd_url(e));
+  int st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* exclusive refused */
+  th_etcd_stop(e);
+#endif
 }
 
 /* ---------------------------------------------------------------- etcdctl */
@@ -999,6 +1073,8 @@ static const check_case_t cases[] = {
     {"leader_killed", t_leader_killed},
     {"member_killed", t_member_killed},
     {"bad_url", t_bad_url},
+    {"rw", t_rw},
+    {"rw_shared_command", t_rw_shared_command},
     {"etcdctl_holds", t_etcdctl_holds},
     {"dlock_holds", t_dlock_holds},
     {"auth", t_auth},
