@@ -106,7 +106,7 @@ static const char usage_text[] =
     "URLs: redis://[[user]:password@]host[:port][/db], "
     "unix:///path/redis.sock,\n"
     "etcd://[user:password@]host:port[,host:port...] (etcdctl lock's layout;\n"
-    "the child also gets ETCD_LOCK_KEY and ETCD_LOCK_REV; no -s, -N).\n"
+    "the child also gets ETCD_LOCK_KEY and ETCD_LOCK_REV; no -N).\n"
     "A password is never printed and is hidden from ps.\n"
     "\n"
     "Environment:\n"

@@ -170,8 +170,8 @@ static void *worker(void *arg) {
       rc = cli_lock_new(c, r->client, true, DLOCK_READ, &r->lock);
     } else {
       rc = cli_lock_new(c, r->client, false, cli_main_kind(c), &r->lock);
-      /* a backend without read-write locks (etcd) has no -s holders to
-       * exclude: NAME alone */
+      /* a backend without read-write locks has no -s holders to exclude:
+       * NAME alone */
       if (rc == 0 && cli_has_kind(c, r->client, DLOCK_WRITE))
         rc = cli_lock_new(c, r->client, true, DLOCK_WRITE, &r->side);
     }
