@@ -274,8 +274,12 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   }
   bool mine = strcmp(x->owner, a->owner) == 0;
   if (x->owner[0] && x->lease == lease && !mine) {
+    /* a local release or abandon wakes a wait; a try is told the lease
+     * of the holder, which is ours */
+    if (a->try_once)
+      *pttl = e->lease_ttl_ms;
     pthread_mutex_unlock(&e->mu);
-    return 0; /* a local release or abandon wakes us */
+    return 0;
   }
   if (mine && x->held && x->lease == lease) {
     x->count++;
