@@ -652,6 +652,37 @@ static void t_member_killed(void) {
   th_etcd_stop(e);
 }
 
+static void t_member_paused(void) {
+  /* the member the client talks to stops answering (SIGSTOP: its port
+   * still accepts): requests time out there and move on, the session
+   * survives, a waiter is still woken */
+  th_etcd_t *e = cluster(3);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 4000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "paused", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(th_etcd_pause(e, 0));
+  CHECK_OK(dlock_lock_acquire(l, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "paused", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 20000);
+  CHECK(ok);
+  int64_t t0 = th_now_ms(); /* past the session's TTL */
+  TH_WAIT_FOR(ok, th_now_ms() - t0 > 5000 || atomic_load(&rec.n) > 0, 6000);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_OK(th_etcd_resume(e, 0));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 /* -------------------------------------------------------------- bad input */
 
 static void t_bad_url(void) {
@@ -1072,6 +1103,7 @@ static const check_case_t cases[] = {
     {"lease_revoked", t_lease_revoked},
     {"leader_killed", t_leader_killed},
     {"member_killed", t_member_killed},
+    {"member_paused", t_member_paused},
     {"bad_url", t_bad_url},
     {"rw", t_rw},
     {"rw_shared_command", t_rw_shared_command},
