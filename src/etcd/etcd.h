@@ -2,8 +2,8 @@
  * etcd.h - the etcd backend's private state, shared by etcd.c (URL, open,
  * close, the operations table), transport.c (requests to the gRPC gateway
  * with failover), session.c (the lease, its keep-alive, the watch streams:
- * the backend's own thread) and locks.c (concurrency.Mutex's layout, waits,
- * state).
+ * the backend's own thread), locks.c (concurrency.Mutex's layout, waits,
+ * state) and rw.c (the RWMutex recipe's layout).
  *
  * Lock order: e->mu (session, lock table, waits), then client->mu (the
  * up-calls); e->pool_mu is a leaf. No mutex is held across a request.
