@@ -1091,6 +1091,42 @@ static void t_command(void) {
 #endif
 }
 
+static void t_command_lost(void) {
+  /* the session's lease revoked under `dlock NAME COMMAND`: the command is
+   * told it lost the lock (--on-lost term: SIGTERM, exit 75) */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(1);
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    execl(DLOCK_CLI_PATH, DLOCK_CLI_PATH, "-u", th_etcd_url(e), "--on-lost",
+          "term", "job", "sh", "-c", "echo \"$ETCD_LOCK_KEY\"; exec sleep 60",
+          (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char key[256];
+  CHECK(read_line(p[0], key, sizeof key, 20000));
+  const char *hex = strrchr(key, '/');
+  CHECKF(hex && strncmp(key, "job/", 4) == 0, "key '%s'", key);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s lease revoke %s "
+           ">/dev/null",
+           th_etcd_endpoints(e), hex + 1);
+  CHECK(system(cmd) == 0);
+  /* the keep-alive (every 20 s with the default 60 s TTL) finds it gone */
+  CHECK_INT(reap_within(pid, 40000), ==, 75);
+  close(p[0]);
+  th_etcd_stop(e);
+#endif
+}
+
 static const check_case_t cases[] = {
     {"basic", t_basic},
     {"try_refused", t_try_refused},
@@ -1112,6 +1148,7 @@ static const check_case_t cases[] = {
     {"auth", t_auth},
     {"go_interop", t_go_interop},
     {"command", t_command},
+    {"command_lost", t_command_lost},
 };
 
 int main(int argc, char **argv) {
