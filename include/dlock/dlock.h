@@ -217,11 +217,15 @@ typedef struct dlock_client dlock_client_t;
  *   redis://[[user]:password@]host[:port][/db]   (default port 6379, db 0)
  *   redis://[::1]:6379/0                          (IPv6 literal)
  *   unix:///path/to/redis.sock[?db=N]
- * User and password may be percent-encoded. `opts` may be NULL (defaults)
+ *   etcd://[user:password@]host[:port][,host[:port]...]  (default port
+ *       2379; the members of one etcd cluster, docs/ETCD.md: the client is
+ *       one session, a lease of dlock_options_set_session_timeout)
+ * Redis user and password may be percent-encoded. `opts` may be NULL (defaults)
  * and is copied: it may be freed right after the call. On success *out owns
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
  * A scheme this build has no backend for is DLOCK_EURL naming the schemes
- * it has; rediss:// (TLS) is DLOCK_ENOTSUP for now. An operation or object
+ * it has; rediss:// and etcds:// (TLS) are DLOCK_ENOTSUP for now. An
+ * operation or object
  * the backend does not offer is DLOCK_ENOTSUP, naming both, before anything
  * is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
@@ -231,7 +235,7 @@ DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
 /* Stops the background thread and closes every connection. Locks still held
  * are not released: watchdog leases stop being renewed and expire on the
- * server. Calls in progress on other threads end first: a waiting acquire
+ * server (etcd: the session's lease is revoked, so they go at once). Calls in progress on other threads end first: a waiting acquire
  * returns DLOCK_ECLOSED at its next step, and this function waits for them
  * (each is bounded by its network timeouts). No call may start once it has
  * begun. Lock handles left over are freed here. Accepts NULL. Must not be
