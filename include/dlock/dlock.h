@@ -225,9 +225,8 @@ typedef struct dlock_client dlock_client_t;
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
  * A scheme this build has no backend for is DLOCK_EURL naming the schemes
  * it has; rediss:// and etcds:// (TLS) are DLOCK_ENOTSUP for now. An
- * operation or object
- * the backend does not offer is DLOCK_ENOTSUP, naming both, before anything
- * is sent.
+ * operation or object the backend does not offer is DLOCK_ENOTSUP, naming
+ * both, before anything is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
  * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
  * the background thread's creation failed). */
