@@ -27,6 +27,9 @@
  *   been missed) wakes that wait alone (dlock__wait_wake) and closes the
  *   stream. No polling, no herd: a release wakes only the next key's
  *   owner.
+ *   A keep-alive that a member fails to answer also ends the streams on
+ *   that member (their waits attempt again, on the next endpoint): a
+ *   stopped member keeps its connections open without delivering.
  * The thread sleeps in curl_multi_poll until the next keep-alive or
  * vouching deadline; callers interrupt it with curl_multi_wakeup.
  *
@@ -400,8 +403,15 @@ static void *etcd_thread(void *arg) {
           }
         }
         pthread_mutex_unlock(&e->mu);
-        if (!ok && !gone)
+        if (!ok && !gone) {
           dlock__etcd_failover(e, ka.idx);
+          /* a member that does not answer a keep-alive may hold streams
+           * that will never deliver (a stopped process keeps its
+           * connections open): their waits try again elsewhere */
+          for (etcd_watch *w = watches; w; w = w->next)
+            if (w->idx == ka.idx)
+              w->fired = true;
+        }
         ka_clear(e, &ka);
         if (lost_now)
           dlock__holds_session_lost(e->core, DLOCK_LOST_SESSION);

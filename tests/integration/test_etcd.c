@@ -652,6 +652,37 @@ static void t_member_killed(void) {
   th_etcd_stop(e);
 }
 
+static void t_watch_member_paused(void) {
+  /* a waiter's watch stream sits on a member that stops answering: the
+   * waiter still gets the lock within its wait (50 s), shorter than its
+   * lease's TTL (60 s) that bounds its sleep, because its session's
+   * keep-alive to that member fails and restarts the stream elsewhere */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "wpaused", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "wpaused", DLOCK_REENTRANT, 50000);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_OK(th_etcd_pause(e, 0)); /* both clients talk to member 0 */
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              55000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
+         atomic_load(&w.rc));
+  printf("the waiter got it %lld ms after the release\n",
+         (long long)(atomic_load(&w.got_at) - t0));
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_OK(th_etcd_resume(e, 0));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 static void t_member_paused(void) {
   /* the member the client talks to stops answering (SIGSTOP: its port
    * still accepts): requests time out there and move on, the session
@@ -1140,6 +1171,7 @@ static const check_case_t cases[] = {
     {"leader_killed", t_leader_killed},
     {"member_killed", t_member_killed},
     {"member_paused", t_member_paused},
+    {"watch_member_paused", t_watch_member_paused},
     {"bad_url", t_bad_url},
     {"rw", t_rw},
     {"rw_shared_command", t_rw_shared_command},
