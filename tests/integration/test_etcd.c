@@ -985,7 +985,7 @@ static bool build_go_locker(const char *dir, char *exe, size_t len) {
 
 /* Starts the Go locker on NAME; its stdin and stdout. */
 static pid_t go_locker(const char *exe, th_etcd_t *e, const char *name,
-                       int *in_fd, int *out_fd) {
+                       const char *mode, int *in_fd, int *out_fd) {
   int in[2], out[2];
   CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
   char endpoints[300];
@@ -995,7 +995,7 @@ static pid_t go_locker(const char *exe, th_etcd_t *e, const char *name,
   if (pid == 0) {
     dup2(in[0], 0);
     dup2(out[1], 1);
-    execl(exe, exe, endpoints, name, (char *)NULL);
+    execl(exe, exe, endpoints, name, mode, (char *)NULL);
     _exit(127);
   }
   close(in[0]);
@@ -1019,7 +1019,7 @@ static void t_go_interop(void) {
   int64_t t = 0;
   /* Go holds */
   int in = -1, out = -1;
-  pid_t go = go_locker(exe, e, "gomutex", &in, &out);
+  pid_t go = go_locker(exe, e, "gomutex", "mutex", &in, &out);
   char line[256], key[200];
   long long rev = 0;
   CHECK(read_line(out, line, sizeof line, 30000));
@@ -1046,7 +1046,7 @@ static void t_go_interop(void) {
   close(out);
   /* dlock holds */
   CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t));
-  go = go_locker(exe, e, "gomutex", &in, &out);
+  go = go_locker(exe, e, "gomutex", "mutex", &in, &out);
   TH_WAIT_FOR(ok, nwaiters(l) == 1, 30000);
   CHECK(ok);
   struct pollfd pfd = {.fd = out, .events = POLLIN};
@@ -1062,6 +1062,75 @@ static void t_go_interop(void) {
   close(in);
   close(out);
   dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+  unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
+static void t_go_interop_rw(void) {
+  /* the recipes' RWMutex in Go and dlock's read-write lock: one layout */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *r = lock_kind(c, "gorw", DLOCK_READ);
+  /* a Go writer holds: a dlock reader is refused, waits, gets it */
+  int in = -1, out = -1;
+  pid_t go = go_locker(exe, e, "gorw", "write", &in, &out);
+  char line[256];
+  CHECK(read_line(out, line, sizeof line, 30000));
+  CHECK_STR(line, "held - 0");
+  CHECK_RC(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "gorw", DLOCK_READ, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(r) == 1, 10000);
+  CHECK(ok);
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  /* dlock reads: a Go reader shares it, a Go writer waits for both */
+  CHECK_OK(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG));
+  int in2 = -1, out2 = -1;
+  pid_t goread = go_locker(exe, e, "gorw", "read", &in2, &out2);
+  CHECK(read_line(out2, line, sizeof line, 30000));
+  CHECK_STR(line, "held - 0");
+  go = go_locker(exe, e, "gorw", "write", &in, &out);
+  TH_WAIT_FOR(ok, nwaiters(r) == 1, 30000);
+  CHECK(ok);
+  CHECK(write(in2, "\n", 1) == 1);
+  CHECK(read_line(out2, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  CHECK_INT(reap_within(goread, 20000), ==, 0);
+  struct pollfd pfd = {.fd = out, .events = POLLIN};
+  CHECKF(poll(&pfd, 1, 0) == 0, "the Go writer got in beside a dlock reader");
+  CHECK_OK(dlock_lock_release(r));
+  CHECK(read_line(out, line, sizeof line, WAIT_MS));
+  CHECK_STR(line, "held - 0");
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  close(in2);
+  close(out2);
+  dlock_lock_free(r);
   dlock_client_free(c);
   th_etcd_stop(e);
   unlink(exe);
@@ -1179,6 +1248,7 @@ static const check_case_t cases[] = {
     {"dlock_holds", t_dlock_holds},
     {"auth", t_auth},
     {"go_interop", t_go_interop},
+    {"go_interop_rw", t_go_interop_rw},
     {"command", t_command},
     {"command_lost", t_command_lost},
 };

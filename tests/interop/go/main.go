@@ -1,10 +1,11 @@
 // tests/interop/go: a Go service's view of an etcd lock, for test_etcd's
-// go_interop case. It takes the lock NAME with go.etcd.io/etcd/client/v3's
-// concurrency.Mutex (the reference layout dlock speaks), prints
-// "held <key> <create revision>", holds it until a line (or EOF) arrives on
-// stdin, unlocks and prints "released".
+// go_interop cases. It takes the lock NAME with go.etcd.io/etcd/client/v3's
+// concurrency.Mutex (the reference layout dlock speaks), or a side of the
+// recipes' RWMutex ("read" or "write"), prints "held <key> <create
+// revision>" (the RWMutex does not tell its key: "held - 0"), holds it until
+// a line (or EOF) arrives on stdin, unlocks and prints "released".
 //
-//	etcd-go-locker ENDPOINT[,ENDPOINT...] NAME
+//	etcd-go-locker ENDPOINT[,ENDPOINT...] NAME [mutex|read|write]
 package main
 
 import (
@@ -17,11 +18,17 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: etcd-go-locker ENDPOINTS NAME")
+	mode := "mutex"
+	if len(os.Args) == 4 {
+		mode = os.Args[3]
+	}
+	if len(os.Args) < 3 || len(os.Args) > 4 ||
+		(mode != "mutex" && mode != "read" && mode != "write") {
+		fmt.Fprintln(os.Stderr, "usage: etcd-go-locker ENDPOINTS NAME [mutex|read|write]")
 		os.Exit(2)
 	}
 	cli, err := clientv3.New(clientv3.Config{
@@ -39,6 +46,25 @@ func main() {
 		os.Exit(1)
 	}
 	defer s.Close()
+	if mode != "mutex" {
+		rw := recipe.NewRWMutex(s, os.Args[2])
+		lock, unlock := rw.Lock, rw.Unlock
+		if mode == "read" {
+			lock, unlock = rw.RLock, rw.RUnlock
+		}
+		if err := lock(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("held - 0")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		if err := unlock(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("released")
+		return
+	}
 	m := concurrency.NewMutex(s, os.Args[2])
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
