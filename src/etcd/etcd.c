@@ -20,8 +20,9 @@
  * What it offers: reentrant, fair (the same lock: etcd's queue is FIFO by
  * create revision) and fenced locks (token: the key's create revision),
  * and read-write locks with the recipe's layout (rw.c). Semaphores and
- * latches are DLOCK_ENOTSUP (sync_kinds 0: etcd has no recipe for them). No per-hold renewal (lock_renew NULL): the session keeps
- * every hold alive, and its loss is dlock__holds_session_lost.
+ * latches are DLOCK_ENOTSUP (sync_kinds 0: etcd has no recipe for them).
+ * No per-hold renewal (lock_renew NULL): the session keeps every hold
+ * alive, and its loss is dlock__holds_session_lost.
  */
 #include <curl/curl.h>
 #include <pthread.h>

@@ -349,9 +349,11 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       my_rev = dlock__etcd_i64(dlock__etcd_get(rep, "header"), "revision");
     else if (r0)
       my_rev = dlock__etcd_i64(
-          dlock__etcd_first_kv(dlock__etcd_get(r0, "response_range")), "create_revision");
-    json_object *okv = r1 ? dlock__etcd_first_kv(dlock__etcd_get(r1, "response_range"))
-                          : NULL;
+          dlock__etcd_first_kv(dlock__etcd_get(r0, "response_range")),
+          "create_revision");
+    json_object *okv =
+        r1 ? dlock__etcd_first_kv(dlock__etcd_get(r1, "response_range"))
+           : NULL;
     owner_rev = dlock__etcd_i64(okv, "create_revision");
     owner_lease = dlock__etcd_i64(okv, "lease");
     if (my_rev <= 0 || owner_rev <= 0)

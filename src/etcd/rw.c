@@ -137,7 +137,8 @@ static int find_blocker(dlock__etcd *e, const char *name,
                         dlock_lock_kind_t kind, int64_t rev, char **blocker,
                         int64_t *blocker_lease, int64_t *hrev) {
   *blocker = NULL;
-  char *pfx = dlock__asprintf("%s/%s", name, kind == DLOCK_READ ? "write/" : "");
+  char *pfx =
+      dlock__asprintf("%s/%s", name, kind == DLOCK_READ ? "write/" : "");
   char *end = pfx ? dlock__etcd_prefix_end(pfx) : NULL;
   char *p64 = pfx ? dlock__etcd_b64(pfx, strlen(pfx)) : NULL;
   char *e64 = end ? dlock__etcd_b64(end, strlen(end)) : NULL;

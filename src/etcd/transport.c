@@ -33,9 +33,10 @@
  * backend but the release's delete, whose second answer "deleted 0" would
  * read as a lost lock), while the whole call stays within one command
  * timeout plus one connect timeout, with a short backoff (25 ms doubling)
- * once every endpoint has failed in a row. etcd's "no leader", "leader
- * changed" and "timed out" answers (gRPC Unavailable) count as a failed
- * exchange. An expired auth token is renewed once.
+ * once every endpoint has failed in a row. etcd's "no leader" answer
+ * (gRPC Unavailable) counts as a request never applied; "request timed
+ * out" and "leader changed" as a lost reply (the proposal may still be
+ * applied). An expired auth token is renewed once.
  */
 #include <curl/curl.h>
 #include <inttypes.h>
@@ -285,7 +286,8 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   body_t b = {0};
   setup(e, h, *idx, path, token, &hdrs);
   dlock__free(token);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_ms > 0 ? timeout_ms : 1));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                   (long)(timeout_ms > 0 ? timeout_ms : 1));
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, req);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
@@ -313,10 +315,12 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
       int64_t code = j ? dlock__etcd_i64(j, "code") : 0;
       snprintf(why, whylen, "%s: %s", e->hosts[*idx],
                msg ? msg : "unreadable reply");
-      if (code == 14 || (msg && (strstr(msg, "no leader") ||
-                                 strstr(msg, "leader changed") ||
-                                 strstr(msg, "timed out") ||
-                                 strstr(msg, "not capable"))))
+      /* "timed out" and "leader changed": the proposal may still be
+       * applied (as a lost reply); "no leader": it was not */
+      if (msg && (strstr(msg, "timed out") || strstr(msg, "leader changed")))
+        x = X_LOST;
+      else if (code == 14 || (msg && (strstr(msg, "no leader") ||
+                                      strstr(msg, "not capable"))))
         x = X_UNAVAILABLE;
       else if (msg && strstr(msg, "invalid auth token") && e->user)
         x = X_AUTH_EXPIRED;
@@ -344,7 +348,8 @@ static void nap(int64_t ms) {
 int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
                      bool resend, json_object **out) {
   *out = NULL;
-  const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+  const char *body =
+      json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
   int64_t start = dlock__now_ms();
   int64_t deadline = start + e->command_timeout_ms + e->connect_timeout_ms;
   char why[400] = "";
@@ -361,9 +366,8 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       break;
     }
     int idx = 0;
-    int x = exchange(e, path, body,
-                     left < e->command_timeout_ms ? left : e->command_timeout_ms,
-                     out, &idx, why, sizeof why);
+    int64_t t = left < e->command_timeout_ms ? left : e->command_timeout_ms;
+    int x = exchange(e, path, body, t, out, &idx, why, sizeof why);
     if (x == X_OK)
       break;
     if (x == X_ERROR) {
@@ -411,7 +415,8 @@ int dlock__etcd_authenticate(dlock__etcd *e) {
   json_object *req = json_object_new_object();
   dlock__etcd_set_str(req, "name", e->user);
   dlock__etcd_set_str(req, "password", e->password ? e->password : "");
-  const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+  const char *body =
+      json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
   char why[400] = "";
   int rc = DLOCK_EUNAVAILABLE;
   for (int i = 0; i < e->nhosts; i++) {
