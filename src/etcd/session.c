@@ -311,7 +311,9 @@ static void *etcd_thread(void *arg) {
   for (;;) {
     bool lost = false;
     int64_t now = dlock__now_ms();
-    int64_t wake_at = now + 1000;
+    /* no timer of ours when idle: libcurl shortens the poll to its own
+     * timers, and callers wake us with curl_multi_wakeup */
+    int64_t wake_at = now + 60000;
     pthread_mutex_lock(&e->mu);
     if (e->stop) {
       pthread_mutex_unlock(&e->mu);
@@ -374,9 +376,11 @@ static void *etcd_thread(void *arg) {
     curl_multi_perform(e->multi, &running);
     CURLMsg *m;
     int left;
+    bool progressed = false; /* a transfer ended: deadlines moved */
     while ((m = curl_multi_info_read(e->multi, &left)) != NULL) {
       if (m->msg != CURLMSG_DONE)
         continue;
+      progressed = true;
       if (ka.h && m->easy_handle == ka.h) {
         CURLcode cc = m->data.result;
         long status = 0;
@@ -444,6 +448,8 @@ static void *etcd_thread(void *arg) {
     }
     pthread_mutex_unlock(&e->mu);
 
+    if (progressed)
+      continue; /* the next keep-alive is due from the new state */
     int64_t wait = wake_at - dlock__now_ms();
     if (wait < 0)
       wait = 0;
