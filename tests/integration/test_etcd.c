@@ -551,6 +551,28 @@ static void t_lease_expiry(void) {
   th_etcd_stop(e);
 }
 
+static void t_session_kept_alive(void) {
+  /* a hold outlives several TTLs of its session's lease: the keep-alive
+   * comes in time, and no loss is reported */
+  th_etcd_t *e = cluster(3);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 2000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "kept", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  int64_t t0 = th_now_ms();
+  bool ok = false;
+  TH_WAIT_FOR(ok, th_now_ms() - t0 > 7000 || atomic_load(&rec.n) > 0, 8000);
+  CHECK(ok); /* one of the two, within the bound */
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  bool held = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(l, &held));
+  CHECK(held);
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 static void t_lease_revoked(void) {
   /* the session's lease revoked from outside: every hold is lost at once,
    * and the client goes on with a new lease */
@@ -1237,6 +1259,7 @@ static const check_case_t cases[] = {
     {"fifo", t_fifo},
     {"lease_expiry", t_lease_expiry},
     {"lease_revoked", t_lease_revoked},
+    {"session_kept_alive", t_session_kept_alive},
     {"leader_killed", t_leader_killed},
     {"member_killed", t_member_killed},
     {"member_paused", t_member_paused},
