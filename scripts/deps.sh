@@ -6,10 +6,13 @@ set -euo pipefail
 # valgrind: memcheck over the integration tests; iproute2 + iptables: the
 # fault suite's network partitions (tests/fault, in a private namespace);
 # openssl: test_tls and bench/tls-cost.sh make their certificates with it;
-# zookeeper + libzookeeper-mt-dev: the ZooKeeper backend and its tests
+# zookeeper + libzookeeper-mt-dev: the ZooKeeper backend and its tests;
+# libcurl4-openssl-dev + libjson-c-dev: the etcd backend (its gRPC gateway);
+# etcd-server + etcd-client: its tests and interop (etcdctl lock)
 pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
       redis-server redis-tools clang libclang-rt-14-dev valgrind
-      iproute2 iptables openssl zookeeper libzookeeper-mt-dev)
+      iproute2 iptables openssl zookeeper libzookeeper-mt-dev
+      libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -300,15 +300,18 @@ typedef struct dlock_client dlock_client_t;
  *   redis://[[user]:password@]host[:port][/db]   (default port 6379, db 0)
  *   redis://[::1]:6379/0                          (IPv6 literal)
  *   unix:///path/to/redis.sock[?db=N]
- * User and password may be percent-encoded. `opts` may be NULL (defaults)
+ *   etcd://[user:password@]host[:port][,host[:port]...]  (default port
+ *       2379; the members of one etcd cluster, docs/ETCD.md: the client is
+ *       one session, a lease of dlock_options_set_session_timeout)
+ * Redis user and password may be percent-encoded. `opts` may be NULL (defaults)
  * and is copied: it may be freed right after the call. On success *out owns
  * a client to be freed with dlock_client_free(); on failure *out is NULL.
  *   rediss://...                                  (the same over TLS: see
  *                                                 the TLS options above)
  * A scheme this build has no backend for is DLOCK_EURL naming the schemes
- * it has. An operation or object
- * the backend does not offer is DLOCK_ENOTSUP, naming both, before anything
- * is sent.
+ * it has; etcds:// (TLS for etcd) is DLOCK_ENOTSUP for now. An operation
+ * or object the backend does not offer is DLOCK_ENOTSUP, naming both,
+ * before anything is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
  * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
  * the background thread's creation failed), DLOCK_ETLS. */
@@ -344,7 +347,7 @@ DLOCK_EXTERN int dlock_client_new_redlock(dlock_client_t **out,
 DLOCK_EXTERN size_t dlock_client_nodes(const dlock_client_t *client);
 /* Stops the background thread and closes every connection. Locks still held
  * are not released: watchdog leases stop being renewed and expire on the
- * server. Calls in progress on other threads end first: a waiting acquire
+ * server (etcd: the session's lease is revoked, so they go at once). Calls in progress on other threads end first: a waiting acquire
  * returns DLOCK_ECLOSED at its next step, and this function waits for them
  * (each is bounded by its network timeouts). No call may start once it has
  * begun. Lock handles left over are freed here. Accepts NULL. Must not be
@@ -573,6 +576,18 @@ DLOCK_EXTERN int dlock_multilock_acquire_as(dlock_multilock_t *m,
                                             int64_t wait_ms, int64_t lease_ms);
 DLOCK_EXTERN int dlock_multilock_release_as(dlock_multilock_t *m,
                                             uint64_t thread_id);
+
+/* Environment variables that the backend's own lock tool gives a command
+ * run under the lock, for thread_id's hold of `lock` (etcd:
+ * ETCD_LOCK_KEY, the holder's key, and ETCD_LOCK_REV, its create
+ * revision, as `etcdctl lock NAME -- command` sets them; Redis: none).
+ * *out is a NULL-terminated array of "NAME=VALUE" strings, or NULL when
+ * there are none (or the thread holds nothing); free it with
+ * dlock_env_free(). No round trip: the client's own record of the hold.
+ * Any thread. */
+DLOCK_EXTERN int dlock_lock_hold_env(dlock_lock_t *lock, uint64_t thread_id,
+                                     char ***out);
+DLOCK_EXTERN void dlock_env_free(char **env);
 
 /* -------------------------------------------------------------- semaphore */
 

@@ -177,6 +177,12 @@ typedef struct dlock__backend_ops {
                     const char *owner, dlock__lock_query q, int64_t *out);
   int (*lock_state)(void *be, dlock_lock_kind_t kind, const char *name,
                     dlock_lock_state_t **out);
+  /* Optional (NULL: none): "NAME=VALUE" variables describing owner's hold
+   * of name for a command run under it (dlock_lock_hold_env), as a
+   * NULL-terminated array of dlock__alloc'd strings, or *out NULL. No
+   * round trip. */
+  int (*lock_hold_env)(void *be, dlock_lock_kind_t kind, const char *name,
+                       const char *owner, char ***out);
 
   /* Waiting (core/wait.h), from caller threads. wait_begin registers
    * w (w->spec says what for; the backend keeps its state in w->reg) and
@@ -274,5 +280,6 @@ size_t dlock__redlock_node_count(const void *be);
 /* One node's own view of a lock (node from 0). */
 int dlock__redlock_node_state(void *be, size_t node, dlock_lock_kind_t kind,
                               const char *name, dlock_lock_state_t **out);
+extern const dlock__backend_ops dlock__etcd_backend;
 
 #endif

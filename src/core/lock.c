@@ -755,6 +755,28 @@ int dlock_lock_node_state(dlock_lock_t *l, size_t node,
                                                l->name, out));
 }
 
+int dlock_lock_hold_env(dlock_lock_t *l, uint64_t tid, char ***out) {
+  if (!out)
+    return dlock__seterr(DLOCK_EINVAL, "dlock_lock_hold_env: out is NULL");
+  *out = NULL;
+  if (tid == 0)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "dlock_lock_hold_env: thread id 0 is not valid");
+  int rc = call_begin(l, "dlock_lock_hold_env");
+  if (rc || !l->client->ops->lock_hold_env)
+    return rc ? rc : call_end(l, 0);
+  char owner[64];
+  dlock__owner(l->client, tid, owner, sizeof owner);
+  return call_end(l, l->client->ops->lock_hold_env(l->client->be, l->kind,
+                                                   l->name, owner, out));
+}
+
+void dlock_env_free(char **env) {
+  for (size_t i = 0; env && env[i]; i++)
+    dlock__free(env[i]);
+  dlock__free(env);
+}
+
 void dlock_lock_state_free(dlock_lock_state_t *st) {
   if (!st)
     return;

@@ -14,8 +14,9 @@
 #include "core/error.h"
 
 static const dlock__backend_ops *const backends[] = {
-    &dlock__redis_backend,     /* redis://, unix:// */
+    &dlock__redis_backend,     /* redis://, rediss://, unix:// */
     &dlock__zookeeper_backend, /* zookeeper://, zk:// */
+    &dlock__etcd_backend,      /* etcd://, etcds:// */
 };
 
 #define NBACKENDS (sizeof backends / sizeof backends[0])

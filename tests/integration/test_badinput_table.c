@@ -477,6 +477,38 @@ static int t_state_null(tctx_t *x) {
 
 THUNK(t_state_null_out, dlock_lock_state(x->l, NULL))
 
+static int t_hold_env_null(tctx_t *x) {
+  char **env = (char **)x;
+  int rc = dlock_lock_hold_env(NULL, 1, &env);
+  return env == NULL ? rc : wrong(x, "*out not NULL after a failure");
+}
+
+THUNK(t_hold_env_null_out, dlock_lock_hold_env(x->l, 1, NULL))
+
+static int t_hold_env_tid0(tctx_t *x) {
+  char **env = (char **)x;
+  int rc = dlock_lock_hold_env(x->l, 0, &env);
+  return env == NULL ? rc : wrong(x, "*out not NULL after a failure");
+}
+
+static int t_hold_env_none(tctx_t *x) {
+  /* Redis has no lock tool's variables: none, even for a hold */
+  char **env = (char **)x;
+  int rc = dlock_lock_acquire(x->l, 0, WD);
+  if (rc == 0)
+    rc = dlock_lock_hold_env(x->l, dlock_thread_id(), &env);
+  if (rc == 0 && env != NULL)
+    rc = wrong(x, "variables from the Redis backend");
+  dlock_lock_release(x->l);
+  return rc;
+}
+
+static int t_env_free_null(tctx_t *x) {
+  (void)x;
+  dlock_env_free(NULL);
+  return 0;
+}
+
 /* calls on the row's lock */
 THUNK(t_acquire, dlock_lock_acquire(x->l, 0, WD))
 THUNK(t_acquire_wait_ms, dlock_lock_acquire(x->l, x->num, WD))
@@ -889,6 +921,16 @@ static void g_null_args(void) {
           DLOCK_EINVAL, "out is NULL"),
       ROW("dlock_lock_state_free", "NULL (accepted)", t_state_free_null, NULL,
           0, DLOCK_OK, NULL),
+      ROW("dlock_lock_hold_env", "lock NULL", t_hold_env_null, NULL, 0,
+          DLOCK_EINVAL, "lock is NULL"),
+      ROW("dlock_lock_hold_env", "out NULL", t_hold_env_null_out, NULL, 0,
+          DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_lock_hold_env", "thread id 0", t_hold_env_tid0, NULL, 0,
+          DLOCK_EINVAL, "thread id 0"),
+      ROW("dlock_lock_hold_env", "Redis: no variables", t_hold_env_none, NULL,
+          0, DLOCK_OK, NULL),
+      ROW("dlock_env_free", "NULL (accepted)", t_env_free_null, NULL, 0,
+          DLOCK_OK, NULL),
   };
   int failed = RUN_ROWS(&x, "null_args", rows);
   /* none of it touched the server or broke the handle */

@@ -65,6 +65,9 @@ static const offers_t offers[] = {
     {.backend = "zookeeper",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
                    K(DLOCK_READ) | K(DLOCK_WRITE)},
+    {.backend = "etcd",
+     .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
+                   K(DLOCK_READ) | K(DLOCK_WRITE)},
 };
 
 static unsigned offered_kinds(void) {

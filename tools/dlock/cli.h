@@ -53,6 +53,10 @@ int cli_exit_for(int err);
  * (dlock_last_error() is per thread), with a hint on what to do, and returns
  * the exit status. `subject` (may be NULL) leads the line when the library's
  * detail does not already name the backend. */
+/* False when the backend does not offer `kind` (a backend without
+ * read-write locks: an exclusive holder then takes NAME alone). */
+bool cli_has_kind(const struct cli_ctx *c, dlock_client_t *client,
+                  dlock_lock_kind_t kind);
 int cli_lib_error(const struct cli_ctx *c, const char *subject, int err);
 
 /* Connects: to the one server, or with several -u and no --all to all

@@ -127,6 +127,8 @@ static const char usage_text[] =
     "zookeeper://host[:port][,host[:port]...][/chroot][?base=/path] (Curator's\n"
     "lock layout; NAME is a path under base, /dlock/locks, unless it starts\n"
     "with '/').\n"
+    "etcd://[user:password@]host:port[,host:port...] (etcdctl lock's layout;\n"
+    "the child also gets ETCD_LOCK_KEY and ETCD_LOCK_REV; no -N).\n"
     "A password is never printed and is hidden from ps.\n"
     "\n"
     "Environment:\n"

@@ -80,8 +80,8 @@ static const char *hint_for(int err) {
     return " (check the password: in the URL, DLOCK_PASSWORD or "
            "--password-file)";
   case DLOCK_EURL:
-    return " (expected redis://[[user]:password@]host[:port][/db] or "
-           "unix:///path/redis.sock)";
+    return " (expected redis://[[user]:password@]host[:port][/db], "
+           "unix:///path/redis.sock or etcd://host:port[,host:port...])";
   case DLOCK_EWRONGTYPE:
     return " (that key is not a lock: choose another NAME)";
   case DLOCK_ENOMEM:
@@ -153,6 +153,14 @@ dlock_lock_kind_t cli_main_kind(const struct cli_ctx *c) {
   default:
     return DLOCK_FENCED;
   }
+}
+
+bool cli_has_kind(const struct cli_ctx *c, dlock_client_t *client,
+                  dlock_lock_kind_t kind) {
+  dlock_lock_t *l = NULL;
+  int err = dlock_lock_new_kind(client, c->shared_name, kind, &l);
+  dlock_lock_free(l);
+  return err != DLOCK_ENOTSUP;
 }
 
 int cli_lock_new(const struct cli_ctx *c, dlock_client_t *client,

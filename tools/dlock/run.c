@@ -271,8 +271,10 @@ static void *worker(void *arg) {
       rc = cli_lock_new(c, r->client, true, DLOCK_READ, &r->lock);
     } else {
       rc = cli_lock_new(c, r->client, false, cli_main_kind(c), &r->lock);
-      /* a Redlock has the fenced lock only (no read-write lock, no -s) */
-      if (rc == 0 && dlock_client_nodes(r->client) == 0)
+      /* a backend without read-write locks (etcd's has no -s here, a
+       * Redlock has the fenced lock only) has no -s holders to exclude:
+       * NAME alone */
+      if (rc == 0 && cli_has_kind(c, r->client, DLOCK_WRITE))
         rc = cli_lock_new(c, r->client, true, DLOCK_WRITE, &r->side);
     }
   }
@@ -505,30 +507,56 @@ close:
 }
 
 /* The child's environment: ours plus DLOCK_TOKEN when there is a token
- * (DLOCK_TOKEN itself was removed from ours before any thread started).
- * NULL when out of memory. The strings are environ's; free the array and
- * *tokvar. */
-static char **child_env(const struct run *r, char **tokvar) {
-  size_t n = 0, i;
+ * (DLOCK_TOKEN itself was removed from ours before any thread started),
+ * plus the variables the backend's own lock tool sets for a hold
+ * (dlock_lock_hold_env: etcd's ETCD_LOCK_KEY and ETCD_LOCK_REV), which
+ * replace inherited ones of the same names. NULL when out of memory. The
+ * strings are environ's, *tokvar and *extra: free the array, *tokvar and
+ * (dlock_env_free) *extra. */
+static bool env_named(const char *var, char **vars) {
+  for (size_t i = 0; vars && vars[i]; i++) {
+    size_t n = strcspn(vars[i], "=");
+    if (strncmp(var, vars[i], n) == 0 && var[n] == '=')
+      return true;
+  }
+  return false;
+}
+
+static char **child_env(const struct run *r, char **tokvar, char ***extra) {
+  size_t n = 0, i, m = 0, k = 0;
   char **env;
   *tokvar = NULL;
+  *extra = NULL;
+  if (r->lock != NULL &&
+      dlock_lock_hold_env(r->lock, r->owner, extra) == DLOCK_ENOMEM)
+    return NULL;
   while (environ[n] != NULL)
     n++;
-  env = calloc(n + 2, sizeof *env);
-  if (env == NULL)
+  while (*extra != NULL && (*extra)[m] != NULL)
+    m++;
+  env = calloc(n + m + 2, sizeof *env);
+  if (env == NULL) {
+    dlock_env_free(*extra);
+    *extra = NULL;
     return NULL;
+  }
   for (i = 0; i < n; i++)
-    env[i] = environ[i];
+    if (!env_named(environ[i], *extra))
+      env[k++] = environ[i];
+  for (i = 0; i < m; i++)
+    env[k++] = (*extra)[i];
   if (r->token > 0) {
     *tokvar = malloc(48);
     if (*tokvar == NULL) {
       free(env);
+      dlock_env_free(*extra);
+      *extra = NULL;
       return NULL;
     }
     snprintf(*tokvar, 48, "DLOCK_TOKEN=%lld", (long long)r->token);
-    env[n++] = *tokvar;
+    env[k++] = *tokvar;
   }
-  env[n] = NULL;
+  env[k] = NULL;
   return env;
 }
 
@@ -537,11 +565,11 @@ static int spawn_child(struct run *r) {
   posix_spawnattr_t at;
   sigset_t def;
   char *sh_argv[4];
-  char **env, *tokvar;
+  char **env, *tokvar, **extra;
   int err;
   const char *what;
 
-  env = child_env(r, &tokvar);
+  env = child_env(r, &tokvar, &extra);
   if (env == NULL) {
     cli_msg(c, "cannot start the command: out of memory");
     return CLI_EX_SOFTWARE;
@@ -550,6 +578,7 @@ static int spawn_child(struct run *r) {
   if (posix_spawnattr_init(&at) != 0) {
     free(env);
     free(tokvar);
+    dlock_env_free(extra);
     cli_msg(c, "cannot start the command: out of memory");
     return CLI_EX_SOFTWARE;
   }
@@ -573,6 +602,7 @@ static int spawn_child(struct run *r) {
   posix_spawnattr_destroy(&at);
   free(env);
   free(tokvar);
+  dlock_env_free(extra);
   if (err == 0)
     return 0;
   {

@@ -316,7 +316,8 @@ int cli_status(struct cli_ctx *c) {
     rc = read_view(c, client, true, DLOCK_READ, &v);
   else
     rc = read_view(c, client, false, cli_main_kind(c), &v);
-  if (rc == 0 && !v.held && c->o->kind == CLI_KIND_EXCLUSIVE) {
+  if (rc == 0 && !v.held && c->o->kind == CLI_KIND_EXCLUSIVE &&
+      cli_has_kind(c, client, DLOCK_READ)) {
     rc = read_view(c, client, true, DLOCK_READ, &rw);
     if (rc == 0 && rw.held) {
       dlock_lock_state_free(v.st);

@@ -1,0 +1,268 @@
+/*
+ * etcd.c - the etcd backend: its URL, open and close, and the operations
+ * table. The transport (gRPC gateway, libcurl, json-c, failover) is in
+ * transport.c, the session (lease, keep-alive, watch streams: the
+ * backend's thread) in session.c, the lock in locks.c.
+ *
+ *   etcd://[user:password@]host[:port][,host[:port]...][/]
+ *
+ * Every listed endpoint is a member of one cluster; requests go to one of
+ * them and move to the next when it fails. The port defaults to 2379.
+ * etcds:// (TLS) is DLOCK_ENOTSUP for now. A user and password (in the URL
+ * or dlock_options_set_credentials) go through etcd's auth: Authenticate
+ * gives a token that every request carries.
+ *
+ * open grants the session's lease (its round trip checks the cluster) and
+ * starts the backend's thread; close stops the thread, then revokes the
+ * lease (as concurrency.Session.Close: the keys of this client's locks and
+ * waits go at once) and frees everything.
+ *
+ * What it offers: reentrant, fair (the same lock: etcd's queue is FIFO by
+ * create revision) and fenced locks (token: the key's create revision),
+ * and read-write locks with the recipe's layout (rw.c). Semaphores and
+ * latches are DLOCK_ENOTSUP (sync_kinds 0: etcd has no recipe for them).
+ * No per-hold renewal (lock_renew NULL): the session keeps every hold
+ * alive, and its loss is dlock__holds_session_lost.
+ */
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/options.h"
+#include "etcd/etcd.h"
+
+#define ETCD_MAX_ENDPOINTS 16
+#define ETCD_DEFAULT_PORT 2379
+#define ETCD_DEFAULT_TTL_S 60
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+static void etcd_free(dlock__etcd *e) {
+  if (!e)
+    return;
+  for (int i = 0; i < e->nhosts; i++)
+    dlock__free(e->hosts[i]);
+  dlock__free(e->hosts);
+  if (e->password) {
+    memset(e->password, 0, strlen(e->password));
+    dlock__free(e->password);
+  }
+  dlock__free(e->user);
+  dlock__etcd_entries_free(e);
+  dlock__etcd_rws_free(e);
+  dlock__etcd_transport_free(e);
+  pthread_cond_destroy(&e->session_cv);
+  pthread_mutex_destroy(&e->mu);
+  dlock__free(e);
+}
+
+static void etcd_close(void *be) {
+  dlock__etcd *e = be;
+  if (!e)
+    return;
+  dlock__etcd_session_stop(e);
+  dlock__etcd_session_revoke(e);
+  etcd_free(e);
+}
+
+static bool host_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+}
+
+/* One "host[:port]" (or "[v6]:port") of len bytes into "host:port". */
+static int parse_host(const char *s, size_t len, char **out) {
+  const char *host = s, *colon = NULL;
+  size_t hlen;
+  if (len > 0 && s[0] == '[') {
+    const char *close = memchr(s, ']', len);
+    if (!close)
+      return dlock__seterr(DLOCK_EURL, "bad etcd URL: '[' without ']' in a "
+                                       "host");
+    for (const char *p = s + 1; p < close; p++)
+      if (!(host_char(*p) || *p == ':'))
+        return dlock__seterr(DLOCK_EURL,
+                             "bad etcd URL: bad character in an IPv6 host");
+    hlen = (size_t)(close - s) + 1;
+    if (hlen < len && s[hlen] != ':')
+      return dlock__seterr(DLOCK_EURL, "bad etcd URL: expected ':' after ']'");
+    colon = hlen < len ? s + hlen : NULL;
+  } else {
+    colon = memchr(s, ':', len);
+    hlen = colon ? (size_t)(colon - s) : len;
+    for (size_t i = 0; i < hlen; i++)
+      if (!host_char(host[i]))
+        return dlock__seterr(DLOCK_EURL,
+                             "bad etcd URL: bad character '%c' in a host "
+                             "(expected host[:port][,host[:port]...])",
+                             host[i]);
+  }
+  if (hlen == 0 || (hlen == 2 && s[0] == '['))
+    return dlock__seterr(DLOCK_EURL, "bad etcd URL: empty host (expected "
+                                     "host[:port][,host[:port]...])");
+  long port = ETCD_DEFAULT_PORT;
+  if (colon) {
+    size_t plen = len - (size_t)(colon - s) - 1;
+    if (plen == 0 || plen > 5)
+      return dlock__seterr(DLOCK_EURL, "bad etcd URL: bad port (1..65535)");
+    port = 0;
+    for (size_t i = 0; i < plen; i++) {
+      char c = colon[1 + i];
+      if (c < '0' || c > '9')
+        return dlock__seterr(DLOCK_EURL, "bad etcd URL: bad port (1..65535)");
+      port = port * 10 + (c - '0');
+    }
+    if (port < 1 || port > 65535)
+      return dlock__seterr(DLOCK_EURL, "bad etcd URL: bad port (1..65535)");
+  }
+  *out = dlock__asprintf("%.*s:%ld", (int)hlen, host, port);
+  return *out ? 0 : DLOCK_ENOMEM;
+}
+
+static int parse_url(dlock__etcd *e, const char *url, char **user,
+                     char **password) {
+  *user = *password = NULL;
+  const char *sep = strstr(url, "://");
+  size_t slen = (size_t)(sep - url);
+  if (slen == 5 && strncasecmp(url, "etcds", 5) == 0)
+    return dlock__seterr(DLOCK_ENOTSUP,
+                         "etcds:// (TLS) is not supported by the etcd backend "
+                         "yet; use etcd:// on a trusted network");
+  const char *p = sep + 3;
+  const char *end = p + strcspn(p, "/?#");
+  if (*end == '?' || *end == '#' || (*end == '/' && end[1] != '\0'))
+    return dlock__seterr(DLOCK_EURL,
+                         "bad etcd URL: no path or query expected after the "
+                         "endpoints (etcd://host:port[,host:port...])");
+  const char *at = memchr(p, '@', (size_t)(end - p));
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (!colon || colon == p)
+      return dlock__seterr(DLOCK_EURL,
+                           "bad etcd URL: credentials must be user:password@");
+    *user = dlock__strndup(p, (size_t)(colon - p));
+    *password = dlock__strndup(colon + 1, (size_t)(at - colon - 1));
+    if (!*user || !*password)
+      return DLOCK_ENOMEM;
+    p = at + 1;
+  }
+  if (p == end)
+    return dlock__seterr(DLOCK_EURL, "bad etcd URL: no endpoint (expected "
+                                     "etcd://host:port[,host:port...])");
+  e->hosts = dlock__calloc(ETCD_MAX_ENDPOINTS, sizeof *e->hosts);
+  if (!e->hosts)
+    return DLOCK_ENOMEM;
+  size_t dl = (size_t)snprintf(e->display, sizeof e->display, "etcd://");
+  while (p < end) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *stop = comma ? comma : end;
+    if (e->nhosts == ETCD_MAX_ENDPOINTS)
+      return dlock__seterr(DLOCK_EURL, "bad etcd URL: more than %d endpoints",
+                           ETCD_MAX_ENDPOINTS);
+    int rc = parse_host(p, (size_t)(stop - p), &e->hosts[e->nhosts]);
+    if (rc)
+      return rc;
+    if (dl < sizeof e->display)
+      dl += (size_t)snprintf(e->display + dl, sizeof e->display - dl, "%s%s",
+                             e->nhosts ? "," : "", e->hosts[e->nhosts]);
+    e->nhosts++;
+    p = comma ? comma + 1 : end;
+    if (comma && p == end)
+      return dlock__seterr(DLOCK_EURL, "bad etcd URL: empty endpoint after "
+                                       "','");
+  }
+  return 0;
+}
+
+static int etcd_ping(void *be) {
+  json_object *rep = NULL;
+  int rc = dlock__etcd_call(be, "/v3/maintenance/status",
+                            json_object_new_object(), true, &rep);
+  json_object_put(rep);
+  return rc;
+}
+
+static int etcd_open(void **be, const char *url, const struct dlock_options *o,
+                     struct dlock_client *core) {
+  *be = NULL;
+  pthread_once(&curl_once, curl_init);
+  dlock__etcd *e = dlock__calloc(1, sizeof *e);
+  if (!e)
+    return DLOCK_ENOMEM;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->session_cv, NULL);
+  dlock__etcd_transport_init(e);
+  e->core = core;
+  e->connect_timeout_ms = o->connect_timeout_ms;
+  e->command_timeout_ms = o->command_timeout_ms;
+  e->ttl_s = o->session_timeout_ms > 0 ? (o->session_timeout_ms + 999) / 1000
+                                       : ETCD_DEFAULT_TTL_S;
+  char *user = NULL, *password = NULL;
+  int rc = parse_url(e, url, &user, &password);
+  if (!rc && o->credentials_set) {
+    dlock__free(user);
+    if (password)
+      memset(password, 0, strlen(password));
+    dlock__free(password);
+    user = o->user ? dlock__strdup(o->user) : NULL;
+    password = o->password ? dlock__strdup(o->password) : NULL;
+  }
+  e->user = user;
+  e->password = password;
+  if (!rc && e->password && !e->user)
+    rc = dlock__seterr(DLOCK_EINVAL,
+                       "%s: etcd's auth needs a user name with the password",
+                       e->display);
+  if (!rc && e->user)
+    rc = dlock__etcd_authenticate(e);
+  if (!rc)
+    rc = dlock__etcd_session_start(e);
+  if (!rc) {
+    int64_t lease = 0;
+    rc = dlock__etcd_session_lease(e, &lease);
+    if (rc)
+      dlock__preferr(rc, "%s", e->display);
+  }
+  if (rc) {
+    if (e->password)
+      dlock__scrub_error(e->password);
+    dlock__etcd_session_stop(e);
+    etcd_free(e);
+    return rc;
+  }
+  *be = e;
+  return 0;
+}
+
+static const char *const etcd_schemes[] = {"etcd", "etcds", NULL};
+
+const dlock__backend_ops dlock__etcd_backend = {
+    .name = "etcd",
+    .schemes = etcd_schemes,
+    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FAIR) |
+                  (1u << DLOCK_FENCED) | (1u << DLOCK_READ) |
+                  (1u << DLOCK_WRITE),
+    .sync_kinds = 0,
+    .queue_kinds = 0,
+    .open = etcd_open,
+    .close = etcd_close,
+    .ping = etcd_ping,
+    .lock_acquire = dlock__etcd_lock_acquire,
+    .lock_leave = dlock__etcd_lock_leave,
+    .lock_release = dlock__etcd_lock_release,
+    .lock_force_release = dlock__etcd_lock_force_release,
+    .lock_query = dlock__etcd_lock_query,
+    .lock_state = dlock__etcd_lock_state,
+    .lock_hold_env = dlock__etcd_lock_hold_env,
+    .wait_begin = dlock__etcd_wait_begin,
+    .wait_arm = dlock__etcd_wait_arm,
+    .wait_can_queue = dlock__etcd_wait_can_queue,
+    .wait_end = dlock__etcd_wait_end,
+};

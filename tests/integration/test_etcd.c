@@ -1,0 +1,1286 @@
+/*
+ * test_etcd.c - the etcd backend against a real 3-member etcd cluster
+ * (tests/harness/etcd.c), and against etcd's own lock client (etcdctl).
+ *
+ * Design note: every case starts its own cluster. Waiters are threads with
+ * clients of their own (a client is one session, one lease: one key per
+ * lock), or forked processes re-executing this binary (`--child ...`), so
+ * each has its own client from scratch. A waiter's wake-up is asserted by
+ * its outcome, never by a sleep: its wait (30 s) is far beyond the time a
+ * watch takes and far below the lease TTL (60 s) that bounds a waiter's
+ * sleep when no watch fires, so a waiter that only woke by its bound would
+ * fail. Each loop is bounded in count and time (TH_WAIT_FOR).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "check.h"
+#include "etcd.h"
+#include "harness.h"
+
+#include <dlock/dlock.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define WAIT_MS 30000
+#define ETCDCTL "/usr/bin/etcdctl"
+
+static const char *g_exe;
+
+/* ---------------------------------------------------------------- helpers */
+
+static dlock_client_t *client_ttl(const char *url, int64_t session_ms,
+                                  dlock_lost_fn lost, void *ud) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 2000));
+  CHECK_OK(dlock_options_set_command_timeout(o, 3000));
+  if (session_ms)
+    CHECK_OK(dlock_options_set_session_timeout(o, session_ms));
+  if (lost)
+    CHECK_OK(dlock_options_set_lost_callback(o, lost, ud));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, o));
+  dlock_options_free(o);
+  return c;
+}
+
+static dlock_client_t *client(const char *url) {
+  return client_ttl(url, 0, NULL, NULL);
+}
+
+static dlock_lock_t *lock_kind(dlock_client_t *c, const char *name,
+                               dlock_lock_kind_t kind) {
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new_kind(c, name, kind, &l));
+  return l;
+}
+
+static dlock_lock_state_t *state(dlock_lock_t *l) {
+  dlock_lock_state_t *st = NULL;
+  CHECK_OK(dlock_lock_state(l, &st));
+  return st;
+}
+
+static size_t nwaiters(dlock_lock_t *l) {
+  dlock_lock_state_t *st = state(l);
+  size_t n = st->nwaiters;
+  dlock_lock_state_free(st);
+  return n;
+}
+
+static int64_t state_token(dlock_lock_t *l) {
+  dlock_lock_state_t *st = state(l);
+  int64_t t = st->token;
+  dlock_lock_state_free(st);
+  return t;
+}
+
+/* A thread that acquires `name` on a client of its own, notes when and
+ * with which token, holds until told, releases. */
+typedef struct waiter {
+  const char *url, *name;
+  dlock_lock_kind_t kind;
+  int64_t wait_ms;
+  atomic_int rc; /* 1 while running */
+  atomic_bool release;
+  atomic_llong token, got_at;
+  atomic_int order; /* its place among the waiters that got the lock */
+  atomic_int *counter;
+  pthread_t th;
+} waiter_t;
+
+static void *waiter_main(void *arg) {
+  waiter_t *w = arg;
+  dlock_client_t *c = client(w->url);
+  dlock_lock_t *l = lock_kind(c, w->name, w->kind);
+  int64_t tok = 0;
+  int rc = w->kind == DLOCK_FENCED
+               ? dlock_lock_acquire_fenced(l, w->wait_ms, DLOCK_LEASE_WATCHDOG,
+                                           &tok)
+               : dlock_lock_acquire(l, w->wait_ms, DLOCK_LEASE_WATCHDOG);
+  if (rc == 0) {
+    atomic_store(&w->got_at, th_now_ms());
+    atomic_store(&w->token, tok);
+    if (w->counter)
+      atomic_store(&w->order, atomic_fetch_add(w->counter, 1) + 1);
+    bool ok = false;
+    TH_WAIT_FOR(ok, atomic_load(&w->release), 60000);
+    (void)ok;
+    rc = dlock_lock_release(l);
+  }
+  atomic_store(&w->rc, rc == 0 ? 0 : rc);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return NULL;
+}
+
+static void waiter_start(waiter_t *w, const char *url, const char *name,
+                         dlock_lock_kind_t kind, int64_t wait_ms) {
+  memset(w, 0, sizeof *w);
+  w->url = url;
+  w->name = name;
+  w->kind = kind;
+  w->wait_ms = wait_ms;
+  atomic_store(&w->rc, 1);
+  CHECK(pthread_create(&w->th, NULL, waiter_main, w) == 0);
+}
+
+static int waiter_join(waiter_t *w) {
+  atomic_store(&w->release, true);
+  pthread_join(w->th, NULL);
+  return atomic_load(&w->rc);
+}
+
+static th_etcd_t *cluster(int n) {
+  th_etcd_t *e = th_etcd_start(n);
+  CHECKF(e != NULL, "could not start a %d-member etcd cluster", n);
+  return e;
+}
+
+/* ------------------------------------------------------------------ cases */
+
+static void t_basic(void) {
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "basic", DLOCK_REENTRANT);
+  bool b = true;
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(!b);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG)); /* reentry */
+  int64_t n = 0;
+  CHECK_OK(dlock_lock_hold_count(l, &n));
+  CHECK_INT(n, ==, 2);
+  CHECK_OK(dlock_lock_is_held_by_thread(l, &b));
+  CHECK(b);
+  dlock_lock_state_t *st = state(l);
+  CHECK_INT(st->nholders, ==, 1);
+  CHECK(strstr(st->holders[0].owner, dlock_client_id(c)) != NULL);
+  CHECK(strstr(st->holders[0].owner, "key=basic/") != NULL);
+  int64_t ttl = st->ttl_ms;
+  CHECKF(ttl > 0 && ttl <= 60000, "ttl %lld", (long long)ttl);
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(b); /* still held once */
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(!b);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_try_refused(void) {
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *a = client(th_etcd_url(e)), *b = client(th_etcd_url(e));
+  dlock_lock_t *la = lock_kind(a, "try", DLOCK_REENTRANT);
+  dlock_lock_t *lb = lock_kind(b, "try", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_RC(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK(strstr(dlock_last_error(), "held by another") != NULL);
+  /* a refused try leaves no key behind */
+  CHECK_INT(nwaiters(la), ==, 0);
+  /* a timed wait that gives up removes its key too */
+  CHECK_RC(dlock_lock_acquire(lb, 300, DLOCK_LEASE_WATCHDOG), DLOCK_ETIMEDOUT);
+  CHECK_INT(nwaiters(la), ==, 0);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK_OK(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(lb));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_etcd_stop(e);
+}
+
+static void t_waiter_woken(void) {
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "wake", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "wake", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  int64_t released = th_now_ms();
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "the waiter failed: %d",
+         atomic_load(&w.rc));
+  printf("woken %lld ms after the release\n",
+         (long long)(atomic_load(&w.got_at) - released));
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+typedef struct local_arg {
+  dlock_lock_t *l;
+  int iters;
+  atomic_int *inside;
+  long long *counter;
+  int rc;
+} local_arg_t;
+
+static void *local_main(void *arg) {
+  local_arg_t *a = arg;
+  for (int i = 0; i < a->iters && a->rc == 0; i++) {
+    a->rc = dlock_lock_acquire(a->l, WAIT_MS, DLOCK_LEASE_WATCHDOG);
+    if (a->rc)
+      break;
+    if (atomic_fetch_add(a->inside, 1) != 0)
+      a->rc = -1000;
+    long long v = *a->counter;
+    sched_yield();
+    *a->counter = v + 1;
+    atomic_fetch_sub(a->inside, 1);
+    int rc = dlock_lock_release(a->l);
+    if (!a->rc)
+      a->rc = rc;
+  }
+  return NULL;
+}
+
+static void t_threads_one_client(void) {
+  /* threads of one client share its lease, hence its key: they take turns
+   * on it, each owning the lock in its own right */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "local", DLOCK_REENTRANT);
+  atomic_int inside = 0;
+  long long counter = 0;
+  local_arg_t args[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    args[i] = (local_arg_t){
+        .l = l, .iters = 25, .inside = &inside, .counter = &counter};
+    CHECK(pthread_create(&th[i], NULL, local_main, &args[i]) == 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    CHECKF(args[i].rc == 0, "thread %d: %d", i, args[i].rc);
+  }
+  CHECK_INT(counter, ==, 100);
+  /* a thread that does not hold it cannot release it */
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  bool b = true;
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(!b);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_fencing(void) {
+  /* the token is the key's create revision: it grows with every grant */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *a = client(th_etcd_url(e)), *b = client(th_etcd_url(e));
+  dlock_lock_t *la = lock_kind(a, "fence", DLOCK_FENCED);
+  dlock_lock_t *lb = lock_kind(b, "fence", DLOCK_FENCED);
+  int64_t prev = 0;
+  for (int i = 0; i < 4; i++) {
+    dlock_lock_t *l = i % 2 ? lb : la;
+    int64_t t = 0, t2 = 0;
+    CHECK_OK(dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG, &t));
+    CHECK_INT(t, >, prev);
+    CHECK_INT(state_token(l), ==, t);
+    /* reentry keeps the token */
+    CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t2));
+    CHECK_INT(t2, ==, t);
+    CHECK_OK(dlock_lock_release(l));
+    CHECK_OK(dlock_lock_release(l));
+    prev = t;
+  }
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_etcd_stop(e);
+}
+
+/* ------------------------------------------------------------- processes */
+
+#define PROCS 4
+#define PROC_ITERS 15
+
+/* `--child-counter URL FILE ITERS`: increments the number in FILE under
+ * the lock "proc", non-atomically (read, yield, write). */
+static int child_counter(const char *url, const char *file, int iters) {
+  dlock_client_t *c = client(url);
+  dlock_lock_t *l = lock_kind(c, "proc", DLOCK_REENTRANT);
+  for (int i = 0; i < iters; i++) {
+    CHECK_OK(dlock_lock_acquire(l, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+    FILE *f = fopen(file, "r+");
+    CHECK(f);
+    long long v = 0;
+    if (fscanf(f, "%lld", &v) != 1)
+      v = 0;
+    sched_yield();
+    rewind(f);
+    fprintf(f, "%lld\n", v + 1);
+    CHECK(fclose(f) == 0);
+    CHECK_OK(dlock_lock_release(l));
+  }
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return 0;
+}
+
+static pid_t spawn_self(char *const argv[]) {
+  pid_t p = fork();
+  CHECK(p >= 0);
+  if (p == 0) {
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  return p;
+}
+
+/* Waits for pid within ms; its exit status, or -1 (killed then). */
+static int reap_within(pid_t pid, int64_t ms) {
+  int st = 0;
+  bool ok = false;
+  TH_WAIT_FOR(ok, waitpid(pid, &st, WNOHANG) == pid, ms);
+  if (!ok) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void t_processes(void) {
+  th_etcd_t *e = cluster(3);
+  char file[] = "/tmp/dlock-etcd-counter-XXXXXX";
+  int fd = mkstemp(file);
+  CHECK(fd >= 0);
+  CHECK(write(fd, "0\n", 2) == 2);
+  close(fd);
+  char iters[16];
+  snprintf(iters, sizeof iters, "%d", PROC_ITERS);
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) {
+    char *argv[] = {(char *)g_exe, "--child-counter", (char *)th_etcd_url(e),
+                    file, iters, NULL};
+    pids[i] = spawn_self(argv);
+  }
+  for (int i = 0; i < PROCS; i++)
+    CHECK_INT(reap_within(pids[i], 90000), ==, 0);
+  FILE *f = fopen(file, "r");
+  CHECK(f);
+  long long v = 0;
+  CHECK(fscanf(f, "%lld", &v) == 1);
+  fclose(f);
+  unlink(file);
+  CHECK_INT(v, ==, PROCS * PROC_ITERS);
+  th_etcd_stop(e);
+}
+
+/* ------------------------------------------------------------------ order */
+
+static void t_fifo(void) {
+  /* waiters get the lock in the order they asked: by create revision */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "fifo", DLOCK_FENCED);
+  int64_t t0 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t0));
+  waiter_t w[3];
+  atomic_int counter = 0;
+  bool ok = false;
+  for (int i = 0; i < 3; i++) {
+    waiter_start(&w[i], th_etcd_url(e), "fifo", DLOCK_FENCED, WAIT_MS);
+    w[i].counter = &counter;
+    atomic_store(&w[i].release, true); /* each releases once it has it */
+    TH_WAIT_FOR(ok, nwaiters(l) == (size_t)i + 1, 10000);
+    CHECK(ok);
+  }
+  dlock_lock_state_t *st = state(l);
+  CHECK_INT(st->nwaiters, ==, 3);
+  printf("holder: %s\n", st->holders[0].owner);
+  for (size_t i = 0; i < st->nwaiters; i++)
+    printf("waiter %zu: %s\n", i, st->waiters[i]);
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(l));
+  for (int i = 0; i < 3; i++) {
+    pthread_join(w[i].th, NULL);
+    CHECK_INT(atomic_load(&w[i].rc), ==, 0);
+    CHECK_INT(atomic_load(&w[i].order), ==, i + 1);
+    CHECK_INT(atomic_load(&w[i].token), >, i ? atomic_load(&w[i - 1].token)
+                                             : t0);
+  }
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ------------------------------------------------------------------ lease */
+
+typedef struct lost_rec {
+  atomic_int n;
+  atomic_int reason;
+} lost_rec_t;
+
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason) {
+  (void)name;
+  (void)tid;
+  lost_rec_t *r = ud;
+  atomic_store(&r->reason, (int)reason);
+  atomic_fetch_add(&r->n, 1);
+}
+
+/* `--child-hold URL NAME SESSION_MS`: holds the fenced lock NAME on a
+ * session of SESSION_MS, prints "held <token>", waits until its lost
+ * callback reports the session's end, checks that the release says
+ * DLOCK_ELOST, prints "lost". */
+static int child_hold(const char *url, const char *name, int64_t session_ms) {
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(url, session_ms, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, name, DLOCK_FENCED);
+  int64_t tok = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG, &tok));
+  printf("held %lld\n", (long long)tok);
+  fflush(stdout);
+  bool ok = false;
+  TH_WAIT_FOR(ok, atomic_load(&rec.n) > 0, 60000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&rec.reason), ==, DLOCK_LOST_SESSION);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  printf("lost\n");
+  fflush(stdout);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return 0;
+}
+
+static pid_t spawn_self_out(char *const argv[], int *out_fd) {
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    execv(g_exe, argv);
+    _exit(127);
+  }
+  close(p[1]);
+  *out_fd = p[0];
+  return pid;
+}
+
+/* Reads one line from fd within ms (a byte at a time); false on EOF or
+ * timeout. */
+static bool read_line(int fd, char *buf, size_t len, int64_t ms) {
+  int64_t until = th_now_ms() + ms;
+  size_t n = 0;
+  while (n + 1 < len) {
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int64_t left = until - th_now_ms();
+    if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+      return false;
+    char ch;
+    if (read(fd, &ch, 1) != 1)
+      return false;
+    if (ch == '\n')
+      break;
+    buf[n++] = ch;
+  }
+  buf[n] = '\0';
+  return true;
+}
+
+static void t_lease_expiry(void) {
+  /* a holder paused past its lease's TTL: the next waiter gets the lock
+   * with a higher revision; the resumed holder is told (lost callback,
+   * DLOCK_ELOST on release) */
+  th_etcd_t *e = cluster(3);
+  int fd = -1;
+  char *argv[] = {(char *)g_exe, "--child-hold", (char *)th_etcd_url(e),
+                  "expiry", "2000", NULL};
+  pid_t child = spawn_self_out(argv, &fd);
+  char line[128];
+  CHECK(read_line(fd, line, sizeof line, 20000));
+  long long held_tok = 0;
+  CHECK(sscanf(line, "held %lld", &held_tok) == 1);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "expiry", DLOCK_FENCED, WAIT_MS);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "expiry", DLOCK_FENCED);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK(kill(child, SIGSTOP) == 0);
+  int64_t stopped = th_now_ms();
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
+         atomic_load(&w.rc));
+  printf("the waiter got it %lld ms after the holder stopped\n",
+         (long long)(atomic_load(&w.got_at) - stopped));
+  CHECK_INT(atomic_load(&w.token), >, held_tok);
+  CHECK(kill(child, SIGCONT) == 0);
+  CHECK(read_line(fd, line, sizeof line, 30000));
+  CHECK_STR(line, "lost");
+  CHECK_INT(reap_within(child, 20000), ==, 0);
+  close(fd);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_session_kept_alive(void) {
+  /* a hold outlives several TTLs of its session's lease: the keep-alive
+   * comes in time, and no loss is reported */
+  th_etcd_t *e = cluster(3);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 2000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "kept", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  int64_t t0 = th_now_ms();
+  bool ok = false;
+  TH_WAIT_FOR(ok, th_now_ms() - t0 > 7000 || atomic_load(&rec.n) > 0, 8000);
+  CHECK(ok); /* one of the two, within the bound */
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  bool held = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(l, &held));
+  CHECK(held);
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_lease_revoked(void) {
+  /* the session's lease revoked from outside: every hold is lost at once,
+   * and the client goes on with a new lease */
+  th_etcd_t *e = cluster(1);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 3000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "revoked", DLOCK_FENCED);
+  int64_t t1 = 0, t2 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t1));
+  dlock_lock_state_t *st = state(l);
+  const char *lp = strstr(st->holders[0].owner, "lease=");
+  CHECK(lp);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s lease revoke %s "
+           ">/dev/null",
+           th_etcd_endpoints(e), lp + 6);
+  dlock_lock_state_free(st);
+  CHECK(system(cmd) == 0);
+  bool ok = false;
+  TH_WAIT_FOR(ok, atomic_load(&rec.n) > 0, 10000); /* the TTL/3 keep-alive */
+  CHECK(ok);
+  CHECK_INT(atomic_load(&rec.reason), ==, DLOCK_LOST_SESSION);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t2));
+  CHECK_INT(t2, >, t1);
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ----------------------------------------------------------------- faults */
+
+static void t_leader_killed(void) {
+  /* the leader dies while a lock is held and waited for */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "leader", DLOCK_FENCED);
+  int64_t t1 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t1));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "leader", DLOCK_FENCED, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  int leader = th_etcd_leader(e);
+  CHECK(leader >= 0);
+  CHECK_OK(th_etcd_kill9(e, leader));
+  TH_WAIT_FOR(ok, th_etcd_leader(e) >= 0, 20000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
+         atomic_load(&w.rc));
+  CHECK_INT(atomic_load(&w.token), >, t1);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  /* and the member comes back */
+  CHECK_OK(th_etcd_up(e, leader));
+  int64_t t2 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG, &t2));
+  CHECK_INT(t2, >, atomic_load(&w.token));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_member_killed(void) {
+  /* the member the client talks to (the first listed) dies: requests,
+   * keep-alives and watches move to the others */
+  th_etcd_t *e = cluster(3);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 3000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "member", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(th_etcd_kill9(e, 0));
+  CHECK_OK(dlock_lock_acquire(l, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "member", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  /* longer than the session's TTL: the keep-alive found another member */
+  int64_t t0 = th_now_ms();
+  TH_WAIT_FOR(ok, th_now_ms() - t0 > 4000 || atomic_load(&rec.n) > 0, 5000);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_watch_member_paused(void) {
+  /* a waiter's watch stream sits on a member that stops answering: the
+   * waiter still gets the lock within its wait (50 s), shorter than its
+   * lease's TTL (60 s) that bounds its sleep, because its session's
+   * keep-alive to that member fails and restarts the stream elsewhere */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "wpaused", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "wpaused", DLOCK_REENTRANT, 50000);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_OK(th_etcd_pause(e, 0)); /* both clients talk to member 0 */
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              55000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
+         atomic_load(&w.rc));
+  printf("the waiter got it %lld ms after the release\n",
+         (long long)(atomic_load(&w.got_at) - t0));
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_OK(th_etcd_resume(e, 0));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_member_paused(void) {
+  /* the member the client talks to stops answering (SIGSTOP: its port
+   * still accepts): requests time out there and move on, the session
+   * survives, a waiter is still woken */
+  th_etcd_t *e = cluster(3);
+  lost_rec_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 4000, on_lost, &rec);
+  dlock_lock_t *l = lock_kind(c, "paused", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(th_etcd_pause(e, 0));
+  CHECK_OK(dlock_lock_acquire(l, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "paused", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 20000);
+  CHECK(ok);
+  int64_t t0 = th_now_ms(); /* past the session's TTL */
+  TH_WAIT_FOR(ok, th_now_ms() - t0 > 5000 || atomic_load(&rec.n) > 0, 6000);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_OK(th_etcd_resume(e, 0));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* -------------------------------------------------------------- bad input */
+
+static void t_bad_url(void) {
+  th_etcd_t *e = cluster(1);
+  struct {
+    const char *url;
+    int code;
+    const char *says;
+  } rows[] = {
+      {"etcd://", DLOCK_EURL, "no endpoint"},
+      {"etcd://127.0.0.1:0", DLOCK_EURL, "bad port"},
+      {"etcd://127.0.0.1:99999", DLOCK_EURL, "bad port"},
+      {"etcd://127.0.0.1:2379,", DLOCK_EURL, "empty endpoint"},
+      {"etcd://127.0.0.1:2379/x", DLOCK_EURL, "no path"},
+      {"etcd://host!:2379", DLOCK_EURL, "bad character"},
+      {"etcds://127.0.0.1:2379", DLOCK_ENOTSUP, "TLS"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    dlock_client_t *c = NULL;
+    int rc = dlock_client_new(&c, rows[i].url, NULL);
+    CHECKF(rc == rows[i].code, "%s: %s (%s)", rows[i].url, dlock_strerror(rc),
+           dlock_last_error());
+    CHECKF(strstr(dlock_last_error(), rows[i].says) != NULL, "%s: %s",
+           rows[i].url, dlock_last_error());
+    CHECK(c == NULL);
+  }
+  /* nobody listens there */
+  char url[64];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", th_free_port());
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 500));
+  CHECK_OK(dlock_options_set_command_timeout(o, 500));
+  dlock_client_t *c = NULL;
+  CHECK_RC(dlock_client_new(&c, url, o), DLOCK_EUNAVAILABLE);
+  dlock_options_free(o);
+  /* kinds etcd does not offer, named */
+  c = client(th_etcd_url(e));
+  dlock_latch_t *lt = NULL;
+  CHECK_RC(dlock_latch_new(c, "latch", &lt), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_last_error(), "etcd") != NULL);
+  dlock_semaphore_t *s = NULL;
+  CHECK_RC(dlock_semaphore_new(c, "sem", &s), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_last_error(), "etcd") != NULL);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ---------------------------------------------------------- read-write */
+
+static void t_rw(void) {
+  /* the recipe's layout: readers share, a writer waits for them and is
+   * woken by the last one's release; readers wait for the writer */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *a = client(th_etcd_url(e)), *b = client(th_etcd_url(e));
+  dlock_lock_t *ra = lock_kind(a, "rw", DLOCK_READ);
+  dlock_lock_t *rb = lock_kind(b, "rw", DLOCK_READ);
+  dlock_lock_t *wa = lock_kind(a, "rw", DLOCK_WRITE);
+  CHECK_OK(dlock_lock_acquire(ra, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_acquire(ra, 0, DLOCK_LEASE_WATCHDOG)); /* reentry */
+  CHECK_OK(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG));
+  /* a reader asking for the write side */
+  CHECK_RC(dlock_lock_acquire(wa, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EDEADLK);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "rw", DLOCK_WRITE, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(ra) == 1, 10000);
+  CHECK(ok);
+  dlock_lock_state_t *st = state(ra);
+  CHECK_STR(st->kind, "read");
+  CHECK_INT(st->nholders, ==, 2);
+  CHECK_STR(st->holders[0].side, "read");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK_INT(atomic_load(&w.got_at), ==, 0); /* b still reads */
+  CHECK_OK(dlock_lock_release(rb));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  st = state(ra);
+  CHECK_STR(st->kind, "write");
+  dlock_lock_state_free(st);
+  /* the writer holds: a reader is refused, and waits for it */
+  CHECK_RC(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK_INT(nwaiters(ra), ==, 0); /* the refused try left no key */
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_OK(dlock_lock_acquire(rb, WAIT_MS, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(rb));
+  bool locked = true;
+  CHECK_OK(dlock_lock_is_locked(rb, &locked));
+  CHECK(!locked);
+  dlock_lock_free(ra);
+  dlock_lock_free(rb);
+  dlock_lock_free(wa);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_etcd_stop(e);
+}
+
+static void t_rw_shared_command(void) {
+  /* the dlock command: -s holders share, an exclusive holder waits */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(1);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' -s job " DLOCK_CLI_PATH
+           " -u '%s' -s -n job true",
+           th_etcd_url(e), th_etcd_url(e));
+  CHECK_INT(system(cmd), ==, 0); /* a shared holder inside a shared one */
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' -s job " DLOCK_CLI_PATH
+           " -u '%s' -n job true 2>/dev/null",
+           th_etcd_url(e), th_etcd_url(e));
+  int st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* exclusive refused */
+  th_etcd_stop(e);
+#endif
+}
+
+/* ---------------------------------------------------------------- etcdctl */
+
+/* Starts `etcdctl lock NAME` (ETCDCTL_API=3) with its stdout on *out_fd. */
+static pid_t etcdctl_lock(th_etcd_t *e, const char *name, int *out_fd) {
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  char endpoints[300];
+  snprintf(endpoints, sizeof endpoints, "--endpoints=%s",
+           th_etcd_endpoints(e));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    setenv("ETCDCTL_API", "3", 1);
+    execl(ETCDCTL, ETCDCTL, endpoints, "lock", name, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  *out_fd = p[0];
+  return pid;
+}
+
+static void t_etcdctl_holds(void) {
+  /* etcdctl lock holds: dlock is refused, waits, and gets it when etcdctl
+   * lets go */
+  th_etcd_t *e = cluster(3);
+  int fd = -1;
+  pid_t ctl = etcdctl_lock(e, "interop", &fd);
+  char line[256];
+  CHECK(read_line(fd, line, sizeof line, 20000));
+  CHECKF(strncmp(line, "interop/", 8) == 0, "etcdctl printed '%s'", line);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "interop", DLOCK_REENTRANT);
+  CHECK_RC(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "interop", DLOCK_REENTRANT, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  CHECK(kill(ctl, SIGTERM) == 0);
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  reap_within(ctl, 10000);
+  close(fd);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_dlock_holds(void) {
+  /* dlock holds: etcdctl lock waits, and gets it at dlock's release */
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "interop", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  int fd = -1;
+  pid_t ctl = etcdctl_lock(e, "interop", &fd);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 20000);
+  CHECK(ok);
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  CHECKF(poll(&pfd, 1, 0) == 0, "etcdctl got the lock dlock holds");
+  CHECK_OK(dlock_lock_release(l));
+  char line[256];
+  CHECK(read_line(fd, line, sizeof line, WAIT_MS));
+  CHECKF(strncmp(line, "interop/", 8) == 0, "etcdctl printed '%s'", line);
+  /* now etcdctl holds it */
+  CHECK_RC(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  kill(ctl, SIGTERM);
+  reap_within(ctl, 10000);
+  close(fd);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ------------------------------------------------------------------- auth */
+
+static void t_auth(void) {
+  /* etcd's auth: user and password in the URL give a token; a wrong one
+   * is DLOCK_EAUTH without the password in the message; no credentials
+   * are refused at the first lock request with a hint */
+  th_etcd_t *e = cluster(1);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s user add root "
+           "--new-user-password=s3cret --interactive=false >/dev/null && "
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s auth enable >/dev/null",
+           th_etcd_endpoints(e), th_etcd_endpoints(e));
+  CHECK(system(cmd) == 0);
+  char good[300], bad[300];
+  snprintf(good, sizeof good, "etcd://root:s3cret@%s",
+           th_etcd_url(e) + strlen("etcd://"));
+  snprintf(bad, sizeof bad, "etcd://root:wrongpw@%s",
+           th_etcd_url(e) + strlen("etcd://"));
+  dlock_client_t *c = client(good);
+  dlock_lock_t *l = lock_kind(c, "auth", DLOCK_FENCED);
+  int64_t t = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t));
+  waiter_t w;
+  waiter_start(&w, good, "auth", DLOCK_FENCED, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_OK(dlock_lock_release(l));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_client_t *x = NULL;
+  CHECK_RC(dlock_client_new(&x, bad, NULL), DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "wrongpw") == NULL);
+  dlock_client_t *anon = client(th_etcd_url(e));
+  dlock_lock_t *la = lock_kind(anon, "auth", DLOCK_FENCED);
+  CHECK_RC(dlock_lock_acquire_fenced(la, 0, DLOCK_LEASE_WATCHDOG, &t),
+           DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "user:password") != NULL);
+  dlock_lock_free(la);
+  dlock_client_free(anon);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* --------------------------------------------------------------------- Go */
+
+/* Builds tests/interop/go into dir; false (after saying why) without Go. */
+static bool build_go_locker(const char *dir, char *exe, size_t len) {
+  if (system("command -v go >/dev/null 2>&1") != 0) {
+    printf("skipped: no Go toolchain on PATH (Go interop)\n");
+    return false;
+  }
+  snprintf(exe, len, "%s/etcd-go-locker", dir);
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && GOFLAGS=-mod=mod go build -o '%s' . >'%s/build.log' "
+           "2>&1",
+           DLOCK_GO_INTEROP_DIR, exe, dir);
+  int st = system(cmd);
+  CHECKF(st == 0, "go build of %s failed (see its log: %s/build.log)",
+         DLOCK_GO_INTEROP_DIR, dir);
+  return true;
+}
+
+/* Starts the Go locker on NAME; its stdin and stdout. */
+static pid_t go_locker(const char *exe, th_etcd_t *e, const char *name,
+                       const char *mode, int *in_fd, int *out_fd) {
+  int in[2], out[2];
+  CHECK(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0);
+  char endpoints[300];
+  snprintf(endpoints, sizeof endpoints, "%s", th_etcd_endpoints(e));
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    execl(exe, exe, endpoints, name, mode, (char *)NULL);
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  *in_fd = in[1];
+  *out_fd = out[0];
+  return pid;
+}
+
+static void t_go_interop(void) {
+  /* Go's concurrency.Mutex and dlock exclude each other, both ways */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *l = lock_kind(c, "gomutex", DLOCK_FENCED);
+  int64_t t = 0;
+  /* Go holds */
+  int in = -1, out = -1;
+  pid_t go = go_locker(exe, e, "gomutex", "mutex", &in, &out);
+  char line[256], key[200];
+  long long rev = 0;
+  CHECK(read_line(out, line, sizeof line, 30000));
+  CHECKF(sscanf(line, "held %199s %lld", key, &rev) == 2, "Go said '%s'", line);
+  CHECK(strncmp(key, "gomutex/", 8) == 0);
+  CHECK_RC(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t),
+           DLOCK_EBUSY);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "gomutex", DLOCK_FENCED, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 10000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.got_at), ==, 0);
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(atomic_load(&w.token), >, rev);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  /* dlock holds */
+  CHECK_OK(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t));
+  go = go_locker(exe, e, "gomutex", "mutex", &in, &out);
+  TH_WAIT_FOR(ok, nwaiters(l) == 1, 30000);
+  CHECK(ok);
+  struct pollfd pfd = {.fd = out, .events = POLLIN};
+  CHECKF(poll(&pfd, 1, 0) == 0, "Go got the lock dlock holds");
+  CHECK_OK(dlock_lock_release(l));
+  CHECK(read_line(out, line, sizeof line, WAIT_MS));
+  CHECKF(sscanf(line, "held %199s %lld", key, &rev) == 2, "Go said '%s'", line);
+  CHECK_INT(rev, >, t);
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+  unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
+static void t_go_interop_rw(void) {
+  /* the recipes' RWMutex in Go and dlock's read-write lock: one layout */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  th_etcd_t *e = cluster(3);
+  dlock_client_t *c = client(th_etcd_url(e));
+  dlock_lock_t *r = lock_kind(c, "gorw", DLOCK_READ);
+  /* a Go writer holds: a dlock reader is refused, waits, gets it */
+  int in = -1, out = -1;
+  pid_t go = go_locker(exe, e, "gorw", "write", &in, &out);
+  char line[256];
+  CHECK(read_line(out, line, sizeof line, 30000));
+  CHECK_STR(line, "held - 0");
+  CHECK_RC(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "gorw", DLOCK_READ, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(r) == 1, 10000);
+  CHECK(ok);
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok && atomic_load(&w.got_at) != 0);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  /* dlock reads: a Go reader shares it, a Go writer waits for both */
+  CHECK_OK(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG));
+  int in2 = -1, out2 = -1;
+  pid_t goread = go_locker(exe, e, "gorw", "read", &in2, &out2);
+  CHECK(read_line(out2, line, sizeof line, 30000));
+  CHECK_STR(line, "held - 0");
+  go = go_locker(exe, e, "gorw", "write", &in, &out);
+  TH_WAIT_FOR(ok, nwaiters(r) == 1, 30000);
+  CHECK(ok);
+  CHECK(write(in2, "\n", 1) == 1);
+  CHECK(read_line(out2, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  CHECK_INT(reap_within(goread, 20000), ==, 0);
+  struct pollfd pfd = {.fd = out, .events = POLLIN};
+  CHECKF(poll(&pfd, 1, 0) == 0, "the Go writer got in beside a dlock reader");
+  CHECK_OK(dlock_lock_release(r));
+  CHECK(read_line(out, line, sizeof line, WAIT_MS));
+  CHECK_STR(line, "held - 0");
+  CHECK(write(in, "\n", 1) == 1);
+  CHECK(read_line(out, line, sizeof line, 20000));
+  CHECK_STR(line, "released");
+  CHECK_INT(reap_within(go, 20000), ==, 0);
+  close(in);
+  close(out);
+  close(in2);
+  close(out2);
+  dlock_lock_free(r);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+  unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
+/* ---------------------------------------------------------------- command */
+
+static void t_command(void) {
+  /* the dlock command with an etcd URL: the child gets DLOCK_TOKEN, and
+   * ETCD_LOCK_KEY / ETCD_LOCK_REV as etcdctl lock's exec mode sets them;
+   * -n is refused while etcdctl holds the lock; --status shows the holder */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(3);
+  char cmd[1024], out[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCD_LOCK_KEY=inherited " DLOCK_CLI_PATH " -u '%s' job sh -c "
+           "'echo \"$DLOCK_TOKEN $ETCD_LOCK_KEY $ETCD_LOCK_REV\"'",
+           th_etcd_url(e));
+  FILE *p = popen(cmd, "r");
+  CHECK(p);
+  CHECK(fgets(out, sizeof out, p) != NULL);
+  CHECK_INT(pclose(p), ==, 0);
+  long long tok = 0, rev = 0;
+  char key[256];
+  CHECKF(sscanf(out, "%lld %255s %lld", &tok, key, &rev) == 3, "got '%s'",
+         out);
+  CHECK(tok > 0 && tok == rev);
+  CHECKF(strncmp(key, "job/", 4) == 0, "key '%s'", key);
+  /* etcdctl holds: -n gives up, --status names the holder */
+  int fd = -1;
+  pid_t ctl = etcdctl_lock(e, "job", &fd);
+  char line[256];
+  CHECK(read_line(fd, line, sizeof line, 20000));
+  snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' -n job true 2>/dev/null",
+           th_etcd_url(e));
+  int st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' --status job",
+           th_etcd_url(e));
+  p = popen(cmd, "r");
+  CHECK(p);
+  bool named = false;
+  while (fgets(out, sizeof out, p))
+    if (strstr(out, "holder:") && strstr(out, line))
+      named = true;
+  CHECK_INT(pclose(p), ==, 0); /* exit 0: held */
+  CHECKF(named, "--status did not name etcdctl's key %s", line);
+  kill(ctl, SIGTERM);
+  reap_within(ctl, 10000);
+  close(fd);
+  th_etcd_stop(e);
+#endif
+}
+
+static void t_command_lost(void) {
+  /* the session's lease revoked under `dlock NAME COMMAND`: the command is
+   * told it lost the lock (--on-lost term: SIGTERM, exit 75) */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(1);
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    execl(DLOCK_CLI_PATH, DLOCK_CLI_PATH, "-u", th_etcd_url(e), "--on-lost",
+          "term", "job", "sh", "-c", "echo \"$ETCD_LOCK_KEY\"; exec sleep 60",
+          (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char key[256];
+  CHECK(read_line(p[0], key, sizeof key, 20000));
+  const char *hex = strrchr(key, '/');
+  CHECKF(hex && strncmp(key, "job/", 4) == 0, "key '%s'", key);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s lease revoke %s "
+           ">/dev/null",
+           th_etcd_endpoints(e), hex + 1);
+  CHECK(system(cmd) == 0);
+  /* the keep-alive (every 20 s with the default 60 s TTL) finds it gone */
+  CHECK_INT(reap_within(pid, 40000), ==, 75);
+  close(p[0]);
+  th_etcd_stop(e);
+#endif
+}
+
+static const check_case_t cases[] = {
+    {"basic", t_basic},
+    {"try_refused", t_try_refused},
+    {"waiter_woken", t_waiter_woken},
+    {"threads_one_client", t_threads_one_client},
+    {"fencing", t_fencing},
+    {"processes", t_processes},
+    {"fifo", t_fifo},
+    {"lease_expiry", t_lease_expiry},
+    {"lease_revoked", t_lease_revoked},
+    {"session_kept_alive", t_session_kept_alive},
+    {"leader_killed", t_leader_killed},
+    {"member_killed", t_member_killed},
+    {"member_paused", t_member_paused},
+    {"watch_member_paused", t_watch_member_paused},
+    {"bad_url", t_bad_url},
+    {"rw", t_rw},
+    {"rw_shared_command", t_rw_shared_command},
+    {"etcdctl_holds", t_etcdctl_holds},
+    {"dlock_holds", t_dlock_holds},
+    {"auth", t_auth},
+    {"go_interop", t_go_interop},
+    {"go_interop_rw", t_go_interop_rw},
+    {"command", t_command},
+    {"command_lost", t_command_lost},
+};
+
+int main(int argc, char **argv) {
+  g_exe = argv[0];
+  if (argc == 5 && strcmp(argv[1], "--child-hold") == 0)
+    return child_hold(argv[2], argv[3], atoll(argv[4]));
+  if (argc == 5 && strcmp(argv[1], "--child-counter") == 0)
+    return child_counter(argv[2], argv[3], atoi(argv[4]));
+  return check_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
+}
