@@ -86,4 +86,35 @@ class FairLockTest extends Env {
     assertTrue(ms(t0) < PROMPT_MS, "dlock's fair waiter got it " + ms(t0) + " ms after Redisson's unlock");
     assertEquals(0, w.waitExit(10_000));
   }
+
+  /** `dlock -F --watchdog 1` renews its fair hold: Redisson's fair tryLock waits 3.5 leases in vain. */
+  @Test
+  void dlockWatchdogKeepsRedissonOut() throws Exception {
+    RLock l = redisson().getFairLock(name);
+    Proc h = dlockHold(name, "-F", "--watchdog", "1");
+    h.awaitHeld(10_000);
+    long t0 = System.nanoTime();
+    assertFalse(l.tryLock(3500, TimeUnit.MILLISECONDS), "Redisson's fair lock waited 3.5 leases in vain");
+    assertTrue(ms(t0) >= 3400);
+    long pttl = redis().num("PTTL", name);
+    assertTrue(pttl > 0 && pttl <= 1000, "dlock's lease still renewed: PTTL " + pttl);
+    h.closeStdin();
+    assertEquals(0, h.waitExit(10_000));
+    assertTrue(l.tryLock(5, TimeUnit.SECONDS), "Redisson's fair lock once dlock exits");
+    l.unlock();
+  }
+
+  /** Redisson's 1 s watchdog renews its fair hold: `dlock -F -w 3.5` runs out. */
+  @Test
+  void redissonWatchdogKeepsDlockOut() throws Exception {
+    RLock l = redisson(1000).getFairLock(name);
+    l.lock();
+    long t0 = System.nanoTime();
+    assertEquals(1, dlockRun(15_000, "-F", "-w", "3.5", name, "true").status(), "dlock -F -w 3.5 ran out");
+    assertTrue(ms(t0) >= 3400);
+    long pttl = redis().num("PTTL", name);
+    assertTrue(pttl > 0 && pttl <= 1000, "Redisson's 1 s lease still renewed: PTTL " + pttl);
+    l.unlock();
+    assertEquals(0, dlockRun(15_000, "-F", "-w", "5", name, "true").status());
+  }
 }
