@@ -83,4 +83,25 @@ class SemaphoreTest extends Env {
     assertEquals(1, s.availablePermits(), "dlock gave its permit back");
     s.release(b);
   }
+
+  /**
+   * `dlock -N 1 --watchdog 1` renews its permit's 1 s lease: a Redisson
+   * tryAcquire waits 3.5 leases in vain. (Redisson's permits have a lease
+   * the caller chooses and no watchdog; a Redisson permit with a long lease
+   * keeps dlock out as any held permit does, shown above.)
+   */
+  @Test
+  void dlockWatchdogKeepsRedissonOut() throws Exception {
+    RPermitExpirableSemaphore s = redisson().getPermitExpirableSemaphore(name);
+    Proc h = dlockHold(name, "-N", "1", "--watchdog", "1");
+    h.awaitHeld(10_000);
+    long t0 = System.nanoTime();
+    assertNull(s.tryAcquire(3500, TimeUnit.MILLISECONDS), "Redisson waited 3.5 leases in vain");
+    assertTrue(ms(t0) >= 3400);
+    h.closeStdin();
+    assertEquals(0, h.waitExit(10_000));
+    String id = s.tryAcquire(5, TimeUnit.SECONDS);
+    assertNotNull(id, "Redisson gets the permit once dlock exits");
+    s.release(id);
+  }
 }
