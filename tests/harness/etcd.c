@@ -227,45 +227,9 @@ static int spawn(th_etcd_t *e, int i) {
                   "--logger", "zap",
                   "--log-outputs", "stderr",
                   NULL};
-  int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (logfd < 0 || nullfd < 0) {
-    fprintf(stderr, "etcd harness: open %s: %s\n", log, strerror(errno));
-    if (logfd >= 0)
-      close(logfd);
-    if (nullfd >= 0)
-      close(nullfd);
+  pid_t pid = th_spawn(exe, argv, log, "etcd harness");
+  if (pid < 0)
     return -1;
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "etcd harness: fork: %s\n", strerror(errno));
-    close(logfd);
-    close(nullfd);
-    return -1;
-  }
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGHUP, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(127);
-    dup2(nullfd, 0);
-    dup2(logfd, 1);
-    dup2(logfd, 2);
-    close_range(3, ~0U, 0);
-    execv(exe, argv);
-    _exit(127);
-  }
-  close(logfd);
-  close(nullfd);
   m->pid = pid;
   pid_add(pid);
   return 0;

@@ -344,22 +344,12 @@ static int write_conf(th_server_t *s) {
   return rc;
 }
 
-/* Forks and execs redis-server; sets s->pid. */
-static int spawn(th_server_t *s) {
-  char exe[PATH_MAX];
-  if (find_redis_server(exe, sizeof exe) != 0) {
-    fprintf(stderr, "harness: redis-server not found (PATH or "
-                    "TH_REDIS_SERVER)\n");
-    return -1;
-  }
-  char conf[512], out[512];
-  snprintf(conf, sizeof conf, "%s/redis.conf", s->dir);
-  snprintf(out, sizeof out, "%s/redis.out", s->dir);
-  char *argv[] = {exe, conf, NULL};
-  int outfd = open(out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+pid_t th_spawn(const char *exe, char *const argv[], const char *log,
+               const char *who) {
+  int outfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (outfd < 0 || nullfd < 0) {
-    fprintf(stderr, "harness: open: %s\n", strerror(errno));
+    fprintf(stderr, "%s: open %s: %s\n", who, log, strerror(errno));
     if (outfd >= 0)
       close(outfd);
     if (nullfd >= 0)
@@ -369,7 +359,7 @@ static int spawn(th_server_t *s) {
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
-    fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+    fprintf(stderr, "%s: fork: %s\n", who, strerror(errno));
     close(outfd);
     close(nullfd);
     return -1;
@@ -403,11 +393,32 @@ static int spawn(th_server_t *s) {
       for (int fd = 3; fd < max; fd++)
         close(fd);
     }
-    execv(exe, argv);
+    if (strchr(exe, '/'))
+      execv(exe, argv);
+    else
+      execvp(exe, argv);
     _exit(127);
   }
   close(outfd);
   close(nullfd);
+  return pid;
+}
+
+/* Forks and execs redis-server; sets s->pid. */
+static int spawn(th_server_t *s) {
+  char exe[PATH_MAX];
+  if (find_redis_server(exe, sizeof exe) != 0) {
+    fprintf(stderr, "harness: redis-server not found (PATH or "
+                    "TH_REDIS_SERVER)\n");
+    return -1;
+  }
+  char conf[512], out[512];
+  snprintf(conf, sizeof conf, "%s/redis.conf", s->dir);
+  snprintf(out, sizeof out, "%s/redis.out", s->dir);
+  char *argv[] = {exe, conf, NULL};
+  pid_t pid = th_spawn(exe, argv, out, "harness");
+  if (pid < 0)
+    return -1;
   s->pid = pid;
   reg_set_pid(s, pid);
   return 0;

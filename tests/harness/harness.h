@@ -107,6 +107,15 @@ void th_proxy_blackhole(th_proxy_t *p, bool on);
 void th_proxy_reset(th_proxy_t *p);
 void th_proxy_stop(th_proxy_t *p);
 
+/* Forks and execs exe (a path, or a name looked up in PATH) with argv, its
+ * stdout and stderr appended to `log`, stdin /dev/null, in its own process
+ * group, killed with the test (PR_SET_PDEATHSIG), no other descriptor
+ * inherited. The pid, or -1 after printing why (prefixed by `who`). The
+ * caller owns the pid: it stops and reaps it. Used by every backend's
+ * harness (Redis, ZooKeeper, etcd). */
+pid_t th_spawn(const char *exe, char *const argv[], const char *log,
+               const char *who);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0). */
 int th_free_port(void);
 /* Monotonic milliseconds. */

@@ -331,52 +331,9 @@ static int spawn(zk_member *m) {
                   "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                   conf,
                   NULL};
-  int outfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (outfd < 0 || nullfd < 0) {
-    fprintf(stderr, "zk harness: open %s: %s\n", log, strerror(errno));
-    if (outfd >= 0)
-      close(outfd);
-    if (nullfd >= 0)
-      close(nullfd);
+  pid_t pid = th_spawn(java, argv, log, "zk harness");
+  if (pid < 0)
     return -1;
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    fprintf(stderr, "zk harness: fork: %s\n", strerror(errno));
-    close(outfd);
-    close(nullfd);
-    return -1;
-  }
-  if (pid == 0) {
-    /* child: async-signal-safe calls only */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigaction(SIGTERM, &dfl, NULL);
-    sigaction(SIGINT, &dfl, NULL);
-    sigaction(SIGHUP, &dfl, NULL);
-    sigaction(SIGPIPE, &dfl, NULL);
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(127);
-    dup2(nullfd, 0);
-    dup2(outfd, 1);
-    dup2(outfd, 2);
-    if (close_range(3, ~0U, 0) != 0) {
-      for (int fd = 3; fd < 65536; fd++)
-        close(fd);
-    }
-    execvp(java, argv);
-    _exit(127);
-  }
-  close(outfd);
-  close(nullfd);
   m->pid = pid;
   return 0;
 }
