@@ -46,7 +46,10 @@
  *                      --insecure), alternated three times in one run;
  *                      prints each side's pairs/s and the ratio.
  * A rediss:// --url works in every scenario (--cacert, --insecure apply);
- * the server counts then go missing (bench_redis speaks plain RESP).
+ * the server counts then go missing (bench_redis speaks plain RESP). Any
+ * other backend's URL (zookeeper://, etcd://) works in every scenario but
+ * latch (which counts subscribers with Redis's PUBSUB NUMSUB), without
+ * server counts.
  *
  * Threads and processes: worker threads share one client (that is the
  * library's model) and write only their own record buffer; the main thread
@@ -700,9 +703,19 @@ typedef struct snap {
   bool ok;
 } snap_t;
 
+/* True for the URLs bench_redis can read server counts from. */
+static bool url_is_redis(const char *url) {
+  return strncmp(url, "redis://", 8) == 0 || strncmp(url, "unix://", 7) == 0;
+}
+
+/* Server counts are Redis's INFO: other backends (zookeeper://, etcd://,
+ * rediss://) run the same scenarios without them, silently for those that
+ * are not Redis at all. */
 static void snap_begin(snap_t *s, const config_t *c) {
   memset(s, 0, sizeof *s);
   char err[256];
+  if (!url_is_redis(c->url) && strncmp(c->url, "rediss://", 9) != 0)
+    return;
   if (bench_redis_open(c->url, &s->r, err, sizeof err)) {
     fprintf(stderr, "dlock-bench: %s (no server counts)\n", err);
     return;
@@ -1262,7 +1275,12 @@ static int scen_latch(const config_t *c) {
   char err[256];
   if (!rc && new_client(c, 0, &client))
     rc = 1;
-  if (!rc && bench_redis_open(c->url, &srv, err, sizeof err)) {
+  if (!rc && !url_is_redis(c->url)) {
+    fprintf(stderr, "dlock-bench: latch needs a redis:// or unix:// URL "
+                    "(it counts the waiters' subscriptions with PUBSUB "
+                    "NUMSUB)\n");
+    rc = 1;
+  } else if (!rc && bench_redis_open(c->url, &srv, err, sizeof err)) {
     fprintf(stderr, "dlock-bench: %s\n", err);
     rc = 1;
   }
