@@ -115,6 +115,8 @@ def run_case(args, peer, case, rep, leads):
             records += analysis.read_records(f)
     m = analysis.analyse(records, procs, start, end)
     m["late_ms"] = late_ms
+    if not records and not failed:  # a run that measured nothing failed
+        failed = procs
     m["failed_workers"] = failed
     m["errors"] = errors[:3]
     log("%s: %d acq, %.0f acq/s, xgap p50 %s us, worst wait %.1f ms, "
@@ -208,9 +210,10 @@ def write_outputs(args, results):
                 w.writerow([peer, case, i] + [m.get(k) for k in keys])
                 bad += m["overlaps"] + m["failed_workers"]
 
-    def med(peer, case, metric):
+    def med(peer, case, metric):  # over the runs whose workers all worked
         return analysis.median([m.get(metric)
-                                for m in results.get((peer, case), [])])
+                                for m in results.get((peer, case), [])
+                                if not m["failed_workers"]])
 
     lines = ["| figure (W = %d, D = %g s, median of %d) | dlock on ZooKeeper "
              "| Curator InterProcessMutex | dlock on Redis | dlock-ZK / "

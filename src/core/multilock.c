@@ -19,7 +19,9 @@
  * Threads: a multilock is owned per thread, as its members are (the
  * thread that acquired it releases it). It has no state shared between
  * threads beyond its immutable member list, so it takes no mutex; `held`
- * is only touched by the owning thread's calls.
+ * and `owner` are only touched by the owning thread's calls. A release
+ * by another thread id is DLOCK_ENOTOWNER and changes nothing (it must not
+ * forget the owner's members: the owner could no longer release them).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,7 +43,8 @@ struct dlock_multilock {
   uint32_t magic;
   size_t n;
   dlock_lock_t **locks;
-  bool *held; /* this acquire's members, for the owner's release */
+  bool *held;     /* this acquire's members, for the owner's release */
+  uint64_t owner; /* the thread id that holds it (0: none) */
 };
 
 int dlock_multilock_new(dlock_multilock_t **out, dlock_lock_t *const *locks,
@@ -177,8 +180,10 @@ static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
         return rc;
       }
     }
-    if (busy == m->n)
+    if (busy == m->n) {
+      m->owner = tid;
       return 0;
+    }
     release_taken(m, tid);
     if (wait_ms == 0)
       return dlock__seterr(DLOCK_EBUSY,
@@ -212,6 +217,11 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
     rc = dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
   if (rc)
     return rc;
+  if (m->owner != tid)
+    return dlock__seterr(DLOCK_ENOTOWNER,
+                         "%s: this multilock is not held by this thread",
+                         fn);
+  m->owner = 0;
   bool any = false;
   int first_err = 0, lost = 0;
   char detail[512] = "";

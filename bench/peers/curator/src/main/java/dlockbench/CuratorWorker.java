@@ -112,6 +112,12 @@ public final class CuratorWorker {
       if (warm.acquire(1000, TimeUnit.MILLISECONDS))
         warm.release();
     }
+    // a create or delete that the server is slow to answer is not bounded
+    // by acquire's wait (Curator retries it): say so when it ate the window
+    long over = System.nanoTime() - startNs;
+    if (over > 1_000_000L)
+      System.err.printf("curator_worker %d: warm-up overran the start instant by %.1f ms%n",
+          id, over / 1e6);
     InterProcessMutex lock =
         new InterProcessMutex(c, path(distinct ? name + ":" + id : name));
     List<String> recs = new ArrayList<>();
