@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/zk-compare.sh [--build DIR] [--out DIR] [--reps N] [--seconds D]
-#                     [--workers W]
+#                     [--workers W] [--cases uncontended,contended-h0,contended-h1000]
 #
 # dlock on ZooKeeper, Apache Curator's InterProcessMutex (5.9.0, Maven
 # Central, bench/peers/curator) on the same 3-member ensemble, and dlock on
@@ -29,8 +29,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --reps|--seconds|--workers) pass+=("$1" "$2"); shift 2 ;;
-    *) echo "usage: bench/zk-compare.sh [--build DIR] [--out DIR] [--reps N] [--seconds D] [--workers W]" >&2
+    --reps|--seconds|--workers|--cases) pass+=("$1" "$2"); shift 2 ;;
+    *) echo "usage: bench/zk-compare.sh [--build DIR] [--out DIR] [--reps N] [--seconds D] [--workers W] [--cases LIST]" >&2
        exit 2 ;;
   esac
 done

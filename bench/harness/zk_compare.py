@@ -8,6 +8,7 @@ redis-server); it is not meant to be run by hand.
 
     zk_compare.py --dlock-bench PATH --curator-cp CP --out DIR
                   [--reps N] [--seconds D] [--workers W]
+                  [--cases uncontended,contended-h0,contended-h1000]
 
 Cases: uncontended (1 process, H = 0), contended-h0 and contended-h1000
 (W processes, H = 0 and 1000 us). Per repetition every case runs once per
@@ -174,7 +175,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--cases", default=",".join(c["id"] for c in CASES))
     args = ap.parse_args()
+    ids = [c["id"] for c in CASES]
+    args.cases = args.cases.split(",")
+    if not args.cases or any(c not in ids for c in args.cases):
+        ap.error("--cases: a comma-separated subset of " + ",".join(ids))
     if not (1 <= args.reps <= 20 and 0 < args.seconds <= 60
             and 1 <= args.workers <= 64):
         ap.error("--reps 1..20, --seconds (0, 60], --workers 1..64")
@@ -184,6 +190,8 @@ def main():
     try:
         for rep in range(1, args.reps + 1):
             for case in CASES:
+                if case["id"] not in args.cases:
+                    continue
                 for peer in PEERS:
                     m = run_case(args, peer, case, rep, leads)
                     results.setdefault((peer, case["id"]), []).append(m)
@@ -220,6 +228,8 @@ def write_outputs(args, results):
              "Curator |" % (args.workers, args.seconds, args.reps),
              "|---|---:|---:|---:|---:|"]
     for case, metric, label, better in ROWS:
+        if case not in args.cases:
+            continue
         z, c, r = (med(p, case, metric) for p in PEERS)
         ratio = "n/a"
         if z is not None and c:
