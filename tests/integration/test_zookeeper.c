@@ -706,7 +706,9 @@ static void t_leader_killed(void) {
   TH_WAIT_FOR(ok, dlock_lock_is_held_by_thread(la, &held) == 0 && held,
               30000);
   CHECK(ok);
-  CHECK_INT(atomic_load(&w.state), ==, 0);
+  CHECKF(atomic_load(&w.state) == 0,
+         "the waiter left its wait while the leader changed: %s",
+         dlock_err_name(atomic_load(&w.rc)));
   int rc;
   TH_WAIT_FOR(ok, (rc = dlock_lock_release(la)) != DLOCK_EUNAVAILABLE &&
                       rc != DLOCK_EIOTIMEOUT,
