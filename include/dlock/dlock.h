@@ -549,7 +549,12 @@ typedef struct dlock_multilock dlock_multilock_t;
 /* A multilock over locks[0..n) (n >= 1; the array is copied, the handles
  * are borrowed: they must outlive the multilock and may not be freed
  * while it is held). Two handles on the same name of the same client are
- * DLOCK_EINVAL. Touches no server. Free with dlock_multilock_free. */
+ * DLOCK_EINVAL. Two handles on the same name of different clients of one
+ * server are two owners of one lock, which the multilock can never hold
+ * both of (its waits end in DLOCK_ETIMEDOUT, or never with
+ * DLOCK_WAIT_FOREVER): the library cannot tell whether two clients reach
+ * one server, so do not build such a set. Touches no server. Free with
+ * dlock_multilock_free. */
 DLOCK_EXTERN int dlock_multilock_new(dlock_multilock_t **out,
                                      dlock_lock_t *const *locks, size_t n);
 /* Frees the multilock, not its members nor their holds. Accepts NULL. */
@@ -560,15 +565,20 @@ DLOCK_EXTERN size_t dlock_multilock_size(const dlock_multilock_t *m);
  * dlock_lock_acquire, for the whole set (each member's lease starts when
  * that member is taken, within one attempt of the others). DLOCK_EBUSY
  * (wait 0) or DLOCK_ETIMEDOUT naming a member that was held; a backend
- * error of any member is returned at once, with nothing held. A
- * multilock object serves one thread at a time and does not count
- * re-entries: acquiring it while held is DLOCK_EINVAL. */
+ * error of any member is returned at once, with nothing held - unless
+ * releasing a member this attempt took failed too (the backend
+ * unreachable): that error is returned, the member stays held (renewed),
+ * and dlock_multilock_release retries it. A multilock object serves one
+ * thread at a time and does not count re-entries: acquiring it while held
+ * (wholly or in part) is DLOCK_EINVAL. */
 DLOCK_EXTERN int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
                                          int64_t lease_ms);
 /* Releases every member (from the thread that acquired it). 0; or
  * DLOCK_ELOST when any member had been lost (every other member is
  * released all the same); DLOCK_ENOTOWNER when it is not held; else the
- * first member's error. */
+ * first member's error: a member whose release failed that way (not
+ * released, not lost) stays held, and calling this again retries it with
+ * the same request id, as dlock_lock_release does. */
 DLOCK_EXTERN int dlock_multilock_release(dlock_multilock_t *m);
 /* The same for an explicit owner thread id (as dlock_lock_acquire_as). */
 DLOCK_EXTERN int dlock_multilock_acquire_as(dlock_multilock_t *m,

@@ -103,16 +103,39 @@ static int check(const dlock_multilock_t *m, const char *fn) {
   return 0;
 }
 
-/* Releases what this attempt took, keeping the caller's error detail. */
-static void release_taken(dlock_multilock_t *m, uint64_t tid) {
+/* A member's release settled it (released, or it was no longer ours):
+ * anything else (the backend unreachable, say) leaves the hold in place,
+ * renewed, and a later release must retry it. */
+static bool release_settled(int rc) {
+  return rc == 0 || rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER;
+}
+
+/* Releases what this attempt took, keeping the caller's error detail.
+ * 0, or the first error of a release that did not settle (that member stays
+ * marked held, for dlock_multilock_release to retry). */
+static int release_taken(dlock_multilock_t *m, uint64_t tid, const char *fn) {
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int failed = 0;
+  char detail[512] = "";
   for (size_t i = m->n; i-- > 0;) {
-    if (m->held[i])
-      dlock_lock_release_as(m->locks[i], tid); /* else the lease expires */
-    m->held[i] = false;
+    if (!m->held[i])
+      continue;
+    int r = dlock_lock_release_as(m->locks[i], tid);
+    if (release_settled(r)) {
+      m->held[i] = false;
+    } else if (!failed) {
+      failed = r;
+      snprintf(detail, sizeof detail,
+               "%s: member %zu ('%.200s') could not be released (%s); "
+               "dlock_multilock_release retries it",
+               fn, i, m->locks[i]->name, dlock_last_error());
+    }
   }
+  if (failed)
+    return dlock__seterr(failed, "%s", detail);
   dlock__seterr(0, "%s", saved);
+  return 0;
 }
 
 static void backoff(int64_t deadline) {
@@ -157,8 +180,13 @@ static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
                 : deadline > now           ? deadline - now
                                            : 0;
     rc = dlock_lock_acquire_as(m->locks[first], tid, w, lease_ms);
+    if (rc == DLOCK_EBUSY && wait_ms != 0)
+      return dlock__seterr(DLOCK_ETIMEDOUT,
+                           "%s: member %zu ('%.200s') was held by another "
+                           "owner for the rest of the wait",
+                           fn, first, m->locks[first]->name);
     if (rc)
-      return rc == DLOCK_EBUSY && wait_ms != 0 ? DLOCK_ETIMEDOUT : rc;
+      return rc;
     m->held[first] = true;
     /* then every other one, once */
     size_t busy = m->n;
@@ -173,13 +201,14 @@ static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
       else {
         dlock__preferr(rc, "%s: member %zu ('%.200s')", fn, i,
                        m->locks[i]->name);
-        release_taken(m, tid);
-        return rc;
+        int rel = release_taken(m, tid, fn);
+        return rel ? rel : rc;
       }
     }
     if (busy == m->n)
       return 0;
-    release_taken(m, tid);
+    if ((rc = release_taken(m, tid, fn)))
+      return rc;
     if (wait_ms == 0)
       return dlock__seterr(DLOCK_EBUSY,
                            "%s: member %zu ('%.200s') is held by another "
@@ -219,8 +248,9 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
     if (!m->held[i])
       continue;
     any = true;
-    m->held[i] = false;
     int r = dlock_lock_release_as(m->locks[i], tid);
+    if (release_settled(r))
+      m->held[i] = false; /* else kept: a retry releases it */
     if (r == DLOCK_ELOST && !lost) {
       lost = r;
       snprintf(detail, sizeof detail, "%s: member %zu: %s", fn, i,
