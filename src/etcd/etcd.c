@@ -287,8 +287,9 @@ static int etcd_open(void **be, const char *url, const struct dlock_options *o,
   if (!rc) {
     int64_t lease = 0;
     rc = dlock__etcd_session_lease(e, &lease);
-    if (rc)
-      dlock__preferr(rc, "%s", e->display);
+    if (rc && strncmp(dlock_last_error(), e->display,
+                      strlen(e->display)) != 0)
+      dlock__preferr(rc, "%s", e->display); /* once */
   }
   if (rc) {
     if (e->password)

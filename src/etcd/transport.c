@@ -516,9 +516,12 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
     int64_t now = dlock__now_ms();
     int64_t left = deadline - now;
     if (left <= 0) {
+      /* etcd closes a plain HTTP connection to a TLS port at once */
+      bool tls_port = !e->tls && strstr(why, "Empty reply from server");
       rc = dlock__seterr(DLOCK_EUNAVAILABLE,
-                         "%s: no etcd endpoint answered %s in time (last: %s)",
-                         e->display, path, why);
+                         "%s: no etcd endpoint answered %s in time (last: %s)%s",
+                         e->display, path, why,
+                         tls_port ? " (a TLS port? use etcds:// there)" : "");
       break;
     }
     int idx = 0;

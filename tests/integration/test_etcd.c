@@ -1375,9 +1375,13 @@ static void t_tls(void) {
   check_line("cannot read the CA file");
   check_line("no-such-ca.crt");
 
-  /* the TLS switch turns etcd:// into HTTPS */
+  /* the TLS switch turns etcd:// into HTTPS; without it, plain HTTP to a
+   * TLS port is refused with a hint */
   char plain[256];
   snprintf(plain, sizeof plain, "etcd://%s", url + strlen("etcds://"));
+  tls_opts_t none = {0};
+  CHECK(tls_client(plain, &none, &c) != 0);
+  check_line("etcds://");
   tls_opts_t sw = {.ca = "ca.crt", .tls_switch = true};
   CHECK_OK(tls_client(plain, &sw, &c));
   dlock_client_free(c);
