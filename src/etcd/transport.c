@@ -47,8 +47,10 @@
  * 1.3's "certificate required" read after the handshake) moves to the
  * next endpoint like a refused connection; when every endpoint has failed
  * so within one call the call ends at once with DLOCK_ETLS and libcurl's
- * reason plus what to check, as one line. Each pooled handle keeps its
- * connection, so the handshake is paid once per connection.
+ * reason plus what to check, as one line (and at its deadline with
+ * DLOCK_ETLS too when some refused TLS and the others did not answer).
+ * Each pooled handle keeps its connection, so the handshake is paid once
+ * per connection.
  */
 #include <curl/curl.h>
 #include <inttypes.h>
@@ -508,18 +510,26 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
   int64_t start = dlock__now_ms();
   int64_t deadline = start + e->command_timeout_ms + e->connect_timeout_ms;
-  char why[400] = "";
+  char why[400] = "", last_tls[400] = "";
   int failed_in_row = 0, backoff = 25, tls_failed = 0;
   bool reauthed = false;
   int rc = 0;
   for (;;) {
     int64_t now = dlock__now_ms();
     int64_t left = deadline - now;
+    if (left <= 0 && last_tls[0]) {
+      /* some endpoints refused TLS, the others did not answer */
+      rc = dlock__seterr(DLOCK_ETLS, "%s (no other endpoint answered in "
+                                     "time)",
+                         last_tls);
+      break;
+    }
     if (left <= 0) {
       /* etcd closes a plain HTTP connection to a TLS port at once */
       bool tls_port = !e->tls && strstr(why, "Empty reply from server");
       rc = dlock__seterr(DLOCK_EUNAVAILABLE,
-                         "%s: no etcd endpoint answered %s in time (last: %s)%s",
+                         "%s: no etcd endpoint answered %s in time "
+                         "(last: %s)%s",
                          e->display, path, why,
                          tls_port ? " (a TLS port? use etcds:// there)" : "");
       break;
@@ -533,6 +543,8 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       rc = dlock__seterr(DLOCK_ESERVER, "etcd %s: %s", path, why);
       break;
     }
+    if (x == X_TLS)
+      snprintf(last_tls, sizeof last_tls, "%s", why);
     if (x == X_TLS && ++tls_failed >= e->nhosts) {
       /* every endpoint refused the TLS exchange: a setting, not a fault */
       rc = dlock__seterr(DLOCK_ETLS, "%s", why);
