@@ -47,6 +47,10 @@
  *                      prints each side's pairs/s and the ratio.
  * A rediss:// --url works in every scenario (--cacert, --insecure apply);
  * the server counts then go missing (bench_redis speaks plain RESP).
+ * Any other backend's URL (etcd://, zookeeper://) works in the scenarios
+ * its backend supports, without server counts; `latch` waits for
+ * Redisson's pub/sub channel and `tls` compares two Redis ports, so both
+ * are Redis only.
  *
  * Threads and processes: worker threads share one client (that is the
  * library's model) and write only their own record buffer; the main thread
@@ -73,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <stdatomic.h>
@@ -700,9 +705,18 @@ typedef struct snap {
   bool ok;
 } snap_t;
 
+/* The server counts (INFO deltas) exist for Redis only. */
+static bool url_is_redis(const char *url) {
+  return strncasecmp(url, "redis://", 8) == 0 ||
+         strncasecmp(url, "rediss://", 9) == 0 ||
+         strncasecmp(url, "unix://", 7) == 0;
+}
+
 static void snap_begin(snap_t *s, const config_t *c) {
   memset(s, 0, sizeof *s);
   char err[256];
+  if (!url_is_redis(c->url))
+    return; /* etcd, ZooKeeper: no server counts, nothing to say */
   if (bench_redis_open(c->url, &s->r, err, sizeof err)) {
     fprintf(stderr, "dlock-bench: %s (no server counts)\n", err);
     return;
