@@ -299,19 +299,23 @@ typedef struct dlock_client dlock_client_t;
  * address or password is reported here, not at the first lock).
  *   redis://[[user]:password@]host[:port][/db]   (default port 6379, db 0)
  *   redis://[::1]:6379/0                          (IPv6 literal)
- *   unix:///path/to/redis.sock[?db=N]
- *   etcd://[user:password@]host[:port][,host[:port]...]  (default port
- *       2379; the members of one etcd cluster, docs/ETCD.md: the client is
- *       one session, a lease of dlock_options_set_session_timeout)
- * Redis user and password may be percent-encoded. `opts` may be NULL (defaults)
- * and is copied: it may be freed right after the call. On success *out owns
- * a client to be freed with dlock_client_free(); on failure *out is NULL.
  *   rediss://...                                  (the same over TLS: see
  *                                                 the TLS options above)
- * A scheme this build has no backend for is DLOCK_EURL naming the schemes
- * it has; etcds:// (TLS for etcd) is DLOCK_ENOTSUP for now. An operation
- * or object the backend does not offer is DLOCK_ENOTSUP, naming both,
- * before anything is sent.
+ *   unix:///path/to/redis.sock[?db=N]
+ *   zookeeper://host[:port][,host[:port]...][/chroot][?base=/path], zk://
+ *       (default port 2181; Curator's layouts, docs/ZOOKEEPER.md: the
+ *       client is one session of dlock_options_set_session_timeout)
+ *   etcd://[user:password@]host[:port][,host[:port]...], etcds:// (TLS)
+ *       (default port 2379; the members of one etcd cluster, docs/ETCD.md:
+ *       the client is one session, a lease of
+ *       dlock_options_set_session_timeout)
+ * Redis user and password may be percent-encoded. `opts` may be NULL
+ * (defaults) and is copied: it may be freed right after the call. On
+ * success *out owns a client to be freed with dlock_client_free(); on
+ * failure *out is NULL. Redlock clients are made by
+ * dlock_client_new_redlock. A scheme this build has no backend for is
+ * DLOCK_EURL naming the schemes it has. An operation or object the backend
+ * does not offer is DLOCK_ENOTSUP, naming both, before anything is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
  * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
  * the background thread's creation failed), DLOCK_ETLS. */
