@@ -299,19 +299,23 @@ typedef struct dlock_client dlock_client_t;
  * address or password is reported here, not at the first lock).
  *   redis://[[user]:password@]host[:port][/db]   (default port 6379, db 0)
  *   redis://[::1]:6379/0                          (IPv6 literal)
- *   unix:///path/to/redis.sock[?db=N]
- *   etcd://[user:password@]host[:port][,host[:port]...]  (default port
- *       2379; the members of one etcd cluster, docs/ETCD.md: the client is
- *       one session, a lease of dlock_options_set_session_timeout)
- * Redis user and password may be percent-encoded. `opts` may be NULL (defaults)
- * and is copied: it may be freed right after the call. On success *out owns
- * a client to be freed with dlock_client_free(); on failure *out is NULL.
  *   rediss://...                                  (the same over TLS: see
  *                                                 the TLS options above)
- * A scheme this build has no backend for is DLOCK_EURL naming the schemes
- * it has; etcds:// (TLS for etcd) is DLOCK_ENOTSUP for now. An operation
- * or object the backend does not offer is DLOCK_ENOTSUP, naming both,
- * before anything is sent.
+ *   unix:///path/to/redis.sock[?db=N]
+ *   zookeeper://host[:port][,host[:port]...][/chroot][?base=/path], zk://
+ *       (default port 2181; Curator's layouts, docs/ZOOKEEPER.md: the
+ *       client is one session of dlock_options_set_session_timeout)
+ *   etcd://[user:password@]host[:port][,host[:port]...], etcds:// (TLS)
+ *       (default port 2379; the members of one etcd cluster, docs/ETCD.md:
+ *       the client is one session, a lease of
+ *       dlock_options_set_session_timeout)
+ * Redis user and password may be percent-encoded. `opts` may be NULL
+ * (defaults) and is copied: it may be freed right after the call. On
+ * success *out owns a client to be freed with dlock_client_free(); on
+ * failure *out is NULL. Redlock clients are made by
+ * dlock_client_new_redlock. A scheme this build has no backend for is
+ * DLOCK_EURL naming the schemes it has. An operation or object the backend
+ * does not offer is DLOCK_ENOTSUP, naming both, before anything is sent.
  * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
  * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
  * the background thread's creation failed), DLOCK_ETLS. */
@@ -549,7 +553,12 @@ typedef struct dlock_multilock dlock_multilock_t;
 /* A multilock over locks[0..n) (n >= 1; the array is copied, the handles
  * are borrowed: they must outlive the multilock and may not be freed
  * while it is held). Two handles on the same name of the same client are
- * DLOCK_EINVAL. Touches no server. Free with dlock_multilock_free. */
+ * DLOCK_EINVAL. Two handles on the same name of different clients of one
+ * server are two owners of one lock, which the multilock can never hold
+ * both of (its waits end in DLOCK_ETIMEDOUT, or never with
+ * DLOCK_WAIT_FOREVER): the library cannot tell whether two clients reach
+ * one server, so do not build such a set. Touches no server. Free with
+ * dlock_multilock_free. */
 DLOCK_EXTERN int dlock_multilock_new(dlock_multilock_t **out,
                                      dlock_lock_t *const *locks, size_t n);
 /* Frees the multilock, not its members nor their holds. Accepts NULL. */
@@ -560,16 +569,21 @@ DLOCK_EXTERN size_t dlock_multilock_size(const dlock_multilock_t *m);
  * dlock_lock_acquire, for the whole set (each member's lease starts when
  * that member is taken, within one attempt of the others). DLOCK_EBUSY
  * (wait 0) or DLOCK_ETIMEDOUT naming a member that was held; a backend
- * error of any member is returned at once, with nothing held. A
- * multilock object serves one thread at a time and does not count
- * re-entries: acquiring it while held is DLOCK_EINVAL. */
+ * error of any member is returned at once, with nothing held - unless
+ * releasing a member this attempt took failed too (the backend
+ * unreachable): that error is returned, the member stays held (renewed),
+ * and dlock_multilock_release retries it. A multilock object serves one
+ * thread at a time and does not count re-entries: acquiring it while held
+ * (wholly or in part) is DLOCK_EINVAL. */
 DLOCK_EXTERN int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
                                          int64_t lease_ms);
 /* Releases every member (from the thread that acquired it). 0; or
  * DLOCK_ELOST when any member had been lost (every other member is
  * released all the same); DLOCK_ENOTOWNER when it is not held, or held by
- * another thread id (nothing is released then: the owner still can);
- * else the first member's error. */
+ * another thread id (nothing is released then: the owner still can); else
+ * the first member's error: a member whose release failed that way (not
+ * released, not lost) stays held, and calling this again retries it with
+ * the same request id, as dlock_lock_release does. */
 DLOCK_EXTERN int dlock_multilock_release(dlock_multilock_t *m);
 /* The same for an explicit owner thread id (as dlock_lock_acquire_as). */
 DLOCK_EXTERN int dlock_multilock_acquire_as(dlock_multilock_t *m,

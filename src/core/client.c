@@ -72,12 +72,10 @@ int dlock__call_begin(struct dlock_client *c, const char *fn) {
   int rc = dlock__client_check(c, fn);
   if (rc)
     return rc;
-  /* no mutex on the call path: the call counts itself, then looks at
-   * `stopping`; dlock_client_free sets `stopping`, then looks at the count
-   * (both sequentially consistent), so either the call backs out or the
-   * free waits for it */
-  atomic_fetch_add(&c->calls, 1);
-  if (atomic_load(&c->stopping)) {
+  /* no mutex on the call path: calls and the stopping bit share one
+   * atomic word (callstate: calls x 2 | stopping). The call counts itself
+   * and sees in the same step whether dlock_client_free has begun */
+  if (atomic_fetch_add(&c->callstate, 2) & 1) {
     dlock__call_end(c);
     rc = dlock__seterr(DLOCK_ECLOSED, "%s: the client is being freed", fn);
   }
@@ -85,17 +83,22 @@ int dlock__call_begin(struct dlock_client *c, const char *fn) {
 }
 
 void dlock__call_end(struct dlock_client *c) {
-  if (atomic_fetch_sub(&c->calls, 1) == 1 && atomic_load(&c->stopping)) {
-    /* the freeing thread waits under mu: it is either before its check
-     * (and sees 0) or in its wait (and gets this broadcast) */
-    pthread_mutex_lock(&c->mu);
-    pthread_cond_broadcast(&c->calls_done);
-    pthread_mutex_unlock(&c->mu);
+  uint64_t s = atomic_load(&c->callstate);
+  while (!(s & 1)) {
+    /* not stopping: uncount; once this succeeds c is not touched again */
+    if (atomic_compare_exchange_weak(&c->callstate, &s, s - 2))
+      return;
   }
+  /* stopping: dlock_client_free waits under mu until the count is 0, so
+   * the client lives until this thread unlocks */
+  pthread_mutex_lock(&c->mu);
+  if (atomic_fetch_sub(&c->callstate, 2) == 3)
+    pthread_cond_broadcast(&c->calls_done);
+  pthread_mutex_unlock(&c->mu);
 }
 
 bool dlock__client_stopping(struct dlock_client *c) {
-  return atomic_load(&c->stopping);
+  return atomic_load(&c->callstate) & 1;
 }
 
 /* -------------------------------------------------------------- helpers */
@@ -228,7 +231,7 @@ static void *bg_main(void *arg) {
   for (;;) {
     int64_t now = dlock__now_ms();
     pthread_mutex_lock(&c->mu);
-    bool stop = c->stopping;
+    bool stop = dlock__client_stopping(c);
     int64_t until = stop ? 0 : chores_locked(c, now);
     bool lost = c->lost_pending;
     pthread_mutex_unlock(&c->mu);
@@ -448,12 +451,12 @@ void dlock_client_free(dlock_client_t *c) {
     return;
   }
   pthread_mutex_lock(&c->mu);
-  c->stopping = true;
+  atomic_fetch_or(&c->callstate, 1);
   /* wake every waiter so that none sleeps on a dying client */
   dlock__waits_wake_all_locked(c);
   /* calls in progress see `stopping` at their next step; wait for them
    * (each is bounded by its own network deadlines) before freeing */
-  while (atomic_load(&c->calls) > 0)
+  while ((atomic_load(&c->callstate) >> 1) > 0)
     pthread_cond_wait(&c->calls_done, &c->mu);
   pthread_mutex_unlock(&c->mu);
   dlock__client_poke(c);

@@ -71,11 +71,13 @@ struct dlock_client {
    * settling unresolved waits, dialling the wake-up connection */
   dlock__worker renew_worker, settle_worker, dial_worker;
 
-  /* Set (under mu too) by dlock_client_free; read without mu on the call
-   * path (call_begin, dlock__client_stopping). */
-  _Atomic bool stopping;
-  /* public calls in progress (see call_begin); atomic, no mutex */
-  _Atomic int calls;
+  /* Public calls in progress x 2, plus 1 once dlock_client_free has begun
+   * (the "stopping" bit, set under mu too). One atomic word, read and
+   * changed without mu on the call path (call_begin/call_end,
+   * dlock__client_stopping): a call that uncounts itself while the bit is
+   * clear never touches the client again; one that finds it set uncounts
+   * under mu, where the freeing thread waits. */
+  _Atomic uint64_t callstate;
   /* entries of `unresolved` (changed under mu, read without it by
    * dlock__unresolved_resolve_own's fast path) */
   _Atomic size_t nunresolved;

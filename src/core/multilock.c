@@ -18,10 +18,12 @@
  *
  * Threads: a multilock is owned per thread, as its members are (the
  * thread that acquired it releases it). It has no state shared between
- * threads beyond its immutable member list, so it takes no mutex; `held`
- * and `owner` are only touched by the owning thread's calls. A release
- * by another thread id is DLOCK_ENOTOWNER and changes nothing (it must not
- * forget the owner's members: the owner could no longer release them).
+ * threads beyond its immutable member list, so it takes no mutex: calls
+ * on one multilock must not overlap (dlock.h). `owner` is the thread id
+ * whose members `held` marks, set once one is taken and cleared once none
+ * is left; a release by another thread id is DLOCK_ENOTOWNER and changes
+ * nothing (forgetting the owner's members would leave the owner unable to
+ * release them).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ struct dlock_multilock {
   size_t n;
   dlock_lock_t **locks;
   bool *held;     /* this acquire's members, for the owner's release */
-  uint64_t owner; /* the thread id that holds it (0: none) */
+  uint64_t owner; /* the thread id whose members `held` marks (0: none) */
 };
 
 int dlock_multilock_new(dlock_multilock_t **out, dlock_lock_t *const *locks,
@@ -98,6 +100,13 @@ size_t dlock_multilock_size(const dlock_multilock_t *m) {
   return m && m->magic == MULTI_MAGIC ? m->n : 0;
 }
 
+static bool any_held(const dlock_multilock_t *m) {
+  for (size_t i = 0; i < m->n; i++)
+    if (m->held[i])
+      return true;
+  return false;
+}
+
 static int check(const dlock_multilock_t *m, const char *fn) {
   if (!m)
     return dlock__seterr(DLOCK_EINVAL, "%s: multilock is NULL", fn);
@@ -106,16 +115,41 @@ static int check(const dlock_multilock_t *m, const char *fn) {
   return 0;
 }
 
-/* Releases what this attempt took, keeping the caller's error detail. */
-static void release_taken(dlock_multilock_t *m, uint64_t tid) {
+/* A member's release settled it (released, or it was no longer ours):
+ * anything else (the backend unreachable, say) leaves the hold in place,
+ * renewed, and a later release must retry it. */
+static bool release_settled(int rc) {
+  return rc == 0 || rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER;
+}
+
+/* Releases what this attempt took, keeping the caller's error detail.
+ * 0, or the first error of a release that did not settle (that member stays
+ * marked held, for dlock_multilock_release to retry). */
+static int release_taken(dlock_multilock_t *m, uint64_t tid, const char *fn) {
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int failed = 0;
+  char detail[512] = "";
   for (size_t i = m->n; i-- > 0;) {
-    if (m->held[i])
-      dlock_lock_release_as(m->locks[i], tid); /* else the lease expires */
-    m->held[i] = false;
+    if (!m->held[i])
+      continue;
+    int r = dlock_lock_release_as(m->locks[i], tid);
+    if (release_settled(r)) {
+      m->held[i] = false;
+    } else if (!failed) {
+      failed = r;
+      snprintf(detail, sizeof detail,
+               "%s: member %zu ('%.200s') could not be released (%s); "
+               "dlock_multilock_release retries it",
+               fn, i, m->locks[i]->name, dlock_last_error());
+    }
   }
+  if (!any_held(m))
+    m->owner = 0;
+  if (failed)
+    return dlock__seterr(failed, "%s", detail);
   dlock__seterr(0, "%s", saved);
+  return 0;
 }
 
 static void backoff(int64_t deadline) {
@@ -160,9 +194,15 @@ static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
                 : deadline > now           ? deadline - now
                                            : 0;
     rc = dlock_lock_acquire_as(m->locks[first], tid, w, lease_ms);
+    if (rc == DLOCK_EBUSY && wait_ms != 0)
+      return dlock__seterr(DLOCK_ETIMEDOUT,
+                           "%s: member %zu ('%.200s') was held by another "
+                           "owner for the rest of the wait",
+                           fn, first, m->locks[first]->name);
     if (rc)
-      return rc == DLOCK_EBUSY && wait_ms != 0 ? DLOCK_ETIMEDOUT : rc;
+      return rc;
     m->held[first] = true;
+    m->owner = tid;
     /* then every other one, once */
     size_t busy = m->n;
     for (size_t i = 0; i < m->n && busy == m->n; i++) {
@@ -176,15 +216,14 @@ static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
       else {
         dlock__preferr(rc, "%s: member %zu ('%.200s')", fn, i,
                        m->locks[i]->name);
-        release_taken(m, tid);
-        return rc;
+        int rel = release_taken(m, tid, fn);
+        return rel ? rel : rc;
       }
     }
-    if (busy == m->n) {
-      m->owner = tid;
+    if (busy == m->n)
       return 0;
-    }
-    release_taken(m, tid);
+    if ((rc = release_taken(m, tid, fn)))
+      return rc;
     if (wait_ms == 0)
       return dlock__seterr(DLOCK_EBUSY,
                            "%s: member %zu ('%.200s') is held by another "
@@ -217,11 +256,10 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
     rc = dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
   if (rc)
     return rc;
-  if (m->owner != tid)
+  if (any_held(m) && m->owner != tid)
     return dlock__seterr(DLOCK_ENOTOWNER,
-                         "%s: this multilock is not held by this thread",
+                         "%s: this multilock is held by another thread",
                          fn);
-  m->owner = 0;
   bool any = false;
   int first_err = 0, lost = 0;
   char detail[512] = "";
@@ -229,8 +267,9 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
     if (!m->held[i])
       continue;
     any = true;
-    m->held[i] = false;
     int r = dlock_lock_release_as(m->locks[i], tid);
+    if (release_settled(r))
+      m->held[i] = false; /* else kept: a retry releases it */
     if (r == DLOCK_ELOST && !lost) {
       lost = r;
       snprintf(detail, sizeof detail, "%s: member %zu: %s", fn, i,
@@ -242,6 +281,8 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
                  dlock_last_error());
     }
   }
+  if (!any_held(m))
+    m->owner = 0;
   if (!any)
     return dlock__seterr(DLOCK_ENOTOWNER,
                          "%s: this multilock is not held (by this thread)", fn);

@@ -84,7 +84,7 @@ bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline) {
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->ready && !w->granted && !w->err && !c->stopping &&
+  while (!w->ready && !w->granted && !w->err && !dlock__client_stopping(c) &&
          dlock__now_ms() < deadline)
     sleep_step(w, deadline, &ts);
   bool ok = w->ready;
@@ -99,7 +99,7 @@ bool dlock__wait_sleep(dlock__wait *w, int64_t until) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->woken && !w->granted && !c->stopping && dlock__now_ms() < until)
+  while (!w->woken && !w->granted && !dlock__client_stopping(c) && dlock__now_ms() < until)
     sleep_step(w, until, &ts);
   bool woken = w->woken;
   w->woken = false;

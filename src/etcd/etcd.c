@@ -8,7 +8,11 @@
  *
  * Every listed endpoint is a member of one cluster; requests go to one of
  * them and move to the next when it fails. The port defaults to 2379.
- * etcds:// (TLS) is DLOCK_ENOTSUP for now. A user and password (in the URL
+ * etcds:// (or dlock_options_set_tls) speaks HTTPS to the same client
+ * ports with the TLS options of the Redis side (CA file or directory,
+ * client certificate and key, SNI name, the insecure switch; transport.c
+ * hands them to libcurl); their files are checked here, at open, so a
+ * missing one is DLOCK_ETLS naming its path. A user and password (in the URL
  * or dlock_options_set_credentials) go through etcd's auth: Authenticate
  * gives a token that every request carries.
  *
@@ -25,11 +29,14 @@
  * alive, and its loss is dlock__holds_session_lost.
  */
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -55,6 +62,11 @@ static void etcd_free(dlock__etcd *e) {
     dlock__free(e->password);
   }
   dlock__free(e->user);
+  dlock__free(e->tls_ca_file);
+  dlock__free(e->tls_ca_dir);
+  dlock__free(e->tls_cert_file);
+  dlock__free(e->tls_key_file);
+  dlock__free(e->tls_sni);
   dlock__etcd_entries_free(e);
   dlock__etcd_rws_free(e);
   dlock__etcd_transport_free(e);
@@ -132,9 +144,7 @@ static int parse_url(dlock__etcd *e, const char *url, char **user,
   const char *sep = strstr(url, "://");
   size_t slen = (size_t)(sep - url);
   if (slen == 5 && strncasecmp(url, "etcds", 5) == 0)
-    return dlock__seterr(DLOCK_ENOTSUP,
-                         "etcds:// (TLS) is not supported by the etcd backend "
-                         "yet; use etcd:// on a trusted network");
+    e->tls = true;
   const char *p = sep + 3;
   const char *end = p + strcspn(p, "/?#");
   if (*end == '?' || *end == '#' || (*end == '/' && end[1] != '\0'))
@@ -159,7 +169,8 @@ static int parse_url(dlock__etcd *e, const char *url, char **user,
   e->hosts = dlock__calloc(ETCD_MAX_ENDPOINTS, sizeof *e->hosts);
   if (!e->hosts)
     return DLOCK_ENOMEM;
-  size_t dl = (size_t)snprintf(e->display, sizeof e->display, "etcd://");
+  size_t dl = (size_t)snprintf(e->display, sizeof e->display, "%s://",
+                               e->tls ? "etcds" : "etcd");
   while (p < end) {
     const char *comma = memchr(p, ',', (size_t)(end - p));
     const char *stop = comma ? comma : end;
@@ -178,6 +189,53 @@ static int parse_url(dlock__etcd *e, const char *url, char **user,
       return dlock__seterr(DLOCK_EURL, "bad etcd URL: empty endpoint after "
                                        "','");
   }
+  return 0;
+}
+
+/* A readable file, or DLOCK_ETLS naming it (what: "CA file"...). */
+static int tls_file(const char *display, const char *what, const char *path,
+                    bool dir) {
+  if (!path)
+    return 0;
+  struct stat st;
+  if (stat(path, &st) != 0 || access(path, R_OK) != 0)
+    return dlock__seterr(DLOCK_ETLS, "%s: TLS: cannot read the %s '%s': %s",
+                         display, what, path, strerror(errno));
+  if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+    return dlock__seterr(DLOCK_ETLS, "%s: TLS: the %s '%s' is not a %s",
+                         display, what, path, dir ? "directory" : "file");
+  return 0;
+}
+
+/* Copies the TLS options into e (TLS on for etcds:// or the switch). */
+static int tls_setup(dlock__etcd *e, const struct dlock_options *o) {
+  if (o->tls && !e->tls) {
+    e->tls = true;
+    /* "etcd://..." becomes "etcds://..." */
+    memmove(e->display + 5, e->display + 4, sizeof e->display - 6);
+    e->display[4] = 's';
+    e->display[sizeof e->display - 1] = '\0';
+  }
+  if (!e->tls)
+    return 0;
+  e->tls_insecure = o->tls_insecure;
+  int rc = tls_file(e->display, "CA file", o->tls_ca_file, false);
+  if (!rc)
+    rc = tls_file(e->display, "CA directory", o->tls_ca_dir, true);
+  if (!rc)
+    rc = tls_file(e->display, "certificate", o->tls_cert_file, false);
+  if (!rc)
+    rc = tls_file(e->display, "private key", o->tls_key_file, false);
+  if (rc)
+    return rc;
+  if ((o->tls_ca_file && !(e->tls_ca_file = dlock__strdup(o->tls_ca_file))) ||
+      (o->tls_ca_dir && !(e->tls_ca_dir = dlock__strdup(o->tls_ca_dir))) ||
+      (o->tls_cert_file &&
+       !(e->tls_cert_file = dlock__strdup(o->tls_cert_file))) ||
+      (o->tls_key_file &&
+       !(e->tls_key_file = dlock__strdup(o->tls_key_file))) ||
+      (o->tls_sni && !(e->tls_sni = dlock__strdup(o->tls_sni))))
+    return DLOCK_ENOMEM;
   return 0;
 }
 
@@ -206,6 +264,8 @@ static int etcd_open(void **be, const char *url, const struct dlock_options *o,
                                        : ETCD_DEFAULT_TTL_S;
   char *user = NULL, *password = NULL;
   int rc = parse_url(e, url, &user, &password);
+  if (!rc)
+    rc = tls_setup(e, o);
   if (!rc && o->credentials_set) {
     dlock__free(user);
     if (password)
@@ -227,8 +287,9 @@ static int etcd_open(void **be, const char *url, const struct dlock_options *o,
   if (!rc) {
     int64_t lease = 0;
     rc = dlock__etcd_session_lease(e, &lease);
-    if (rc)
-      dlock__preferr(rc, "%s", e->display);
+    if (rc && strncmp(dlock_last_error(), e->display,
+                      strlen(e->display)) != 0)
+      dlock__preferr(rc, "%s", e->display); /* once */
   }
   if (rc) {
     if (e->password)

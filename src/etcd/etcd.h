@@ -35,6 +35,12 @@ typedef struct dlock__etcd {
   int64_t command_timeout_ms;
   int64_t ttl_s; /* the lease TTL asked for (seconds) */
   char *user, *password;
+  /* TLS (etcds:// or dlock_options_set_tls): read-only after open */
+  bool tls;
+  bool tls_insecure;              /* no verification (tests only) */
+  char *tls_ca_file, *tls_ca_dir; /* both NULL: the system's store */
+  char *tls_cert_file, *tls_key_file;
+  char *tls_sni; /* name to send and verify instead of the host */
 
   pthread_mutex_t pool_mu; /* guards idle[], nidle, cur and token */
   void *idle[ETCD_POOL_MAX]; /* CURL easy handles with live connections */

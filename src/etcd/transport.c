@@ -37,6 +37,20 @@
  * (gRPC Unavailable) counts as a request never applied; "request timed
  * out" and "leader changed" as a lost reply (the proposal may still be
  * applied). An expired auth token is renewed once.
+ *
+ * TLS (etcds://): the same requests over HTTPS, libcurl doing the
+ * handshake with OpenSSL: the CA file or directory (else the system's
+ * store), the client certificate and key, the peer's chain and name
+ * verified unless the insecure switch is on; an SNI name becomes the
+ * URL's host while CONNECT_TO dials the endpoint, so it is both sent and
+ * verified. A TLS failure (handshake, verification, an alert such as TLS
+ * 1.3's "certificate required" read after the handshake) moves to the
+ * next endpoint like a refused connection; when every endpoint has failed
+ * so within one call the call ends at once with DLOCK_ETLS and libcurl's
+ * reason plus what to check, as one line (and at its deadline with
+ * DLOCK_ETLS too when some refused TLS and the others did not answer).
+ * Each pooled handle keeps its connection, so the handshake is paid once
+ * per connection.
  */
 #include <curl/curl.h>
 #include <inttypes.h>
@@ -224,38 +238,96 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
+/* The lists an easy handle points to while it runs. */
+typedef struct easy_lists {
+  struct curl_slist *hdrs;
+  struct curl_slist *connect_to; /* TLS with an SNI name */
+} easy_lists;
+
+static void lists_free(easy_lists *l) {
+  curl_slist_free_all(l->hdrs);
+  curl_slist_free_all(l->connect_to);
+  l->hdrs = l->connect_to = NULL;
+}
+
+/* TLS: HTTPS with verification of the peer's chain and of its name (the
+ * host, or the SNI name) unless insecure. An SNI name becomes the URL's
+ * host, and CONNECT_TO dials the endpoint: libcurl then sends that name
+ * and verifies the certificate against it. */
+static void setup_tls(dlock__etcd *e, CURL *h, int idx, const char *path,
+                      char *url, size_t urllen, easy_lists *l) {
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+  curl_easy_setopt(h, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, e->tls_insecure ? 0L : 1L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, e->tls_insecure ? 0L : 2L);
+  if (e->tls_ca_file)
+    curl_easy_setopt(h, CURLOPT_CAINFO, e->tls_ca_file);
+  if (e->tls_ca_dir)
+    curl_easy_setopt(h, CURLOPT_CAPATH, e->tls_ca_dir);
+  if (e->tls_cert_file) {
+    curl_easy_setopt(h, CURLOPT_SSLCERT, e->tls_cert_file);
+    curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+    curl_easy_setopt(h, CURLOPT_SSLKEY, e->tls_key_file);
+    curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+    curl_easy_setopt(h, CURLOPT_KEYPASSWD, ""); /* never prompts */
+  }
+  if (e->tls_sni) {
+    const char *hp = e->hosts[idx];
+    const char *port = strrchr(hp, ':');
+    snprintf(url, urllen, "https://%s%s%s", e->tls_sni, port, path);
+    char *to = dlock__asprintf("::%s", hp); /* any host:port -> hp */
+    if (to) {
+      l->connect_to = curl_slist_append(NULL, to);
+      dlock__free(to);
+    }
+    curl_easy_setopt(h, CURLOPT_CONNECT_TO, l->connect_to);
+  } else {
+    snprintf(url, urllen, "https://%s%s", e->hosts[idx], path);
+    curl_easy_setopt(h, CURLOPT_CONNECT_TO, NULL);
+  }
+}
+
 static void setup(dlock__etcd *e, CURL *h, int idx, const char *path,
-                  const char *token, struct curl_slist **hdrs) {
-  char url[300];
-  snprintf(url, sizeof url, "http://%s%s", e->hosts[idx], path);
+                  const char *token, easy_lists *l) {
+  char url[600];
+  l->hdrs = l->connect_to = NULL;
+  if (e->tls) {
+    setup_tls(e, h, idx, path, url, sizeof url, l);
+  } else {
+    snprintf(url, sizeof url, "http://%s%s", e->hosts[idx], path);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+  }
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
-  *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+  l->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
   if (token) {
     char *a = dlock__asprintf("Authorization: %s", token);
     if (a) {
-      *hdrs = curl_slist_append(*hdrs, a);
+      l->hdrs = curl_slist_append(l->hdrs, a);
       dlock__free(a);
     }
   }
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, l->hdrs);
 }
 
 void *dlock__etcd_easy_new(dlock__etcd *e, const char *path, int *idx) {
   CURL *h = curl_easy_init();
-  if (!h)
+  easy_lists *l = dlock__calloc(1, sizeof *l);
+  if (!h || !l) {
+    if (h)
+      curl_easy_cleanup(h);
+    dlock__free(l);
     return NULL;
+  }
   char *token = NULL;
   pthread_mutex_lock(&e->pool_mu);
   *idx = e->cur;
   token = e->token ? dlock__strdup(e->token) : NULL;
   pthread_mutex_unlock(&e->pool_mu);
-  struct curl_slist *hdrs = NULL;
-  setup(e, h, *idx, path, token, &hdrs);
-  curl_easy_setopt(h, CURLOPT_PRIVATE, hdrs); /* freed with the handle */
+  setup(e, h, *idx, path, token, l);
+  curl_easy_setopt(h, CURLOPT_PRIVATE, l); /* freed with the handle */
   dlock__free(token);
   return h;
 }
@@ -263,14 +335,89 @@ void *dlock__etcd_easy_new(dlock__etcd *e, const char *path, int *idx) {
 void dlock__etcd_easy_free(void *h) {
   if (!h)
     return;
-  struct curl_slist *hdrs = NULL;
-  curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&hdrs);
+  easy_lists *l = NULL;
+  curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&l);
   curl_easy_cleanup(h);
-  curl_slist_free_all(hdrs);
+  if (l) {
+    lists_free(l);
+    dlock__free(l);
+  }
+}
+
+/* A libcurl failure that is TLS's: the handshake, the verification, the
+ * files, or the server's alert read after the handshake (TLS 1.3 sends
+ * "certificate required" then). */
+static bool tls_failure(CURLcode cc, const char *detail) {
+  switch (cc) {
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CIPHER:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_ISSUER_ERROR:
+  case CURLE_SSL_CLIENTCERT:
+  case CURLE_SSL_ENGINE_NOTFOUND:
+  case CURLE_SSL_ENGINE_SETFAILED:
+  case CURLE_SSL_ENGINE_INITFAILED:
+  case CURLE_SSL_CRL_BADFILE:
+  case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+  case CURLE_SSL_INVALIDCERTSTATUS:
+  case CURLE_USE_SSL_FAILED:
+    return true;
+  case CURLE_RECV_ERROR:
+  case CURLE_SEND_ERROR:
+    return strstr(detail, "alert") != NULL;
+  default:
+    return false;
+  }
+}
+
+/* One line for a TLS failure: libcurl's detail and what to check. */
+static void tls_why(CURLcode cc, const char *detail, const char *host,
+                    char *why, size_t whylen) {
+  const char *hint = "";
+  /* "OpenSSL SSL_read: OpenSSL/3.0.19: error:0A000412:SSL routines::sslv3
+   * alert bad certificate, errno 0" -> "sslv3 alert bad certificate" */
+  const char *reason = detail, *p;
+  while ((p = strstr(reason, "::")) != NULL)
+    reason = p + 2;
+  size_t rlen = strlen(reason);
+  p = strstr(reason, ", errno ");
+  if (p)
+    rlen = (size_t)(p - reason);
+  if (cc == CURLE_PEER_FAILED_VERIFICATION) {
+    if (strstr(detail, "subject name") || strstr(detail, "host name") ||
+        strstr(detail, "IP address"))
+      hint = " (the server's certificate does not name this host: see "
+             "--sni / dlock_options_set_tls_sni)";
+    else
+      hint = " (no trusted CA signed the server's certificate: check the CA "
+             "file or directory)";
+  } else if (strstr(detail, "certificate required") ||
+             strstr(detail, "handshake failure") ||
+             strstr(detail, "bad certificate")) {
+    hint = " (does the server require a client certificate? give a "
+           "certificate and key)";
+  } else if (strstr(detail, "unknown ca")) {
+    hint = " (the server refused the client certificate)";
+  } else if (strstr(detail, "wrong version number") ||
+             strstr(detail, "packet length too long")) {
+    hint = " (the server does not speak TLS: use etcd:// there)";
+  }
+  snprintf(why, whylen, "TLS: %s: %.*s%s", host, (int)rlen, reason, hint);
 }
 
 /* What one exchange gave. */
-enum { X_OK, X_UNSENT, X_LOST, X_UNAVAILABLE, X_AUTH_EXPIRED, X_AUTH, X_ERROR };
+enum {
+  X_OK,
+  X_UNSENT,
+  X_LOST,
+  X_UNAVAILABLE,
+  X_AUTH_EXPIRED,
+  X_AUTH,
+  X_TLS,
+  X_ERROR
+};
 
 static int exchange(dlock__etcd *e, const char *path, const char *req,
                     int64_t timeout_ms, json_object **out, int *idx,
@@ -282,10 +429,12 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     snprintf(why, whylen, "out of memory");
     return X_ERROR;
   }
-  struct curl_slist *hdrs = NULL;
+  easy_lists lists;
   body_t b = {0};
-  setup(e, h, *idx, path, token, &hdrs);
+  char detail[CURL_ERROR_SIZE] = "";
+  setup(e, h, *idx, path, token, &lists);
   dlock__free(token);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, detail);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
                    (long)(timeout_ms > 0 ? timeout_ms : 1));
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, req);
@@ -295,13 +444,22 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-  curl_slist_free_all(hdrs);
+  curl_easy_setopt(h, CURLOPT_CONNECT_TO, NULL);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+  lists_free(&lists);
   int x;
   if (cc != CURLE_OK) {
-    snprintf(why, whylen, "%s: %s", e->hosts[*idx], curl_easy_strerror(cc));
-    x = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
-            ? X_UNSENT
-            : X_LOST;
+    if (!detail[0])
+      snprintf(detail, sizeof detail, "%s", curl_easy_strerror(cc));
+    if (e->tls && tls_failure(cc, detail)) {
+      tls_why(cc, detail, e->hosts[*idx], why, whylen);
+      x = X_TLS;
+    } else {
+      snprintf(why, whylen, "%s: %s", e->hosts[*idx], detail);
+      x = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
+              ? X_UNSENT
+              : X_LOST;
+    }
     curl_easy_cleanup(h); /* its connection is in an unknown state */
     h = NULL;
   } else {
@@ -352,17 +510,28 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
   int64_t start = dlock__now_ms();
   int64_t deadline = start + e->command_timeout_ms + e->connect_timeout_ms;
-  char why[400] = "";
-  int failed_in_row = 0, backoff = 25;
+  char why[400] = "", last_tls[400] = "";
+  int failed_in_row = 0, backoff = 25, tls_failed = 0;
   bool reauthed = false;
   int rc = 0;
   for (;;) {
     int64_t now = dlock__now_ms();
     int64_t left = deadline - now;
+    if (left <= 0 && last_tls[0]) {
+      /* some endpoints refused TLS, the others did not answer */
+      rc = dlock__seterr(DLOCK_ETLS, "%s (no other endpoint answered in "
+                                     "time)",
+                         last_tls);
+      break;
+    }
     if (left <= 0) {
+      /* etcd closes a plain HTTP connection to a TLS port at once */
+      bool tls_port = !e->tls && strstr(why, "Empty reply from server");
       rc = dlock__seterr(DLOCK_EUNAVAILABLE,
-                         "%s: no etcd endpoint answered %s in time (last: %s)",
-                         e->display, path, why);
+                         "%s: no etcd endpoint answered %s in time "
+                         "(last: %s)%s",
+                         e->display, path, why,
+                         tls_port ? " (a TLS port? use etcds:// there)" : "");
       break;
     }
     int idx = 0;
@@ -372,6 +541,13 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       break;
     if (x == X_ERROR) {
       rc = dlock__seterr(DLOCK_ESERVER, "etcd %s: %s", path, why);
+      break;
+    }
+    if (x == X_TLS)
+      snprintf(last_tls, sizeof last_tls, "%s", why);
+    if (x == X_TLS && ++tls_failed >= e->nhosts) {
+      /* every endpoint refused the TLS exchange: a setting, not a fault */
+      rc = dlock__seterr(DLOCK_ETLS, "%s", why);
       break;
     }
     if (x == X_AUTH) {
@@ -455,8 +631,8 @@ int dlock__etcd_authenticate(dlock__etcd *e) {
       break;
     }
     dlock__etcd_failover(e, idx);
-    rc = dlock__seterr(DLOCK_EUNAVAILABLE, "%s: authentication: %s",
-                       e->display, why);
+    rc = dlock__seterr(x == X_TLS ? DLOCK_ETLS : DLOCK_EUNAVAILABLE,
+                       "%s: authentication: %s", e->display, why);
   }
   json_object_put(req);
   if (rc)

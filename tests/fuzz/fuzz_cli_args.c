@@ -161,12 +161,17 @@ static void check_options(int argc, char **argv, const struct cli_opts *o) {
   FCHECK(in_argv);
 }
 
-/* The library's password span of a redis:// URL (userinfo up to the last
- * '@' of the authority, password after its first ':'), or false. */
+/* The library's password span of a redis:// or rediss:// URL (userinfo
+ * up to the last '@' of the authority, password after its first ':'), or
+ * false. */
 static bool lib_password_span(const char *url, size_t *off, size_t *len) {
-  if (strncmp(url, "redis://", 8) != 0)
+  const char *auth;
+  if (strncmp(url, "redis://", 8) == 0)
+    auth = url + 8;
+  else if (strncmp(url, "rediss://", 9) == 0)
+    auth = url + 9;
+  else
     return false;
-  const char *auth = url + 8;
   size_t alen = strcspn(auth, "/?");
   const char *at = NULL;
   for (size_t i = 0; i < alen; i++)

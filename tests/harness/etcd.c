@@ -8,6 +8,12 @@
  *   in the cluster's mkdtemp root. A restart (th_etcd_up) runs the same
  *   command line: with its data dir present, etcd rejoins as the member it
  *   was.
+ * - TLS (th_etcd_start_tls): the client URLs are https:// with the given
+ *   certificate and key (and, for mutual TLS, --trusted-ca-file and
+ *   --client-cert-auth: etcd 3.4 asks every client for a certificate
+ *   once it has a trusted CA file); the
+ *   harness's own requests use the CA and, for mutual TLS, a client
+ *   certificate. Peers stay plain http (all on loopback).
  * - Readiness is a condition: GET /health answers {"health":"true"} (the
  *   member has a leader), polled every 20 ms within a bound, watching for
  *   an early exit of the child. If a port was taken meanwhile the member
@@ -61,6 +67,10 @@ struct th_etcd {
   char cluster[512]; /* --initial-cluster */
   char token[64];
   th_member_t m[TH_ETCD_MAX];
+  bool tls; /* client ports speak HTTPS (th_etcd_start_tls) */
+  char cert[256], key[256], ca[256];
+  bool client_cert_auth;
+  char client_cert[256], client_key[256]; /* the harness's own requests */
 };
 
 /* ------------------------------------------------------------ registry */
@@ -161,13 +171,21 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
 
 /* GET (body NULL) or POST body to http://127.0.0.1:port/path; the parsed
  * JSON reply or NULL. */
-static json_object *http_json(int port, const char *path, const char *body,
-                              long timeout_ms) {
+static json_object *http_json(const th_etcd_t *e, int port, const char *path,
+                              const char *body, long timeout_ms) {
   CURL *h = curl_easy_init();
   if (!h)
     return NULL;
   char url[128];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+  snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", e->tls ? "https" : "http",
+           port, path);
+  if (e->tls) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, e->ca);
+    if (e->client_cert_auth) {
+      curl_easy_setopt(h, CURLOPT_SSLCERT, e->client_cert);
+      curl_easy_setopt(h, CURLOPT_SSLKEY, e->client_key);
+    }
+  }
   buf_t b = {0};
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -187,7 +205,7 @@ static json_object *http_json(int port, const char *path, const char *body,
 }
 
 static bool member_healthy(const th_etcd_t *e, int i) {
-  json_object *j = http_json(e->m[i].client_port, "/health", NULL, 1000);
+  json_object *j = http_json(e, e->m[i].client_port, "/health", NULL, 1000);
   json_object *v = NULL;
   bool ok = j && json_object_object_get_ex(j, "health", &v) &&
             strcmp(json_object_get_string(v), "true") == 0;
@@ -208,7 +226,8 @@ static int spawn(th_etcd_t *e, int i) {
   snprintf(name, sizeof name, "m%d", i);
   snprintf(data, sizeof data, "%s/m%d.etcd", e->root, i);
   snprintf(log, sizeof log, "%s/m%d.log", e->root, i);
-  snprintf(lc, sizeof lc, "http://127.0.0.1:%d", m->client_port);
+  snprintf(lc, sizeof lc, "%s://127.0.0.1:%d", e->tls ? "https" : "http",
+           m->client_port);
   snprintf(lp, sizeof lp, "http://127.0.0.1:%d", m->peer_port);
   const char *exe = etcd_exe();
   char *argv[] = {(char *)exe,
@@ -226,7 +245,22 @@ static int spawn(th_etcd_t *e, int i) {
                   "--snapshot-count", "10000",
                   "--logger", "zap",
                   "--log-outputs", "stderr",
-                  NULL};
+                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+  if (e->tls) {
+    size_t a = 0;
+    while (argv[a])
+      a++;
+    argv[a++] = "--cert-file";
+    argv[a++] = e->cert;
+    argv[a++] = "--key-file";
+    argv[a++] = e->key;
+    if (e->client_cert_auth) { /* etcd 3.4: a trusted CA file asks
+                                  * clients for certificates */
+      argv[a++] = "--trusted-ca-file";
+      argv[a++] = e->ca;
+      argv[a++] = "--client-cert-auth";
+    }
+  }
   pid_t pid = th_spawn(exe, argv, log, "etcd harness");
   if (pid < 0)
     return -1;
@@ -328,7 +362,8 @@ static int rm_entry(const char *path, const struct stat *sb, int flag,
 
 static bool start_once(th_etcd_t *e) {
   size_t u = 0, p = 0, c = 0;
-  u += (size_t)snprintf(e->url + u, sizeof e->url - u, "etcd://");
+  u += (size_t)snprintf(e->url + u, sizeof e->url - u, "%s://",
+                        e->tls ? "etcds" : "etcd");
   for (int i = 0; i < e->n; i++) {
     e->m[i].client_port = th_free_port();
     e->m[i].peer_port = th_free_port();
@@ -338,8 +373,8 @@ static bool start_once(th_etcd_t *e) {
     u += (size_t)snprintf(e->url + u, sizeof e->url - u, "%s127.0.0.1:%d",
                           i ? "," : "", e->m[i].client_port);
     p += (size_t)snprintf(e->endpoints + p, sizeof e->endpoints - p,
-                          "%shttp://127.0.0.1:%d", i ? "," : "",
-                          e->m[i].client_port);
+                          "%s%s://127.0.0.1:%d", i ? "," : "",
+                          e->tls ? "https" : "http", e->m[i].client_port);
     c += (size_t)snprintf(e->cluster + c, sizeof e->cluster - c,
                           "%sm%d=http://127.0.0.1:%d", i ? "," : "", i,
                           e->m[i].peer_port);
@@ -356,6 +391,10 @@ static bool start_once(th_etcd_t *e) {
 }
 
 th_etcd_t *th_etcd_start(int members) {
+  return th_etcd_start_tls(members, NULL);
+}
+
+th_etcd_t *th_etcd_start_tls(int members, const th_etcd_tls_t *tls) {
   pthread_once(&g_once, init_once);
   if (members != 1 && members != 3) {
     fprintf(stderr, "etcd harness: members must be 1 or 3, not %d\n",
@@ -372,6 +411,19 @@ th_etcd_t *th_etcd_start(int members) {
   if (!e)
     return NULL;
   e->n = members;
+  if (tls) {
+    e->tls = true;
+    snprintf(e->cert, sizeof e->cert, "%s", tls->cert_file);
+    snprintf(e->key, sizeof e->key, "%s", tls->key_file);
+    snprintf(e->ca, sizeof e->ca, "%s", tls->ca_file);
+    e->client_cert_auth = tls->client_cert_auth;
+    if (tls->client_cert_auth) {
+      snprintf(e->client_cert, sizeof e->client_cert, "%s",
+               tls->client_cert_file);
+      snprintf(e->client_key, sizeof e->client_key, "%s",
+               tls->client_key_file);
+    }
+  }
   snprintf(e->root, sizeof e->root, "/tmp/dlock-etcd-XXXXXX");
   if (!mkdtemp(e->root)) {
     fprintf(stderr, "etcd harness: mkdtemp: %s\n", strerror(errno));
@@ -426,7 +478,7 @@ int th_etcd_leader(th_etcd_t *e) {
     if (e->m[i].pid <= 0)
       continue;
     json_object *j =
-        http_json(e->m[i].client_port, "/v3/maintenance/status", "{}", 1000);
+        http_json(e, e->m[i].client_port, "/v3/maintenance/status", "{}", 1000);
     unsigned long long self = 0, leader = 0;
     bool ok = j && json_u64(j, "header", "member_id", &self) &&
               json_u64(j, "leader", NULL, &leader);

@@ -16,6 +16,7 @@
 #ifndef DLOCK_TEST_ETCD_H
 #define DLOCK_TEST_ETCD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct th_etcd th_etcd_t;
@@ -23,12 +24,25 @@ typedef struct th_etcd th_etcd_t;
 /* 1 or 3 members; NULL after printing why. Waits until every member
  * answers /health with a leader (at most 20 s). */
 th_etcd_t *th_etcd_start(int members);
-/* "etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3" (client ports). */
+/* TLS on the client ports (peers stay plain: one host). Paths are copied.
+ * The harness's own requests trust ca_file and, with client_cert_auth,
+ * present client_cert_file/client_key_file. */
+typedef struct th_etcd_tls {
+  const char *cert_file, *key_file; /* the members' certificate and key */
+  const char *ca_file; /* the CA the harness trusts; with client_cert_auth
+                        * also the members' --trusted-ca-file */
+  bool client_cert_auth; /* --client-cert-auth */
+  const char *client_cert_file, *client_key_file;
+} th_etcd_tls_t;
+th_etcd_t *th_etcd_start_tls(int members, const th_etcd_tls_t *tls);
+/* "etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3" (client ports;
+ * "etcds://" with TLS). */
 const char *th_etcd_url(const th_etcd_t *e);
 int th_etcd_members(const th_etcd_t *e);
 /* Member i's client port. */
 int th_etcd_client_port(const th_etcd_t *e, int i);
-/* "http://127.0.0.1:P1,..." of the members, for etcdctl --endpoints. */
+/* "http://127.0.0.1:P1,..." (https:// with TLS) of the members, for
+ * etcdctl --endpoints. */
 const char *th_etcd_endpoints(const th_etcd_t *e);
 /* Index of the leader as the running members see it, -1 if none. */
 int th_etcd_leader(th_etcd_t *e);

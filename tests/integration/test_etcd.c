@@ -15,6 +15,7 @@
 #define _GNU_SOURCE 1
 #endif
 
+#include "certs.h"
 #include "check.h"
 #include "etcd.h"
 #include "harness.h"
@@ -751,7 +752,6 @@ static void t_bad_url(void) {
       {"etcd://127.0.0.1:2379,", DLOCK_EURL, "empty endpoint"},
       {"etcd://127.0.0.1:2379/x", DLOCK_EURL, "no path"},
       {"etcd://host!:2379", DLOCK_EURL, "bad character"},
-      {"etcds://127.0.0.1:2379", DLOCK_ENOTSUP, "TLS"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     dlock_client_t *c = NULL;
@@ -1249,6 +1249,223 @@ static void t_command_lost(void) {
 #endif
 }
 
+/* ---------------------------------------------------------------- TLS */
+
+/* A cluster serving TLS with the test CA's certificate for localhost and
+ * 127.0.0.1; mutual: clients must show a certificate of that CA. */
+static th_etcd_t *tls_cluster(int n, bool mutual) {
+  CHECKF(th_certs_dir() != NULL, "openssl could not make certificates");
+  char cert[512], key[512], ca[512], ccert[512], ckey[512];
+  snprintf(cert, sizeof cert, "%s", th_cert("server.crt"));
+  snprintf(key, sizeof key, "%s", th_cert("server.key"));
+  snprintf(ca, sizeof ca, "%s", th_cert("ca.crt"));
+  snprintf(ccert, sizeof ccert, "%s", th_cert("client.crt"));
+  snprintf(ckey, sizeof ckey, "%s", th_cert("client.key"));
+  th_etcd_tls_t tls = {.cert_file = cert,
+                       .key_file = key,
+                       .ca_file = ca,
+                       .client_cert_auth = mutual,
+                       .client_cert_file = ccert,
+                       .client_key_file = ckey};
+  th_etcd_t *e = th_etcd_start_tls(n, &tls);
+  CHECKF(e != NULL, "could not start a %d-member etcd cluster with TLS", n);
+  return e;
+}
+
+typedef struct tls_opts {
+  const char *ca;          /* a file under th_certs_dir(), or NULL */
+  const char *cert, *key;  /* likewise */
+  const char *sni;
+  bool insecure;
+  bool tls_switch;
+} tls_opts_t;
+
+/* dlock_client_new on url with those options; its code, *out the client
+ * (or NULL); prints the outcome. */
+static int tls_client(const char *url, const tls_opts_t *t,
+                      dlock_client_t **out) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_command_timeout(o, 5000));
+  if (t->tls_switch)
+    CHECK_OK(dlock_options_set_tls(o, true));
+  if (t->ca)
+    CHECK_OK(dlock_options_set_tls_ca(o, th_cert(t->ca), NULL));
+  if (t->cert)
+    CHECK_OK(dlock_options_set_tls_cert(o, th_cert(t->cert), th_cert(t->key)));
+  if (t->sni)
+    CHECK_OK(dlock_options_set_tls_sni(o, t->sni));
+  if (t->insecure)
+    CHECK_OK(dlock_options_set_tls_insecure(o, true));
+  *out = NULL;
+  int64_t t0 = th_now_ms();
+  int rc = dlock_client_new(out, url, o);
+  dlock_options_free(o);
+  printf("%s ca=%s cert=%s sni=%s%s -> %s in %lld ms \"%s\"\n", url,
+         t->ca ? t->ca : "-", t->cert ? t->cert : "-", t->sni ? t->sni : "-",
+         t->insecure ? " insecure" : "", dlock_err_name(rc),
+         (long long)(th_now_ms() - t0), rc ? dlock_last_error() : "");
+  return rc;
+}
+
+/* The failure's detail is one line containing `want`. */
+static void check_line(const char *want) {
+  const char *d = dlock_last_error();
+  CHECKF(strstr(d, want), "\"%s\" does not say \"%s\"", d, want);
+  CHECKF(!strchr(d, '\n'), "the detail is not one line: \"%s\"", d);
+}
+
+/* a holds, b's waiter (its own client) is woken by the release through
+ * its watch stream, which is TLS too. */
+static void check_tls_lock(dlock_client_t *a, const char *url,
+                           const tls_opts_t *t, const char *name) {
+  dlock_lock_t *la = lock_kind(a, name, DLOCK_FENCED);
+  int64_t tok = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(la, 0, DLOCK_LEASE_WATCHDOG, &tok));
+  CHECK(tok > 0);
+  dlock_client_t *b = NULL;
+  CHECK_OK(tls_client(url, t, &b));
+  dlock_lock_t *lb = lock_kind(b, name, DLOCK_FENCED);
+  CHECK_RC(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK_OK(dlock_lock_release(la));
+  int64_t tok2 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(lb, WAIT_MS, DLOCK_LEASE_WATCHDOG, &tok2));
+  CHECK(tok2 > tok);
+  CHECK_OK(dlock_lock_release(lb));
+  dlock_lock_free(lb);
+  dlock_client_free(b);
+  dlock_lock_free(la);
+}
+
+static void t_tls(void) {
+  /* etcds:// against members with --cert-file/--key-file: the right CA
+   * works (and a waiter is woken over TLS), the wrong CA, a name not in
+   * the certificate and a missing file each fail at once with DLOCK_ETLS
+   * and one line; --sni names the host to verify; insecure accepts any */
+  th_etcd_t *e = tls_cluster(3, false);
+  const char *url = th_etcd_url(e);
+  CHECK(strncmp(url, "etcds://", 8) == 0);
+  dlock_client_t *c = NULL;
+  tls_opts_t ok = {.ca = "ca.crt"};
+  CHECK_OK(tls_client(url, &ok, &c));
+  check_tls_lock(c, url, &ok, "tls-lock");
+  dlock_client_free(c);
+
+  tls_opts_t wrong_ca = {.ca = "otherca.crt"};
+  CHECK_RC(tls_client(url, &wrong_ca, &c), DLOCK_ETLS);
+  check_line("certificate");
+  check_line("check the CA file");
+  CHECK(c == NULL);
+
+  tls_opts_t wrong_name = {.ca = "ca.crt", .sni = "other.example"};
+  CHECK_RC(tls_client(url, &wrong_name, &c), DLOCK_ETLS);
+  check_line("does not name this host");
+
+  tls_opts_t sni = {.ca = "ca.crt", .sni = "localhost"};
+  CHECK_OK(tls_client(url, &sni, &c));
+  dlock_client_free(c);
+
+  tls_opts_t insecure = {.ca = "otherca.crt", .insecure = true};
+  CHECK_OK(tls_client(url, &insecure, &c));
+  dlock_client_free(c);
+
+  tls_opts_t missing = {.ca = "no-such-ca.crt"};
+  CHECK_RC(tls_client(url, &missing, &c), DLOCK_ETLS);
+  check_line("cannot read the CA file");
+  check_line("no-such-ca.crt");
+
+  /* the TLS switch turns etcd:// into HTTPS; without it, plain HTTP to a
+   * TLS port is refused with a hint */
+  char plain[256];
+  snprintf(plain, sizeof plain, "etcd://%s", url + strlen("etcds://"));
+  tls_opts_t none = {0};
+  CHECK(tls_client(plain, &none, &c) != 0);
+  check_line("etcds://");
+  tls_opts_t sw = {.ca = "ca.crt", .tls_switch = true};
+  CHECK_OK(tls_client(plain, &sw, &c));
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_tls_mutual(void) {
+  /* --client-cert-auth: a certificate of the trusted CA works, none or
+   * one of another CA fails with DLOCK_ETLS and one line */
+  th_etcd_t *e = tls_cluster(1, true);
+  const char *url = th_etcd_url(e);
+  dlock_client_t *c = NULL;
+  tls_opts_t with = {.ca = "ca.crt", .cert = "client.crt", .key = "client.key"};
+  CHECK_OK(tls_client(url, &with, &c));
+  check_tls_lock(c, url, &with, "mtls-lock");
+  dlock_client_free(c);
+
+  tls_opts_t without = {.ca = "ca.crt"};
+  CHECK_RC(tls_client(url, &without, &c), DLOCK_ETLS);
+  check_line("TLS");
+  check_line("client certificate");
+  CHECK(c == NULL);
+
+  tls_opts_t other = {
+      .ca = "ca.crt", .cert = "otherclient.crt", .key = "otherclient.key"};
+  CHECK_RC(tls_client(url, &other, &c), DLOCK_ETLS);
+  check_line("TLS");
+  th_etcd_stop(e);
+}
+
+static void t_tls_command(void) {
+  /* the dlock command on etcds:// with --cacert, --cert and --key (mutual
+   * TLS); without a client certificate or with the wrong CA it exits 69
+   * with one line */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = tls_cluster(1, true);
+  char ca[512], oca[512], crt[512], key[512];
+  snprintf(ca, sizeof ca, "%s", th_cert("ca.crt"));
+  snprintf(oca, sizeof oca, "%s", th_cert("otherca.crt"));
+  snprintf(crt, sizeof crt, "%s", th_cert("client.crt"));
+  snprintf(key, sizeof key, "%s", th_cert("client.key"));
+  char cmd[3000], out[512];
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' --cacert '%s' --cert '%s' --key '%s' "
+                          "job sh -c 'echo \"$DLOCK_TOKEN $ETCD_LOCK_REV\"'",
+           th_etcd_url(e), ca, crt, key);
+  FILE *p = popen(cmd, "r");
+  CHECK(p);
+  CHECK(fgets(out, sizeof out, p) != NULL);
+  CHECK_INT(pclose(p), ==, 0);
+  long long tok = 0, rev = 0;
+  CHECKF(sscanf(out, "%lld %lld", &tok, &rev) == 2 && tok > 0 && tok == rev,
+         "got '%s'", out);
+  const char *bad[2] = {"--cacert '%s' job true 2>&1",
+                        "--cacert '%s' --cert '%s' --key '%s' job true 2>&1"};
+  for (int i = 0; i < 2; i++) {
+    char tail[2048];
+    if (i == 0)
+      snprintf(tail, sizeof tail, bad[0], ca);
+    else
+      snprintf(tail, sizeof tail, bad[1], oca, crt, key);
+    snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' %s", th_etcd_url(e),
+             tail);
+    p = popen(cmd, "r");
+    CHECK(p);
+    char all[2048] = "";
+    size_t got = fread(all, 1, sizeof all - 1, p);
+    all[got] = '\0';
+    int st = pclose(p);
+    printf("dlock %s -> %d: %s", i ? "--cacert otherca" : "no --cert",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, all);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 69);
+    CHECKF(strstr(all, "TLS") != NULL, "stderr: %s", all);
+    CHECKF(strchr(all, '\n') == all + strlen(all) - 1, "not one line: %s",
+           all);
+    CHECKF(strstr(all, i ? "check the CA file" : "client certificate"),
+           "stderr: %s", all);
+  }
+  th_etcd_stop(e);
+#endif
+}
+
 static const check_case_t cases[] = {
     {"basic", t_basic},
     {"try_refused", t_try_refused},
@@ -1274,6 +1491,9 @@ static const check_case_t cases[] = {
     {"go_interop_rw", t_go_interop_rw},
     {"command", t_command},
     {"command_lost", t_command_lost},
+    {"tls", t_tls},
+    {"tls_mutual", t_tls_mutual},
+    {"tls_command", t_tls_command},
 };
 
 int main(int argc, char **argv) {

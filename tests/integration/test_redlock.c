@@ -630,6 +630,39 @@ static void t_multilock_all_or_nothing(void) {
   stop_all();
 }
 
+/* A member whose release fails (its server frozen) stays held and
+ * renewed; the multilock's next release retries it and frees it. */
+static void t_multilock_release_retried(void) {
+  th_server_t *s1 = th_server_start(NULL), *s2 = th_server_start(NULL);
+  CHECK(s1 && s2);
+  it_client_cfg_t cfg = {.command_ms = 500};
+  dlock_client_t *c1 = it_client_cfg(s1, &cfg), *c2 = it_client_cfg(s2, &cfg);
+  dlock_lock_t *a = it_lock(c1, "ra"), *b = it_lock(c2, "rb");
+  dlock_multilock_t *m = NULL;
+  CHECK_OK(dlock_multilock_new(&m, (dlock_lock_t *[]){a, b}, 2));
+  CHECK_OK(dlock_multilock_acquire(m, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(th_server_pause(s2), ==, 0);
+  int rc = dlock_multilock_release(m);
+  CHECK_RC_IN(rc, DLOCK_EIOTIMEOUT, DLOCK_EUNAVAILABLE);
+  printf("release with a member's server frozen: %s (%s)\n",
+         dlock_err_name(rc), dlock_last_error());
+  CHECK_INT(th_server_resume(s2), ==, 0);
+  CHECK(!it_exists(s1, "ra")); /* the other member was released */
+  CHECK(it_exists(s2, "rb"));  /* still held, not forgotten */
+  /* acquiring a partly held multilock is refused; the release retries */
+  CHECK_RC(dlock_multilock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EINVAL);
+  CHECK_OK(dlock_multilock_release(m));
+  CHECK(!it_exists(s2, "rb"));
+  CHECK_RC(dlock_multilock_release(m), DLOCK_ENOTOWNER);
+  dlock_multilock_free(m);
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+  th_server_stop(s1);
+  th_server_stop(s2);
+}
+
 static const check_case_t cases[] = {
     {"processes", t_processes},
     {"two_down_still_granted", t_two_down_still_granted},
@@ -644,6 +677,7 @@ static const check_case_t cases[] = {
     {"restart_without_persistence", t_restart_without_persistence},
     {"multilock_opposite_orders", t_multilock_opposite_orders},
     {"multilock_all_or_nothing", t_multilock_all_or_nothing},
+    {"multilock_release_retried", t_multilock_release_retried},
 };
 
 int main(int argc, char **argv) {

@@ -4,9 +4,10 @@
  *
  * Design note
  * - Certificates are made by the `openssl` command in a temp dir of the
- *   test: a CA, a server certificate for localhost and 127.0.0.1 (SAN), a
- *   server certificate for another name only (other.example), a client
- *   certificate, and a second, unrelated CA. EC P-256 keys keep it quick.
+ *   test (tests/harness/certs.c): a CA, a server certificate for localhost
+ *   and 127.0.0.1 (SAN), a server certificate for another name only
+ *   (other.example), a client certificate, and a second, unrelated CA.
+ *   EC P-256 keys keep it quick.
  * - Each case starts its own redis-server with "tls-port ${port2}" (the
  *   harness picks the port) and the certificate lines; the plain port
  *   stays open on 127.0.0.1 for the harness's own checks, and the clients
@@ -27,6 +28,8 @@
 
 #include "itest.h"
 
+#include "certs.h"
+
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
@@ -37,54 +40,17 @@
 #define WD DLOCK_LEASE_WATCHDOG
 #define CONNECT_MS 3000
 
-static char g_certs[PATH_MAX]; /* the certificates' temp dir */
+static char g_certs[PATH_MAX]; /* the certificates' dir (certs.h) */
 
-static void remove_certs(void) {
-  if (g_certs[0]) {
-    char rm[PATH_MAX + 16];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", g_certs);
-    if (system(rm) != 0)
-      fprintf(stderr, "could not remove %s\n", g_certs);
-  }
-}
+static const char *cert(const char *file) { return th_cert(file); }
 
-static const char *cert(const char *file) {
-  static _Thread_local char paths[8][PATH_MAX + 64];
-  static _Thread_local int next;
-  char *p = paths[next++ % 8];
-  snprintf(p, PATH_MAX + 64, "%s/%s", g_certs, file);
-  return p;
-}
-
-/* Makes every certificate the cases use, once per process. */
+/* Makes every certificate the cases use, once per process (certs.h). */
 static void make_certs(void) {
   if (g_certs[0])
     return;
-  snprintf(g_certs, sizeof g_certs, "/tmp/dlock-tls-XXXXXX");
-  CHECK(mkdtemp(g_certs));
-  atexit(remove_certs);
-  char cmd[8192];
-  snprintf(
-      cmd, sizeof cmd,
-      "set -e; cd '%s'\n"
-      "key() { openssl genpkey -algorithm EC -pkeyopt "
-      "ec_paramgen_curve:P-256 -out \"$1\" 2>/dev/null; }\n"
-      "ca() { key $1.key; openssl req -x509 -new -key $1.key -days 2 "
-      "-subj \"/CN=$2\" -out $1.crt; }\n"
-      /* sign NAME CN EXT: NAME.crt signed by ca */
-      "sign() { key $1.key; openssl req -new -key $1.key -subj \"/CN=$2\" "
-      "-out $1.csr; printf '%%s\\n' \"$3\" >$1.ext; openssl x509 -req -in "
-      "$1.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile "
-      "$1.ext -out $1.crt 2>/dev/null; }\n"
-      "ca ca dlock-test-ca\n"
-      "ca otherca dlock-unrelated-ca\n"
-      "sign server localhost "
-      "'subjectAltName=DNS:localhost,IP:127.0.0.1'\n"
-      "sign other other.example 'subjectAltName=DNS:other.example'\n"
-      "sign client dlock-client 'extendedKeyUsage=clientAuth'\n",
-      g_certs);
-  int rc = system(cmd);
-  CHECKF(rc == 0, "openssl could not make the test certificates (%d)", rc);
+  const char *dir = th_certs_dir();
+  CHECKF(dir, "openssl could not make the test certificates");
+  snprintf(g_certs, sizeof g_certs, "%s", dir);
 }
 
 /* A redis-server with a TLS port serving `server_cert` (server or other),

@@ -78,7 +78,7 @@ struct cli_opts {
   int verbose;               /* number of -v */
   bool json;                 /* --json */
   /* TLS, redis-cli's names (point into argv, or NULL / false) */
-  bool tls;              /* --tls: TLS for a redis:// URL too */
+  bool tls;              /* --tls: TLS for redis:// and etcd:// too */
   bool tls_insecure;     /* --insecure */
   const char *tls_cacert, *tls_cacertdir; /* --cacert, --cacertdir */
   const char *tls_cert, *tls_key;         /* --cert, --key */

@@ -88,8 +88,9 @@ static const char usage_text[] =
     "                           only the shared lock; with -F: the fair one;\n"
     "                           with -N: the semaphore)\n"
     "      --password-file FILE read the password from FILE's first line\n"
-    "      --tls                TLS for a redis:// URL too (rediss:// URLs\n"
-    "                           always use TLS); the server's certificate\n"
+    "      --tls                TLS for a redis:// or etcd:// URL too\n"
+    "                           (rediss:// and etcds:// URLs always use\n"
+    "                           TLS); the server's certificate\n"
     "                           and host name are verified\n"
     "      --cacert FILE        trust the CAs in FILE (PEM) instead of the\n"
     "                           system's store\n"
@@ -128,6 +129,7 @@ static const char usage_text[] =
     "lock layout; NAME is a path under base, /dlock/locks, unless it starts\n"
     "with '/').\n"
     "etcd://[user:password@]host:port[,host:port...] (etcdctl lock's layout;\n"
+    "etcds:// for TLS;\n"
     "the child also gets ETCD_LOCK_KEY and ETCD_LOCK_REV; no -N).\n"
     "A password is never printed and is hidden from ps.\n"
     "\n"
@@ -312,8 +314,8 @@ int main(int argc, char **argv) {
   if (!cli_url_is_tls(url) && !o.tls &&
       (o.tls_cacert || o.tls_cacertdir || o.tls_cert || o.tls_sni ||
        o.tls_insecure)) {
-    cli_msg(&c, "%s is a TLS option, but TLS is off: use a rediss:// URL "
-                "or --tls",
+    cli_msg(&c, "%s is a TLS option, but TLS is off: use a rediss:// or "
+                "etcds:// URL, or --tls",
             o.tls_cacert      ? "--cacert"
             : o.tls_cacertdir ? "--cacertdir"
             : o.tls_cert      ? "--cert"

@@ -175,17 +175,20 @@ size_t cli_url_peer_prefix(const char *url, const char *detail) {
   return 0;
 }
 
-bool cli_url_is_tls(const char *url) {
-  static const char tls[] = "rediss://";
+static bool has_scheme(const char *url, const char *scheme) {
   size_t i;
-  for (i = 0; tls[i] != '\0'; i++) {
+  for (i = 0; scheme[i] != '\0'; i++) {
     char c = url[i];
     if (c >= 'A' && c <= 'Z')
       c = (char)(c - 'A' + 'a');
-    if (c != tls[i])
+    if (c != scheme[i])
       return false;
   }
   return true;
+}
+
+bool cli_url_is_tls(const char *url) {
+  return has_scheme(url, "rediss://") || has_scheme(url, "etcds://");
 }
 
 void cli_redact_text(const char *in, const char *const *secrets, size_t n,

@@ -41,7 +41,7 @@ char *cli_url_without_userinfo(const char *url);
  * the URL avoid naming the address twice. */
 size_t cli_url_peer_prefix(const char *url, const char *detail);
 
-/* True for "rediss://" (TLS), matched without regard to case. */
+/* True for "rediss://" or "etcds://" (TLS), matched without regard to case. */
 bool cli_url_is_tls(const char *url);
 
 /* Copies `in` to out[outlen] on one line: every occurrence of any of the
