@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # bench/zk-compare.sh [--build DIR] [--out DIR] [--reps N] [--seconds D]
 #                     [--workers W] [--cases uncontended,contended-h0,contended-h1000]
+#                     [--warmup S]
 #
 # dlock on ZooKeeper, Apache Curator's InterProcessMutex (5.9.0, Maven
 # Central, bench/peers/curator) on the same 3-member ensemble, and dlock on
 # Redis, in one run: the uncontended loop (1 process), and W processes
 # (default 8) on one lock with H = 0 and H = 1 ms, with the loop and
-# records of bench/compare (bench/README.md). Prints a markdown table
+# records of bench/compare (bench/README.md), after S seconds (default 5)
+# of unmeasured load on both servers (their own warm-up). Prints a markdown table
 # (pairs/s, acquisitions/s, cross-worker hand-off p50/p99, worst wait,
 # Jain's index, and the dlock-on-ZooKeeper / Curator ratio of each) and
 # writes it to OUT/report.md with OUT/runs.csv (every repetition) and
@@ -29,8 +31,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --reps|--seconds|--workers|--cases) pass+=("$1" "$2"); shift 2 ;;
-    *) echo "usage: bench/zk-compare.sh [--build DIR] [--out DIR] [--reps N] [--seconds D] [--workers W] [--cases LIST]" >&2
+    --reps|--seconds|--workers|--cases|--warmup) pass+=("$1" "$2"); shift 2 ;;
+    *) echo "usage: bench/zk-compare.sh [--build DIR] [--out DIR] [--reps N] [--seconds D] [--workers W] [--cases LIST] [--warmup S]" >&2
        exit 2 ;;
   esac
 done

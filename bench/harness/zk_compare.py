@@ -9,6 +9,12 @@ redis-server); it is not meant to be run by hand.
     zk_compare.py --dlock-bench PATH --curator-cp CP --out DIR
                   [--reps N] [--seconds D] [--workers W]
                   [--cases uncontended,contended-h0,contended-h1000]
+                  [--warmup S]
+
+Before the first case, dlock-bench runs S seconds (default 5; 0: none) of
+the uncontended loop on the ensemble and on the redis-server, unrecorded:
+the servers' own warm-up (ZooKeeper's JIT) would otherwise fall on the
+first peer's first run.
 
 Cases: uncontended (1 process, H = 0), contended-h0 and contended-h1000
 (W processes, H = 0 and 1000 us). Per repetition every case runs once per
@@ -49,6 +55,27 @@ def lead_for(peer, procs):
     if peer == "curator":  # a JVM per process, warmed up before the start
         return 3.0 + 0.8 * procs
     return 0.5 + 0.1 * procs
+
+
+def warm_up(args):
+    """S seconds of the uncontended loop on each server, not measured."""
+    for url in (os.environ["DLOCK_ZK_URL"], os.environ["DLOCK_URL"]):
+        name = "/bench/zkcmp/warmup" if url.startswith("zookeeper") \
+            else "bench:zkcmp:warmup"
+        cmd = [args.dlock_bench, "--url", url, "--name", name, "--hold-us",
+               "0", "--seconds", repr(args.warmup), "--records",
+               os.path.join(args.raw, "warmup.csv")]
+        log("warm-up: %s, %g s" % (url.split("://")[0], args.warmup))
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL)
+        LIVE[p.pid] = p
+        try:
+            p.wait(args.warmup + 30)
+        except subprocess.TimeoutExpired:
+            log("warm-up pid %d overran; killing it" % p.pid)
+            p.kill()
+            p.wait(5)
+        LIVE.pop(p.pid, None)
 
 
 def run_case(args, peer, case, rep, leads):
@@ -176,18 +203,22 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--cases", default=",".join(c["id"] for c in CASES))
+    ap.add_argument("--warmup", type=float, default=5.0)
     args = ap.parse_args()
     ids = [c["id"] for c in CASES]
     args.cases = args.cases.split(",")
     if not args.cases or any(c not in ids for c in args.cases):
         ap.error("--cases: a comma-separated subset of " + ",".join(ids))
     if not (1 <= args.reps <= 20 and 0 < args.seconds <= 60
-            and 1 <= args.workers <= 64):
-        ap.error("--reps 1..20, --seconds (0, 60], --workers 1..64")
+            and 1 <= args.workers <= 64 and 0 <= args.warmup <= 60):
+        ap.error("--reps 1..20, --seconds (0, 60], --workers 1..64, "
+                 "--warmup [0, 60]")
     args.raw = os.path.join(args.out, "raw")
     os.makedirs(args.raw, exist_ok=True)
     leads, results = {}, {}
     try:
+        if args.warmup > 0:
+            warm_up(args)
         for rep in range(1, args.reps + 1):
             for case in CASES:
                 if case["id"] not in args.cases:
