@@ -579,8 +579,9 @@ DLOCK_EXTERN int dlock_multilock_acquire(dlock_multilock_t *m, int64_t wait_ms,
                                          int64_t lease_ms);
 /* Releases every member (from the thread that acquired it). 0; or
  * DLOCK_ELOST when any member had been lost (every other member is
- * released all the same); DLOCK_ENOTOWNER when it is not held; else the
- * first member's error: a member whose release failed that way (not
+ * released all the same); DLOCK_ENOTOWNER when it is not held, or held by
+ * another thread id (nothing is released then: the owner still can); else
+ * the first member's error: a member whose release failed that way (not
  * released, not lost) stays held, and calling this again retries it with
  * the same request id, as dlock_lock_release does. */
 DLOCK_EXTERN int dlock_multilock_release(dlock_multilock_t *m);

@@ -18,8 +18,12 @@
  *
  * Threads: a multilock is owned per thread, as its members are (the
  * thread that acquired it releases it). It has no state shared between
- * threads beyond its immutable member list, so it takes no mutex; `held`
- * is only touched by the owning thread's calls.
+ * threads beyond its immutable member list, so it takes no mutex: calls
+ * on one multilock must not overlap (dlock.h). `owner` is the thread id
+ * whose members `held` marks, set once one is taken and cleared once none
+ * is left; a release by another thread id is DLOCK_ENOTOWNER and changes
+ * nothing (forgetting the owner's members would leave the owner unable to
+ * release them).
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,7 +45,8 @@ struct dlock_multilock {
   uint32_t magic;
   size_t n;
   dlock_lock_t **locks;
-  bool *held; /* this acquire's members, for the owner's release */
+  bool *held;     /* this acquire's members, for the owner's release */
+  uint64_t owner; /* the thread id whose members `held` marks (0: none) */
 };
 
 int dlock_multilock_new(dlock_multilock_t **out, dlock_lock_t *const *locks,
@@ -95,6 +100,13 @@ size_t dlock_multilock_size(const dlock_multilock_t *m) {
   return m && m->magic == MULTI_MAGIC ? m->n : 0;
 }
 
+static bool any_held(const dlock_multilock_t *m) {
+  for (size_t i = 0; i < m->n; i++)
+    if (m->held[i])
+      return true;
+  return false;
+}
+
 static int check(const dlock_multilock_t *m, const char *fn) {
   if (!m)
     return dlock__seterr(DLOCK_EINVAL, "%s: multilock is NULL", fn);
@@ -132,6 +144,8 @@ static int release_taken(dlock_multilock_t *m, uint64_t tid, const char *fn) {
                fn, i, m->locks[i]->name, dlock_last_error());
     }
   }
+  if (!any_held(m))
+    m->owner = 0;
   if (failed)
     return dlock__seterr(failed, "%s", detail);
   dlock__seterr(0, "%s", saved);
@@ -188,6 +202,7 @@ static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,
     if (rc)
       return rc;
     m->held[first] = true;
+    m->owner = tid;
     /* then every other one, once */
     size_t busy = m->n;
     for (size_t i = 0; i < m->n && busy == m->n; i++) {
@@ -241,6 +256,10 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
     rc = dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
   if (rc)
     return rc;
+  if (any_held(m) && m->owner != tid)
+    return dlock__seterr(DLOCK_ENOTOWNER,
+                         "%s: this multilock is held by another thread",
+                         fn);
   bool any = false;
   int first_err = 0, lost = 0;
   char detail[512] = "";
@@ -262,6 +281,8 @@ static int release(dlock_multilock_t *m, uint64_t tid, const char *fn) {
                  dlock_last_error());
     }
   }
+  if (!any_held(m))
+    m->owner = 0;
   if (!any)
     return dlock__seterr(DLOCK_ENOTOWNER,
                          "%s: this multilock is not held (by this thread)", fn);

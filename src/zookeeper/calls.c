@@ -12,6 +12,12 @@
  * reference frees it, so a caller that gave up (DLOCK_EIOTIMEOUT) leaves
  * the call to the completion. The handle is read-locked (z->zh_lock) only
  * while the request is handed to the library, never while waiting.
+ *
+ * Two requests in one round trip (zk_create_and_list): both are handed
+ * to the library under one read lock, the create first. ZooKeeper answers
+ * one session's requests in the order it sent them, and serves a read
+ * only after the session's earlier writes have been applied, so the list
+ * sees the node the create made.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -302,4 +308,94 @@ int zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
   zk_args a = {
       .op = OP_GET, .path = path, .watcher = watcher, .watch_ctx = watch_ctx};
   return run(z, &a, out);
+}
+
+/* Waits for c's answer until deadline (c->mu held on entry and on return):
+ * true when it came. */
+static bool call_wait_locked(zk_call *c, int64_t deadline) {
+  struct timespec ts;
+  dlock__deadline_timespec(deadline, &ts);
+  while (!c->done && dlock__now_ms() < deadline)
+    pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+  return c->done;
+}
+
+int zk_create_and_list(dlock__zk *z, const char *path, const char *data,
+                       int flags, const char *dir, zk_result *created,
+                       zk_result *kids) {
+  memset(created, 0, sizeof *created);
+  memset(kids, 0, sizeof *kids);
+  kids->rc = ZOPERATIONTIMEOUT; /* until the list's answer comes */
+  int64_t deadline = dlock__deadline_after(z->command_timeout);
+  if (!zk_await_connected(z, deadline))
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "zookeeper %s: not connected (no server answered "
+                         "within the command timeout, %lld ms)",
+                         z->display, (long long)z->command_timeout);
+  zk_call *cc = call_new(), *lc = call_new();
+  if (!cc || !lc) {
+    if (cc) {
+      pthread_mutex_lock(&cc->mu);
+      cc->refs = 1;
+      call_put_locked(cc);
+    }
+    if (lc) {
+      pthread_mutex_lock(&lc->mu);
+      lc->refs = 1;
+      call_put_locked(lc);
+    }
+    return DLOCK_ENOMEM;
+  }
+  zk_args ca = {.op = OP_CREATE, .path = path, .data = data, .flags = flags};
+  zk_args la = {.op = OP_CHILDREN, .path = dir};
+  pthread_mutex_lock(&cc->mu);
+  pthread_mutex_lock(&lc->mu);
+  pthread_rwlock_rdlock(&z->zh_lock);
+  int rc = z->zh ? send_locked(z->zh, cc, &ca) : ZINVALIDSTATE;
+  int lrc = rc == ZOK ? send_locked(z->zh, lc, &la) : rc;
+  pthread_rwlock_unlock(&z->zh_lock);
+  if (lrc != ZOK) {
+    lc->refs = 1; /* its completion will never run */
+    call_put_locked(lc);
+    lc = NULL;
+  } else {
+    pthread_mutex_unlock(&lc->mu);
+  }
+  if (rc != ZOK) {
+    cc->refs = 1;
+    call_put_locked(cc);
+    return zk_error(z, rc, "create", path);
+  }
+  if (!call_wait_locked(cc, deadline)) {
+    call_put_locked(cc);
+    if (lc) {
+      pthread_mutex_lock(&lc->mu);
+      call_put_locked(lc);
+    }
+    return dlock__seterr(DLOCK_EIOTIMEOUT,
+                         "zookeeper %s: create '%.300s': no answer within the "
+                         "command timeout (%lld ms)",
+                         z->display, path, (long long)z->command_timeout);
+  }
+  *created = cc->res;
+  memset(&cc->res, 0, sizeof cc->res);
+  call_put_locked(cc);
+  if (lc) { /* the list: its answer follows the create's */
+    pthread_mutex_lock(&lc->mu);
+    if (call_wait_locked(lc, deadline)) {
+      *kids = lc->res;
+      memset(&lc->res, 0, sizeof lc->res);
+    }
+    call_put_locked(lc);
+  }
+  if (kids->rc == ZSYSTEMERROR) { /* a partial list: not one to use */
+    zk_result_clear(kids);
+    kids->rc = ZSYSTEMERROR;
+  }
+  if (created->rc == ZSYSTEMERROR) {
+    zk_result_clear(created);
+    zk_result_clear(kids);
+    return dlock__seterr(DLOCK_ENOMEM, "out of memory reading a reply");
+  }
+  return 0;
 }

@@ -26,6 +26,10 @@
  * holders of one lock hold in sequence order, which is creation order, and
  * zxids grow with every write of the ensemble).
  *
+ * An acquire's first create is sent together with the listing of the
+ * lock's children (zk_create_and_list: ZooKeeper answers them in order),
+ * so an uncontended acquire costs one round trip, as the release does.
+ *
  * Protected creates: a create whose answer was lost (connection loss or
  * our own timeout) is looked for among the children by its `_c_<uuid>-`
  * prefix before anything is created again, so that no orphan node of ours
@@ -172,12 +176,23 @@ static bool is_write(const char *child) {
   return strstr(child, WRITE_MARK) != NULL;
 }
 
+static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
+                          const char *name, zk_result *r);
+
 /* Lists and sorts the lock's children. ZNONODE: an empty list. */
 static int list_sorted(dlock__zk *z, const char *dir, bool rw,
                        const char *name, zk_result *r) {
   int rc = zk_children(z, dir, r);
   if (rc)
     return rc;
+  return check_and_sort(z, dir, rw, name, r);
+}
+
+/* A listing's answer, checked (ZNONODE: empty; nodes of the other kind of
+ * lock: DLOCK_EWRONGTYPE) and sorted; cleared on an error. */
+static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
+                          const char *name, zk_result *r) {
+  int rc;
   if (r->rc == ZNONODE) {
     r->rc = ZOK;
     return 0;
@@ -291,9 +306,13 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
 }
 
 /* Creates n's node under dir: `<dir>/_c_<uuid>-<mark><suffix>`, sequential
- * unless suffix is given (a downgrade's read node). */
+ * unless suffix is given (a downgrade's read node). With kids, the create
+ * is sent together with a listing of dir (zk_create_and_list): *listed
+ * says whether *kids holds that listing (then the caller's to clear). */
 static int create_node(dlock__zk *z, zk_node *n, const char *dir,
-                       const char *suffix) {
+                       const char *suffix, zk_result *kids, bool *listed) {
+  if (listed)
+    *listed = false;
   char path[PATH_MAX_ZK];
   int len = snprintf(path, sizeof path, "%s/_c_%s-%s%s", dir, n->uuid,
                      mark_of(n->side), suffix ? suffix : "");
@@ -310,7 +329,16 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
         return found < 0 ? found : 0;
     }
     zk_result r;
-    int rc = zk_create(z, path, n->owner, flags, &r);
+    int rc;
+    if (kids) {
+      rc = zk_create_and_list(z, path, n->owner, flags, dir, &r, kids);
+      if (!rc && r.rc == ZOK && kids->rc == ZOK)
+        *listed = true;
+      else if (!rc)
+        zk_result_clear(kids);
+    } else {
+      rc = zk_create(z, path, n->owner, flags, &r);
+    }
     if (rc == DLOCK_EIOTIMEOUT) { /* sent; the answer did not come */
       pthread_mutex_lock(&z->mu);
       ext(n)->unsure = true;
@@ -421,7 +449,7 @@ static int lease_check(dlock__zk *z, const dlock__acquire *a) {
 static int downgrade(dlock__zk *z, zk_node *n, const char *dir,
                      const char *write_path, int64_t *token) {
   const char *digits = sort_key(base_name(write_path), true);
-  int rc = create_node(z, n, dir, digits);
+  int rc = create_node(z, n, dir, digits, NULL, NULL);
   if (rc)
     return rc;
   pthread_mutex_lock(&z->mu);
@@ -493,10 +521,14 @@ int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     pthread_mutex_lock(&z->mu);
     bool created = n->path != NULL;
     pthread_mutex_unlock(&z->mu);
-    if (!created && (rc = create_node(z, n, dir, NULL)) != 0)
-      goto failed;
+    /* a first create brings the listing along (one round trip less) */
     zk_result kids;
-    if ((rc = list_sorted(z, dir, rw, a->name, &kids)) != 0)
+    bool listed = false;
+    if (!created && (rc = create_node(z, n, dir, NULL, &kids, &listed)) != 0)
+      goto failed;
+    if (listed && (rc = check_and_sort(z, dir, rw, a->name, &kids)) != 0)
+      goto failed;
+    if (!listed && (rc = list_sorted(z, dir, rw, a->name, &kids)) != 0)
       goto failed;
     pthread_mutex_lock(&z->mu);
     const char *mine = base_name(n->path);
@@ -506,6 +538,11 @@ int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
         me = i;
       if (first_write < 0 && rw && is_write(kids.children[i]))
         first_write = i;
+    }
+    if (me < 0 && listed) { /* never expected (see calls.c): list again */
+      pthread_mutex_unlock(&z->mu);
+      zk_result_clear(&kids);
+      continue;
     }
     if (me < 0) { /* our node is gone (force release, or the session) */
       dlock__free(n->path);

@@ -112,6 +112,15 @@ int zk_create(dlock__zk *z, const char *path, const char *data, int flags,
               zk_result *out);
 int zk_delete(dlock__zk *z, const char *path, zk_result *out);
 int zk_children(dlock__zk *z, const char *path, zk_result *out);
+/* A create of path and a list of dir's children, sent together (one round
+ * trip; the list is answered after the create, so it shows the new node).
+ * Returns as zk_create, with *created as its *out; *kids is the list's
+ * answer, to be used only when created->rc and kids->rc are both ZOK (an
+ * unanswered or failed list: kids->rc is a ZooKeeper error; list again).
+ * Both results are the caller's to clear. */
+int zk_create_and_list(dlock__zk *z, const char *path, const char *data,
+                       int flags, const char *dir, zk_result *created,
+                       zk_result *kids);
 /* getData; with watcher, leaves a watch whose context is watch_ctx. */
 int zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
            void *watch_ctx, zk_result *out);

@@ -706,7 +706,9 @@ static void t_leader_killed(void) {
   TH_WAIT_FOR(ok, dlock_lock_is_held_by_thread(la, &held) == 0 && held,
               30000);
   CHECK(ok);
-  CHECK_INT(atomic_load(&w.state), ==, 0);
+  CHECKF(atomic_load(&w.state) == 0,
+         "the waiter left its wait while the leader changed: %s",
+         dlock_err_name(atomic_load(&w.rc)));
   int rc;
   TH_WAIT_FOR(ok, (rc = dlock_lock_release(la)) != DLOCK_EUNAVAILABLE &&
                       rc != DLOCK_EIOTIMEOUT,
@@ -1053,6 +1055,233 @@ static void t_quiet_and_unsupported(void) {
   th_zk_stop(z);
 }
 
+/* ------------------------------------------------------------ multilock */
+
+/* The library's multilock (src/core/multilock.c) over ZooKeeper paths: it
+ * is backend-neutral, so what matters here is what a user observes of it on
+ * this backend. Each contender has its own client (its own session), as
+ * two processes would. */
+
+#define ML_ROUNDS 12
+#define ML_PATHS 3
+static const char *const ml_paths[ML_PATHS] = {"/ml/a", "/ml/b", "/ml/c"};
+
+/* How many contenders believe they hold each path right now. */
+static atomic_int ml_inside[ML_PATHS];
+
+typedef struct ml_worker {
+  pthread_t th;
+  const char *url;
+  int order[ML_PATHS]; /* indexes into ml_paths, in this worker's order */
+  int n;
+  atomic_int rounds;  /* completed rounds */
+  atomic_int bad;     /* a path held by two, or a member not held (line) */
+  atomic_int rc;      /* the first failing dlock code */
+  atomic_int done;
+} ml_worker_t;
+
+static void *ml_worker_main(void *arg) {
+  ml_worker_t *w = arg;
+  dlock_client_t *c = zk_client_cfg(w->url, NULL);
+  dlock_lock_t *locks[ML_PATHS];
+  for (int i = 0; i < w->n; i++)
+    locks[i] = zk_lock(c, ml_paths[w->order[i]], DLOCK_REENTRANT);
+  dlock_multilock_t *m = NULL;
+  CHECK_OK(dlock_multilock_new(&m, locks, (size_t)w->n));
+  for (int r = 0; r < ML_ROUNDS && !atomic_load(&w->rc); r++) {
+    int rc = dlock_multilock_acquire(m, WAIT_LONG, DLOCK_LEASE_WATCHDOG);
+    if (rc) {
+      atomic_store(&w->rc, rc);
+      break;
+    }
+    for (int i = 0; i < w->n; i++)
+      if (atomic_fetch_add(&ml_inside[w->order[i]], 1) != 0)
+        atomic_store(&w->bad, __LINE__);
+    /* the server agrees: every member has its one holder */
+    for (int i = 0; i < w->n; i++)
+      if (holders(locks[i]) != 1)
+        atomic_store(&w->bad, __LINE__);
+    for (int i = 0; i < w->n; i++)
+      atomic_fetch_sub(&ml_inside[w->order[i]], 1);
+    rc = dlock_multilock_release(m);
+    if (rc) {
+      atomic_store(&w->rc, rc);
+      break;
+    }
+    atomic_fetch_add(&w->rounds, 1);
+  }
+  dlock_multilock_free(m);
+  for (int i = 0; i < w->n; i++)
+    dlock_lock_free(locks[i]);
+  dlock_client_free(c);
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+/* Three contenders, each with its own session, take overlapping sets of
+ * paths in opposite orders (a,b,c / c,b,a / c,a), ML_ROUNDS times each:
+ * every one finishes (no deadlock: an acquire waits 60 s, the test's bound
+ * is far below the sum of such waits), no path is ever held by two of them,
+ * and while one holds its set the server shows a holder on every member.
+ * Afterwards no node is left under any path. */
+static void t_multilock_opposite_orders(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  static ml_worker_t ws[3];
+  memset(ws, 0, sizeof ws);
+  const int orders[3][ML_PATHS] = {{0, 1, 2}, {2, 1, 0}, {2, 0, -1}};
+  const int sizes[3] = {3, 3, 2};
+  for (int i = 0; i < ML_PATHS; i++)
+    atomic_store(&ml_inside[i], 0);
+  for (int k = 0; k < 3; k++) {
+    ws[k].url = th_zk_url(z);
+    ws[k].n = sizes[k];
+    memcpy(ws[k].order, orders[k], sizeof ws[k].order);
+    CHECK(pthread_create(&ws[k].th, NULL, ml_worker_main, &ws[k]) == 0);
+  }
+  bool ok;
+  TH_WAIT_FOR(ok,
+              atomic_load(&ws[0].done) && atomic_load(&ws[1].done) &&
+                  atomic_load(&ws[2].done),
+              120000);
+  CHECKF(ok, "contenders still running after 120 s: rounds %d %d %d",
+         atomic_load(&ws[0].rounds), atomic_load(&ws[1].rounds),
+         atomic_load(&ws[2].rounds));
+  for (int k = 0; k < 3; k++) {
+    pthread_join(ws[k].th, NULL);
+    CHECKF(atomic_load(&ws[k].rc) == 0, "contender %d: %s", k,
+           dlock_err_name(atomic_load(&ws[k].rc)));
+    CHECKF(atomic_load(&ws[k].bad) == 0,
+           "contender %d: exclusion broken (check at line %d)", k,
+           atomic_load(&ws[k].bad));
+    CHECK_INT(atomic_load(&ws[k].rounds), ==, ML_ROUNDS);
+  }
+  zhandle_t *zh = raw_connect(z);
+  for (int i = 0; i < ML_PATHS; i++) {
+    struct String_vector v;
+    int zrc = raw_children(zh, ml_paths[i], &v);
+    /* a container node may be gone already: no children either way */
+    CHECKF(zrc == ZNONODE || (zrc == ZOK && v.count == 0),
+           "%s: rc %d, %d nodes left", ml_paths[i], zrc,
+           zrc == ZOK ? v.count : -1);
+    if (zrc == ZOK)
+      deallocate_String_vector(&v);
+  }
+  zookeeper_close(zh);
+  th_zk_stop(z);
+}
+
+/* Nodes directly under path (-1 on an error; 0 when the path is gone). */
+static int raw_count(zhandle_t *zh, const char *path) {
+  struct String_vector v;
+  int zrc = raw_children(zh, path, &v);
+  if (zrc == ZNONODE)
+    return 0;
+  if (zrc != ZOK)
+    return -1;
+  int n = v.count;
+  deallocate_String_vector(&v);
+  return n;
+}
+
+typedef struct ml_bg {
+  pthread_t th;
+  dlock_multilock_t *m;
+  uint64_t tid; /* the acquiring thread's id, set before it acquires */
+  atomic_int rc;
+  atomic_int state; /* 0 waiting, 1 done */
+} ml_bg_t;
+
+static void *ml_bg_main(void *arg) {
+  ml_bg_t *b = arg;
+  b->tid = dlock_thread_id();
+  atomic_store(&b->rc, dlock_multilock_acquire(b->m, WAIT_LONG,
+                                               DLOCK_LEASE_WATCHDOG));
+  atomic_store(&b->state, 1);
+  return NULL;
+}
+
+/* All or nothing, as another session sees it: while one member is held
+ * elsewhere, a multilock that gives up (wait 0: EBUSY, a short wait:
+ * ETIMEDOUT) leaves no node under any member, and one that waits is queued
+ * on the busy member alone, holding none of the others. Once that member
+ * is released it holds all three, and only its owner's release lets them
+ * go, leaving no node. */
+static void t_multilock_all_or_nothing(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  dlock_client_t *other = zk_client(z), *mine = zk_client(z);
+  dlock_lock_t *blocker = zk_lock(other, "/ml/b", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(blocker, 0, DLOCK_LEASE_WATCHDOG));
+  dlock_lock_t *ls[ML_PATHS];
+  for (int i = 0; i < ML_PATHS; i++)
+    ls[i] = zk_lock(mine, ml_paths[i], DLOCK_REENTRANT);
+  dlock_multilock_t *m = NULL;
+  CHECK_OK(dlock_multilock_new(&m, ls, ML_PATHS));
+  zhandle_t *zh = raw_connect(z);
+
+  CHECK_RC(dlock_multilock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK(strstr(dlock_last_error(), "/ml/b"));
+  CHECK_INT(raw_count(zh, "/ml/a"), ==, 0);
+  CHECK_INT(raw_count(zh, "/ml/b"), ==, 1); /* the blocker's node only */
+  CHECK_INT(raw_count(zh, "/ml/c"), ==, 0);
+  CHECK_RC(dlock_multilock_release(m), DLOCK_ENOTOWNER);
+
+  CHECK_RC(dlock_multilock_acquire(m, 300, DLOCK_LEASE_WATCHDOG),
+           DLOCK_ETIMEDOUT);
+  CHECK_INT(raw_count(zh, "/ml/a"), ==, 0);
+  CHECK_INT(raw_count(zh, "/ml/b"), ==, 1);
+  CHECK_INT(raw_count(zh, "/ml/c"), ==, 0);
+
+  /* a waiting multilock: queued on /ml/b, holding neither /ml/a nor
+   * /ml/c (the first attempt may take /ml/a before it meets /ml/b; it
+   * lets it go before it waits) */
+  static ml_bg_t b;
+  memset(&b, 0, sizeof b);
+  b.m = m;
+  CHECK(pthread_create(&b.th, NULL, ml_bg_main, &b) == 0);
+  bool ok;
+  TH_WAIT_FOR(ok, queued(blocker) == 1, 20000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&b.state), ==, 0);
+  CHECK_INT(raw_count(zh, "/ml/a"), ==, 0);
+  CHECK_INT(raw_count(zh, "/ml/c"), ==, 0);
+  dlock_lock_t *probe_a = zk_lock(other, "/ml/a", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(probe_a, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(probe_a));
+
+  CHECK_OK(dlock_lock_release(blocker));
+  TH_WAIT_FOR(ok, atomic_load(&b.state) == 1, 30000);
+  CHECK(ok);
+  pthread_join(b.th, NULL);
+  CHECK_OK(atomic_load(&b.rc));
+  for (int i = 0; i < ML_PATHS; i++) {
+    CHECK_INT(raw_count(zh, ml_paths[i]), ==, 1);
+    dlock_lock_t *probe = zk_lock(other, ml_paths[i], DLOCK_REENTRANT);
+    CHECK_RC(dlock_lock_acquire(probe, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+    dlock_lock_free(probe);
+  }
+  /* another thread neither releases it nor takes it again; its owner's
+   * release (by thread id: that thread is gone) lets every member go */
+  CHECK_RC(dlock_multilock_release(m), DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_multilock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EINVAL);
+  for (int i = 0; i < ML_PATHS; i++)
+    CHECK_INT(raw_count(zh, ml_paths[i]), ==, 1);
+  CHECK_OK(dlock_multilock_release_as(m, b.tid));
+  for (int i = 0; i < ML_PATHS; i++)
+    CHECK_INT(raw_count(zh, ml_paths[i]), ==, 0);
+  CHECK_RC(dlock_multilock_release_as(m, b.tid), DLOCK_ENOTOWNER);
+  dlock_multilock_free(m);
+  for (int i = 0; i < ML_PATHS; i++)
+    dlock_lock_free(ls[i]);
+  dlock_client_free(mine);
+  zookeeper_close(zh);
+  dlock_lock_free(probe_a);
+  dlock_lock_free(blocker);
+  dlock_client_free(other);
+  th_zk_stop(z);
+}
+
 static const check_case_t cases[] = {
     {"harness_ensemble", t_harness_ensemble},
     {"bad_url", t_bad_url},
@@ -1069,6 +1298,8 @@ static const check_case_t cases[] = {
     {"permit_semaphore", t_permit_semaphore},
     {"protected_create", t_protected_create},
     {"quiet_and_unsupported", t_quiet_and_unsupported},
+    {"multilock_opposite_orders", t_multilock_opposite_orders},
+    {"multilock_all_or_nothing", t_multilock_all_or_nothing},
 };
 
 int main(int argc, char **argv) {

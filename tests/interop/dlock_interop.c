@@ -23,6 +23,9 @@
  *   sem-acquire NAME WAIT_MS semaphore: take one permit
  *   sem-release NAME         semaphore: give one permit back
  *   sem-avail NAME           semaphore: permits available
+ *   multi N1,N2,... WAIT_MS  acquire the reentrant locks N1, N2... as one
+ *                            multilock (dlock_multilock_*, all or nothing)
+ *   unmulti N1,N2,...        release that multilock
  *   hammer NAME MS           the reentrant lock NAME: acquire (waiting up
  *                            to 10 s) and release back to back for MS ms;
  *                            answers "ok COUNT" (acquisitions)
@@ -67,6 +70,47 @@ static dlock_lock_t *get_lock(dlock_client_t *c, const char *name,
   locks[nlocks].lock = l;
   nlocks++;
   return l;
+}
+
+#define MAX_MULTI 16
+#define MULTI_MEMBERS 8
+
+struct multi {
+  char names[256]; /* the comma-separated list, as given */
+  dlock_multilock_t *m;
+};
+
+static struct multi multis[MAX_MULTI];
+static int nmultis;
+
+/* The multilock over the reentrant locks named in list (comma-separated),
+ * made on first use; NULL for a bad list or when the tables are full. */
+static dlock_multilock_t *get_multi(dlock_client_t *c, const char *list) {
+  for (int i = 0; i < nmultis; i++)
+    if (strcmp(multis[i].names, list) == 0)
+      return multis[i].m;
+  if (nmultis == MAX_MULTI || strlen(list) >= sizeof multis[0].names)
+    return NULL;
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", list);
+  dlock_lock_t *members[MULTI_MEMBERS];
+  size_t n = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(copy, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    if (n == MULTI_MEMBERS)
+      return NULL;
+    if ((members[n] = get_lock(c, tok, DLOCK_REENTRANT)) == NULL)
+      return NULL;
+    n++;
+  }
+  dlock_multilock_t *m = NULL;
+  if (n == 0 || dlock_multilock_new(&m, members, n) != 0)
+    return NULL;
+  snprintf(multis[nmultis].names, sizeof multis[nmultis].names, "%s", list);
+  multis[nmultis].m = m;
+  nmultis++;
+  return m;
 }
 
 static void answer(int rc, const char *value) {
@@ -183,6 +227,17 @@ int main(int argc, char **argv) {
       answer(rc, NULL);
       continue;
     }
+    if (strcmp(verb, "multi") == 0 || strcmp(verb, "unmulti") == 0) {
+      dlock_multilock_t *m = get_multi(c, name);
+      if (m == NULL)
+        answer(DLOCK_EINVAL, NULL);
+      else
+        answer(verb[0] == 'u' ? dlock_multilock_release(m)
+                              : dlock_multilock_acquire(m, n,
+                                                        DLOCK_LEASE_WATCHDOG),
+               NULL);
+      continue;
+    }
     if (strcmp(verb, "hammer") == 0) {
       hammer(c, name, n);
       continue;
@@ -216,6 +271,8 @@ int main(int argc, char **argv) {
     }
     dlock_latch_free(latch);
   }
+  for (int i = 0; i < nmultis; i++)
+    dlock_multilock_free(multis[i].m);
   for (int i = 0; i < nlocks; i++)
     dlock_lock_free(locks[i].lock);
   dlock_client_free(c);
