@@ -12,7 +12,9 @@
 # process is checked: the redis-servers it starts run natively.
 #
 # Left out (VG_EXCLUDE): the harness's own tests (no libdlock in them), and
-# test_mutex.processes and test_wakeup.killed_waiter_process_skipped, which
+# test_mutex.processes, test_wakeup.killed_waiter_process_skipped,
+# test_redlock.processes, test_redlock.multilock_opposite_orders and
+# test_common.redis.exclusion_processes, which
 # re-execute themselves through /proc/self/exe - under valgrind that path
 # is valgrind's own binary, which refuses to start (a limitation of the
 # tool, not of the code). All the rest runs: ~100 tests in about a minute
@@ -28,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-build-vg}
 regex=${2:-${VG_SUBSET:-.}}
-exclude=${VG_EXCLUDE:-'^(with_redis_sh|test_harness\..*|test_mutex\.processes|test_wakeup\.killed_waiter_process_skipped)$'}
+exclude=${VG_EXCLUDE:-'^(with_redis_sh|test_harness\..*|test_mutex\.processes|test_wakeup\.killed_waiter_process_skipped|test_redlock\.processes|test_redlock\.multilock_opposite_orders|test_common\.redis\.exclusion_processes)$'}
 jobs=${VG_JOBS:-2}
 command -v valgrind >/dev/null || {
   echo "valgrind: not installed (Debian package valgrind)" >&2
@@ -63,6 +65,12 @@ one() { # NAME
   local cmd
   if [ "$name" = fuzz_replay_reply ]; then
     cmd=("$VG_DIR/tests/fuzz/fuzz_replay_reply" "$VG_SRC/tests/fuzz/corpus/reply")
+  elif [[ "$name" == test_common.*.* ]]; then
+    # the backend-neutral suite: test_common.BACKEND.CASE runs CASE with
+    # TH_BACKEND=BACKEND
+    local rest=${name#test_common.}
+    local -x TH_BACKEND=${rest%%.*}
+    cmd=("$VG_DIR/tests/test_common" "${rest#*.}")
   else
     cmd=("$VG_DIR/tests/${name%%.*}" "${name#*.}")
   fi
