@@ -459,9 +459,42 @@ static int downgrade(dlock__zk *z, zk_node *n, const char *dir,
   return 1;
 }
 
+/* A waiting attempt that meets a dropped connection while the session
+ * lives (a leader election, a member restarting) tries again instead of
+ * failing the wait, as Curator's retry loop does: its node, if it was
+ * created, keeps its place (a protected create finds it again), and the
+ * reconnect wakes every waiter; the 200 ms bound is only a safety net. Once
+ * the session is lost (the server said so, or the local session timer
+ * ran out) the error goes to the caller. A try, which must not leave a
+ * node behind, fails at once as before. */
+static int retry_later(dlock__zk *z, const dlock__acquire *a, int rc,
+                       int64_t *pttl) {
+  if (!a->q || (rc != DLOCK_EUNAVAILABLE && rc != DLOCK_EIOTIMEOUT))
+    return rc;
+  pthread_mutex_lock(&z->mu);
+  bool alive = z->live && !z->expired && !z->lost_handled;
+  pthread_mutex_unlock(&z->mu);
+  if (!alive)
+    return rc;
+  dlock__log(z->core, DLOCK_LOG_INFO,
+             "lock '%.200s': %s; waiting for the connection to come back",
+             a->name, dlock_last_error());
+  *pttl = 200;
+  return 0;
+}
+
+static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
+                        int64_t *token);
+
 int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
   dlock__zk *z = be;
+  int rc = acquire_once(z, a, pttl, token);
+  return rc < 0 ? retry_later(z, a, rc, pttl) : rc;
+}
+
+static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
+                        int64_t *token) {
   int rc = lease_check(z, a);
   if (rc)
     return rc;

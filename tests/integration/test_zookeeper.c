@@ -34,6 +34,7 @@ const char *__tsan_default_suppressions(void) { return "race_top:vsprintf\n"; }
 
 typedef struct zk_cfg {
   int64_t session_ms; /* 0: the default (60 s) */
+  int64_t command_ms; /* 0: 10 s */
   dlock_lost_fn lost;
   void *lost_ud;
   dlock_log_fn log;
@@ -44,7 +45,8 @@ static dlock_client_t *zk_client_cfg(const char *url, const zk_cfg_t *cfg) {
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
   CHECK_OK(dlock_options_set_connect_timeout(o, 10000));
-  CHECK_OK(dlock_options_set_command_timeout(o, 10000));
+  CHECK_OK(dlock_options_set_command_timeout(
+      o, cfg && cfg->command_ms ? cfg->command_ms : 10000));
   if (cfg && cfg->session_ms)
     CHECK_OK(dlock_options_set_session_timeout(o, cfg->session_ms));
   if (cfg && cfg->lost)
@@ -1282,6 +1284,46 @@ static void t_multilock_all_or_nothing(void) {
   th_zk_stop(z);
 }
 
+/* A waiter whose attempt meets a connection that stopped answering (the
+ * server paused: a request times out, the session lives on) keeps waiting
+ * instead of failing, and gets the lock once the server answers again and
+ * the holder releases. Before: its acquire returned DLOCK_EIOTIMEOUT. */
+static void t_waiter_survives_outage(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  zk_cfg_t cfg = {.session_ms = 30000, .command_ms = 800};
+  dlock_client_t *a = zk_client_cfg(th_zk_url(z), &cfg);
+  dlock_client_t *b = zk_client_cfg(th_zk_url(z), &cfg);
+  dlock_lock_t *la = zk_lock(a, "outage", DLOCK_REENTRANT);
+  dlock_lock_t *lb = zk_lock(b, "outage", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(th_zk_pause(z, 0), ==, 0);
+  bg_t w;
+  bg_start(&w, lb, 30000); /* its first attempt meets the silent server */
+  bool ok;
+  /* well past the command timeout: an attempt has timed out by now */
+  th_sleep_ms(2500);
+  CHECK_INT(atomic_load(&w.state), ==, 0);
+  CHECK_INT(th_zk_resume(z, 0), ==, 0);
+  int rc;
+  TH_WAIT_FOR(ok, (rc = dlock_lock_release(la)) != DLOCK_EUNAVAILABLE &&
+                      rc != DLOCK_EIOTIMEOUT,
+              20000);
+  CHECK(ok);
+  CHECK_OK(rc);
+  TH_WAIT_FOR(ok, atomic_load(&w.state) != 0, 20000);
+  CHECK(ok);
+  CHECK_INT(atomic_load(&w.rc), ==, 0);
+  CHECK_INT(atomic_load(&w.state), ==, 1);
+  atomic_store(&w.release_now, 1);
+  pthread_join(w.th, NULL);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_zk_stop(z);
+}
+
 static const check_case_t cases[] = {
     {"harness_ensemble", t_harness_ensemble},
     {"bad_url", t_bad_url},
@@ -1293,6 +1335,7 @@ static const check_case_t cases[] = {
     {"curator_layout", t_curator_layout},
     {"session_expiry", t_session_expiry},
     {"leader_killed", t_leader_killed},
+    {"waiter_survives_outage", t_waiter_survives_outage},
     {"suspended_then_lost", t_suspended_then_lost},
     {"cli", t_cli},
     {"permit_semaphore", t_permit_semaphore},
