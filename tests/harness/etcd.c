@@ -81,7 +81,6 @@ static th_etcd_t *g_clusters[8];
 static pid_t g_owner;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct sigaction g_old[3];
-static const int g_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
 
 static void pid_add(pid_t p) {
   pthread_mutex_lock(&g_mu);
@@ -111,17 +110,7 @@ static void on_signal(int sig) {
       }
     }
   }
-  for (int i = 0; i < 3; i++) {
-    if (g_sigs[i] != sig)
-      continue;
-    if (g_old[i].sa_handler != SIG_DFL && g_old[i].sa_handler != SIG_IGN &&
-        !(g_old[i].sa_flags & SA_SIGINFO)) {
-      g_old[i].sa_handler(sig);
-      return;
-    }
-  }
-  signal(sig, SIG_DFL);
-  raise(sig);
+  th_signal_pass_on(sig, g_old);
 }
 
 static void stop_all(void) {
@@ -140,13 +129,7 @@ static void init_once(void) {
   g_owner = getpid();
   curl_global_init(CURL_GLOBAL_DEFAULT);
   atexit(stop_all);
-  for (int i = 0; i < 3; i++) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(g_sigs[i], &sa, &g_old[i]);
-  }
+  th_signals_install(on_signal, g_old);
 }
 
 /* ---------------------------------------------------------------- http */

@@ -128,6 +128,32 @@ static void rm_tree_at(int parent, const char *name, int depth) {
   unlinkat(parent, name, AT_REMOVEDIR);
 }
 
+static const int g_fatal_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+
+void th_signals_install(void (*handler)(int), struct sigaction *old) {
+  for (int i = 0; i < 3; i++) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(g_fatal_sigs[i], &sa, &old[i]);
+  }
+}
+
+void th_signal_pass_on(int sig, const struct sigaction *old) {
+  for (int i = 0; i < 3; i++) {
+    if (g_fatal_sigs[i] != sig)
+      continue;
+    if (old[i].sa_handler != SIG_DFL && old[i].sa_handler != SIG_IGN &&
+        !(old[i].sa_flags & SA_SIGINFO)) {
+      old[i].sa_handler(sig);
+      return;
+    }
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
 static void th_on_signal(int sig) {
   if (getpid() == g_owner_pid) {
     for (int i = 0; i < TH_MAX_SERVERS; i++) {

@@ -116,6 +116,15 @@ void th_proxy_stop(th_proxy_t *p);
 pid_t th_spawn(const char *exe, char *const argv[], const char *log,
                const char *who);
 
+/* For a backend harness that stops its servers when the test is
+ * interrupted: installs handler for SIGINT, SIGTERM and SIGHUP, keeping
+ * the handlers it replaces in old[3]; the handler, after its clean-up,
+ * calls th_signal_pass_on, which hands the signal to the handler installed
+ * before (another harness's) or dies of it. */
+struct sigaction;
+void th_signals_install(void (*handler)(int), struct sigaction *old /* [3] */);
+void th_signal_pass_on(int sig, const struct sigaction *old /* [3] */);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0). */
 int th_free_port(void);
 /* Monotonic milliseconds. */

@@ -82,7 +82,6 @@ static th_zk_t *g_live[ZK_MAX_ENSEMBLES]; /* under g_mu; read by the handler */
 static pid_t g_owner;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct sigaction g_old[3];
-static const int g_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
 
 static void zk_atexit(void) {
   if (getpid() != g_owner)
@@ -112,29 +111,13 @@ static void zk_on_signal(int sig) {
       }
     }
   }
-  for (int i = 0; i < 3; i++) {
-    if (g_sigs[i] != sig)
-      continue;
-    if (g_old[i].sa_handler != SIG_DFL && g_old[i].sa_handler != SIG_IGN &&
-        !(g_old[i].sa_flags & SA_SIGINFO)) {
-      g_old[i].sa_handler(sig);
-      return;
-    }
-  }
-  signal(sig, SIG_DFL);
-  raise(sig);
+  th_signal_pass_on(sig, g_old);
 }
 
 static void zk_init_once(void) {
   g_owner = getpid();
   atexit(zk_atexit);
-  for (int i = 0; i < 3; i++) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = zk_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(g_sigs[i], &sa, &g_old[i]);
-  }
+  th_signals_install(zk_on_signal, g_old);
 }
 
 static void reg_add(th_zk_t *z) {
