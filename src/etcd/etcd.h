@@ -13,6 +13,7 @@
 
 #include <json-c/json.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -47,6 +48,9 @@ typedef struct dlock__etcd {
   int nidle;
   int cur;     /* index of the endpoint in use */
   char *token; /* auth token (Authorization header), or NULL */
+  /* a TLS exchange failed without saying why (transport.c): the next
+   * exchanges collect libcurl's messages until one succeeds */
+  _Atomic bool tls_diagnose;
 
   /* --- guarded by mu --- */
   pthread_mutex_t mu;

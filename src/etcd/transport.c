@@ -49,6 +49,10 @@
  * so within one call the call ends at once with DLOCK_ETLS and libcurl's
  * reason plus what to check, as one line (and at its deadline with
  * DLOCK_ETLS too when some refused TLS and the others did not answer).
+ * libcurl's error text names only a transfer's first failure, which can be
+ * a side effect (the closed socket) of the alert that follows: after a TLS
+ * exchange failed without a reason, the next ones run verbose and read the
+ * alert from libcurl's debug messages (on_debug).
  * Each pooled handle keeps its connection, so the handshake is paid once
  * per connection.
  */
@@ -407,6 +411,34 @@ static void tls_why(CURLcode cc, const char *detail, const char *host,
   snprintf(why, whylen, "TLS: %s: %.*s%s", host, (int)rlen, reason, hint);
 }
 
+/* libcurl keeps the first failure message of a transfer in the error
+ * buffer. When the server ends a TLS 1.3 connection right after the
+ * handshake (it refused the client certificate), a slow client can meet
+ * the closed socket in an earlier step ("getpeername() failed ... not
+ * connected") and the alert that says why comes second, seen only by the
+ * debug callback. So after a TLS exchange that failed without naming an
+ * alert, the next exchanges (until one succeeds) run verbose, and this
+ * callback keeps the first message that names an alert. */
+typedef struct {
+  char text[CURL_ERROR_SIZE];
+} alert_seen;
+
+static int on_debug(CURL *h, curl_infotype type, char *data, size_t size,
+                    void *arg) {
+  (void)h;
+  alert_seen *a = arg;
+  if (type != CURLINFO_TEXT || a->text[0])
+    return 0;
+  size_t n = size < sizeof a->text - 1 ? size : sizeof a->text - 1;
+  memcpy(a->text, data, n);
+  a->text[n] = '\0';
+  if (!strstr(a->text, "alert") || strstr(a->text, "close notify"))
+    a->text[0] = '\0'; /* a closing server's farewell says nothing */
+  else
+    a->text[strcspn(a->text, "\r\n")] = '\0';
+  return 0;
+}
+
 /* What one exchange gave. */
 enum {
   X_OK,
@@ -440,21 +472,37 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, req);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+  alert_seen alert = {{0}};
+  bool diagnose = e->tls && atomic_load(&e->tls_diagnose);
+  if (diagnose) {
+    curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, on_debug);
+    curl_easy_setopt(h, CURLOPT_DEBUGDATA, &alert);
+    curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+  }
   CURLcode cc = curl_easy_perform(h);
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
   curl_easy_setopt(h, CURLOPT_CONNECT_TO, NULL);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+  if (diagnose) {
+    curl_easy_setopt(h, CURLOPT_VERBOSE, 0L);
+    curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, NULL);
+    curl_easy_setopt(h, CURLOPT_DEBUGDATA, NULL);
+  }
   lists_free(&lists);
   int x;
   if (cc != CURLE_OK) {
     if (!detail[0])
       snprintf(detail, sizeof detail, "%s", curl_easy_strerror(cc));
+    if (alert.text[0] && !strstr(detail, "alert"))
+      snprintf(detail, sizeof detail, "%s", alert.text);
     if (e->tls && tls_failure(cc, detail)) {
       tls_why(cc, detail, e->hosts[*idx], why, whylen);
       x = X_TLS;
     } else {
+      if (e->tls && !diagnose)
+        atomic_store(&e->tls_diagnose, true);
       snprintf(why, whylen, "%s: %s", e->hosts[*idx], detail);
       x = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
               ? X_UNSENT
@@ -467,6 +515,8 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     if (status == 200 && j) {
       *out = j;
       x = X_OK;
+      if (diagnose)
+        atomic_store(&e->tls_diagnose, false);
     } else {
       const char *msg = j ? json_object_get_string(dlock__etcd_get(j, "error"))
                           : NULL;
