@@ -87,6 +87,10 @@ typedef struct dlock__acquire {
   const dlock__queue_entry *q;
   int64_t thread_wait_ms; /* fair: how long the queue keeps a silent waiter */
   bool try_once;          /* fair: do not join the queue on failure */
+  /* the thread holds this lock already: the attempt adds a count to a
+   * hold on the server, so a backend that undoes a failed attempt
+   * (Redlock) must undo only where it knows the attempt counted */
+  bool reentry;
 } dlock__acquire;
 
 /* The objects of sync_* operations. A semaphore and a permit semaphore

@@ -208,6 +208,7 @@ typedef struct wait_ctx {
   int64_t deadline;
   int64_t thread_wait; /* fair: how long the queue keeps us without news */
   bool watchdog;       /* the lease is the watchdog's (renewed) */
+  bool reentry;        /* the thread held the lock when the wait began */
   int64_t token;       /* fenced: the token of the grant */
   dlock__wait_spec spec;
   dlock__wait w;
@@ -248,7 +249,8 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
                       .owner = x->owner,
                       .lease_ms = x->lease,
                       .q = queue ? &x->q : NULL,
-                      .thread_wait_ms = x->thread_wait};
+                      .thread_wait_ms = x->thread_wait,
+                      .reentry = x->reentry};
   int rc = c->ops->lock_acquire(c->be, &a, pttl, &x->token);
   if (queue)
     x->q.queued = true;
@@ -462,10 +464,11 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
    * that a grant is never left unrecorded (held, but neither renewed nor
    * released) for want of memory */
   pthread_mutex_lock(&c->mu);
-  bool reserved =
-      dlock__hold_reserve_locked(c, hold_kind(l->kind), l->name, tid) != NULL;
+  dlock__hold *h =
+      dlock__hold_reserve_locked(c, hold_kind(l->kind), l->name, tid);
+  bool reentry = h && h->count > 0 && !h->lost;
   pthread_mutex_unlock(&c->mu);
-  if (!reserved)
+  if (!h)
     return call_end(l, DLOCK_ENOMEM);
 
   /* an earlier wait of this thread whose outcome is unknown comes first:
@@ -482,7 +485,8 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                         .owner = owner,
                         .lease_ms = lease,
                         .thread_wait_ms = thread_wait,
-                        .try_once = true};
+                        .try_once = true,
+                        .reentry = reentry};
     rc = c->ops->lock_acquire(c->be, &a, &pttl, &tok);
     if (rc == 0)
       rc = busy_error(l, DLOCK_EBUSY, pttl);
@@ -495,6 +499,7 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     x.lease = lease;
     x.thread_wait = thread_wait;
     x.watchdog = watchdog;
+    x.reentry = reentry;
     x.deadline = dlock__deadline_after(wait_ms);
     rc = wait_and_acquire(&x);
     since = x.since;

@@ -128,12 +128,15 @@ typedef struct node_call {
   int rc;          /* <0: this node failed; err says why */
   bool done;       /* answered or failed */
   bool body;       /* resent as EVAL after NOSCRIPT */
+  bool skipped;    /* not sent: the request was not for this node */
+  bool sent;       /* failed after the whole request was written */
   int64_t deadline;
   char err[NODE_ERR];
 } node_call;
 
 static void call_fail(node_call *x, size_t i, int rc) {
   x->rc = rc;
+  x->sent = x->conn && !dlock__conn_want_write(x->conn);
   x->done = true;
   snprintf(x->err, sizeof x->err, "node %zu: %s", i + 1, dlock_last_error());
 }
@@ -142,18 +145,24 @@ static void call_fail(node_call *x, size_t i, int rc) {
  * change (the caller then stops reading). */
 typedef bool (*decided_fn)(const node_call *calls, size_t n, void *arg);
 
-/* Sends q to every node at once and reads the replies until each node
+/* Sends q to every node at once (every node i with only[i], when `only`
+ * is given; the others are done, `skipped`) and reads the replies until each node
  * answered or failed (its own deadline: its send time plus the node
  * timeout, no later than `deadline`), or `decided` says the outcome is
  * known. Calls not done by then are failed with DLOCK_EIOTIMEOUT (or left
  * undone when decided). Connections are pooled again only when their
  * exchange is complete. */
 static void fanout(redlock *rl, dlock__redis_req *q, node_call *calls,
-                   int64_t deadline, decided_fn decided, void *arg) {
+                   const bool *only, int64_t deadline, decided_fn decided,
+                   void *arg) {
   size_t n = rl->n;
   for (size_t i = 0; i < n; i++) {
     node_call *x = &calls[i];
     memset(x, 0, sizeof *x);
+    if (only && !only[i]) {
+      x->done = x->skipped = true;
+      continue;
+    }
     int64_t now = dlock__now_ms();
     x->deadline = now + rl->node_timeout_ms;
     if (x->deadline > deadline)
@@ -412,12 +421,12 @@ typedef struct release_sum {
   size_t freed, down, notowner, failed;
 } release_sum;
 
-/* Releases on every node at once, waiting for each (a release must reach
- * every node it can). */
+/* Releases on every node at once (those with only[i], when given),
+ * waiting for each (a release must reach every node it can). */
 static int release_all(redlock *rl, void *bh, dlock_lock_kind_t kind,
                        const char *name, const char *owner, int64_t lease_ms,
-                       const char *request_id, release_sum *sum,
-                       node_call *calls) {
+                       const char *request_id, const bool *only,
+                       release_sum *sum, node_call *calls) {
   dlock__redis_req q;
   memset(sum, 0, sizeof *sum);
   /* every node's keys are the same names: one request serves them all */
@@ -426,10 +435,12 @@ static int release_all(redlock *rl, void *bh, dlock_lock_kind_t kind,
                                          &q);
   if (rc)
     return rc;
-  fanout(rl, &q, calls, DLOCK__NEVER, NULL, NULL);
+  fanout(rl, &q, calls, only, DLOCK__NEVER, NULL, NULL);
   dlock__redis_req_clear(&q);
   for (size_t i = 0; i < rl->n; i++) {
     node_call *x = &calls[i];
+    if (x->skipped)
+      continue;
     if (x->rc || !x->rep) {
       sum->failed++;
       continue;
@@ -456,8 +467,8 @@ static int rl_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   redlock *rl = be;
   node_call calls[MAX_NODES];
   release_sum s;
-  int rc = release_all(rl, bh, kind, name, owner, lease_ms, request_id, &s,
-                       calls);
+  int rc = release_all(rl, bh, kind, name, owner, lease_ms, request_id, NULL,
+                       &s, calls);
   if (rc)
     return rc;
   if (s.failed >= rl->quorum) { /* the core retries with the same id */
@@ -476,8 +487,18 @@ static int rl_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
 
 /* After an attempt that failed: releases whatever it may have taken on
  * any node (a node that did not answer may have granted). Best effort: a
- * node that fails here lets the lease expire. */
-static void undo_attempt(redlock *rl, const dlock__acquire *a) {
+ * node that fails here lets the lease expire.
+ *
+ * A re-entry (a->reentry) adds a count to the thread's hold; a release
+ * where it did not count would take the hold's own count instead, and the
+ * thread would hold the lock on fewer nodes than it believes (below a
+ * majority, another client could take it). So a re-entry is undone only
+ * where it may have counted (`counted`): the nodes that granted it and
+ * those that failed to answer after the whole request was written (or
+ * were not waited for); never where it surely did not (a refusal, an
+ * error reply, a request that could not be sent). */
+static void undo_attempt(redlock *rl, const dlock__acquire *a,
+                         const bool *counted) {
   char id[DLOCK__UUID_LEN + 1];
   if (dlock__uuid(id))
     snprintf(id, sizeof id, "redlock-%llx", (unsigned long long)rnd_next());
@@ -485,8 +506,8 @@ static void undo_attempt(redlock *rl, const dlock__acquire *a) {
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   node_call calls[MAX_NODES];
   release_sum s;
-  release_all(rl, a->bh, a->kind, a->name, a->owner, a->lease_ms, id, &s,
-              calls);
+  release_all(rl, a->bh, a->kind, a->name, a->owner, a->lease_ms, id,
+              a->reentry ? counted : NULL, &s, calls);
   dlock__seterr(0, "%s", saved);
 }
 
@@ -546,7 +567,7 @@ static int raise_token(redlock *rl, const char *name, int64_t token) {
   if (rc)
     return rc;
   node_call calls[MAX_NODES];
-  fanout(rl, &q, calls, DLOCK__NEVER, majority_ok, rl);
+  fanout(rl, &q, calls, NULL, DLOCK__NEVER, majority_ok, rl);
   dlock__redis_req_clear(&q);
   size_t ok = 0;
   for (size_t i = 0; i < rl->n; i++) {
@@ -581,16 +602,18 @@ static int rl_lock_acquire(void *be, const dlock__acquire *a0, int64_t *pttl,
   node_call calls[MAX_NODES];
   acquire_tally t = {rl, &a};
   int64_t start = dlock__now_ms();
-  fanout(rl, &q, calls, DLOCK__NEVER, acquire_decided, &t);
+  fanout(rl, &q, calls, NULL, DLOCK__NEVER, acquire_decided, &t);
   int64_t elapsed = dlock__now_ms() - start;
   dlock__redis_req_clear(&q);
 
   size_t granted = 0, refused = 0, failed = 0;
   int64_t best_token = 0, held[MAX_NODES], toks[MAX_NODES];
+  bool counted[MAX_NODES]; /* the attempt may have counted there */
   int hard = 0; /* an error no retry can cure (wrong type) */
   for (size_t i = 0; i < rl->n; i++) {
     node_call *x = &calls[i];
     toks[i] = -1;
+    counted[i] = !x->done || (x->rc && x->sent);
     if (!x->done)
       continue; /* decided without it: its grant, if any, is undone or ours */
     if (x->rc) {
@@ -602,6 +625,7 @@ static int rl_lock_acquire(void *be, const dlock__acquire *a0, int64_t *pttl,
     x->rep = NULL;
     toks[i] = out == 1 ? tok : -1;
     if (out == 1) {
+      counted[i] = true;
       granted++;
       if (tok > best_token)
         best_token = tok;
@@ -630,7 +654,7 @@ static int rl_lock_acquire(void *be, const dlock__acquire *a0, int64_t *pttl,
   }
   char why[600];
   failures(calls, rl->n, why, sizeof why);
-  undo_attempt(rl, &a);
+  undo_attempt(rl, &a, counted);
   if (hard)
     return dlock__seterr(hard, "redlock: %s", why);
   if (failed > rl->n - rl->quorum)
@@ -672,7 +696,7 @@ static int rl_lock_renew(void *be, dlock__renewal *items, size_t n,
   }
   node_call calls[MAX_NODES];
   int64_t start = dlock__now_ms();
-  fanout(rl, &q, calls, deadline, NULL, NULL);
+  fanout(rl, &q, calls, NULL, deadline, NULL, NULL);
   int64_t elapsed = dlock__now_ms() - start;
   dlock__redis_req_clear(&q);
   size_t answered = 0;
