@@ -203,23 +203,54 @@ void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c) {
   dlock__conn_close(c);
 }
 
-/* Runs n commands already appended to c in one round trip. */
-static int roundtrip(dlock__redis *r, dlock__conn *c, size_t n,
-                     redisReply **rep) {
-  return dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), n,
-                          rep);
-}
-
-/* One plain command on a pooled connection. */
-int dlock__redis_command(dlock__redis *r, int argc, const char **argv,
-                   redisReply **reply) {
+/* Runs one request of `want` replies, written by `append`: on a pooled
+ * connection, or on the shared pipelined one when pool_size requests hold
+ * pooled connections already (rather than dial one more) and the request
+ * may share it (`may_share`: nothing that holds a connection on the
+ * server, such as WAIT). On failure no reply is returned; `*broke`: the
+ * connection broke, so a resend goes on a fresh one. */
+static int request(dlock__redis *r, bool may_share,
+                   int (*append)(dlock__conn *c, void *arg), void *arg,
+                   size_t want, int64_t budget_ms, redisReply **rep,
+                   bool *broke) {
+  bool counted = r->mux && may_share;
+  if (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size) {
+    atomic_fetch_sub(&r->pooled_busy, 1);
+    int rc = dlock__redis_mux_exec(r, r->mux, append, arg, want, budget_ms,
+                                   rep);
+    *broke = rc < 0;
+    return rc;
+  }
   dlock__conn *c = NULL;
   int rc = pool_get(r, &c);
   if (!rc)
-    rc = dlock__redis_append_cmd(c, argc, argv);
+    rc = append(c, arg);
   if (!rc)
-    rc = roundtrip(r, c, 1, reply);
+    rc = dlock__conn_exec(c, dlock__deadline_after(budget_ms), want, rep);
+  *broke = rc && c && dlock__conn_broken(c);
   dlock__redis_pool_put(r, c);
+  if (counted)
+    atomic_fetch_sub(&r->pooled_busy, 1);
+  return rc;
+}
+
+typedef struct cmd_req {
+  int argc;
+  const char **argv;
+} cmd_req;
+
+static int cmd_append(dlock__conn *c, void *arg) {
+  cmd_req *q = arg;
+  return dlock__redis_append_cmd(c, q->argc, q->argv);
+}
+
+/* One plain command, in one round trip. */
+int dlock__redis_command(dlock__redis *r, int argc, const char **argv,
+                   redisReply **reply) {
+  cmd_req q = {argc, argv};
+  bool broke = false;
+  int rc = request(r, true, cmd_append, &q, 1, r->command_timeout_ms, reply,
+                   &broke);
   if (!rc && (*reply)->type == REDIS_REPLY_ERROR) {
     rc = dlock__redis_error(*reply, argv[0]);
     freeReplyObject(*reply);
@@ -287,47 +318,60 @@ int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
                        (long long)r->replica_wait_ms);
 }
 
-/* One round trip of [ROLE] EVALSHA|EVAL [WAIT n T] on c. *reply is the
- * script's; *acked WAIT's answer (-1 when none was sent or it failed). */
-static int script_roundtrip(dlock__redis *r, dlock__conn *c,
-                            const dlock__script *s, bool body, bool role,
-                            int wait_n, int nkeys, int argc,
-                            const char **argv, size_t *lens,
-                            redisReply **reply, int64_t *acked) {
-  *acked = -1;
-  size_t n = 0, script_at = 0;
+/* One request: [ROLE] EVALSHA|EVAL [WAIT n T]. */
+typedef struct script_req {
+  dlock__redis *r;
+  const dlock__script *s;
+  bool body, role;
+  int wait_n;
+  int nkeys, argc;
+  const char **argv;
+  size_t *lens;
+} script_req;
+
+static int script_append(dlock__conn *c, void *arg) {
+  script_req *q = arg;
   int rc = 0;
-  char wn[DLOCK__I64_BUF], wt[DLOCK__I64_BUF];
-  if (role) {
+  if (q->role) {
     const char *a[1] = {"ROLE"};
     rc = dlock__redis_append_cmd(c, 1, a);
-    n++;
   }
-  if (!rc) {
-    script_at = n++;
-    rc = dlock__redis_append_script(c, s, body, nkeys, argc, argv, lens);
-  }
-  if (!rc && wait_n > 0) {
-    dlock__fmt_i64(wn, wait_n);
-    dlock__fmt_i64(wt, r->replica_wait_ms);
+  if (!rc)
+    rc = dlock__redis_append_script(c, q->s, q->body, q->nkeys, q->argc,
+                                    q->argv, q->lens);
+  if (!rc && q->wait_n > 0) {
+    char wn[DLOCK__I64_BUF], wt[DLOCK__I64_BUF];
+    dlock__fmt_i64(wn, q->wait_n);
+    dlock__fmt_i64(wt, q->r->replica_wait_ms);
     const char *a[3] = {"WAIT", wn, wt};
     rc = dlock__redis_append_cmd(c, 3, a);
-    n++;
   }
-  if (rc)
-    return rc;
+  return rc;
+}
+
+/* Runs q (request(): a request that sends WAIT never shares the
+ * pipelined connection, which WAIT would hold up on the server); `*broke`
+ * as request's. *reply is the script's; *acked WAIT's answer (-1 when
+ * none was sent or it failed). */
+static int script_roundtrip(dlock__redis *r, script_req *q, redisReply **reply,
+                            int64_t *acked, bool *broke) {
+  *acked = -1;
+  *broke = false;
+  size_t n = (q->role ? 1 : 0) + 1 + (q->wait_n > 0 ? 1 : 0);
+  size_t script_at = q->role ? 1 : 0;
   redisReply *rep[3] = {NULL, NULL, NULL};
   int64_t budget =
-      r->command_timeout_ms + (wait_n > 0 ? r->replica_wait_ms : 0);
-  rc = dlock__conn_exec(c, dlock__deadline_after(budget), n, rep);
+      r->command_timeout_ms + (q->wait_n > 0 ? r->replica_wait_ms : 0);
+  int rc = request(r, q->wait_n == 0, script_append, q, n, budget, rep,
+                   broke);
   if (rc)
     return rc;
-  if (role) {
+  if (q->role) {
     note_role(r, rep[0]);
     freeReplyObject(rep[0]);
   }
   *reply = rep[script_at];
-  if (wait_n > 0) {
+  if (q->wait_n > 0) {
     redisReply *w = rep[script_at + 1];
     if (w->type == REDIS_REPLY_INTEGER)
       *acked = w->integer;
@@ -355,26 +399,25 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
     lens[i] = strlen(argv[i]);
   bool sync = r->replica_wait_ms > 0 && !script_reads_only(s) &&
               !atomic_load(&r->wait_refused);
-  int rc = 0, wait_n = 0;
+  int rc = 0;
   int64_t acked = -1;
+  script_req q = {.r = r, .s = s, .nkeys = nkeys, .argc = argc,
+                  .argv = argv, .lens = lens};
   for (int attempt = 0; attempt < 2; attempt++) {
-    dlock__conn *c = NULL;
-    rc = pool_get(r, &c);
-    if (rc)
-      return rc;
-    bool role = sync && dlock__now_ms() - atomic_load(&r->replicas_at) >=
-                            REPLICAS_REFRESH_MS;
-    wait_n = sync ? atomic_load(&r->replicas) : 0;
-    rc = script_roundtrip(r, c, s, false, role, wait_n, nkeys, argc, argv,
-                          lens, reply, &acked);
+    q.body = false;
+    q.role = sync && dlock__now_ms() - atomic_load(&r->replicas_at) >=
+                         REPLICAS_REFRESH_MS;
+    q.wait_n = sync ? atomic_load(&r->replicas) : 0;
+    bool broke = false;
+    rc = script_roundtrip(r, &q, reply, &acked, &broke);
     if (!rc && dlock__redis_is_noscript(*reply)) {
+      /* the server lost its scripts (restart): the body loads it again */
       freeReplyObject(*reply);
       *reply = NULL;
-      rc = script_roundtrip(r, c, s, true, false, wait_n, nkeys, argc, argv,
-                            lens, reply, &acked);
+      q.body = true;
+      q.role = false;
+      rc = script_roundtrip(r, &q, reply, &acked, &broke);
     }
-    bool broke = rc && dlock__conn_broken(c);
-    dlock__redis_pool_put(r, c);
     if (!rc || !retry_safe || !broke)
       break;
   }
@@ -383,8 +426,8 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
     freeReplyObject(*reply);
     *reply = NULL;
   }
-  if (!rc && wait_n > 0 && acked == 0)
-    *unsynced = wait_n;
+  if (!rc && q.wait_n > 0 && acked == 0)
+    *unsynced = q.wait_n;
   return rc;
 }
 
@@ -454,6 +497,7 @@ static void redis_close(void *be) {
   if (!r)
     return;
   dlock__redis_channels_free(r); /* and the watch connection */
+  dlock__redis_mux_free(r->mux);
   for (int i = 0; i < r->nidle; i++)
     dlock__conn_close(r->idle[i]);
   dlock__free(r->idle);
@@ -586,7 +630,8 @@ static int open_backend(void **be, const char *url,
   if ((user && !(r->user = dlock__strdup(user))) ||
       (pass && !(r->password = dlock__strdup(pass))) ||
       (o->client_name && !(r->client_name = dlock__strdup(o->client_name))) ||
-      !(r->idle = dlock__calloc((size_t)r->pool_size, sizeof *r->idle)))
+      !(r->idle = dlock__calloc((size_t)r->pool_size, sizeof *r->idle)) ||
+      (getenv("DLOCK_NOMUX") == NULL && dlock__redis_mux_new(&r->mux)))
     rc = DLOCK_ENOMEM;
   if (!rc && check) {
     /* dial once so a bad address or password is reported now */

@@ -13,6 +13,9 @@
 #include "net/conn.h"
 #include "redis/scripts.h"
 
+/* The pipelined connection that caller threads share (mux.c). */
+typedef struct dlock__redis_mux dlock__redis_mux;
+
 /* The waits' channels and the watch connection's state (channels.c). */
 typedef struct dlock__redis_watch dlock__redis_watch;
 
@@ -42,6 +45,9 @@ typedef struct dlock__redis {
   pthread_mutex_t pool_mu; /* protects idle[] and nidle only */
   dlock__conn **idle;
   int nidle;
+
+  dlock__redis_mux *mux; /* scripts without WAIT; NULL: pipelining off */
+  _Atomic int pooled_busy; /* scripts on pooled connections now */
 
   dlock__conn *watch; /* the event loop thread only */
   pthread_mutex_t wmu; /* guards *ws but its loop-only fields (channels.c) */
@@ -210,6 +216,17 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
                                 const struct pollfd *fds, int n);
 /* True when this client is subscribed to `channel` now. */
 bool dlock__redis_watching(dlock__redis *r, const char *channel);
+
+/* mux.c: the shared pipelined connection. exec appends a request
+ * (`append` writes its commands to the conn) and returns its `want`
+ * replies (at most 3) within timeout_ms; on failure no reply is returned
+ * and the outcome of the request is unknown. */
+int dlock__redis_mux_new(dlock__redis_mux **out);
+void dlock__redis_mux_free(dlock__redis_mux *m);
+int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
+                          int (*append)(dlock__conn *c, void *arg), void *arg,
+                          size_t want, int64_t timeout_ms,
+                          redisReply **replies);
 
 /* Sets r->latch_ms from the timeouts (locks.c). */
 void dlock__redis_latch_ms(dlock__redis *r);

@@ -1,0 +1,270 @@
+/*
+ * mux.c - one pipelined connection that the caller threads of a client
+ * share for their scripts (dlock__redis_mux_exec).
+ *
+ * Why. With a connection per busy thread, T threads on T locks cost the
+ * server one read and one write per request on T sockets; on one shared
+ * connection the server reads the requests that arrived together in one
+ * read and answers them in one write, and the client needs no pool of T
+ * connections. Redis answers a connection's requests in the order it got
+ * them, so the replies are matched to requests by order alone.
+ *
+ * How (leader/follower). Under `mu` a caller appends its commands to the
+ * connection's output, queues a slot (the number of replies it expects) at
+ * the tail of the FIFO, and writes at once what the output holds. Then
+ * exactly one waiting thread, the leader, waits in poll() (without `mu`)
+ * for the socket; when it is readable the leader, under `mu`, reads, hands
+ * each whole reply to the oldest slot, wakes each slot's thread once its
+ * replies are complete, and goes on until its own slot is complete; then
+ * it passes the lead to the thread of the oldest slot left. The other
+ * threads sleep on their slot's condition variable. Every conn call is
+ * made under `mu`, so a TLS connection's OpenSSL object is never used by
+ * two threads at once; only the poll() is outside it, and only the leader
+ * polls. A leader's poll wakes at least every LEADER_TICK_MS to send what
+ * a writer could not (a full socket buffer) and to see a failed conn.
+ *
+ * Failures. A broken connection (read or write error, closed by the server,
+ * a protocol error) and a slot whose deadline passed both end the
+ * connection: every slot still queued fails with the error (the outcome of
+ * its request is unknown, as on a pooled connection that broke), and the
+ * next request dials a new one. The oldest slot has the nearest deadline
+ * (requests wait the same command timeout), so the leader, who serves it,
+ * is the one that sees it pass; the conn is closed only when nobody polls
+ * it (no leader), so that no thread polls a closed descriptor.
+ *
+ * Requests that block the connection on the server (WAIT for replicas) do
+ * not come here: they go on a pooled connection of their own (redis.c).
+ *
+ * Threads: any caller thread. `mu` guards everything here.
+ */
+#include "redis/redis.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/clock.h"
+#include "core/error.h"
+
+#define LEADER_TICK_MS 50
+#define MUX_MAX_REPLIES 3
+
+typedef struct mux_slot {
+  struct mux_slot *next;
+  size_t want, got;
+  redisReply *rep[MUX_MAX_REPLIES];
+  int rc;    /* <0: failed (err says why) */
+  bool done; /* complete or failed */
+  char err[300];
+  int64_t deadline;
+  pthread_cond_t cv;
+} mux_slot;
+
+struct dlock__redis_mux {
+  pthread_mutex_t mu;
+  dlock__conn *conn; /* NULL: none yet, or closed after a failure */
+  bool conn_failed;  /* failed, to be closed by whoever polls it next */
+  bool leader;       /* a thread is reading (or about to) */
+  bool dialing;
+  pthread_cond_t dial_cv;
+  mux_slot *head, *tail;
+};
+
+int dlock__redis_mux_new(dlock__redis_mux **out) {
+  dlock__redis_mux *m = dlock__calloc(1, sizeof *m);
+  if (!m)
+    return DLOCK_ENOMEM;
+  pthread_mutex_init(&m->mu, NULL);
+  pthread_cond_init(&m->dial_cv, NULL);
+  *out = m;
+  return 0;
+}
+
+void dlock__redis_mux_free(dlock__redis_mux *m) {
+  if (!m)
+    return;
+  /* no caller is inside: the client is being freed */
+  dlock__conn_close(m->conn);
+  pthread_cond_destroy(&m->dial_cv);
+  pthread_mutex_destroy(&m->mu);
+  dlock__free(m);
+}
+
+/* Fails every queued slot with rc and the current error; the conn is
+ * closed now when nobody polls it, else by the leader when it wakes. */
+static void fail_all_locked(dlock__redis_mux *m, int rc) {
+  const char *why = dlock_last_error();
+  for (mux_slot *s = m->head; s; s = s->next) {
+    for (size_t i = 0; i < s->got; i++)
+      freeReplyObject(s->rep[i]);
+    s->got = 0;
+    s->rc = rc;
+    s->done = true;
+    snprintf(s->err, sizeof s->err, "%s", why);
+    pthread_cond_signal(&s->cv);
+  }
+  m->head = m->tail = NULL;
+  m->conn_failed = true;
+  if (!m->leader) {
+    dlock__conn_close(m->conn);
+    m->conn = NULL;
+    m->conn_failed = false;
+  }
+}
+
+/* Hands whole replies to the oldest slots; <0 after failing them all. */
+static int deliver_locked(dlock__redis_mux *m) {
+  for (;;) {
+    redisReply *rep = NULL;
+    int t = dlock__conn_take_reply(m->conn, &rep);
+    if (t < 0) {
+      fail_all_locked(m, t);
+      return t;
+    }
+    if (t == 0)
+      return 0;
+    mux_slot *s = m->head;
+    if (!s) { /* a reply nobody asked for: the stream is out of step */
+      freeReplyObject(rep);
+      int rc = dlock__seterr(DLOCK_EPROTO, "%s: a reply came that no request "
+                                           "was waiting for",
+                             dlock__conn_peer(m->conn));
+      fail_all_locked(m, rc);
+      return rc;
+    }
+    s->rep[s->got++] = rep;
+    if (s->got == s->want) {
+      m->head = s->next;
+      if (!m->head)
+        m->tail = NULL;
+      s->done = true;
+      pthread_cond_signal(&s->cv);
+    }
+  }
+}
+
+/* The connection, dialled when there is none; called with mu held. */
+static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
+  while (m->dialing || (m->conn_failed && m->leader))
+    pthread_cond_wait(&m->dial_cv, &m->mu);
+  if (m->conn)
+    return 0;
+  m->dialing = true;
+  pthread_mutex_unlock(&m->mu);
+  dlock__conn *c = NULL;
+  int rc = dlock__redis_dial(r, true, DLOCK__NEVER, &c);
+  pthread_mutex_lock(&m->mu);
+  m->dialing = false;
+  m->conn = c;
+  pthread_cond_broadcast(&m->dial_cv);
+  return rc;
+}
+
+/* Leads: reads for every slot until `me` is done. Called and returns with
+ * mu held and m->leader set by the caller; clears it. */
+static void lead_locked(dlock__redis_mux *m, mux_slot *me) {
+  while (!me->done) {
+    if (m->conn_failed)
+      break; /* me was failed with the rest */
+    int64_t now = dlock__now_ms();
+    if (now >= m->head->deadline) {
+      fail_all_locked(m, dlock__seterr(DLOCK_EIOTIMEOUT,
+                                       "%s: the server did not answer in time",
+                                       dlock__conn_peer(m->conn)));
+      break;
+    }
+    int64_t until = m->head->deadline;
+    if (until > now + LEADER_TICK_MS)
+      until = now + LEADER_TICK_MS;
+    struct pollfd p = {.fd = dlock__conn_fd(m->conn),
+                       .events = dlock__conn_poll_events(m->conn)};
+    pthread_mutex_unlock(&m->mu);
+    int n = poll(&p, 1, dlock__poll_timeout(until));
+    int perr = errno;
+    pthread_mutex_lock(&m->mu);
+    if (m->conn_failed)
+      break;
+    if (n < 0 && perr != EINTR) {
+      fail_all_locked(m, dlock__seterr(DLOCK_EUNAVAILABLE, "%s: poll: %s",
+                                       dlock__conn_peer(m->conn),
+                                       strerror(perr)));
+      break;
+    }
+    int rc = 0;
+    if (dlock__conn_want_write(m->conn))
+      rc = dlock__conn_write_some(m->conn);
+    if (!rc && n > 0)
+      rc = dlock__conn_read_some(m->conn);
+    if (rc) {
+      fail_all_locked(m, rc);
+      break;
+    }
+    deliver_locked(m);
+  }
+  m->leader = false;
+  if (m->conn_failed) { /* failed while this thread polled: close it now */
+    dlock__conn_close(m->conn);
+    m->conn = NULL;
+    m->conn_failed = false;
+    pthread_cond_broadcast(&m->dial_cv);
+  } else if (m->head) {
+    pthread_cond_signal(&m->head->cv); /* the oldest leads next */
+  }
+}
+
+int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
+                          int (*append)(dlock__conn *c, void *arg), void *arg,
+                          size_t want, int64_t timeout_ms,
+                          redisReply **replies) {
+  if (want == 0 || want > MUX_MAX_REPLIES)
+    return dlock__seterr(DLOCK_EINVAL, "mux: %zu replies", want);
+  mux_slot me;
+  memset(&me, 0, sizeof me);
+  me.want = want;
+  pthread_cond_init(&me.cv, NULL);
+  pthread_mutex_lock(&m->mu);
+  int rc = conn_locked(r, m);
+  if (!rc)
+    rc = append(m->conn, arg);
+  if (rc) {
+    /* nothing of this request was sent; but an append that failed half-way
+     * (the second of two commands) would leave the output out of step
+     * with the slots, so the conn ends (rare: out of memory, or broken) */
+    if (m->conn) {
+      char why[300];
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+      fail_all_locked(m, rc);
+      dlock__seterr(rc, "%s", why);
+    }
+    pthread_mutex_unlock(&m->mu);
+    pthread_cond_destroy(&me.cv);
+    return rc;
+  }
+  me.deadline = dlock__deadline_after(timeout_ms);
+  if (m->tail)
+    m->tail->next = &me;
+  else
+    m->head = &me;
+  m->tail = &me;
+  rc = dlock__conn_write_some(m->conn);
+  if (rc)
+    fail_all_locked(m, rc);
+  while (!me.done) {
+    if (!m->leader) {
+      m->leader = true;
+      lead_locked(m, &me);
+    } else {
+      pthread_cond_wait(&me.cv, &m->mu);
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  pthread_cond_destroy(&me.cv);
+  if (me.rc < 0)
+    return dlock__seterr(me.rc, "%s", me.err);
+  for (size_t i = 0; i < want; i++)
+    replies[i] = me.rep[i];
+  return 0;
+}
