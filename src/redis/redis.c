@@ -631,7 +631,7 @@ static int open_backend(void **be, const char *url,
       (pass && !(r->password = dlock__strdup(pass))) ||
       (o->client_name && !(r->client_name = dlock__strdup(o->client_name))) ||
       !(r->idle = dlock__calloc((size_t)r->pool_size, sizeof *r->idle)) ||
-      (getenv("DLOCK_NOMUX") == NULL && dlock__redis_mux_new(&r->mux)))
+      dlock__redis_mux_new(&r->mux))
     rc = DLOCK_ENOMEM;
   if (!rc && check) {
     /* dial once so a bad address or password is reported now */
