@@ -14,7 +14,8 @@
 #   --renew-locks K   watchdog locks held in the renewal case [1000]
 #   --mem-locks K     locks held in the memory case [10000]
 #   --cases LIST      comma-separated subset of
-#                     uncontended,contended-h0,contended-h,threads,renewal,
+#                     uncontended,contended-h0,contended-h,threads,
+#                     threads-distinct,renewal,
 #                     memory,fair,fenced,write [all]
 #   --keep DIR        keep every run's CSV and output in DIR (else removed)
 #
@@ -45,7 +46,9 @@
 #                 wait (ms) and Jain's index over the workers
 #   threads       `threads --threads T`: acquisitions/s of T threads on one
 #                 lock (dlock-bench also runs T threads on T locks
-#                 afterwards; that half is not reported)
+#                 afterwards; that half is threads-distinct)
+#   threads-distinct
+#                 the same run's T threads on T locks: acquisitions/s
 #   renewal       `renewal --locks K --cycles C` with C = 5 per second of D
 #                 (the default 600 ms watchdog renews every 200 ms): scripts,
 #                 server calls, server read events and client CPU per renewal
@@ -84,7 +87,7 @@ usage() {
 
 rounds=3 seconds=2 workers=8 threads=8 hold=1000 renew_locks=1000
 mem_locks=10000 keep=""
-all_cases=uncontended,contended-h0,contended-h,threads,renewal,memory,fair,fenced,write
+all_cases=uncontended,contended-h0,contended-h,threads,threads-distinct,renewal,memory,fair,fenced,write
 cases=$all_cases
 inner=0
 if [ "${1:-}" = --under-server ]; then # internal: set by the outer run
@@ -176,6 +179,7 @@ spec() {
     contended-h0) echo "contended --workers $workers --hold-us 0 --seconds $seconds|contended|^W=$workers H=0us\$|acq_per_s" ;;
     contended-h) echo "contended --workers $workers --hold-us $hold --seconds $seconds|contended|^W=$workers H=${hold}us\$|$kind_metrics" ;;
     threads) echo "threads --threads $threads --seconds $seconds|threads|^T=$threads one lock\$|acq_per_s" ;;
+    threads-distinct) echo "threads --threads $threads --seconds $seconds|threads|^T=$threads locks\$|acq_per_s" ;;
     renewal) echo "renewal --locks $renew_locks --cycles $cycles|renewal|^K=$renew_locks\$|scripts_per_cycle,server_calls_per_cycle,reads_per_cycle,client_cpu_us_per_cycle" ;;
     memory) echo "memory --locks $mem_locks|memory|^K=$mem_locks\$|client_heap_bytes_per_lock,server_bytes_per_lock" ;;
     fair | fenced | write) echo "contended --workers $workers --hold-us $hold --kind $1 --seconds $seconds|contended|^W=$workers H=${hold}us $1\$|$kind_metrics" ;;
@@ -256,6 +260,7 @@ label = {
     "contended-h0": f"contended W={W} H=0",
     "contended-h": f"contended W={W} H={H}us",
     "threads": f"threads T={T}, one lock",
+    "threads-distinct": f"threads T={T}, {T} locks",
     "renewal": f"renewal K={RK}, {CY} cycles",
     "memory": f"memory K={MK} held",
     "fair": f"fair W={W} H={H}us",
@@ -278,6 +283,7 @@ order = {
     "contended-h0": ["acq_per_s"],
     "contended-h": ["acq_per_s", "worst_wait_ms", "jain"],
     "threads": ["acq_per_s"],
+    "threads-distinct": ["acq_per_s"],
     "renewal": ["scripts_per_cycle", "server_calls_per_cycle",
                 "reads_per_cycle", "client_cpu_us_per_cycle"],
     "memory": ["client_heap_bytes_per_lock", "server_bytes_per_lock"],
