@@ -167,18 +167,22 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
 /* ---------------------------------------------------------------- pool */
 
 int dlock__redis_pool_get_until(dlock__redis *r, int64_t until, dlock__conn **out) {
+  dlock__conn *c = dlock__redis_pool_take_idle(r);
+  if (!c)
+    return dlock__redis_dial(r, true, until, out);
+  *out = c;
+  return 0;
+}
+
+dlock__conn *dlock__redis_pool_take_idle(dlock__redis *r) {
   for (;;) {
     dlock__conn *c = NULL;
     pthread_mutex_lock(&r->pool_mu);
     if (r->nidle > 0)
       c = r->idle[--r->nidle];
     pthread_mutex_unlock(&r->pool_mu);
-    if (!c)
-      return dlock__redis_dial(r, true, until, out);
-    if (!dlock__conn_peer_closed(c)) {
-      *out = c;
-      return 0;
-    }
+    if (!c || !dlock__conn_peer_closed(c))
+      return c;
     dlock__conn_close(c);
   }
 }

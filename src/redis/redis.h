@@ -108,6 +108,8 @@ bool dlock__redis_is_noscript(const redisReply *rep);
 int dlock__redis_pool_get_until(dlock__redis *r, int64_t until,
                                 dlock__conn **out);
 void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c);
+/* An idle pooled connection that is still open, or NULL (never dials). */
+dlock__conn *dlock__redis_pool_take_idle(dlock__redis *r);
 /* DLOCK_EPROTO "<what>: unexpected reply"; frees rep. */
 int dlock__redis_unexpected(redisReply *rep, const char *what);
 

@@ -17,6 +17,11 @@
  * connection whose reply did not come is closed (its reply may still
  * arrive), never pooled.
  *
+ * Dials: a request goes first to the nodes with a pooled connection at
+ * hand, then the others are dialled; a node whose dial failed rests for
+ * dial_backoff() (its calls fail at once) unless the rest could not make a
+ * majority without it.
+ *
  * Acquire: granted when a majority (n/2 + 1) grants and the validity
  * lease - elapsed - drift (drift = lease x permille / 1000 + ms, elapsed
  * on the monotonic clock from before the first write) is positive; else it
@@ -63,6 +68,9 @@ typedef struct redlock {
   int64_t node_timeout_ms;
   int64_t drift_permille, drift_ms;
   int loop_nfds[MAX_NODES]; /* loop thread only: each node's descriptors */
+  /* a node whose dial failed is not dialled again before this (monotonic
+   * ms): its requests fail at once meanwhile (dial_backoff) */
+  _Atomic int64_t dial_after[MAX_NODES];
 } redlock;
 
 typedef struct rl_handle {
@@ -141,6 +149,16 @@ static void call_fail(node_call *x, size_t i, int rc) {
   snprintf(x->err, sizeof x->err, "node %zu: %s", i + 1, dlock_last_error());
 }
 
+/* How long a node whose dial failed is left alone: ten node timeouts, at
+ * least 100 ms and at most 1 s. Each request to it would otherwise pay a
+ * dial of up to a node timeout (an unreachable host answers nothing); a
+ * majority is enough meanwhile, and a node back up takes part again
+ * within this. */
+static int64_t dial_backoff(const redlock *rl) {
+  int64_t t = 10 * rl->node_timeout_ms;
+  return t < 100 ? 100 : t > 1000 ? 1000 : t;
+}
+
 /* Decides early from the calls so far: true when the outcome cannot
  * change (the caller then stops reading). */
 typedef bool (*decided_fn)(const node_call *calls, size_t n, void *arg);
@@ -156,24 +174,70 @@ static void fanout(redlock *rl, dlock__redis_req *q, node_call *calls,
                    const bool *only, int64_t deadline, decided_fn decided,
                    void *arg) {
   size_t n = rl->n;
-  for (size_t i = 0; i < n; i++) {
-    node_call *x = &calls[i];
-    memset(x, 0, sizeof *x);
-    if (only && !only[i]) {
-      x->done = x->skipped = true;
-      continue;
+  /* nodes in their dial back-off are skipped only while the others can
+   * still make a majority; else every node is tried */
+  int64_t t0 = dlock__now_ms();
+  size_t resting = 0;
+  for (size_t i = 0; i < n; i++)
+    resting += t0 < atomic_load(&rl->dial_after[i]);
+  bool skip_resting = n - resting >= rl->quorum;
+  bool early[MAX_NODES] = {false}; /* sent in the first pass */
+  /* first the nodes with a connection at hand, so that their requests are
+   * on their way while the others are dialled (a dial can take up to the
+   * node timeout: an unreachable host answers nothing) */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      node_call *x = &calls[i];
+      if (pass == 0) {
+        memset(x, 0, sizeof *x);
+        if (only && !only[i]) {
+          x->done = x->skipped = true;
+          continue;
+        }
+      } else if (x->done || x->conn) {
+        continue;
+      }
+      int64_t now = dlock__now_ms();
+      x->deadline = now + rl->node_timeout_ms;
+      if (x->deadline > deadline)
+        x->deadline = deadline;
+      int rc = 0;
+      if (pass == 0) {
+        x->conn = dlock__redis_pool_take_idle(rl->node[i]);
+        if (!x->conn)
+          continue; /* dialled in the second pass */
+        early[i] = true;
+      } else if (skip_resting && now < atomic_load(&rl->dial_after[i])) {
+        rc = dlock__seterr(DLOCK_EUNAVAILABLE,
+                           "not dialled: its last dial failed less than "
+                           "%lld ms ago",
+                           (long long)dial_backoff(rl));
+      } else {
+        /* a dial cut short by the caller's deadline says nothing */
+        bool full = x->deadline == now + rl->node_timeout_ms;
+        rc = dlock__redis_pool_get_until(rl->node[i], x->deadline, &x->conn);
+        if (rc && full)
+          atomic_store(&rl->dial_after[i], now + dial_backoff(rl));
+        else if (!rc)
+          atomic_store(&rl->dial_after[i], 0);
+      }
+      if (!rc)
+        rc = dlock__redis_req_append(x->conn, q, false);
+      if (!rc)
+        rc = dlock__conn_write_some(x->conn);
+      if (rc)
+        call_fail(x, i, rc);
     }
-    int64_t now = dlock__now_ms();
-    x->deadline = now + rl->node_timeout_ms;
-    if (x->deadline > deadline)
-      x->deadline = deadline;
-    int rc = dlock__redis_pool_get_until(rl->node[i], x->deadline, &x->conn);
-    if (!rc)
-      rc = dlock__redis_req_append(x->conn, q, false);
-    if (!rc)
-      rc = dlock__conn_write_some(x->conn);
-    if (rc)
-      call_fail(x, i, rc);
+    if (pass == 0)
+      t0 = dlock__now_ms();
+  }
+  /* the nodes sent to first wait no less for the time the dials took */
+  int64_t dialled = dlock__now_ms() - t0;
+  for (size_t i = 0; dialled > 0 && i < n; i++) {
+    node_call *x = &calls[i];
+    if (early[i] && !x->done && x->deadline < deadline)
+      x->deadline = x->deadline + dialled < deadline ? x->deadline + dialled
+                                                     : deadline;
   }
   struct pollfd pfd[MAX_NODES];
   size_t at[MAX_NODES];

@@ -22,8 +22,11 @@
 
 #include "itest.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #define N 5
 #define NAME "redlock"
@@ -226,6 +229,80 @@ static void t_three_down_fails_cleanly(void) {
   dlock_lock_free(l);
   dlock_client_free(c);
   stop_all();
+}
+
+/* A port on 127.0.0.1 whose connects hang, as an unreachable host's do:
+ * a listener with a full accept queue (backlog 0, filled by connections
+ * nobody accepts), so the kernel drops further SYNs. fds[0] is the
+ * listener, fds[1..2] the fillers; close them all to end it. */
+static int blackhole(int fds[3]) {
+  fds[0] = socket(AF_INET, SOCK_STREAM, 0);
+  CHECK(fds[0] >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  CHECK(bind(fds[0], (struct sockaddr *)&a, sizeof a) == 0);
+  CHECK(listen(fds[0], 0) == 0);
+  socklen_t len = sizeof a;
+  CHECK(getsockname(fds[0], (struct sockaddr *)&a, &len) == 0);
+  for (int i = 1; i < 3; i++) {
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    CHECK(fds[i] >= 0);
+    connect(fds[i], (struct sockaddr *)&a, sizeof a); /* EINPROGRESS */
+  }
+  th_sleep_ms(50); /* the fillers' handshakes (scenario setup) */
+  return ntohs(a.sin_port);
+}
+
+/* Two of five nodes unreachable (connects hang): the first request pays
+ * their dials (a node timeout each, after the others' requests are sent);
+ * later ones do not dial them again before the back-off ends, so a run of
+ * acquires and releases costs about what it costs on three nodes. */
+static void t_unreachable_nodes(void) {
+  for (int i = 0; i < 3; i++) {
+    srv[i] = th_server_start(NULL);
+    CHECK(srv[i]);
+  }
+  int holes[2][3];
+  int ports[N] = {srv[0]->port, blackhole(holes[0]), srv[1]->port,
+                  blackhole(holes[1]), srv[2]->port};
+  char urls[N][64];
+  const char *u[N];
+  for (int i = 0; i < N; i++) {
+    snprintf(urls[i], sizeof urls[i], "redis://127.0.0.1:%d", ports[i]);
+    u[i] = urls[i];
+  }
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 300));
+  CHECK_OK(dlock_options_set_command_timeout(o, 2000));
+  CHECK_OK(dlock_options_set_redlock_timing(o, 100, 10, 2));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new_redlock(&c, u, N, o));
+  dlock_options_free(o);
+  dlock_lock_t *l = it_lock(c, NAME);
+  enum { PAIRS = 20 };
+  int64_t t0 = th_now_ms();
+  for (int i = 0; i < PAIRS; i++) {
+    CHECK_OK(dlock_lock_acquire(l, 0, 10000));
+    CHECK_OK(dlock_lock_release(l));
+  }
+  int64_t took = th_now_ms() - t0;
+  printf("%d acquire+release pairs with two of five nodes unreachable: "
+         "%lld ms (dialling them at each request: at least %d ms)\n",
+         PAIRS, (long long)took, PAIRS * 2 * 2 * 100);
+  /* the back-off (1 s at a 100 ms node timeout) allows a few re-dials */
+  CHECK_INT(took, <, PAIRS * 2 * 2 * 100 / 2);
+  int live[N] = {0, -1, 1, -1, 2};
+  for (int i = 0; i < N; i++)
+    if (live[i] >= 0)
+      CHECK_INT(it_exists(srv[live[i]], NAME), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 3; i++)
+      close(holes[h][i]);
+  for (int i = 0; i < 3; i++)
+    th_server_stop(srv[i]);
 }
 
 static void t_frozen_node(void) {
@@ -668,6 +745,7 @@ static const check_case_t cases[] = {
     {"two_down_still_granted", t_two_down_still_granted},
     {"three_down_fails_cleanly", t_three_down_fails_cleanly},
     {"frozen_node", t_frozen_node},
+    {"unreachable_nodes", t_unreachable_nodes},
     {"validity_refused", t_validity_refused},
     {"renewal_minority_gone", t_renewal_minority_gone},
     {"renewal_majority_gone", t_renewal_majority_gone},
