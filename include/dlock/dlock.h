@@ -227,7 +227,9 @@ DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
 DLOCK_EXTERN int dlock_options_set_credentials(dlock_options_t *opts,
                                                const char *user,
                                                const char *password);
-/* How many idle command connections the client keeps (1..1024). */
+/* How many command connections the client keeps (1..1024). Redis: up to
+ * this many calls at once each have a connection of their own; calls
+ * beyond that share one pipelined connection rather than dial more. */
 DLOCK_EXTERN int dlock_options_set_pool_size(dlock_options_t *opts, int n);
 /* Fair locks: how long a queued waiter keeps its place without coming back
  * (a crashed waiter loses it after this), > 0. Default 300000 (Redisson's).
