@@ -11,6 +11,8 @@
 -- appended per waiter); ARGV[7] yield period ms; ARGV[8] '1' when the
 -- releasing client is itself subscribed to Redisson's channel.
 -- Returns nil (not the owner), 0 (count went down) or 1 (released).
+-- One HGET reads the owner's count (Redisson: HEXISTS, then HINCRBY -1):
+-- the last count is deleted without counting it down first.
 --
 -- The latch is written only when the count went down: a retried partial
 -- release must not count down twice. A full release writes none (a key per
@@ -40,11 +42,12 @@ local done = redis.call('get', KEYS[3])
 if done ~= false then
   return tonumber(done)
 end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if count == nil then
   return nil
 end
-local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if left > 0 then
+if count > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[3], -1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   redis.call('set', KEYS[3], 0, 'px', ARGV[5])
   return 0
