@@ -925,18 +925,17 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
 
 /* --------------------------------------------------------------- query */
 
-int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
-                            const char *owner, dlock__lock_query q,
-                            int64_t *out) {
-  char wfield[128];
+/* The command of a query into argv[0..2]; its length. */
+static int query_cmd(dlock_lock_kind_t kind, const char *name,
+                     const char *owner, dlock__lock_query q, char *wfield,
+                     size_t wlen, const char **argv, int *argc) {
   if (kind == DLOCK_WRITE) {
-    int rc = write_field(wfield, sizeof wfield, owner);
+    int rc = write_field(wfield, wlen, owner);
     if (rc)
       return rc;
     owner = wfield;
   }
-  const char *argv[3];
-  int argc = 2;
+  *argc = 2;
   argv[1] = name;
   switch (q) {
   case DLOCK__Q_LOCKED:
@@ -945,29 +944,39 @@ int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   case DLOCK__Q_HELD:
     argv[0] = "HEXISTS";
     argv[2] = owner;
-    argc = 3;
+    *argc = 3;
     break;
   case DLOCK__Q_COUNT:
     argv[0] = "HGET";
     argv[2] = owner;
-    argc = 3;
+    *argc = 3;
     break;
   case DLOCK__Q_REMAINING:
   default:
     argv[0] = "PTTL";
     break;
   }
-  redisReply *rep = NULL;
-  int rc = dlock__redis_command(be, argc, argv, &rep);
-  if (rc)
+  return 0;
+}
+
+int dlock__redis_lock_query_reply(dlock__lock_query q, redisReply *rep,
+                                  int64_t *out) {
+  const char *what = q == DLOCK__Q_LOCKED  ? "EXISTS"
+                     : q == DLOCK__Q_HELD  ? "HEXISTS"
+                     : q == DLOCK__Q_COUNT ? "HGET"
+                                           : "PTTL";
+  if (rep->type == REDIS_REPLY_ERROR) {
+    int rc = dlock__redis_error(rep, what);
+    freeReplyObject(rep);
     return rc;
+  }
   /* only the shapes and ranges each command can answer: EXISTS and
    * HEXISTS 0/1, PTTL >= -2, HGET a decimal count or nil */
   bool flag = q == DLOCK__Q_LOCKED || q == DLOCK__Q_HELD;
   if (rep->type == REDIS_REPLY_INTEGER && q != DLOCK__Q_COUNT) {
     if ((flag && (rep->integer < 0 || rep->integer > 1)) ||
         (!flag && rep->integer < -2))
-      return dlock__redis_unexpected(rep, argv[0]);
+      return dlock__redis_unexpected(rep, what);
     *out = rep->integer;
   } else if (q == DLOCK__Q_COUNT && rep->type == REDIS_REPLY_NIL) {
     *out = 0;
@@ -979,10 +988,39 @@ int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
       return dlock__redis_unexpected(rep, "hold count");
     *out = v;
   } else {
-    return dlock__redis_unexpected(rep, argv[0]);
+    return dlock__redis_unexpected(rep, what);
   }
   freeReplyObject(rep);
   return 0;
+}
+
+int dlock__redis_lock_query_req(dlock_lock_kind_t kind, const char *name,
+                                const char *owner, dlock__lock_query q,
+                                dlock__redis_req *req) {
+  char wfield[128];
+  const char *cmd[3];
+  int n = 0;
+  int rc = query_cmd(kind, name, owner, q, wfield, sizeof wfield, cmd, &n);
+  if (rc)
+    return rc;
+  const char *argv[6] = {NULL, NULL, NULL, cmd[0], cmd[1], n > 2 ? cmd[2] : NULL};
+  return dlock__redis_req_set(req, NULL, 0, 3 + n, argv);
+}
+
+int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
+                            const char *owner, dlock__lock_query q,
+                            int64_t *out) {
+  char wfield[128];
+  const char *argv[3];
+  int argc = 0;
+  int rc = query_cmd(kind, name, owner, q, wfield, sizeof wfield, argv, &argc);
+  if (rc)
+    return rc;
+  redisReply *rep = NULL;
+  rc = dlock__redis_command(be, argc, argv, &rep);
+  if (rc)
+    return rc;
+  return dlock__redis_lock_query_reply(q, rep, out);
 }
 
 /* --------------------------------------------------------------- state */

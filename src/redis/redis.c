@@ -478,6 +478,8 @@ int dlock__redis_req_set(dlock__redis_req *q, const dlock__script *s,
 }
 
 int dlock__redis_req_append(dlock__conn *c, dlock__redis_req *q, bool body) {
+  if (!q->s) /* a plain command: argv[3..] */
+    return dlock__conn_append(c, q->argc - 3, q->argv + 3, q->lens + 3);
   return dlock__redis_append_script(c, q->s, body, q->nkeys, q->argc, q->argv,
                                     q->lens);
 }

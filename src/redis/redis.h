@@ -124,7 +124,8 @@ typedef struct dlock__redis_req {
   size_t *lens;
 } dlock__redis_req;
 
-/* Copies argv[3..argc) (keys, then arguments; C strings). */
+/* Copies argv[3..argc) (keys, then arguments; C strings). With s NULL the
+ * request is the plain command argv[3..argc). */
 int dlock__redis_req_set(dlock__redis_req *q, const dlock__script *s,
                          int nkeys, int argc, const char **argv);
 /* Appends EVALSHA (or EVAL with the body, after a NOSCRIPT) to c. */
@@ -156,6 +157,13 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
 int dlock__redis_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                             const char *owner, dlock__lock_query q,
                             int64_t *out);
+/* The same query as a request and a reply parser (takes the reply), for
+ * Redlock's fan-out. */
+int dlock__redis_lock_query_req(dlock_lock_kind_t kind, const char *name,
+                                const char *owner, dlock__lock_query q,
+                                dlock__redis_req *req);
+int dlock__redis_lock_query_reply(dlock__lock_query q, redisReply *rep,
+                                  int64_t *out);
 int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                             dlock_lock_state_t **out);
 

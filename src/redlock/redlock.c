@@ -843,13 +843,30 @@ static int rl_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   size_t got = 0;
   int frc = 0;
   char first[NODE_ERR] = "";
+  /* every node at once, each within the node timeout; decided once a
+   * majority answered (the others get the fan-out's grace) */
+  dlock__redis_req q;
+  int rc = dlock__redis_lock_query_req(kind, name, owner, qq, &q);
+  if (rc)
+    return rc;
+  node_call calls[MAX_NODES];
+  fanout(rl, &q, calls, NULL, DLOCK__NEVER, majority_ok, rl);
+  dlock__redis_req_clear(&q);
   for (size_t i = 0; i < rl->n; i++) {
-    int rc = RB->lock_query(rl->node[i], kind, name, owner, qq, &v[got]);
-    if (!rc)
-      got++;
-    else if (!frc) {
-      frc = rc;
-      snprintf(first, sizeof first, "node %zu: %s", i + 1, dlock_last_error());
+    node_call *x = &calls[i];
+    if (!x->done)
+      continue; /* decided without it */
+    if (!x->rc) {
+      rc = dlock__redis_lock_query_reply(qq, x->rep, &v[got]);
+      x->rep = NULL;
+      if (rc)
+        call_fail(x, i, rc);
+      else
+        got++;
+    }
+    if (x->rc && !frc) {
+      frc = x->rc;
+      snprintf(first, sizeof first, "%s", x->err);
     }
   }
   if (got < rl->quorum)

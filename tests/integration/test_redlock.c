@@ -318,6 +318,17 @@ static void t_frozen_node(void) {
   int64_t took = th_now_ms() - t0;
   printf("acquire with one node frozen: %lld ms\n", (long long)took);
   CHECK_INT(took, <, 5000);
+  /* queries ask every node at once, each within the node timeout */
+  t0 = th_now_ms();
+  bool locked = false;
+  int64_t count = 0;
+  CHECK_OK(dlock_lock_is_locked(l, &locked));
+  CHECK(locked);
+  CHECK_OK(dlock_lock_hold_count(l, &count));
+  CHECK_INT(count, ==, 1);
+  took = th_now_ms() - t0;
+  printf("two queries with one node frozen: %lld ms\n", (long long)took);
+  CHECK_INT(took, <, 5000);
   t0 = th_now_ms();
   CHECK_OK(dlock_lock_release(l));
   took = th_now_ms() - t0;
