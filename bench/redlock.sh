@@ -5,6 +5,7 @@
 # servers, when bench/peers has its node modules and Go is installed), and
 # stops them by PID whatever happens.
 #   bench/redlock.sh 5 --iters 5000
+#   bench/redlock.sh 5 --delay-ms 1 --iters 1000   (a 2 ms round trip added)
 # REDLOCK_BENCH: the binary (default build/bench/redlock-bench).
 set -u
 n=${1:-5}
@@ -25,6 +26,14 @@ trap cleanup EXIT INT TERM
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
+# --delay-ms D (first after N): every server behind a relay (bench/relay)
+# that holds each chunk D ms in each direction, for every client below
+delay=0
+if [ "${1:-}" = "--delay-ms" ]; then
+  delay=$2
+  shift 2
+fi
+relay_bin=${RELAY:-$(dirname "$bin")/relay}
 urls=()
 for i in $(seq "$n"); do
   port=$(free_port)
@@ -36,8 +45,20 @@ for i in $(seq "$n"); do
     redis-cli -p "$port" ping >/dev/null 2>&1 && break
     sleep 0.05
   done
+  if [ "$delay" -gt 0 ]; then
+    "$relay_bin" "$port" "$delay" >"$dir/$i/relay.port" &
+    pids+=($!)
+    port=
+    for _ in $(seq 200); do
+      port=$(head -n1 "$dir/$i/relay.port" 2>/dev/null)
+      [ -n "$port" ] && break
+      sleep 0.05
+    done
+    [ -n "$port" ] || { echo "redlock.sh: relay failed" >&2; exit 1; }
+  fi
   urls+=("redis://127.0.0.1:$port")
 done
+[ "$delay" -gt 0 ] && echo "every server behind a relay adding $delay ms each way (round trip $((2 * delay)) ms more)"
 "$bin" "$@" "${urls[@]}"
 # node-redlock over the same servers, when bench/peers has its modules
 # (npm ci in bench/peers)
