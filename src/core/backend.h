@@ -131,6 +131,11 @@ typedef struct dlock__backend_ops {
    * release hands a queued waiter the lock (all but DLOCK_READ) or lets
    * registered readers in first (DLOCK_READ) */
   unsigned queue_kinds;
+  /* the fair lock's queue drops a waiter that stays silent for its
+   * thread-wait (Redisson's RFairLock): a fair wait comes back within a
+   * third of it to keep its place. ZooKeeper and etcd queue by sequence
+   * or revision for as long as the session lives, with no such expiry. */
+  bool fair_queue_expires;
   /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
    * password) and opens the backend, checking it with one round trip.
    * `core` is the client, for the up-calls below and in core/wait.h,

@@ -220,6 +220,11 @@ typedef struct wait_ctx {
   int64_t entry_until; /* the queue entry cannot outlive this */
 } wait_ctx;
 
+/* A fair wait that must come back to keep its place in the queue. */
+static bool refreshes_fair(const dlock_lock_t *l) {
+  return l->kind == DLOCK_FAIR && l->client->ops->fair_queue_expires;
+}
+
 /* One attempt; queues (or refreshes) the entry when `queue`. Once a wait
  * may have queued, every later attempt carries its entry (subscribed or
  * not), so that the server can tell a grant to it from a second hold and
@@ -260,7 +265,7 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     x->refresh_at = now + x->q.ttl_ms / 2;
   /* a fair waiter that waits longer than thread-wait comes back within a
    * third of it, so that the queue keeps its place (a dead one stops) */
-  if (rc == 0 && x->l->kind == DLOCK_FAIR)
+  if (rc == 0 && refreshes_fair(x->l))
     x->refresh_at = x->deadline - now > x->thread_wait
                         ? now + x->thread_wait / 3
                         : DLOCK__NEVER;
@@ -308,7 +313,7 @@ static int wait_loop(wait_ctx *x, int64_t pttl) {
     int64_t nap = pttl > 0 ? pttl : 1;
     if (pttl >= 0 && nap < until - now) /* no overflow on a huge PTTL */
       until = now + nap;
-    if ((x->q.queued || x->l->kind == DLOCK_FAIR) && x->refresh_at < until)
+    if ((x->q.queued || refreshes_fair(x->l)) && x->refresh_at < until)
       until = x->refresh_at;
     dlock__wait_sleep(&x->w, until);
     if (dlock__wait_granted(&x->w))

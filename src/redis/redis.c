@@ -686,6 +686,7 @@ const dlock__backend_ops dlock__redis_backend = {
                   (1u << DLOCK_WRITE),
     .sync_kinds = (1u << DLOCK__SYNC_SEM) | (1u << DLOCK__SYNC_PERMIT) |
                   (1u << DLOCK__SYNC_LATCH),
+    .fair_queue_expires = true,
     .queue_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) |
                    (1u << DLOCK_READ) | (1u << DLOCK_WRITE),
     .open = redis_open,
