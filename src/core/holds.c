@@ -361,7 +361,8 @@ void dlock__holds_report_lost(struct dlock_client *c) {
       dlock__log(c, DLOCK_LOG_WARN, "lock '%.200s' (thread %llu) lost: %s",
                  notes[i].name, (unsigned long long)notes[i].tid,
                  notes[i].reason == DLOCK_LOST_GONE
-                     ? "the key is gone or owned by someone else"
+                     ? "the server no longer has it (gone, or owned by "
+                       "someone else)"
                  : notes[i].reason == DLOCK_LOST_SESSION
                      ? "its session ended"
                      : "its lease could not be confirmed in time (backend "
