@@ -227,6 +227,12 @@ DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
 DLOCK_EXTERN int dlock_options_set_credentials(dlock_options_t *opts,
                                                const char *user,
                                                const char *password);
+/* redis-sentinel:// URLs: the sentinels' own ACL user and password (the
+ * URL's and dlock_options_set_credentials' are the data nodes'). Either may
+ * be NULL (user NULL = the default user; both NULL: no AUTH). Copied. */
+DLOCK_EXTERN int dlock_options_set_sentinel_credentials(dlock_options_t *opts,
+                                                        const char *user,
+                                                        const char *password);
 /* How many command connections the client keeps (1..1024). Redis: up to
  * this many calls at once each have a connection of their own; calls
  * beyond that share one pipelined connection rather than dial more. */

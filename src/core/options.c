@@ -47,6 +47,8 @@ void dlock__options_clear(struct dlock_options *o) {
   dlock__free(o->client_name);
   dlock__free(o->user);
   free_secret(o->password);
+  dlock__free(o->sentinel_user);
+  free_secret(o->sentinel_password);
   dlock__free(o->tls_ca_file);
   dlock__free(o->tls_ca_dir);
   dlock__free(o->tls_cert_file);
@@ -71,11 +73,14 @@ int dlock__options_copy(struct dlock_options *dst,
   }
   *dst = *src;
   dst->client_name = dst->user = dst->password = NULL;
+  dst->sentinel_user = dst->sentinel_password = NULL;
   dst->tls_ca_file = dst->tls_ca_dir = NULL;
   dst->tls_cert_file = dst->tls_key_file = dst->tls_sni = NULL;
   if (dup_opt(&dst->client_name, src->client_name) ||
       dup_opt(&dst->user, src->user) ||
       dup_opt(&dst->password, src->password) ||
+      dup_opt(&dst->sentinel_user, src->sentinel_user) ||
+      dup_opt(&dst->sentinel_password, src->sentinel_password) ||
       dup_opt(&dst->tls_ca_file, src->tls_ca_file) ||
       dup_opt(&dst->tls_ca_dir, src->tls_ca_dir) ||
       dup_opt(&dst->tls_cert_file, src->tls_cert_file) ||
@@ -212,26 +217,43 @@ int dlock_options_set_client_name(dlock_options_t *opts, const char *name) {
   return 0;
 }
 
-int dlock_options_set_credentials(dlock_options_t *opts, const char *user,
-                                  const char *password) {
-  NEED_OPTS("dlock_options_set_credentials");
-  char *u = NULL, *p = NULL;
+/* user and password into *u and *p (replacing them), with the rules both
+ * kinds of credentials share. */
+static int set_credentials(char **u, char **p, const char *user,
+                           const char *password) {
+  char *nu = NULL, *np = NULL;
   if ((user && !*user) || (password && !*password))
     return dlock__seterr(DLOCK_EINVAL,
                          "user and password must be NULL or non-empty");
   if (user && !password)
     return dlock__seterr(DLOCK_EINVAL, "a user needs a password");
-  if (dup_opt(&u, user) || dup_opt(&p, password)) {
-    dlock__free(u);
-    free_secret(p);
+  if (dup_opt(&nu, user) || dup_opt(&np, password)) {
+    dlock__free(nu);
+    free_secret(np);
     return DLOCK_ENOMEM;
   }
-  dlock__free(opts->user);
-  free_secret(opts->password);
-  opts->user = u;
-  opts->password = p;
-  opts->credentials_set = true;
+  dlock__free(*u);
+  free_secret(*p);
+  *u = nu;
+  *p = np;
   return 0;
+}
+
+int dlock_options_set_credentials(dlock_options_t *opts, const char *user,
+                                  const char *password) {
+  NEED_OPTS("dlock_options_set_credentials");
+  int rc = set_credentials(&opts->user, &opts->password, user, password);
+  if (!rc)
+    opts->credentials_set = true;
+  return rc;
+}
+
+int dlock_options_set_sentinel_credentials(dlock_options_t *opts,
+                                           const char *user,
+                                           const char *password) {
+  NEED_OPTS("dlock_options_set_sentinel_credentials");
+  return set_credentials(&opts->sentinel_user, &opts->sentinel_password,
+                         user, password);
 }
 
 int dlock_options_set_pool_size(dlock_options_t *opts, int n) {

@@ -23,6 +23,8 @@ struct dlock_options {
   bool credentials_set;
   char *user;
   char *password;
+  char *sentinel_user; /* redis-sentinel://: the sentinels' own AUTH */
+  char *sentinel_password;
   dlock_lost_fn lost_fn;
   void *lost_ud;
   dlock_log_fn log_fn;

@@ -74,6 +74,7 @@ struct dlock__conn {
   char *wbuf;
   size_t wlen, wpos, wcap;
   bool broken;
+  uint32_t tag; /* the owner's, e.g. the master generation it was dialled at */
   char peer[300];
   char verified[256]; /* the name the certificate must carry */
 };
@@ -208,6 +209,12 @@ static void bio_init(void) {
 int dlock__conn_fd(const dlock__conn *c) { return c->fd; }
 bool dlock__conn_is_tls(const dlock__conn *c) { return c->ssl != NULL; }
 bool dlock__conn_broken(const dlock__conn *c) { return c->broken; }
+
+void dlock__conn_set_broken(dlock__conn *c) { c->broken = true; }
+
+uint32_t dlock__conn_tag(const dlock__conn *c) { return c->tag; }
+
+void dlock__conn_set_tag(dlock__conn *c, uint32_t tag) { c->tag = tag; }
 const char *dlock__conn_peer(const dlock__conn *c) { return c->peer; }
 bool dlock__conn_want_write(const dlock__conn *c) { return c->wpos < c->wlen; }
 

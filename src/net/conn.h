@@ -69,6 +69,12 @@ int dlock__conn_fd(const dlock__conn *c);
 short dlock__conn_poll_events(const dlock__conn *c);
 bool dlock__conn_is_tls(const dlock__conn *c);
 bool dlock__conn_broken(const dlock__conn *c);
+/* Marks it broken: it will be closed, never reused (a server that answers
+ * as it should not, e.g. a demoted master). */
+void dlock__conn_set_broken(dlock__conn *c);
+/* A number its owner keeps with it (0 at connect). */
+uint32_t dlock__conn_tag(const dlock__conn *c);
+void dlock__conn_set_tag(dlock__conn *c, uint32_t tag);
 /* True when the peer already closed or reset the connection (checked
  * without blocking); used before reusing an idle pooled conn. */
 bool dlock__conn_peer_closed(dlock__conn *c);

@@ -125,8 +125,11 @@ struct dlock__redis_watch {
   int dial_rc;
   char dial_err[256];
   dlock__conn *dialed;
+  /* Sentinel: a check of the master is running on the dialling worker */
+  _Atomic bool checking;
   /* --- loop thread only --- */
   int64_t retry_at, backoff, linger_at;
+  int64_t check_at; /* Sentinel: when the master is checked next */
   bool proven; /* this connection confirmed a subscription */
   sub_cmd *fifo;
   size_t fifo_head, fifo_len, fifo_cap;
@@ -727,6 +730,39 @@ static void watch_maintain(dlock__redis *r, int64_t now) {
   }
 }
 
+/* Sentinel: how often the master is checked while waits exist (a demoted
+ * master that is still up breaks no connection). */
+#define SENTINEL_CHECK_MS 1000
+
+/* Dialling worker: asks the sentinels (master_gen rises on a change). */
+static void sentinel_check_job(void *arg) {
+  dlock__redis *r = arg;
+  dlock__redis_sentinel_resolve(r,
+                                dlock__deadline_after(r->connect_timeout_ms));
+  atomic_store(&r->ws->checking, false);
+  dlock__client_poke(r->core);
+}
+
+/* Sentinel, loop thread: a watch connection to an old master goes down
+ * (its waiters retry, and it is dialled again, on the new master); while
+ * waits exist the master is checked every SENTINEL_CHECK_MS. */
+static void sentinel_follow(dlock__redis *r, int64_t now, bool wanted,
+                            int64_t *until) {
+  dlock__redis_watch *ws = r->ws;
+  if (r->watch && dlock__redis_conn_stale(r, r->watch))
+    watch_down(r, "the master changed (Sentinel)");
+  if (!wanted)
+    return;
+  if (now >= ws->check_at && !atomic_load(&ws->checking)) {
+    ws->check_at = now + SENTINEL_CHECK_MS;
+    atomic_store(&ws->checking, true);
+    if (dlock__client_run_dial(r->core, sentinel_check_job, r) != 0)
+      atomic_store(&ws->checking, false);
+  }
+  if (ws->check_at < *until)
+    *until = ws->check_at;
+}
+
 /* Sends one list of names as commands of at most SUB_BATCH. */
 static int send_list(dlock__redis *r, bool subscribe, bool grants,
                      const char **names, const size_t *lens, size_t n) {
@@ -940,6 +976,12 @@ int dlock__redis_loop_prepare(void *be, int64_t now, struct pollfd *fds,
   pthread_mutex_lock(&r->wmu);
   bool wanted = wanted_locked(ws), up = ws->up, dialing = ws->dialing;
   pthread_mutex_unlock(&r->wmu);
+  if (r->sentinel) {
+    sentinel_follow(r, now, wanted, until);
+    pthread_mutex_lock(&r->wmu);
+    up = ws->up;
+    pthread_mutex_unlock(&r->wmu);
+  }
   if (ws->linger_at < *until)
     *until = ws->linger_at;
   if (wanted && !up && !dialing && ws->retry_at < *until)

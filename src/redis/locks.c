@@ -895,6 +895,8 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
     rc = renew_append(c, &b[i], lease, false, argv + i * args, lens);
   if (!rc)
     rc = dlock__conn_exec(c, deadline, nb, rep);
+  if (!rc)
+    dlock__redis_saw_replies(r, c, rep, nb); /* a demoted master */
   for (size_t i = 0; !rc && i < nb; i++) {
     if (dlock__redis_is_noscript(rep[i])) {
       freeReplyObject(rep[i]);

@@ -146,10 +146,30 @@ static int deliver_locked(dlock__redis_mux *m) {
   }
 }
 
+void dlock__redis_mux_end(dlock__redis_mux *m) {
+  pthread_mutex_lock(&m->mu);
+  if (m->conn && !m->conn_failed) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    fail_all_locked(m, dlock__seterr(DLOCK_EUNAVAILABLE,
+                                     "%s: the connection was ended (the "
+                                     "server is no longer the master)",
+                                     dlock__conn_peer(m->conn)));
+    dlock__seterr(0, "%s", why);
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
 /* The connection, dialled when there is none; called with mu held. */
 static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
   while (m->dialing || (m->conn_failed && m->leader))
     pthread_cond_wait(&m->dial_cv, &m->mu);
+  /* dialled at an older master (Sentinel): replaced once nothing is in
+   * flight on it */
+  if (m->conn && !m->head && !m->leader && dlock__redis_conn_stale(r, m->conn)) {
+    dlock__conn_close(m->conn);
+    m->conn = NULL;
+  }
   if (m->conn)
     return 0;
   m->dialing = true;

@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/clock.h"
@@ -112,18 +113,16 @@ int dlock__redis_append_cmd(dlock__conn *c, int argc, const char **argv) {
 
 /* ----------------------------------------------------------- handshake */
 
-int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
-                      dlock__conn **out) {
-  *out = NULL;
-  int64_t deadline = dlock__deadline_after(r->connect_timeout_ms);
-  if (until < deadline)
-    deadline = until;
+/* Connects to ep and runs the handshake before deadline; `role`: also
+ * asks ROLE and refuses a server that is not a master. */
+static int dial_at(dlock__redis *r, const dlock__endpoint *ep, bool select_db,
+                   bool role, int64_t deadline, dlock__conn **out) {
   dlock__conn *c = NULL;
-  int rc = dlock__conn_connect_tls(&c, r->ep, r->tls, deadline);
+  int rc = dlock__conn_connect_tls(&c, ep, r->tls, deadline);
   if (rc)
     return rc;
   size_t n = 0;
-  const char *what[3];
+  const char *what[4];
   char db[16];
   if (r->password) {
     const char *a[3] = {"AUTH", r->user ? r->user : r->password, r->password};
@@ -141,16 +140,33 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
     rc = dlock__redis_append_cmd(c, 3, a);
     what[n++] = "CLIENT SETNAME";
   }
+  if (!rc && role) {
+    const char *a[1] = {"ROLE"};
+    rc = dlock__redis_append_cmd(c, 1, a);
+    what[n++] = "ROLE";
+  }
   if (!rc && n > 0) {
-    redisReply *rep[3] = {NULL, NULL, NULL};
+    redisReply *rep[4] = {NULL, NULL, NULL, NULL};
     rc = dlock__conn_exec(c, deadline, n, rep);
     for (size_t i = 0; i < n && rep[0]; i++) {
       if (!rc && rep[i]->type == REDIS_REPLY_ERROR) {
         char ctx[400];
-        snprintf(ctx, sizeof ctx, "%s: %s refused", r->ep->display, what[i]);
+        snprintf(ctx, sizeof ctx, "%s: %s refused", ep->display, what[i]);
         rc = dlock__redis_error(rep[i], ctx);
         if (i == 0 && r->password)
           rc = DLOCK_EAUTH;
+      } else if (!rc && role && i == n - 1 &&
+                 (rep[i]->type != REDIS_REPLY_ARRAY || rep[i]->elements < 1 ||
+                  rep[i]->element[0]->type != REDIS_REPLY_STRING ||
+                  strcmp(rep[i]->element[0]->str, "master") != 0)) {
+        rc = dlock__seterr(DLOCK_EUNAVAILABLE, "%s:%d is not a master (%s)",
+                           ep->host, ep->port,
+                           rep[i]->type == REDIS_REPLY_ARRAY &&
+                                   rep[i]->elements > 0 &&
+                                   rep[i]->element[0]->type ==
+                                       REDIS_REPLY_STRING
+                               ? rep[i]->element[0]->str
+                               : "ROLE answered otherwise");
       }
       freeReplyObject(rep[i]);
     }
@@ -162,6 +178,51 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
   }
   *out = c;
   return 0;
+}
+
+int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
+                      dlock__conn **out) {
+  *out = NULL;
+  int64_t deadline = dlock__deadline_after(r->connect_timeout_ms);
+  if (until < deadline)
+    deadline = until;
+  if (!r->sentinel)
+    return dial_at(r, r->ep, select_db, false, deadline, out);
+  /* through the sentinels: the master they name, checked by ROLE; during
+   * a failover, ask them again until the deadline */
+  char why[400] = "";
+  for (;;) {
+    dlock__endpoint ep;
+    char host[256];
+    uint32_t gen = 0;
+    int rc = dlock__redis_sentinel_master(r, &ep, host, sizeof host, &gen);
+    if (!rc) {
+      rc = dial_at(r, &ep, select_db, true, deadline, out);
+      if (!rc) {
+        dlock__conn_set_tag(*out, gen);
+        return 0;
+      }
+      if (rc == DLOCK_EAUTH || rc == DLOCK_ETLS || rc == DLOCK_ENOMEM)
+        return rc;
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+    }
+    if (dlock__now_ms() >= deadline)
+      return dlock__seterr(rc ? rc : DLOCK_EIOTIMEOUT,
+                           "%s: no master within the connect timeout (%s)",
+                           dlock__redis_sentinel_display(r->sentinel), why);
+    int src = dlock__redis_sentinel_resolve(r, deadline);
+    if (src == DLOCK_EAUTH || src == DLOCK_ENOMEM || src == DLOCK_EURL)
+      return src;
+    if (src) /* the sentinels' reason says more than the dial's */
+      snprintf(why, sizeof why, "%s", dlock_last_error());
+    if (atomic_load(&r->master_gen) == gen) {
+      /* the sentinels still name the same one (they have not failed over
+       * yet): a pause, then again */
+      int64_t nap = deadline - dlock__now_ms();
+      struct timespec ts = {0, (nap > 100 ? 100 : nap > 0 ? nap : 0) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+  }
 }
 
 /* ---------------------------------------------------------------- pool */
@@ -181,9 +242,9 @@ dlock__conn *dlock__redis_pool_take_idle(dlock__redis *r) {
     if (r->nidle > 0)
       c = r->idle[--r->nidle];
     pthread_mutex_unlock(&r->pool_mu);
-    if (!c || !dlock__conn_peer_closed(c))
+    if (!c || (!dlock__redis_conn_stale(r, c) && !dlock__conn_peer_closed(c)))
       return c;
-    dlock__conn_close(c);
+    dlock__conn_close(c); /* closed by the server, or to an old master */
   }
 }
 
@@ -194,7 +255,7 @@ static int pool_get(dlock__redis *r, dlock__conn **out) {
 void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c) {
   if (!c)
     return;
-  if (dlock__conn_broken(c)) {
+  if (dlock__conn_broken(c) || dlock__redis_conn_stale(r, c)) {
     dlock__conn_close(c);
     return;
   }
@@ -205,6 +266,45 @@ void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c) {
   }
   pthread_mutex_unlock(&r->pool_mu);
   dlock__conn_close(c);
+}
+
+/* Closes every idle pooled connection. */
+static void pool_flush(dlock__redis *r) {
+  for (;;) {
+    dlock__conn *c = NULL;
+    pthread_mutex_lock(&r->pool_mu);
+    if (r->nidle > 0)
+      c = r->idle[--r->nidle];
+    pthread_mutex_unlock(&r->pool_mu);
+    if (!c)
+      return;
+    dlock__conn_close(c);
+  }
+}
+
+bool dlock__redis_is_readonly(const redisReply *rep) {
+  return rep && rep->type == REDIS_REPLY_ERROR && starts_with(rep, "READONLY");
+}
+
+bool dlock__redis_saw_replies(dlock__redis *r, dlock__conn *c,
+                              redisReply **rep, size_t n) {
+  if (!r->sentinel)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    if (!dlock__redis_is_readonly(rep[i]))
+      continue;
+    /* the server was demoted: nothing of it is reused, and the sentinels
+     * are asked now (a dial asks them again until the new master is up) */
+    if (c)
+      dlock__conn_set_broken(c);
+    else if (r->mux)
+      dlock__redis_mux_end(r->mux);
+    pool_flush(r);
+    dlock__redis_sentinel_resolve(r,
+                                  dlock__deadline_after(r->connect_timeout_ms));
+    return true;
+  }
+  return false;
 }
 
 /* Runs one request of `want` replies, written by `append`: on a pooled
@@ -223,6 +323,8 @@ static int request(dlock__redis *r, bool may_share,
     int rc = dlock__redis_mux_exec(r, r->mux, append, arg, want, budget_ms,
                                    rep);
     *broke = rc < 0;
+    if (!rc)
+      dlock__redis_saw_replies(r, NULL, rep, want);
     return rc;
   }
   dlock__conn *c = NULL;
@@ -231,6 +333,8 @@ static int request(dlock__redis *r, bool may_share,
     rc = append(c, arg);
   if (!rc)
     rc = dlock__conn_exec(c, dlock__deadline_after(budget_ms), want, rep);
+  if (!rc)
+    dlock__redis_saw_replies(r, c, rep, want);
   *broke = rc && c && dlock__conn_broken(c);
   dlock__redis_pool_put(r, c);
   if (counted)
@@ -422,6 +526,14 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
       q.role = false;
       rc = script_roundtrip(r, &q, reply, &acked, &broke);
     }
+    /* a demoted master refused the script's first write: nothing of it
+     * ran, so it is sent once more, to the master the sentinels name */
+    if (!rc && r->sentinel && attempt == 0 &&
+        dlock__redis_is_readonly(*reply)) {
+      freeReplyObject(*reply);
+      *reply = NULL;
+      continue;
+    }
     if (!rc || !retry_safe || !broke)
       break;
   }
@@ -504,6 +616,7 @@ static void redis_close(void *be) {
     return;
   dlock__redis_channels_free(r); /* and the watch connection */
   dlock__redis_mux_free(r->mux);
+  dlock__redis_sentinel_free(r->sentinel);
   for (int i = 0; i < r->nidle; i++)
     dlock__conn_close(r->idle[i]);
   dlock__free(r->idle);
@@ -596,7 +709,23 @@ static int open_backend(void **be, const char *url,
   }
   r->core = core; /* no session: each hold is renewed on its own */
   snprintf(r->client_id, sizeof r->client_id, "%s", dlock_client_id(core));
-  int prc = dlock__url_parse(url, &r->ep_parsed);
+  int prc = 0;
+  if (dlock__redis_is_sentinel_url(url)) {
+    prc = dlock__redis_sentinel_parse(url, o->sentinel_user,
+                                      o->sentinel_password, &r->sentinel,
+                                      &r->ep_parsed);
+    if (!prc) { /* messages name the sentinels and the master's name */
+      char *d = dlock__strdup(dlock__redis_sentinel_display(r->sentinel));
+      if (!d)
+        prc = DLOCK_ENOMEM;
+      else {
+        dlock__free(r->ep_parsed.display);
+        r->ep_parsed.display = d;
+      }
+    }
+  } else {
+    prc = dlock__url_parse(url, &r->ep_parsed);
+  }
   if (prc) {
     redis_close(r);
     return prc;
@@ -676,7 +805,8 @@ int dlock__redis_open_unchecked(void **be, const char *url,
   return open_backend(be, url, o, core, false);
 }
 
-static const char *const redis_schemes[] = {"redis", "rediss", "unix", NULL};
+static const char *const redis_schemes[] = {"redis", "rediss", "unix",
+                                             "redis-sentinel", NULL};
 
 const dlock__backend_ops dlock__redis_backend = {
     .name = "redis",

@@ -13,6 +13,9 @@
 #include "net/conn.h"
 #include "redis/scripts.h"
 
+/* The master found through Redis Sentinel (sentinel.c). */
+typedef struct dlock__redis_sentinel dlock__redis_sentinel;
+
 /* The pipelined connection that caller threads share (mux.c). */
 typedef struct dlock__redis_mux dlock__redis_mux;
 
@@ -47,6 +50,11 @@ typedef struct dlock__redis {
   int nidle;
 
   dlock__redis_mux *mux; /* scripts without WAIT; NULL: pipelining off */
+  /* redis-sentinel:// (NULL otherwise): the master's address changes with
+   * failovers; master_gen counts its changes, and every connection is
+   * tagged with the generation it was dialled at */
+  dlock__redis_sentinel *sentinel;
+  _Atomic uint32_t master_gen;
   _Atomic int pooled_busy; /* scripts on pooled connections now */
 
   dlock__conn *watch; /* the event loop thread only */
@@ -237,6 +245,40 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
                           int (*append)(dlock__conn *c, void *arg), void *arg,
                           size_t want, int64_t timeout_ms,
                           redisReply **replies);
+
+/* READONLY: a replica (a demoted master) refused a write. */
+bool dlock__redis_is_readonly(const redisReply *rep);
+/* Looks at a round trip's replies: through Sentinel, a READONLY one means
+ * the master was demoted: c (or, when NULL, the shared connection) is not
+ * used again, the idle pool is emptied and the sentinels are asked.
+ * True when it saw one. */
+bool dlock__redis_saw_replies(dlock__redis *r, dlock__conn *c,
+                              redisReply **rep, size_t n);
+/* Ends the shared connection (its requests in flight fail). */
+void dlock__redis_mux_end(dlock__redis_mux *m);
+
+/* sentinel.c */
+bool dlock__redis_is_sentinel_url(const char *url);
+/* Parses a redis-sentinel:// URL: the sentinels, the master's name, and
+ * into *data the data nodes' user, password and db (its address stands in
+ * until the master is known). user/password: the sentinels' own. */
+int dlock__redis_sentinel_parse(const char *url, const char *user,
+                                const char *password,
+                                dlock__redis_sentinel **out,
+                                dlock__endpoint *data);
+void dlock__redis_sentinel_free(dlock__redis_sentinel *s);
+const char *dlock__redis_sentinel_display(const dlock__redis_sentinel *s);
+/* Asks the sentinels for the master (raises master_gen when it moved). */
+int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline);
+/* The master's endpoint as known now (ep borrows host[] and r->ep's
+ * credentials), and its generation; DLOCK_EUNAVAILABLE when unknown. */
+int dlock__redis_sentinel_master(dlock__redis *r, dlock__endpoint *ep,
+                                 char *host, size_t hostlen, uint32_t *gen);
+/* True when c was dialled at an older master than the current one. */
+static inline bool dlock__redis_conn_stale(dlock__redis *r,
+                                           const dlock__conn *c) {
+  return r->sentinel && dlock__conn_tag(c) != atomic_load(&r->master_gen);
+}
 
 /* Sets r->latch_ms from the timeouts (locks.c). */
 void dlock__redis_latch_ms(dlock__redis *r);

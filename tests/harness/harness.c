@@ -441,7 +441,8 @@ static int spawn(th_server_t *s) {
   char conf[512], out[512];
   snprintf(conf, sizeof conf, "%s/redis.conf", s->dir);
   snprintf(out, sizeof out, "%s/redis.out", s->dir);
-  char *argv[] = {exe, conf, NULL};
+  char sentinel[] = "--sentinel";
+  char *argv[] = {exe, conf, s->sentinel ? sentinel : NULL, NULL};
   pid_t pid = th_spawn(exe, argv, out, "harness");
   if (pid < 0)
     return -1;
@@ -652,6 +653,8 @@ th_server_t *th_server_start(const char *const *extra) {
   }
   for (size_t i = 0; i < n; i++) {
     s->conf[i] = xstrdup(extra[i]);
+    if (strcmp(extra[i], TH_SENTINEL_LINE) == 0)
+      s->sentinel = true;
     if (strncmp(extra[i], "requirepass ", 12) == 0) {
       free(s->password);
       s->password = xstrdup(extra[i] + 12);
@@ -1063,4 +1066,20 @@ void th_proxy_stop(th_proxy_t *p) {
   close(p->wake[0]);
   close(p->wake[1]);
   free(p);
+}
+
+int th_sentinel_master_port(th_server_t *sentinel, const char *name) {
+  redisContext *c = th_redis_connect(sentinel);
+  if (!c)
+    return -1;
+  redisReply *r =
+      redisCommand(c, "SENTINEL GET-MASTER-ADDR-BY-NAME %s", name);
+  int port = -1;
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_STRING)
+    port = atoi(r->element[1]->str);
+  if (r)
+    freeReplyObject(r);
+  redisFree(c);
+  return port;
 }

@@ -30,6 +30,7 @@ typedef struct th_server {
   int port2;     /* "${port2}" in a config line (e.g. tls-port), or 0 */
   char dir[256]; /* the server's temp dir (config, log, data) */
   char url[64];  /* "redis://127.0.0.1:PORT" */
+  bool sentinel; /* runs as redis-sentinel (TH_SENTINEL_LINE given) */
   char **conf;   /* extra config lines, copied */
   size_t nconf;
   char *user; /* credentials the harness uses itself (may be NULL) */
@@ -48,6 +49,12 @@ typedef struct th_server {
  * server answers (at most 10 s). Returns NULL (after printing why) on
  * failure. */
 th_server_t *th_server_start(const char *const *extra);
+/* This line among `extra` starts the server in Sentinel mode
+ * (redis-server --sentinel; the other lines are sentinel directives such
+ * as "sentinel monitor NAME 127.0.0.1 PORT QUORUM"). */
+#define TH_SENTINEL_LINE "# dlock harness: sentinel"
+/* The master's port a sentinel names for `name` now, or -1. */
+int th_sentinel_master_port(th_server_t *sentinel, const char *name);
 /* Stops the server (SIGTERM, SIGKILL after 5 s), removes its dir, frees s.
  * Accepts NULL. */
 void th_server_stop(th_server_t *s);

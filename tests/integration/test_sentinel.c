@@ -1,0 +1,238 @@
+/*
+ * test_sentinel.c - a master found through Redis Sentinel, and a failover.
+ *
+ * Design note: each case starts a master, one replica and three sentinels
+ * (redis-server --sentinel, through the harness: free 127.0.0.1 ports,
+ * stopped by PID) monitoring it with a 1 s down-after and a quorum of 2,
+ * and a client on redis-sentinel://s1,s2,s3/NAME. What a user would
+ * observe is asserted: locks land on the master the sentinels name, bad
+ * URLs and an unknown master name are refused with one clear error, and
+ * when the master is killed: a lock taken (with WAIT, the replica
+ * connected) before the kill is still held on the promoted replica and
+ * its holder can release it, a waiter is woken by that release and
+ * acquires, and new acquisitions work; the time from the kill to the first
+ * new acquisition is printed. Main thread plus one waiter thread; every
+ * wait is bounded.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "itest.h"
+
+#define MASTER "dlockmaster"
+#define NSENT 3
+
+typedef struct topo {
+  th_server_t *master, *replica, *sent[NSENT];
+  char url[512];
+} topo_t;
+
+static bool replica_linked(th_server_t *replica) {
+  redisContext *c = th_redis_connect(replica);
+  if (!c)
+    return false;
+  redisReply *r = redisCommand(c, "INFO replication");
+  bool up = r && r->type == REDIS_REPLY_STRING &&
+            strstr(r->str, "master_link_status:up") != NULL;
+  if (r)
+    freeReplyObject(r);
+  redisFree(c);
+  return up;
+}
+
+/* How many other sentinels sentinel s knows of (they find each other
+ * through the master's hello channel). */
+static int sentinels_known(th_server_t *s) {
+  redisContext *c = th_redis_connect(s);
+  if (!c)
+    return -1;
+  redisReply *r = redisCommand(c, "SENTINEL SENTINELS %s", MASTER);
+  int n = r && r->type == REDIS_REPLY_ARRAY ? (int)r->elements : -1;
+  if (r)
+    freeReplyObject(r);
+  redisFree(c);
+  return n;
+}
+
+static void topo_start(topo_t *t) {
+  memset(t, 0, sizeof *t);
+  t->master = th_server_start(NULL);
+  CHECK(t->master);
+  char replicaof[64];
+  snprintf(replicaof, sizeof replicaof, "replicaof 127.0.0.1 %d",
+           t->master->port);
+  const char *rconf[] = {replicaof, NULL};
+  t->replica = th_server_start(rconf);
+  CHECK(t->replica);
+  char monitor[128];
+  snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
+           MASTER, t->master->port);
+  const char *sconf[] = {TH_SENTINEL_LINE,
+                         monitor,
+                         "sentinel down-after-milliseconds " MASTER " 1000",
+                         "sentinel failover-timeout " MASTER " 5000",
+                         "sentinel parallel-syncs " MASTER " 1",
+                         NULL};
+  size_t used = (size_t)snprintf(t->url, sizeof t->url, "redis-sentinel://");
+  for (int i = 0; i < NSENT; i++) {
+    t->sent[i] = th_server_start(sconf);
+    CHECK(t->sent[i]);
+    used += (size_t)snprintf(t->url + used, sizeof t->url - used,
+                             "%s127.0.0.1:%d", i ? "," : "",
+                             t->sent[i]->port);
+  }
+  snprintf(t->url + used, sizeof t->url - used, "/%s", MASTER);
+  /* the replica in sync and the sentinels aware of each other: only then
+   * can a failover happen (bounded waits) */
+  int64_t until = th_now_ms() + 20000;
+  while (!replica_linked(t->replica) && th_now_ms() < until)
+    th_sleep_ms(50);
+  CHECK(replica_linked(t->replica));
+  for (int i = 0; i < NSENT; i++) {
+    while (sentinels_known(t->sent[i]) < NSENT - 1 && th_now_ms() < until)
+      th_sleep_ms(100);
+    CHECK_INT(sentinels_known(t->sent[i]), ==, NSENT - 1);
+  }
+}
+
+static void topo_stop(topo_t *t) {
+  for (int i = 0; i < NSENT; i++)
+    th_server_stop(t->sent[i]);
+  th_server_stop(t->replica);
+  th_server_stop(t->master);
+}
+
+static dlock_client_t *sentinel_client(const char *url, int64_t connect_ms) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, connect_ms));
+  CHECK_OK(dlock_options_set_command_timeout(o, 2000));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, o));
+  dlock_options_free(o);
+  return c;
+}
+
+static void t_basic(void) {
+  topo_t t;
+  topo_start(&t);
+  printf("url: %s\n", t.url);
+  dlock_client_t *c = sentinel_client(t.url, 2000);
+  dlock_lock_t *l = it_lock(c, "sent-basic");
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(it_exists(t.master, "sent-basic"), ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(it_exists(t.master, "sent-basic"), ==, 0);
+  /* the other kinds on the same master */
+  dlock_lock_t *f = NULL, *w = NULL;
+  CHECK_OK(dlock_lock_new_kind(c, "sent-fair", DLOCK_FAIR, &f));
+  CHECK_OK(dlock_lock_new_kind(c, "sent-rw", DLOCK_WRITE, &w));
+  CHECK_OK(dlock_lock_acquire(f, 1000, 10000));
+  CHECK_OK(dlock_lock_acquire(w, 1000, 10000));
+  CHECK_OK(dlock_lock_release(w));
+  CHECK_OK(dlock_lock_release(f));
+  dlock_lock_free(f);
+  dlock_lock_free(w);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+
+  /* an unknown master name, bad URLs: one clear error each */
+  char bad[600];
+  snprintf(bad, sizeof bad, "redis-sentinel://127.0.0.1:%d/nosuchmaster",
+           t.sent[0]->port);
+  dlock_client_t *x = NULL;
+  int rc = dlock_client_new(&x, bad, NULL);
+  printf("unknown master: %s (%s)\n", dlock_err_name(rc), dlock_last_error());
+  CHECK_RC(rc, DLOCK_EURL);
+  CHECK(x == NULL);
+  CHECK(strstr(dlock_last_error(), "nosuchmaster"));
+  CHECK_RC(dlock_client_new(&x, "redis-sentinel://127.0.0.1:1", NULL),
+           DLOCK_EURL);
+  CHECK(strstr(dlock_last_error(), "master name"));
+  CHECK_RC(dlock_client_new(&x, "redis-sentinel://127.0.0.1:1,/m", NULL),
+           DLOCK_EURL);
+  topo_stop(&t);
+}
+
+typedef struct waiter {
+  dlock_client_t *c;
+  int rc;
+  int64_t got_at;
+  pthread_t th;
+} waiter_t;
+
+static void *waiter_main(void *arg) {
+  waiter_t *w = arg;
+  dlock_lock_t *l = it_lock(w->c, "sent-held");
+  w->rc = dlock_lock_acquire(l, 60000, 10000);
+  w->got_at = th_now_ms();
+  if (w->rc == DLOCK_OK)
+    dlock_lock_release(l);
+  dlock_lock_free(l);
+  return NULL;
+}
+
+static void t_failover(void) {
+  topo_t t;
+  topo_start(&t);
+  /* connect timeout above the failover's few seconds: calls made during
+   * it wait for the new master */
+  dlock_client_t *c = sentinel_client(t.url, 15000);
+  dlock_client_t *c2 = sentinel_client(t.url, 15000);
+  dlock_lock_t *held = it_lock(c, "sent-held");
+  CHECK_OK(dlock_lock_acquire(held, 0, DLOCK_LEASE_WATCHDOG));
+  /* WAIT acknowledged by the replica before the grant returned */
+  CHECK_INT(it_exists(t.replica, "sent-held"), ==, 1);
+  waiter_t w = {.c = c2};
+  CHECK(pthread_create(&w.th, NULL, waiter_main, &w) == 0);
+  th_sleep_ms(300); /* the waiter is waiting (scenario pace) */
+
+  int64_t t_kill = th_now_ms();
+  CHECK(th_server_kill9(t.master) == 0);
+  dlock_lock_t *fresh = it_lock(c, "sent-fresh");
+  int64_t t_ok = -1;
+  int tries = 0;
+  while (th_now_ms() - t_kill < 30000 && tries < 1000) {
+    tries++;
+    if (dlock_lock_acquire(fresh, 0, 10000) == DLOCK_OK) {
+      t_ok = th_now_ms();
+      break;
+    }
+    th_sleep_ms(50);
+  }
+  CHECKF(t_ok > 0, "no acquisition within 30 s of the kill: %s",
+         dlock_last_error());
+  printf("FIGURE sentinel.failover: first acquisition %lld ms after the "
+         "master was killed (down-after 1000 ms), %d tries\n",
+         (long long)(t_ok - t_kill), tries);
+  CHECK_OK(dlock_lock_release(fresh));
+  int promoted = th_sentinel_master_port(t.sent[0], MASTER);
+  CHECK_INT(promoted, ==, t.replica->port);
+  /* the lock taken before the kill survived on the promoted replica */
+  CHECK_INT(it_exists(t.replica, "sent-held"), ==, 1);
+  bool mine = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(held, &mine));
+  CHECK(mine);
+  /* its release reaches the new master and wakes the waiter */
+  int64_t t_rel = th_now_ms();
+  CHECK_OK(dlock_lock_release(held));
+  pthread_join(w.th, NULL);
+  CHECK_RC(w.rc, DLOCK_OK);
+  printf("FIGURE sentinel.waiter: woken and granted %lld ms after the "
+         "release on the new master\n",
+         (long long)(w.got_at - t_rel));
+  CHECK_INT(w.got_at - t_rel, <, 5000);
+  dlock_lock_free(fresh);
+  dlock_lock_free(held);
+  dlock_client_free(c2);
+  dlock_client_free(c);
+  topo_stop(&t);
+}
+
+static const check_case_t cases[] = {
+    {"basic", t_basic},
+    {"failover", t_failover},
+};
+
+CHECK_MAIN(cases)
