@@ -137,6 +137,21 @@ static void t_basic(void) {
   dlock_lock_free(l);
   dlock_client_free(c);
 
+#ifdef DLOCK_CLI_PATH
+  /* the command, with the URL as it is */
+  char cmd[1200], out[256] = "";
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' sent-cli sh -c 'echo "
+                          "\"$DLOCK_TOKEN\"'",
+           t.url);
+  FILE *p = popen(cmd, "r");
+  CHECK(p);
+  CHECK(fgets(out, sizeof out, p) != NULL);
+  CHECK_INT(pclose(p), ==, 0);
+  printf("dlock -u %s: token %s", t.url, out);
+  CHECK(atoll(out) > 0);
+#endif
+
   /* an unknown master name, bad URLs: one clear error each */
   char bad[600];
   snprintf(bad, sizeof bad, "redis-sentinel://127.0.0.1:%d/nosuchmaster",

@@ -125,6 +125,8 @@ static const char usage_text[] =
     "URLs: redis://[[user]:password@]host[:port][/db], "
     "unix:///path/redis.sock,\n"
     "rediss://[[user]:password@]host[:port][/db] (TLS).\n"
+    "redis-sentinel://[[user]:password@]host:port[,host:port...]/master[/db]\n"
+    "(the master the sentinels name, followed across failovers).\n"
     "zookeeper://host[:port][,host[:port]...][/chroot][?base=/path] (Curator's\n"
     "lock layout; NAME is a path under base, /dlock/locks, unless it starts\n"
     "with '/').\n"
