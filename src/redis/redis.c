@@ -417,6 +417,25 @@ static void note_role(dlock__redis *r, const redisReply *rep) {
                                     : dlock__now_ms());
 }
 
+/* Asks ROLE now: the replicas connected to the master (-1: unknown).
+ * A call whose WAIT counted the replicas of the master before a failover
+ * (the count was taken before its connection found the new master) asks
+ * the new master whether it has any to wait for. */
+static int replicas_now(dlock__redis *r) {
+  redisReply *rep = NULL;
+  const char *argv[1] = {"ROLE"};
+  char saved[400];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int rc = dlock__redis_command(r, 1, argv, &rep);
+  dlock__seterr(0, "%s", saved);
+  if (rc)
+    return -1;
+  note_role(r, rep);
+  int n = role_replicas(rep);
+  freeReplyObject(rep);
+  return n;
+}
+
 int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
   return dlock__seterr(DLOCK_EUNAVAILABLE,
                        "%s: %s: none of the %d connected replica%s "
@@ -509,6 +528,7 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
               !atomic_load(&r->wait_refused);
   int rc = 0;
   int64_t acked = -1;
+  uint32_t gen0 = atomic_load(&r->master_gen);
   script_req q = {.r = r, .s = s, .nkeys = nkeys, .argc = argc,
                   .argv = argv, .lens = lens};
   for (int attempt = 0; attempt < 2; attempt++) {
@@ -542,7 +562,9 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
     freeReplyObject(*reply);
     *reply = NULL;
   }
-  if (!rc && q.wait_n > 0 && acked == 0)
+  if (!rc && q.wait_n > 0 && acked == 0 &&
+      !(r->sentinel && atomic_load(&r->master_gen) != gen0 &&
+        replicas_now(r) == 0))
     *unsynced = q.wait_n;
   return rc;
 }

@@ -2,7 +2,8 @@
  * backends.c - th_backend_*: one entry point over each backend's harness.
  *
  * Design note: a table of the backends this build tests, each a start and
- * a stop over its own harness (harness.c for Redis; zk.c and etcd.c when
+ * a stop over its own harness (harness.c for Redis, sentinel.c for a
+ * Sentinel-managed master; zk.c and etcd.c when
  * TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD are defined by the build). The choice is
  * read from the environment so that ctest can run one test binary once per
  * backend. Single threaded (main thread).
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "sentinel.h"
 #ifdef TH_HAVE_ZOOKEEPER
 #include "zk.h"
 #endif
@@ -51,6 +53,15 @@ th_backend_t *th_backend_start(void) {
       b->impl = s;
       b->stop = stop_redis;
       url = s->url;
+    }
+  }
+  else if (strcmp(name, "sentinel") == 0) {
+    th_sentinels_t *t = th_sentinels_start();
+    if (t) {
+      b->name = "sentinel";
+      b->impl = t;
+      b->stop = (void (*)(void *))th_sentinels_stop;
+      url = t->url;
     }
   }
 #ifdef TH_HAVE_ZOOKEEPER

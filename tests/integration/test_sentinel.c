@@ -19,89 +19,9 @@
 #endif
 
 #include "itest.h"
+#include "sentinel.h"
 
-#define MASTER "dlockmaster"
-#define NSENT 3
-
-typedef struct topo {
-  th_server_t *master, *replica, *sent[NSENT];
-  char url[512];
-} topo_t;
-
-static bool replica_linked(th_server_t *replica) {
-  redisContext *c = th_redis_connect(replica);
-  if (!c)
-    return false;
-  redisReply *r = redisCommand(c, "INFO replication");
-  bool up = r && r->type == REDIS_REPLY_STRING &&
-            strstr(r->str, "master_link_status:up") != NULL;
-  if (r)
-    freeReplyObject(r);
-  redisFree(c);
-  return up;
-}
-
-/* How many other sentinels sentinel s knows of (they find each other
- * through the master's hello channel). */
-static int sentinels_known(th_server_t *s) {
-  redisContext *c = th_redis_connect(s);
-  if (!c)
-    return -1;
-  redisReply *r = redisCommand(c, "SENTINEL SENTINELS %s", MASTER);
-  int n = r && r->type == REDIS_REPLY_ARRAY ? (int)r->elements : -1;
-  if (r)
-    freeReplyObject(r);
-  redisFree(c);
-  return n;
-}
-
-static void topo_start(topo_t *t) {
-  memset(t, 0, sizeof *t);
-  t->master = th_server_start(NULL);
-  CHECK(t->master);
-  char replicaof[64];
-  snprintf(replicaof, sizeof replicaof, "replicaof 127.0.0.1 %d",
-           t->master->port);
-  const char *rconf[] = {replicaof, NULL};
-  t->replica = th_server_start(rconf);
-  CHECK(t->replica);
-  char monitor[128];
-  snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
-           MASTER, t->master->port);
-  const char *sconf[] = {TH_SENTINEL_LINE,
-                         monitor,
-                         "sentinel down-after-milliseconds " MASTER " 1000",
-                         "sentinel failover-timeout " MASTER " 5000",
-                         "sentinel parallel-syncs " MASTER " 1",
-                         NULL};
-  size_t used = (size_t)snprintf(t->url, sizeof t->url, "redis-sentinel://");
-  for (int i = 0; i < NSENT; i++) {
-    t->sent[i] = th_server_start(sconf);
-    CHECK(t->sent[i]);
-    used += (size_t)snprintf(t->url + used, sizeof t->url - used,
-                             "%s127.0.0.1:%d", i ? "," : "",
-                             t->sent[i]->port);
-  }
-  snprintf(t->url + used, sizeof t->url - used, "/%s", MASTER);
-  /* the replica in sync and the sentinels aware of each other: only then
-   * can a failover happen (bounded waits) */
-  int64_t until = th_now_ms() + 20000;
-  while (!replica_linked(t->replica) && th_now_ms() < until)
-    th_sleep_ms(50);
-  CHECK(replica_linked(t->replica));
-  for (int i = 0; i < NSENT; i++) {
-    while (sentinels_known(t->sent[i]) < NSENT - 1 && th_now_ms() < until)
-      th_sleep_ms(100);
-    CHECK_INT(sentinels_known(t->sent[i]), ==, NSENT - 1);
-  }
-}
-
-static void topo_stop(topo_t *t) {
-  for (int i = 0; i < NSENT; i++)
-    th_server_stop(t->sent[i]);
-  th_server_stop(t->replica);
-  th_server_stop(t->master);
-}
+#define MASTER TH_SENTINEL_MASTER
 
 static dlock_client_t *sentinel_client(const char *url, int64_t connect_ms) {
   dlock_options_t *o = NULL;
@@ -115,8 +35,9 @@ static dlock_client_t *sentinel_client(const char *url, int64_t connect_ms) {
 }
 
 static void t_basic(void) {
-  topo_t t;
-  topo_start(&t);
+  th_sentinels_t *tp = th_sentinels_start();
+  CHECK(tp);
+  th_sentinels_t t = *tp;
   printf("url: %s\n", t.url);
   dlock_client_t *c = sentinel_client(t.url, 2000);
   dlock_lock_t *l = it_lock(c, "sent-basic");
@@ -167,12 +88,13 @@ static void t_basic(void) {
   CHECK(strstr(dlock_last_error(), "master name"));
   CHECK_RC(dlock_client_new(&x, "redis-sentinel://127.0.0.1:1,/m", NULL),
            DLOCK_EURL);
-  topo_stop(&t);
+  th_sentinels_stop(tp);
 }
 
 typedef struct waiter {
   dlock_client_t *c;
   int rc;
+  char err[512];
   int64_t got_at;
   pthread_t th;
 } waiter_t;
@@ -182,6 +104,7 @@ static void *waiter_main(void *arg) {
   dlock_lock_t *l = it_lock(w->c, "sent-held");
   w->rc = dlock_lock_acquire(l, 60000, 10000);
   w->got_at = th_now_ms();
+  snprintf(w->err, sizeof w->err, "%s", dlock_last_error());
   if (w->rc == DLOCK_OK)
     dlock_lock_release(l);
   dlock_lock_free(l);
@@ -189,8 +112,9 @@ static void *waiter_main(void *arg) {
 }
 
 static void t_failover(void) {
-  topo_t t;
-  topo_start(&t);
+  th_sentinels_t *tp = th_sentinels_start();
+  CHECK(tp);
+  th_sentinels_t t = *tp;
   /* connect timeout above the failover's few seconds: calls made during
    * it wait for the new master */
   dlock_client_t *c = sentinel_client(t.url, 15000);
@@ -233,7 +157,7 @@ static void t_failover(void) {
   int64_t t_rel = th_now_ms();
   CHECK_OK(dlock_lock_release(held));
   pthread_join(w.th, NULL);
-  CHECK_RC(w.rc, DLOCK_OK);
+  CHECKF(w.rc == DLOCK_OK, "the waiter: %s (%s)", dlock_err_name(w.rc), w.err);
   printf("FIGURE sentinel.waiter: woken and granted %lld ms after the "
          "release on the new master\n",
          (long long)(w.got_at - t_rel));
@@ -242,7 +166,7 @@ static void t_failover(void) {
   dlock_lock_free(held);
   dlock_client_free(c2);
   dlock_client_free(c);
-  topo_stop(&t);
+  th_sentinels_stop(tp);
 }
 
 static const check_case_t cases[] = {

@@ -1,0 +1,110 @@
+/*
+ * sentinel.c - th_sentinels_*: a master, a replica and three sentinels
+ * (see sentinel.h). Each is a harness server; a sentinel is started with
+ * TH_SENTINEL_LINE among its config lines, which makes the harness run it
+ * as redis-server --sentinel.
+ */
+#include "sentinel.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* INFO replication of s holds `what`. */
+static bool replication_says(th_server_t *s, const char *what) {
+  redisContext *c = th_redis_connect(s);
+  if (!c)
+    return false;
+  redisReply *r = redisCommand(c, "INFO replication");
+  bool yes = r && r->type == REDIS_REPLY_STRING && strstr(r->str, what);
+  if (r)
+    freeReplyObject(r);
+  redisFree(c);
+  return yes;
+}
+
+/* In sync, as both sides see it: the master lists the replica online (it
+ * counts in ROLE, which sizes dlock's WAIT). */
+static bool replica_linked(th_sentinels_t *t) {
+  return replication_says(t->replica, "master_link_status:up") &&
+         replication_says(t->master, "state=online");
+}
+
+/* How many other sentinels s knows of (they find each other through the
+ * master's hello channel); -1 when it does not answer. */
+static int sentinels_known(th_server_t *s) {
+  redisContext *c = th_redis_connect(s);
+  if (!c)
+    return -1;
+  redisReply *r = redisCommand(c, "SENTINEL SENTINELS %s", TH_SENTINEL_MASTER);
+  int n = r && r->type == REDIS_REPLY_ARRAY ? (int)r->elements : -1;
+  if (r)
+    freeReplyObject(r);
+  redisFree(c);
+  return n;
+}
+
+th_sentinels_t *th_sentinels_start(void) {
+  th_sentinels_t *t = calloc(1, sizeof *t);
+  if (!t)
+    return NULL;
+  t->master = th_server_start(NULL);
+  if (!t->master)
+    goto failed;
+  char replicaof[64];
+  snprintf(replicaof, sizeof replicaof, "replicaof 127.0.0.1 %d",
+           t->master->port);
+  const char *rconf[] = {replicaof, NULL};
+  if (!(t->replica = th_server_start(rconf)))
+    goto failed;
+  char monitor[128];
+  snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
+           TH_SENTINEL_MASTER, t->master->port);
+  const char *sconf[] = {
+      TH_SENTINEL_LINE,
+      monitor,
+      "sentinel down-after-milliseconds " TH_SENTINEL_MASTER " 1000",
+      "sentinel failover-timeout " TH_SENTINEL_MASTER " 5000",
+      "sentinel parallel-syncs " TH_SENTINEL_MASTER " 1",
+      NULL};
+  size_t used = (size_t)snprintf(t->url, sizeof t->url, "redis-sentinel://");
+  for (int i = 0; i < TH_SENTINELS; i++) {
+    if (!(t->sent[i] = th_server_start(sconf)))
+      goto failed;
+    used += (size_t)snprintf(t->url + used, sizeof t->url - used,
+                             "%s127.0.0.1:%d", i ? "," : "",
+                             t->sent[i]->port);
+  }
+  snprintf(t->url + used, sizeof t->url - used, "/%s", TH_SENTINEL_MASTER);
+  int64_t until = th_now_ms() + 20000;
+  while (!replica_linked(t) && th_now_ms() < until)
+    th_sleep_ms(50);
+  if (!replica_linked(t)) {
+    fprintf(stderr, "th_sentinels_start: the replica did not sync\n");
+    goto failed;
+  }
+  for (int i = 0; i < TH_SENTINELS; i++) {
+    while (sentinels_known(t->sent[i]) < TH_SENTINELS - 1 &&
+           th_now_ms() < until)
+      th_sleep_ms(100);
+    if (sentinels_known(t->sent[i]) != TH_SENTINELS - 1) {
+      fprintf(stderr, "th_sentinels_start: sentinel %d knows %d others\n", i,
+              sentinels_known(t->sent[i]));
+      goto failed;
+    }
+  }
+  return t;
+failed:
+  th_sentinels_stop(t);
+  return NULL;
+}
+
+void th_sentinels_stop(th_sentinels_t *t) {
+  if (!t)
+    return;
+  for (int i = 0; i < TH_SENTINELS; i++)
+    th_server_stop(t->sent[i]);
+  th_server_stop(t->replica);
+  th_server_stop(t->master);
+  free(t);
+}

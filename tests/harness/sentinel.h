@@ -1,0 +1,30 @@
+/*
+ * sentinel.h - a Sentinel-managed master for the tests: one master, one
+ * replica and three sentinels (redis-server --sentinel) monitoring it with
+ * a quorum of 2 and a 1 s down-after, each a harness server (harness.c:
+ * free 127.0.0.1 ports, stopped by PID).
+ *
+ * th_sentinels_start returns once the replica is in sync and every
+ * sentinel knows the two others (only then can a failover happen), at most
+ * 20 s. Main thread only, as the harness's servers.
+ */
+#ifndef DLOCK_TEST_SENTINEL_H
+#define DLOCK_TEST_SENTINEL_H
+
+#include "harness.h"
+
+#define TH_SENTINELS 3
+#define TH_SENTINEL_MASTER "dlockmaster"
+
+typedef struct th_sentinels {
+  th_server_t *master, *replica, *sent[TH_SENTINELS];
+  /* "redis-sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/dlockmaster" */
+  char url[512];
+} th_sentinels_t;
+
+/* NULL (after printing why) on failure. */
+th_sentinels_t *th_sentinels_start(void);
+/* Stops every server of it; accepts NULL. */
+void th_sentinels_stop(th_sentinels_t *t);
+
+#endif
