@@ -10,6 +10,12 @@
  * connection whose peer has closed it (server restarted) is discarded
  * before use, so a restart costs one reconnect, not a failed call.
  *
+ * Sentinel (redis-sentinel://, sentinel.c): the address dialled is the
+ * master the sentinels name; each dial checks ROLE and rides through a
+ * failover within its connect timeout; connections carry the master's
+ * generation and those of an older one are closed, not reused; a script
+ * refused READONLY (a demoted master) is sent once more.
+ *
  * TLS (rediss:// or the options' switch): one OpenSSL context per client
  * (net/tls.c), built at open so a bad CA or certificate file is reported
  * there; every connection, the pub/sub one included, is a TLS conn made
