@@ -502,6 +502,30 @@ def write_all(out, results, case_list, peers, labels, with_plots=True):
             fmt(a.get("inner_cmds_per_acq")),
             a.get("client_cmd_breakdown", "")))
     w("")
+    cpu = results.get("cpu") or {}
+    if cpu:
+        w("## Client instructions per uncontended acquire+release pair "
+          "(callgrind)\n")
+        w("Counted by callgrind: `bench/callgrind-pair.sh` runs "
+          "`dlock-bench uncontended` and counts what the calling thread "
+          "spends in dlock_lock_acquire and dlock_lock_release (the same "
+          "to within a few instructions from run to run); "
+          "`bench/callgrind-floor.sh` counts redis-benchmark's client "
+          "(hiredis, one connection) per SET request, times 2, the floor "
+          "for any client that sends two requests per pair (its event loop "
+          "runs more often when replies are slow, so its figure moves with "
+          "the machine's load: 6 820-8 231 in two runs). The other peers "
+          "run on runtimes (the JVM, Node, Go, CPython) whose instructions "
+          "callgrind cannot attribute to one pair; they are left out.\n")
+        w("| client | instructions per pair | x the floor |")
+        w("|---|---|---|")
+        floor = cpu.get("floor")
+        for name, key in (("dlock", "dlock"),
+                          ("redis-benchmark client (floor)", "floor")):
+            v = cpu.get(key)
+            w("| %s | %s | %s |" % (name, fmt(v),
+                                    fmt(v / floor) if v and floor else "-"))
+        w("")
     if renewal:
         w("## Renewal (dlock, watchdog %s ms: a cycle every %s ms)\n" % (
             fmt(next(iter(renewal.values())).get("watchdog_ms")),
