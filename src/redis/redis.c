@@ -241,13 +241,19 @@ int dlock__redis_pool_get_until(dlock__redis *r, int64_t until, dlock__conn **ou
   return 0;
 }
 
+/* The last idle connection, or NULL. */
+static dlock__conn *pool_pop(dlock__redis *r) {
+  dlock__conn *c = NULL;
+  pthread_mutex_lock(&r->pool_mu);
+  if (r->nidle > 0)
+    c = r->idle[--r->nidle];
+  pthread_mutex_unlock(&r->pool_mu);
+  return c;
+}
+
 dlock__conn *dlock__redis_pool_take_idle(dlock__redis *r) {
   for (;;) {
-    dlock__conn *c = NULL;
-    pthread_mutex_lock(&r->pool_mu);
-    if (r->nidle > 0)
-      c = r->idle[--r->nidle];
-    pthread_mutex_unlock(&r->pool_mu);
+    dlock__conn *c = pool_pop(r);
     if (!c || (!dlock__redis_conn_stale(r, c) && !dlock__conn_peer_closed(c)))
       return c;
     dlock__conn_close(c); /* closed by the server, or to an old master */
@@ -276,16 +282,9 @@ void dlock__redis_pool_put(dlock__redis *r, dlock__conn *c) {
 
 /* Closes every idle pooled connection. */
 static void pool_flush(dlock__redis *r) {
-  for (;;) {
-    dlock__conn *c = NULL;
-    pthread_mutex_lock(&r->pool_mu);
-    if (r->nidle > 0)
-      c = r->idle[--r->nidle];
-    pthread_mutex_unlock(&r->pool_mu);
-    if (!c)
-      return;
+  dlock__conn *c;
+  while ((c = pool_pop(r)) != NULL)
     dlock__conn_close(c);
-  }
 }
 
 bool dlock__redis_is_readonly(const redisReply *rep) {
