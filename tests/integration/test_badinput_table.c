@@ -266,6 +266,15 @@ THUNK(t_credentials_pw, dlock_options_set_credentials(x->o, NULL, x->arg))
 THUNK(t_credentials_user_only,
       dlock_options_set_credentials(x->o, x->arg, NULL))
 
+THUNK(t_sentinel_creds_null_opts,
+      dlock_options_set_sentinel_credentials(NULL, "u", "p"))
+THUNK(t_sentinel_creds_nulls,
+      dlock_options_set_sentinel_credentials(x->o, NULL, NULL))
+THUNK(t_sentinel_creds_user_only,
+      dlock_options_set_sentinel_credentials(x->o, x->arg, NULL))
+THUNK(t_sentinel_creds_empty,
+      dlock_options_set_sentinel_credentials(x->o, NULL, x->arg))
+
 THUNK(t_replica_wait_null, dlock_options_set_replica_wait(NULL, 1000))
 THUNK(t_replica_wait_ms, dlock_options_set_replica_wait(x->o, x->num))
 THUNK(t_tls_null, dlock_options_set_tls(NULL, true))
@@ -819,6 +828,16 @@ static void g_null_args(void) {
       ROW("dlock_options_set_credentials", "user set, password NULL",
           t_credentials_user_only, "alice", 0, DLOCK_EINVAL,
           "a user needs a password"),
+      ROW("dlock_options_set_sentinel_credentials", "opts NULL",
+          t_sentinel_creds_null_opts, NULL, 0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_sentinel_credentials",
+          "user and password NULL (no AUTH)", t_sentinel_creds_nulls, NULL, 0,
+          DLOCK_OK, NULL),
+      ROW("dlock_options_set_sentinel_credentials", "user set, password NULL",
+          t_sentinel_creds_user_only, "alice", 0, DLOCK_EINVAL,
+          "a user needs a password"),
+      ROW("dlock_options_set_sentinel_credentials", "password \"\"",
+          t_sentinel_creds_empty, "", 0, DLOCK_EINVAL, "non-empty"),
       ROW("dlock_options_set_pool_size", "opts NULL", t_pool_null, NULL, 0,
           DLOCK_EINVAL, "opts is NULL"),
       ROW("dlock_options_set_lost_callback", "opts NULL", t_lost_null, NULL, 0,
@@ -1406,6 +1425,15 @@ static void g_urls(void) {
   static const row_t rows[] = {
       ROW("dlock_client_new", "\"\"", t_client_new_url, "", 0, DLOCK_EURL,
           "bad URL: empty"),
+      ROW("dlock_client_new", "redis-sentinel:// without a master name",
+          t_client_new_url, "redis-sentinel://127.0.0.1:26379", 0, DLOCK_EURL,
+          "no master name"),
+      ROW("dlock_client_new", "redis-sentinel:// with an empty sentinel",
+          t_client_new_url, "redis-sentinel://127.0.0.1:26379,/m", 0,
+          DLOCK_EURL, "empty host"),
+      ROW("dlock_client_new", "redis-sentinel:// with a bad port",
+          t_client_new_url, "redis-sentinel://127.0.0.1:99999/m", 0,
+          DLOCK_EURL, "port"),
       ROW("dlock_client_new", "no scheme", t_client_new_url, "127.0.0.1:6379",
           0, DLOCK_EURL, "bad URL"),
       ROW("dlock_client_new", "unknown scheme", t_client_new_url,
