@@ -280,6 +280,7 @@ void dlock__log(struct dlock_client *c, dlock_log_level_t level,
 const dlock__backend_ops *dlock__backend_for_url(const char *url);
 
 extern const dlock__backend_ops dlock__redis_backend;
+extern const dlock__backend_ops dlock__redis_cluster_backend;
 extern const dlock__backend_ops dlock__zookeeper_backend;
 /* Redlock over several Redis masters (src/redlock/): not in the registry,
  * as no one URL names it; dlock_client_new_redlock opens it with the

@@ -14,7 +14,9 @@
 #include "core/error.h"
 
 static const dlock__backend_ops *const backends[] = {
-    &dlock__redis_backend,     /* redis://, rediss://, unix:// */
+    &dlock__redis_backend,     /* redis://, rediss://, unix://,
+                                  redis-sentinel:// */
+    &dlock__redis_cluster_backend, /* redis-cluster:// */
     &dlock__zookeeper_backend, /* zookeeper://, zk:// */
     &dlock__etcd_backend,      /* etcd://, etcds:// */
 };

@@ -173,7 +173,8 @@ static int watch_subscribe(dlock__redis *r, bool subscribe,
   size_t *argl = dlock__calloc(n + 1, sizeof *argl);
   int rc = DLOCK_ENOMEM;
   if (argv && argl) {
-    argv[0] = subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE";
+    argv[0] = r->sharded ? (subscribe ? "SSUBSCRIBE" : "SUNSUBSCRIBE")
+                         : (subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE");
     argl[0] = strlen(argv[0]);
     for (size_t i = 0; i < n; i++) {
       argv[i + 1] = chans[i];
@@ -218,11 +219,13 @@ static int watch_read(dlock__redis *r, watch_fn fn, void *ud) {
         m->element[1]->type == REDIS_REPLY_STRING) {
       const redisReply *kind = m->element[0], *ch = m->element[1],
                        *pl = m->element[2];
-      if (str_is(kind, "message") && pl->type == REDIS_REPLY_STRING)
+      /* sharded pub/sub (a cluster node) names its pushes with an "s" */
+      if ((str_is(kind, "message") || str_is(kind, "smessage")) &&
+          pl->type == REDIS_REPLY_STRING)
         fn(ud, W_MESSAGE, 0, ch->str, ch->len, pl->str, pl->len);
-      else if (str_is(kind, "subscribe"))
+      else if (str_is(kind, "subscribe") || str_is(kind, "ssubscribe"))
         fn(ud, W_SUBSCRIBED, 0, ch->str, ch->len, NULL, 0);
-      else if (str_is(kind, "unsubscribe"))
+      else if (str_is(kind, "unsubscribe") || str_is(kind, "sunsubscribe"))
         fn(ud, W_UNSUBSCRIBED, 0, ch->str, ch->len, NULL, 0);
     }
     freeReplyObject(m);
@@ -766,8 +769,11 @@ static void sentinel_follow(dlock__redis *r, int64_t now, bool wanted,
 /* Sends one list of names as commands of at most SUB_BATCH. */
 static int send_list(dlock__redis *r, bool subscribe, bool grants,
                      const char **names, const size_t *lens, size_t n) {
-  for (size_t at = 0; at < n; at += SUB_BATCH) {
-    size_t k = n - at < SUB_BATCH ? n - at : SUB_BATCH;
+  /* sharded: one name per command, as names of different slots cannot
+   * share one (CROSSSLOT) */
+  size_t batch = r->sharded ? 1 : SUB_BATCH;
+  for (size_t at = 0; at < n; at += batch) {
+    size_t k = n - at < batch ? n - at : batch;
     int rc =
         watch_subscribe(r, subscribe, names + at, lens + at, k);
     if (!rc)

@@ -838,14 +838,10 @@ static const char *const redis_schemes[] = {"redis", "rediss", "unix",
 const dlock__backend_ops dlock__redis_backend = {
     .name = "redis",
     .schemes = redis_schemes,
-    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FAIR) |
-                  (1u << DLOCK_FENCED) | (1u << DLOCK_READ) |
-                  (1u << DLOCK_WRITE),
-    .sync_kinds = (1u << DLOCK__SYNC_SEM) | (1u << DLOCK__SYNC_PERMIT) |
-                  (1u << DLOCK__SYNC_LATCH),
+    .lock_kinds = DLOCK__REDIS_LOCK_KINDS,
+    .sync_kinds = DLOCK__REDIS_SYNC_KINDS,
     .fair_queue_expires = true,
-    .queue_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) |
-                   (1u << DLOCK_READ) | (1u << DLOCK_WRITE),
+    .queue_kinds = DLOCK__REDIS_QUEUE_KINDS,
     .open = redis_open,
     .close = redis_close,
     .ping = redis_ping,

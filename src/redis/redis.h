@@ -16,6 +16,18 @@
 /* The master found through Redis Sentinel (sentinel.c). */
 typedef struct dlock__redis_sentinel dlock__redis_sentinel;
 
+/* What the Redis backend offers (and Redis Cluster's, cluster.c, with
+ * it): every lock kind, semaphores and latches, dlock's hand-off queue. */
+#define DLOCK__REDIS_LOCK_KINDS                                                \
+  ((1u << DLOCK_REENTRANT) | (1u << DLOCK_FAIR) | (1u << DLOCK_FENCED) |      \
+   (1u << DLOCK_READ) | (1u << DLOCK_WRITE))
+#define DLOCK__REDIS_SYNC_KINDS                                                \
+  ((1u << DLOCK__SYNC_SEM) | (1u << DLOCK__SYNC_PERMIT) |                     \
+   (1u << DLOCK__SYNC_LATCH))
+#define DLOCK__REDIS_QUEUE_KINDS                                               \
+  ((1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) | (1u << DLOCK_READ) |      \
+   (1u << DLOCK_WRITE))
+
 /* The pipelined connection that caller threads share (mux.c). */
 typedef struct dlock__redis_mux dlock__redis_mux;
 
@@ -38,6 +50,7 @@ typedef struct dlock__redis {
   int db;
   int pool_size;
   const char *publish; /* "publish" (or "spublish" for sharded pub/sub) */
+  bool sharded; /* a cluster node: SPUBLISH, SSUBSCRIBE (set before use) */
   dlock__tls *tls;     /* TLS settings, NULL for plain connections */
   int64_t replica_wait_ms;     /* WAIT's timeout after write scripts; 0 off */
   _Atomic int replicas;        /* connected replicas, from ROLE (-1: none

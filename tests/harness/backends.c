@@ -3,7 +3,7 @@
  *
  * Design note: a table of the backends this build tests, each a start and
  * a stop over its own harness (harness.c for Redis, sentinel.c for a
- * Sentinel-managed master; zk.c and etcd.c when
+ * Sentinel-managed master, cluster.c for a Redis Cluster; zk.c and etcd.c when
  * TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD are defined by the build). The choice is
  * read from the environment so that ctest can run one test binary once per
  * backend. Single threaded (main thread).
@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "cluster.h"
 #include "sentinel.h"
 #ifdef TH_HAVE_ZOOKEEPER
 #include "zk.h"
@@ -53,6 +54,15 @@ th_backend_t *th_backend_start(void) {
       b->impl = s;
       b->stop = stop_redis;
       url = s->url;
+    }
+  }
+  else if (strcmp(name, "cluster") == 0) {
+    th_cluster_t *t = th_cluster_start();
+    if (t) {
+      b->name = "redis-cluster";
+      b->impl = t;
+      b->stop = (void (*)(void *))th_cluster_stop;
+      url = t->url;
     }
   }
   else if (strcmp(name, "sentinel") == 0) {

@@ -62,6 +62,9 @@ static const offers_t offers[] = {
     {.backend = "redis",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
                    K(DLOCK_READ) | K(DLOCK_WRITE)},
+    {.backend = "redis-cluster",
+     .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
+                   K(DLOCK_READ) | K(DLOCK_WRITE)},
     {.backend = "sentinel",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
                    K(DLOCK_READ) | K(DLOCK_WRITE)},
