@@ -127,6 +127,8 @@ static const char usage_text[] =
     "rediss://[[user]:password@]host[:port][/db] (TLS).\n"
     "redis-sentinel://[[user]:password@]host:port[,host:port...]/master[/db]\n"
     "(the master the sentinels name, followed across failovers).\n"
+    "redis-cluster://[[user]:password@]host:port[,host:port...] (seeds; each\n"
+    "name goes to the master of its slot).\n"
     "zookeeper://host[:port][,host[:port]...][/chroot][?base=/path] (Curator's\n"
     "lock layout; NAME is a path under base, /dlock/locks, unless it starts\n"
     "with '/').\n"
