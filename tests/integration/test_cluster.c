@@ -8,7 +8,8 @@
  * of the three masters, the lock lands on that master and nowhere else, a
  * waiter on another client is woken by the release (sharded pub/sub on the
  * owning shard) and acquires, a fair lock, a semaphore and a latch work
- * there too; bad URLs are refused with one clear error. The backend-neutral
+ * there too; the dlock command takes the URL; bad URLs are refused with
+ * one clear error. The backend-neutral
  * suite also runs on a cluster (test_common.cluster.*). Main thread plus
  * one waiter thread; every wait is bounded.
  */
@@ -124,6 +125,20 @@ static void t_every_master(void) {
   dlock_latch_free(latch);
   dlock_client_free(b);
   dlock_client_free(a);
+
+#ifdef DLOCK_CLI_PATH
+  /* the command, with the URL as it is */
+  char cmd[600], out[128] = "";
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' cl-cli sh -c 'echo \"$DLOCK_TOKEN\"'",
+           t->url);
+  FILE *p = popen(cmd, "r");
+  CHECK(p);
+  CHECK(fgets(out, sizeof out, p) != NULL);
+  CHECK_INT(pclose(p), ==, 0);
+  printf("dlock -u %s: token %s", t->url, out);
+  CHECK(atoll(out) > 0);
+#endif
 
   /* bad URLs: one clear error each */
   dlock_client_t *x = NULL;
