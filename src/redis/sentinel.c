@@ -110,8 +110,12 @@ int dlock__redis_sentinel_parse(const char *url, const char *user,
     return DLOCK_ENOMEM;
   pthread_mutex_init(&s->mu, NULL);
   int rc = 0;
-  /* userinfo: the data nodes' credentials */
-  const char *at = memchr(p, '@', (size_t)(slash - p));
+  /* userinfo: the data nodes' credentials, up to the last '@' before the
+   * path (a password may hold an '@'; a '/' in it must be %2F) */
+  const char *at = NULL;
+  for (const char *q = p; q < slash; q++)
+    if (*q == '@')
+      at = q;
   const char *hosts = at ? at + 1 : p;
   /* master name and db: "/name" or "/name/db" */
   const char *name = slash + 1;
