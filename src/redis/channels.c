@@ -1018,6 +1018,31 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
     watch_down(r, dlock_last_error());
 }
 
+int dlock__redis_loop_prepare_nodes(void *const *nodes, size_t n, int *nfds,
+                                    int64_t now, struct pollfd *fds, int max,
+                                    int64_t *until) {
+  int used = 0;
+  for (size_t i = 0; i < n; i++) {
+    int k = used < max ? dlock__redis_loop_prepare(nodes[i], now, fds + used,
+                                                   max - used, until)
+                       : 0;
+    nfds[i] = k;
+    used += k;
+  }
+  return used;
+}
+
+void dlock__redis_loop_dispatch_nodes(void *const *nodes, size_t n,
+                                      const int *nfds, int64_t now,
+                                      const struct pollfd *fds, int nfd) {
+  int at = 0;
+  for (size_t i = 0; i < n && at < nfd; i++) {
+    if (nfds[i] > 0)
+      dlock__redis_loop_dispatch(nodes[i], now, fds + at, nfds[i]);
+    at += nfds[i];
+  }
+}
+
 /* ------------------------------------------------------- life cycle */
 
 int dlock__redis_channels_init(dlock__redis *r) {

@@ -371,27 +371,14 @@ static void cl_wait_end(void *be, dlock__wait *w) {
 static int cl_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   cluster *cl = be;
-  int used = 0;
-  for (size_t i = 0; i < cl->n; i++) {
-    int k = used < max ? RB->loop_prepare(cl->node[i], now, fds + used,
-                                          max - used, until)
-                       : 0;
-    cl->loop_nfds[i] = k;
-    used += k;
-  }
-  return used;
+  return dlock__redis_loop_prepare_nodes(cl->node, cl->n, cl->loop_nfds, now,
+                                         fds, max, until);
 }
 
 static void cl_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   cluster *cl = be;
-  int at = 0;
-  for (size_t i = 0; i < cl->n && at < n; i++) {
-    int k = cl->loop_nfds[i];
-    if (k > 0)
-      RB->loop_dispatch(cl->node[i], now, fds + at, k);
-    at += k;
-  }
+  dlock__redis_loop_dispatch_nodes(cl->node, cl->n, cl->loop_nfds, now, fds, n);
 }
 
 /* ------------------------------------------------------------ sync */

@@ -293,6 +293,16 @@ static inline bool dlock__redis_conn_stale(dlock__redis *r,
   return r->sentinel && dlock__conn_tag(c) != atomic_load(&r->master_gen);
 }
 
+/* The event loop's hooks over several Redis backends (Redlock's nodes, a
+ * cluster's masters): each node's descriptors follow the previous node's;
+ * nfds[i] keeps how many node i used, for the dispatch. Loop thread. */
+int dlock__redis_loop_prepare_nodes(void *const *nodes, size_t n, int *nfds,
+                                    int64_t now, struct pollfd *fds, int max,
+                                    int64_t *until);
+void dlock__redis_loop_dispatch_nodes(void *const *nodes, size_t n,
+                                      const int *nfds, int64_t now,
+                                      const struct pollfd *fds, int nfd);
+
 /* Sets r->latch_ms from the timeouts (locks.c). */
 void dlock__redis_latch_ms(dlock__redis *r);
 

@@ -971,28 +971,14 @@ static void rl_wait_end(void *be, dlock__wait *w) {
 static int rl_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   redlock *rl = be;
-  int used = 0;
-  for (size_t i = 0; i < rl->n; i++) {
-    int k = used < max
-                ? RB->loop_prepare(rl->node[i], now, fds + used, max - used,
-                                   until)
-                : 0;
-    rl->loop_nfds[i] = k;
-    used += k;
-  }
-  return used;
+  return dlock__redis_loop_prepare_nodes(rl->node, rl->n, rl->loop_nfds, now,
+                                         fds, max, until);
 }
 
 static void rl_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   redlock *rl = be;
-  int at = 0;
-  for (size_t i = 0; i < rl->n && at < n; i++) {
-    int k = rl->loop_nfds[i];
-    if (k > 0)
-      RB->loop_dispatch(rl->node[i], now, fds + at, k);
-    at += k;
-  }
+  dlock__redis_loop_dispatch_nodes(rl->node, rl->n, rl->loop_nfds, now, fds, n);
 }
 
 static const char *const rl_schemes[] = {NULL};

@@ -51,6 +51,7 @@ typedef struct rl_cfg {
   int64_t node_timeout_ms; /* 0: the default */
   int64_t command_ms;      /* 0: 2000 */
   int64_t watchdog_ms;     /* 0: the default */
+  int64_t connect_ms;      /* 0: 2000 */
   it_lost_t *lost;
 } rl_cfg_t;
 
@@ -63,7 +64,8 @@ static dlock_client_t *rl_client_ports(const int *ports, const rl_cfg_t *cfg) {
   }
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
-  CHECK_OK(dlock_options_set_connect_timeout(o, 2000));
+  CHECK_OK(dlock_options_set_connect_timeout(
+      o, cfg && cfg->connect_ms ? cfg->connect_ms : 2000));
   CHECK_OK(dlock_options_set_command_timeout(
       o, cfg && cfg->command_ms ? cfg->command_ms : 2000));
   if (cfg && cfg->node_timeout_ms)
@@ -265,20 +267,8 @@ static void t_unreachable_nodes(void) {
   int holes[2][3];
   int ports[N] = {srv[0]->port, blackhole(holes[0]), srv[1]->port,
                   blackhole(holes[1]), srv[2]->port};
-  char urls[N][64];
-  const char *u[N];
-  for (int i = 0; i < N; i++) {
-    snprintf(urls[i], sizeof urls[i], "redis://127.0.0.1:%d", ports[i]);
-    u[i] = urls[i];
-  }
-  dlock_options_t *o = NULL;
-  CHECK_OK(dlock_options_new(&o));
-  CHECK_OK(dlock_options_set_connect_timeout(o, 300));
-  CHECK_OK(dlock_options_set_command_timeout(o, 2000));
-  CHECK_OK(dlock_options_set_redlock_timing(o, 100, 10, 2));
-  dlock_client_t *c = NULL;
-  CHECK_OK(dlock_client_new_redlock(&c, u, N, o));
-  dlock_options_free(o);
+  rl_cfg_t cfg = {.node_timeout_ms = 100, .connect_ms = 300};
+  dlock_client_t *c = rl_client_ports(ports, &cfg);
   dlock_lock_t *l = it_lock(c, NAME);
   enum { PAIRS = 20 };
   int64_t t0 = th_now_ms();
