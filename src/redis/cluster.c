@@ -30,6 +30,9 @@
  * its own but the map, which is read-only after open; the loop hooks
  * forward to the nodes' (loop_nfds is the loop's alone).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* memrchr */
+#endif
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,12 +132,17 @@ static int read_map(void *seed, redisReply **out) {
   return dlock__redis_command(seed, 2, argv, out);
 }
 
+/* `host` empty: the node does not know its own address (a cluster of one
+ * that never met another node); the seed's host, which reached it, is
+ * used, as Redis advises clients to. */
 static int add_master(cluster *cl, const char *userinfo, size_t ulen,
-                      const redisReply *host, long port,
-                      const struct dlock_options *o, struct dlock_client *core,
-                      uint8_t *index) {
+                      const redisReply *host, const char *seed_host,
+                      long port, const struct dlock_options *o,
+                      struct dlock_client *core, uint8_t *index) {
+  const char *hs = host->len ? host->str : seed_host;
+  size_t hl = host->len ? host->len : strlen(seed_host);
   char key[300];
-  snprintf(key, sizeof key, "%.*s:%ld", (int)host->len, host->str, port);
+  snprintf(key, sizeof key, "%.*s:%ld", (int)hl, hs, port);
   for (size_t i = 0; i < cl->n; i++)
     if (strcmp(cl->addr[i], key) == 0) {
       *index = (uint8_t)i;
@@ -143,7 +151,7 @@ static int add_master(cluster *cl, const char *userinfo, size_t ulen,
   if (cl->n == MAX_MASTERS)
     return dlock__seterr(DLOCK_ENOTSUP, "redis-cluster: more than %d masters",
                          MAX_MASTERS);
-  char *url = node_url(userinfo, ulen, host->str, host->len, port);
+  char *url = node_url(userinfo, ulen, hs, hl, port);
   if (!url || !(cl->addr[cl->n] = dlock__strdup(key))) {
     dlock__free(url);
     return DLOCK_ENOMEM;
@@ -183,9 +191,17 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
   int rc = DLOCK_EURL;
   char first_err[400] = "";
   int seeds = 0;
+  char seed_host[256] = "";
   for (const char *h = hosts; *h && !map && seeds < MAX_SEEDS; seeds++) {
     const char *comma = strchr(h, ',');
     size_t hlen = comma ? (size_t)(comma - h) : strlen(h);
+    /* the host part ("h:p", "[v6]:p") of this seed, for add_master */
+    const char *colon = memrchr(h, ':', hlen);
+    size_t host_len = colon ? (size_t)(colon - h) : hlen;
+    if (host_len >= 2 && h[0] == '[' && h[host_len - 1] == ']')
+      snprintf(seed_host, sizeof seed_host, "%.*s", (int)host_len - 2, h + 1);
+    else
+      snprintf(seed_host, sizeof seed_host, "%.*s", (int)host_len, h);
     char seed_url[600];
     snprintf(seed_url, sizeof seed_url, "redis://%.*s%s%.*s", (int)ulen,
              userinfo, ulen ? "@" : "", (int)hlen, h);
@@ -235,7 +251,7 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
       break;
     }
     uint8_t idx = 0;
-    rc = add_master(cl, userinfo, ulen, e->element[2]->element[0],
+    rc = add_master(cl, userinfo, ulen, e->element[2]->element[0], seed_host,
                     (long)e->element[2]->element[1]->integer, o, core, &idx);
     for (long long s = lo; !rc && s <= hi; s++)
       cl->owner[s] = idx;

@@ -150,8 +150,43 @@ static void t_every_master(void) {
   th_cluster_stop(t);
 }
 
+/* A cluster of one master that never met another node: CLUSTER SLOTS
+ * names it with an empty address, and the client uses the seed's. */
+static void t_single_master(void) {
+  const char *conf[] = {"cluster-enabled yes",
+                        "cluster-config-file ${dir}/nodes.conf",
+                        "cluster-port ${port2}", NULL};
+  th_server_t *s = th_server_start(conf);
+  CHECK(s);
+  redisReply *r = th_redis_cmd(s, "CLUSTER ADDSLOTSRANGE 0 16383");
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  int64_t until = th_now_ms() + 10000;
+  for (;;) {
+    r = th_redis_cmd(s, "CLUSTER INFO");
+    bool ok = r && r->type == REDIS_REPLY_STRING &&
+              strstr(r->str, "cluster_state:ok");
+    if (r)
+      freeReplyObject(r);
+    if (ok || th_now_ms() > until)
+      break;
+    th_sleep_ms(50);
+  }
+  char url[64];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", s->port);
+  dlock_client_t *c = cluster_client(url);
+  dlock_lock_t *l = it_lock(c, "cl-single");
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK(it_exists(s, "cl-single"));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"every_master", t_every_master},
+    {"single_master", t_single_master},
 };
 
 CHECK_MAIN(cases)
