@@ -69,6 +69,9 @@ struct dlock__redis_mux {
   bool conn_failed;  /* failed, to be closed by whoever polls it next */
   bool leader;       /* a thread is reading (or about to) */
   bool dialing;
+  uint64_t dials;     /* dials finished */
+  int dial_rc;        /* the last one's outcome, and why it failed */
+  char dial_err[300];
   pthread_cond_t dial_cv;
   mux_slot *head, *tail;
 };
@@ -86,10 +89,11 @@ int dlock__redis_mux_new(dlock__redis_mux **out) {
 void dlock__redis_mux_free(dlock__redis_mux *m) {
   if (!m)
     return;
-  /* no caller is inside: the client is being freed */
+  /* no caller is inside: the client is being freed. The mutex and the
+   * condition variable are not destroyed: in a forked child a parent's
+   * thread may be recorded as waiting on them, and glibc's destroy would
+   * wait for it forever (the core skips its own for the same reason) */
   dlock__conn_close(m->conn);
-  pthread_cond_destroy(&m->dial_cv);
-  pthread_mutex_destroy(&m->mu);
   dlock__free(m);
 }
 
@@ -162,16 +166,28 @@ void dlock__redis_mux_end(dlock__redis_mux *m) {
 
 /* The connection, dialled when there is none; called with mu held. */
 static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
-  while (m->dialing || (m->conn_failed && m->leader))
+  /* dialled at an older master (Sentinel): nothing more is sent on it;
+   * what is in flight fails, as on a broken connection */
+  if (m->conn && !m->conn_failed && dlock__redis_conn_stale(r, m->conn)) {
+    char why[300];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    fail_all_locked(m, dlock__seterr(DLOCK_EUNAVAILABLE,
+                                     "%s: the master changed",
+                                     dlock__conn_peer(m->conn)));
+    dlock__seterr(0, "%s", why);
+  }
+  /* a dial under way: its outcome is this caller's too (a failed dial is
+   * not repeated by every waiter in turn) */
+  uint64_t dials = m->dials;
+  bool waited = false;
+  while (m->dialing || (m->conn_failed && m->leader)) {
+    waited = waited || m->dialing;
     pthread_cond_wait(&m->dial_cv, &m->mu);
-  /* dialled at an older master (Sentinel): replaced once nothing is in
-   * flight on it */
-  if (m->conn && !m->head && !m->leader && dlock__redis_conn_stale(r, m->conn)) {
-    dlock__conn_close(m->conn);
-    m->conn = NULL;
   }
   if (m->conn)
     return 0;
+  if (waited && m->dials != dials && m->dial_rc)
+    return dlock__seterr(m->dial_rc, "%s", m->dial_err);
   m->dialing = true;
   pthread_mutex_unlock(&m->mu);
   dlock__conn *c = NULL;
@@ -179,6 +195,9 @@ static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
   pthread_mutex_lock(&m->mu);
   m->dialing = false;
   m->conn = c;
+  m->dials++;
+  m->dial_rc = rc;
+  snprintf(m->dial_err, sizeof m->dial_err, "%s", rc ? dlock_last_error() : "");
   pthread_cond_broadcast(&m->dial_cv);
   return rc;
 }

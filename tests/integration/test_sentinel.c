@@ -103,6 +103,14 @@ static void *waiter_main(void *arg) {
   waiter_t *w = arg;
   dlock_lock_t *l = it_lock(w->c, "sent-held");
   w->rc = dlock_lock_acquire(l, 60000, 10000);
+  /* a request in flight when the master dies fails (its outcome unknown,
+   * as on any broken connection): the waiter asks again, as a program
+   * would, and must then get the lock */
+  if (w->rc == DLOCK_EUNAVAILABLE || w->rc == DLOCK_EIOTIMEOUT) {
+    printf("waiter: %s (%s); asking again\n", dlock_err_name(w->rc),
+           dlock_last_error());
+    w->rc = dlock_lock_acquire(l, 60000, 10000);
+  }
   w->got_at = th_now_ms();
   snprintf(w->err, sizeof w->err, "%s", dlock_last_error());
   if (w->rc == DLOCK_OK)
