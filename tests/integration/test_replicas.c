@@ -101,12 +101,19 @@ static void t_acknowledged(void) {
 static void t_none_acknowledged_rolls_back(void) {
   pair_t p;
   pair_start(&p);
+  /* c waits 300 ms for the paused replica; calls made while the replica
+   * runs go through patient (5 s): on a loaded machine a running replica's
+   * acknowledgement can take longer than 300 ms */
   dlock_client_t *c = client(p.master, 300);
+  dlock_client_t *patient = client(p.master, 5000);
   dlock_client_t *off = client(p.master, 0);
+  dlock_semaphore_t *setup = NULL;
+  CHECK_OK(dlock_semaphore_new(patient, "rp-sem", &setup));
+  bool set = false;
+  CHECK_OK(dlock_semaphore_try_set_permits(setup, 2, &set));
+  dlock_semaphore_free(setup);
   dlock_semaphore_t *sem = NULL;
   CHECK_OK(dlock_semaphore_new(c, "rp-sem", &sem));
-  bool set = false;
-  CHECK_OK(dlock_semaphore_try_set_permits(sem, 2, &set));
   CHECK(th_server_pause(p.replica) == 0);
   dlock_lock_t *l = it_lock(c, "rp-lost");
   int rc = dlock_lock_acquire(l, 0, WD);
@@ -136,12 +143,15 @@ static void t_none_acknowledged_rolls_back(void) {
   dlock_lock_free(lo);
   /* the replica back: acquires work again */
   CHECK(th_server_resume(p.replica) == 0);
-  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  dlock_lock_t *lp = it_lock(patient, "rp-lost");
+  CHECK_OK(dlock_lock_acquire(lp, 0, WD));
   CHECK(it_exists(p.replica, "rp-lost"));
-  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_release(lp));
+  dlock_lock_free(lp);
   dlock_lock_free(l);
   dlock_semaphore_free(sem);
   dlock_client_free(c);
+  dlock_client_free(patient);
   dlock_client_free(off);
   pair_stop(&p);
 }
