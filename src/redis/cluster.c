@@ -71,7 +71,7 @@ static uint16_t crc16(const char *p, size_t n) {
 
 /* Redis's key slot: the part between the first '{' and the next '}' when
  * it is not empty, else the whole key. */
-static unsigned key_slot(const char *key) {
+unsigned dlock__redis_key_slot(const char *key) {
   size_t n = strlen(key);
   const char *open = memchr(key, '{', n);
   if (open) {
@@ -83,7 +83,7 @@ static unsigned key_slot(const char *key) {
 }
 
 static void *node_of(const cluster *cl, const char *name) {
-  uint8_t i = cl->owner[key_slot(name)];
+  uint8_t i = cl->owner[dlock__redis_key_slot(name)];
   return i < cl->n ? cl->node[i] : NULL;
 }
 

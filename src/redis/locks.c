@@ -842,9 +842,18 @@ static int renew_results(redisReply *rep, renew_batch *b) {
   return 0;
 }
 
-/* Splits items into batches by script; returns how many (0: no memory). */
-static size_t renew_plan(dlock__renewal *items, size_t n, renew_batch **out,
-                         dlock__renewal ***order) {
+/* Orders renewals of one kind by their name's cluster slot. */
+static int by_slot(const void *a, const void *b) {
+  unsigned sa = dlock__redis_key_slot((*(dlock__renewal *const *)a)->name);
+  unsigned sb = dlock__redis_key_slot((*(dlock__renewal *const *)b)->name);
+  return sa < sb ? -1 : sa > sb;
+}
+
+/* Splits items into batches by script; returns how many (0: no memory).
+ * On a cluster node (`by_slots`) a batch also holds one slot only: a
+ * script's keys must share a slot there, and one node owns many. */
+static size_t renew_plan(dlock__renewal *items, size_t n, bool by_slots,
+                         renew_batch **out, dlock__renewal ***order) {
   const dlock__hold_kind kinds[] = {DLOCK__HK_LOCK, DLOCK__HK_WRITE,
                                     DLOCK__HK_READ, DLOCK__HK_PERMIT};
   *out = dlock__calloc(n + 4, sizeof **out);
@@ -857,11 +866,19 @@ static size_t renew_plan(dlock__renewal *items, size_t n, renew_batch **out,
     for (size_t i = 0; i < n; i++)
       if (items[i].kind == kinds[k])
         (*order)[at++] = &items[i];
-    for (size_t s = start; s < at; s += RENEW_BATCH) {
+    if (by_slots && at - start > 1)
+      qsort(*order + start, at - start, sizeof **order, by_slot);
+    for (size_t s = start; s < at;) {
       renew_batch *b = &(*out)[nb++];
       b->script = renew_script(kinds[k]);
       b->items = *order + s;
-      b->n = at - s < RENEW_BATCH ? at - s : RENEW_BATCH;
+      size_t m = 1;
+      unsigned slot = by_slots ? dlock__redis_key_slot(b->items[0]->name) : 0;
+      while (s + m < at && m < RENEW_BATCH &&
+             (!by_slots || dlock__redis_key_slot(b->items[m]->name) == slot))
+        m++;
+      b->n = m;
+      s += m;
       b->owned = dlock__calloc(2 * b->n + 1, sizeof *b->owned);
       if (!b->owned)
         return 0;
@@ -879,7 +896,7 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
   dlock__fmt_i64(lease, lease_ms);
   renew_batch *b = NULL;
   dlock__renewal **order = NULL;
-  size_t nb = renew_plan(items, n, &b, &order);
+  size_t nb = renew_plan(items, n, r->sharded, &b, &order);
   size_t args = 4 + 3 * RENEW_BATCH;
   const char **argv = dlock__calloc(nb ? nb * args : 1, sizeof *argv);
   size_t *lens = dlock__calloc(args, sizeof *lens);

@@ -97,6 +97,9 @@ char *dlock__redis_suffixed(const char *name, const char *suffix);
  * name has a '{' (one-to-one, same cluster slot as the lock). */
 char *dlock__redis_own_key(const char *prefix, const char *name);
 
+/* Redis Cluster's slot of a key (cluster.c): CRC16 of its hash tag. */
+unsigned dlock__redis_key_slot(const char *key);
+
 #define DLOCK__REDIS_MAX_ARGS 24
 /* Most items renewed by one script call. */
 #define DLOCK__REDIS_RENEW_BATCH 500

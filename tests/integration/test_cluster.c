@@ -184,8 +184,48 @@ static void t_single_master(void) {
   th_server_stop(s);
 }
 
+/* Two names on one master in different slots, held past several leases:
+ * the watchdog renews both (a script's keys must share one slot, so a
+ * node's renewals are split by slot). */
+static void t_renew_many_slots(void) {
+  th_cluster_t *t = th_cluster_start();
+  CHECK(t);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 1000));
+  dlock_client_t *a = NULL;
+  CHECK_OK(dlock_client_new(&a, t->url, o));
+  dlock_options_free(o);
+  /* four names on master 0 (distinct names: distinct slots) */
+  dlock_lock_t *held[4];
+  char names[4][32];
+  int got = 0;
+  for (int k = 0; k < 200 && got < 4; k++) {
+    snprintf(names[got], sizeof names[got], "cl-renew-%d", k);
+    dlock_lock_t *l = it_lock(a, names[got]);
+    CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+    if (holder_node(t, names[got]) == 0) {
+      held[got++] = l;
+    } else {
+      CHECK_OK(dlock_lock_release(l));
+      dlock_lock_free(l);
+    }
+  }
+  CHECK_INT(got, ==, 4);
+  th_sleep_ms(3500); /* three and a half leases (scenario pace) */
+  for (int i = 0; i < 4; i++) {
+    CHECKF(it_exists(t->node[0], names[i]), "'%s' expired: not renewed",
+           names[i]);
+    CHECK_OK(dlock_lock_release(held[i]));
+    dlock_lock_free(held[i]);
+  }
+  dlock_client_free(a);
+  th_cluster_stop(t);
+}
+
 static const check_case_t cases[] = {
     {"every_master", t_every_master},
+    {"renew_many_slots", t_renew_many_slots},
     {"single_master", t_single_master},
 };
 
