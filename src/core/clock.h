@@ -38,6 +38,13 @@ static inline int dlock__poll_timeout(int64_t deadline) {
   return left > 0x7fffffff ? 0x7fffffff : (int)left;
 }
 
+/* Sleeps ms milliseconds (resumed after a signal). */
+static inline void dlock__sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+  }
+}
+
 /* Fills *ts with the CLOCK_MONOTONIC time of `deadline` (for condvars). */
 static inline void dlock__deadline_timespec(int64_t deadline,
                                             struct timespec *ts) {

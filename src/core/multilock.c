@@ -160,10 +160,7 @@ static void backoff(int64_t deadline) {
   int64_t now = dlock__now_ms();
   if (deadline != DLOCK__NEVER && now + ms > deadline)
     ms = deadline > now ? deadline - now : 0;
-  struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
-                        .tv_nsec = (long)(ms % 1000) * 1000000L};
-  while (ms > 0 && nanosleep(&ts, &ts) != 0) {
-  }
+  dlock__sleep_ms(ms);
 }
 
 static int acquire(dlock_multilock_t *m, uint64_t tid, int64_t wait_ms,

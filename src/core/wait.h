@@ -51,6 +51,10 @@ typedef struct dlock__wait {
    * try again), its readiness makes the parent ready, and its grants
    * count as wakes. */
   struct dlock__wait *parent;
+  /* A backend over several servers that registers the wait with one of
+   * them at a time (Redis Cluster: the master of its slot, which may
+   * change) keeps its own record of which one here. */
+  void *route;
   /* --- under client->mu --- */
   bool woken;    /* try again; cleared by the waiter that consumes it */
   bool ready;    /* the backend's wake-up path is armed */

@@ -548,11 +548,6 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   return x;
 }
 
-static void nap(int64_t ms) {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
 int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
                      bool resend, json_object **out) {
   *out = NULL;
@@ -625,7 +620,7 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
     dlock__etcd_failover(e, idx);
     if (++failed_in_row >= e->nhosts) {
       int64_t rest = deadline - dlock__now_ms();
-      nap(backoff < rest ? backoff : (rest > 0 ? rest : 0));
+      dlock__sleep_ms(backoff < rest ? backoff : (rest > 0 ? rest : 0));
       if (backoff < 400)
         backoff *= 2;
       failed_in_row = 0;

@@ -89,6 +89,8 @@ typedef struct rchan {
   int err;            /* subscription refused: code, until unused */
   char *errmsg;
   bool no_handoff; /* the grant channel was refused: no queuing */
+  bool moved; /* a cluster slot that left the node: not subscribed again
+                 here until unused */
 } rchan;
 
 struct rwait {
@@ -533,6 +535,7 @@ void dlock__redis_wait_end(void *be, dlock__wait *w) {
   if (x->wants && --ch->nwanting == 0) {
     ch->idle_since = dlock__now_ms();
     ch->err = 0; /* the next waiter may try the subscription again */
+    ch->moved = false;
   }
   if (ch->nwaiters == 0 && ch->nwanting == 0 && ch->state == CH_UNSUB)
     chan_free(r->ws, ch);
@@ -832,7 +835,8 @@ static void watch_sync(dlock__redis *r, int64_t now) {
   size_t n = main_chans(ws, &all);
   for (size_t i = 0; i < n; i++) {
     rchan *ch = all[i];
-    if (ch->nwanting > 0 && ch->state == CH_UNSUB && !ch->err) {
+    if (ch->nwanting > 0 && ch->state == CH_UNSUB && !ch->err &&
+        !ch->moved) {
       size_t before = subs.n;
       if (list_push(&subs, ch->name, ch->len))
         continue;
@@ -903,6 +907,13 @@ static void refused_locked(dlock__redis *r, int code, const char *msg,
      * its own; stop counting on either */
     ch->state = CH_UNSUB;
     ch->pending = 0;
+    if (strstr(msg, ": MOVED ")) {
+      /* a cluster slot that left this node: its waiters retry, and the
+       * cluster moves them to the slot's new master */
+      ch->moved = true;
+      set_ready_all(ch, false, true);
+      continue;
+    }
     ch->err = code ? code : DLOCK_ESERVER;
     dlock__free(ch->errmsg);
     if (code == DLOCK_EAUTH)
@@ -933,14 +944,28 @@ static void on_watch_event(void *ud, watch_event ev, int code,
     fifo_pop(ws);
     return;
   }
-  if ((ev == W_SUBSCRIBED || ev == W_UNSUBSCRIBED) && front) {
+  pthread_mutex_lock(&r->wmu);
+  rchan *ch = dlock__map_get(&ws->chans, name, len);
+  /* Redis Cluster drops the sharded subscriptions of a slot that leaves
+   * the node, with an SUNSUBSCRIBE nobody asked for: no command of ours
+   * is answered by it */
+  bool dropped = ev == W_UNSUBSCRIBED && ch && ch->state != CH_UNSUBBING;
+  if ((ev == W_SUBSCRIBED || ev == W_UNSUBSCRIBED) && front && !dropped) {
     if (ev == W_SUBSCRIBED)
       ws->proven = true;
     if (--front->left == 0)
       fifo_pop(ws);
   }
-  pthread_mutex_lock(&r->wmu);
-  rchan *ch = dlock__map_get(&ws->chans, name, len);
+  if (dropped) {
+    if (ch->state == CH_SUBBED) {
+      /* the waiters retry (where the cluster now sends them) */
+      ch->state = CH_UNSUB;
+      ch->pending = 0;
+      set_ready_all(ch, false, true);
+    }
+    pthread_mutex_unlock(&r->wmu);
+    return;
+  }
   if (ch) {
     bool is_grant =
         ch->grant && len == ch->glen && memcmp(name, ch->grant, len) == 0;

@@ -34,12 +34,16 @@
 #define _GNU_SOURCE 1 /* memrchr */
 #endif
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/client.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/wait.h"
 #include "redis/redis.h"
@@ -47,13 +51,39 @@
 #define SLOTS 16384
 #define MAX_MASTERS 64
 #define MAX_SEEDS 16
+#define NOBODY 0xff
+/* Redirections followed by one call before it gives up (a slot moves
+ * once; a failover moves many, followed by one map refresh). */
+#define MAX_HOPS 5
+/* TRYAGAIN (a multi-key call while its slot migrates): pause, then retry. */
+#define TRYAGAIN_MS 20
+/* A master that cannot be reached: the map is read again this often,
+ * within the connect timeout, until another master serves the slot. */
+#define FAILOVER_POLL_MS 200
+
+/* A wait registered with one master (w->route). */
+typedef struct cwait {
+  dlock__wait *w;
+  void *node; /* the master it is registered with; under cl->wmu */
+  struct cwait *prev, *next;
+} cwait;
 
 typedef struct cluster {
+  struct dlock_client *core;
+  char *userinfo;      /* "user:password" of the URL, or "" */
+  char seed_host[256]; /* the host of the seed that gave the first map */
+  /* Masters are added (never removed: a failed one keeps its failed
+   * connections) under mu; node[i] and addr[i] are set before n counts
+   * them, so readers load n (acquire) and then read below it. */
+  pthread_mutex_t mu; /* adding masters, reading the map */
   void *node[MAX_MASTERS]; /* dlock__redis backends */
   char *addr[MAX_MASTERS]; /* "host:port" of each */
-  size_t n;
-  uint8_t owner[SLOTS]; /* slot -> node index (0xff: nobody) */
-  int loop_nfds[MAX_MASTERS];
+  _Atomic size_t n;
+  _Atomic uint8_t owner[SLOTS]; /* slot -> node index (NOBODY) */
+  pthread_mutex_t wmu; /* the waits' list and their nodes */
+  cwait *waits;
+  int loop_nfds[MAX_MASTERS]; /* the loop thread's (prepare, dispatch) */
+  size_t loop_n;
 } cluster;
 
 static const dlock__backend_ops *const RB = &dlock__redis_backend;
@@ -82,18 +112,24 @@ unsigned dlock__redis_key_slot(const char *key) {
   return crc16(key, n) % SLOTS;
 }
 
-static void *node_of(const cluster *cl, const char *name) {
-  uint8_t i = cl->owner[dlock__redis_key_slot(name)];
-  return i < cl->n ? cl->node[i] : NULL;
+static size_t nodes_now(cluster *cl) {
+  return atomic_load_explicit(&cl->n, memory_order_acquire);
 }
 
-/* The node of `name`, or DLOCK_EUNAVAILABLE for a slot nobody serves. */
-#define ROUTE(cl, name, n)                                                     \
-  void *n = node_of(cl, name);                                                 \
-  if (!n)                                                                      \
-    return dlock__seterr(DLOCK_EUNAVAILABLE,                                   \
-                         "redis-cluster: no master serves the slot of '%.200s'", \
-                         name)
+static void *slot_node(cluster *cl, unsigned slot) {
+  uint8_t i = atomic_load_explicit(&cl->owner[slot], memory_order_relaxed);
+  return i < nodes_now(cl) ? cl->node[i] : NULL;
+}
+
+static void *node_of(cluster *cl, const char *name) {
+  return slot_node(cl, dlock__redis_key_slot(name));
+}
+
+static int no_master(const char *name) {
+  return dlock__seterr(DLOCK_EUNAVAILABLE,
+                       "redis-cluster: no master serves the slot of '%.200s'",
+                       name);
+}
 
 /* ------------------------------------------------------------ open */
 
@@ -101,73 +137,172 @@ static void cl_close(void *be) {
   cluster *cl = be;
   if (!cl)
     return;
-  for (size_t i = 0; i < cl->n; i++) {
+  size_t n = nodes_now(cl);
+  for (size_t i = 0; i < n; i++) {
     RB->close(cl->node[i]);
     dlock__free(cl->addr[i]);
   }
+  dlock__free(cl->userinfo);
+  pthread_mutex_destroy(&cl->mu);
+  pthread_mutex_destroy(&cl->wmu);
   dlock__free(cl);
 }
 
 /* "redis://[userinfo@]host:port" */
-static char *node_url(const char *userinfo, size_t ulen, const char *host,
-                      size_t hlen, long port) {
-  size_t len = 8 + ulen + 1 + hlen + 24;
+static char *node_url(const char *userinfo, const char *host, size_t hlen,
+                      long port) {
+  size_t ulen = strlen(userinfo);
+  bool v6 = memchr(host, ':', hlen) != NULL;
+  size_t len = 8 + ulen + 1 + hlen + 2 + 24;
   char *u = dlock__calloc(1, len);
   if (u)
-    snprintf(u, len, "redis://%.*s%s%s%.*s:%ld", (int)ulen, userinfo,
-             ulen ? "@" : "", strchr(host, ':') ? "[" : "", (int)hlen, host,
-             port);
-  if (u && strchr(host, ':')) { /* an IPv6 address: close the bracket */
-    size_t at = strlen(u);
-    char *colon = strrchr(u, ':');
-    memmove(colon + 1, colon, at - (size_t)(colon - u) + 1);
-    *colon = ']';
-  }
+    snprintf(u, len, "redis://%s%s%s%.*s%s:%ld", userinfo, ulen ? "@" : "",
+             v6 ? "[" : "", (int)hlen, host, v6 ? "]" : "", port);
   return u;
 }
 
-/* Reads the slot map from one seed (a Redis backend of its own). */
-static int read_map(void *seed, redisReply **out) {
-  const char *argv[2] = {"CLUSTER", "SLOTS"};
-  return dlock__redis_command(seed, 2, argv, out);
-}
-
-/* `host` empty: the node does not know its own address (a cluster of one
- * that never met another node); the seed's host, which reached it, is
- * used, as Redis advises clients to. */
-static int add_master(cluster *cl, const char *userinfo, size_t ulen,
-                      const redisReply *host, const char *seed_host,
-                      long port, const struct dlock_options *o,
-                      struct dlock_client *core, uint8_t *index) {
-  const char *hs = host->len ? host->str : seed_host;
-  size_t hl = host->len ? host->len : strlen(seed_host);
+/* The index of master host:port, opened (a Redis backend of its own) and
+ * added when new. An empty host: the node does not know its own address
+ * (a cluster of one that never met another node); the seed's host, which
+ * reached it, is used, as Redis advises clients to. cl->mu held. */
+static int master_index(cluster *cl, const char *host, size_t hlen, long port,
+                        uint8_t *index) {
+  if (hlen == 0 || (hlen == 1 && host[0] == '?')) {
+    host = cl->seed_host;
+    hlen = strlen(host);
+  }
   char key[300];
-  snprintf(key, sizeof key, "%.*s:%ld", (int)hl, hs, port);
-  for (size_t i = 0; i < cl->n; i++)
+  snprintf(key, sizeof key, "%.*s:%ld", (int)(hlen > 256 ? 256 : hlen), host,
+           port);
+  size_t n = nodes_now(cl);
+  for (size_t i = 0; i < n; i++)
     if (strcmp(cl->addr[i], key) == 0) {
       *index = (uint8_t)i;
       return 0;
     }
-  if (cl->n == MAX_MASTERS)
+  if (n == MAX_MASTERS)
     return dlock__seterr(DLOCK_ENOTSUP, "redis-cluster: more than %d masters",
                          MAX_MASTERS);
-  char *url = node_url(userinfo, ulen, hs, hl, port);
-  if (!url || !(cl->addr[cl->n] = dlock__strdup(key))) {
+  char *url = node_url(cl->userinfo, host, hlen, port);
+  if (!url || !(cl->addr[n] = dlock__strdup(key))) {
     dlock__free(url);
     return DLOCK_ENOMEM;
   }
-  int rc = RB->open(&cl->node[cl->n], url, o, core);
+  int rc = RB->open(&cl->node[n], url, &cl->core->opts, cl->core);
   dlock__free(url);
   if (rc) {
-    dlock__free(cl->addr[cl->n]);
-    cl->addr[cl->n] = NULL;
+    dlock__free(cl->addr[n]);
+    cl->addr[n] = NULL;
     return dlock__preferr(rc, "redis-cluster master %s", key);
   }
-  dlock__redis *r = cl->node[cl->n];
+  dlock__redis *r = cl->node[n];
   r->sharded = true;
   r->publish = "spublish";
-  *index = (uint8_t)cl->n++;
+  *index = (uint8_t)n;
+  atomic_store_explicit(&cl->n, n + 1, memory_order_release);
   return 0;
+}
+
+/* The index of the master "host:port" (a MOVED or ASK target). */
+static int master_at(cluster *cl, const char *addr, uint8_t *index) {
+  const char *colon = strrchr(addr, ':');
+  if (!colon || colon[1] == '\0')
+    return dlock__seterr(DLOCK_EPROTO, "redis-cluster: bad address '%.200s'",
+                         addr);
+  const char *host = addr;
+  size_t hlen = (size_t)(colon - addr);
+  if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
+    host++;
+    hlen -= 2;
+  }
+  pthread_mutex_lock(&cl->mu);
+  int rc = master_index(cl, host, hlen, strtol(colon + 1, NULL, 10), index);
+  pthread_mutex_unlock(&cl->mu);
+  return rc;
+}
+
+/* Takes the slot map a CLUSTER SLOTS reply gives; slots it does not name
+ * are served by nobody. Whether any owner changed. cl->mu held. */
+static int apply_map(cluster *cl, const redisReply *map, bool *changed) {
+  if (map->type != REDIS_REPLY_ARRAY || map->elements == 0)
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "redis-cluster: CLUSTER SLOTS gave no slots (is the "
+                         "cluster created?)");
+  static _Thread_local uint8_t next[SLOTS];
+  memset(next, NOBODY, sizeof next);
+  for (size_t i = 0; i < map->elements; i++) {
+    const redisReply *e = map->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[0]->type != REDIS_REPLY_INTEGER ||
+        e->element[1]->type != REDIS_REPLY_INTEGER ||
+        e->element[2]->type != REDIS_REPLY_ARRAY ||
+        e->element[2]->elements < 2 ||
+        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
+      return dlock__seterr(DLOCK_EPROTO, "CLUSTER SLOTS: unexpected reply");
+    long long lo = e->element[0]->integer, hi = e->element[1]->integer;
+    if (lo < 0 || hi >= SLOTS || lo > hi)
+      return dlock__seterr(DLOCK_EPROTO, "CLUSTER SLOTS: slots %lld-%lld", lo,
+                           hi);
+    const redisReply *host = e->element[2]->element[0];
+    uint8_t idx = 0;
+    int rc = master_index(cl, host->str, host->len,
+                          (long)e->element[2]->element[1]->integer, &idx);
+    if (rc)
+      return rc;
+    memset(next + lo, idx, (size_t)(hi - lo + 1));
+  }
+  *changed = false;
+  for (size_t s = 0; s < SLOTS; s++)
+    if (atomic_load_explicit(&cl->owner[s], memory_order_relaxed) !=
+        next[s]) {
+      atomic_store_explicit(&cl->owner[s], next[s], memory_order_relaxed);
+      *changed = true;
+    }
+  return 0;
+}
+
+/* Wakes every wait whose slot is served by another master now: it comes
+ * back, follows (wait_follow) and retries there. */
+static void waits_follow_map(cluster *cl) {
+  pthread_mutex_lock(&cl->wmu);
+  for (cwait *x = cl->waits; x; x = x->next)
+    if (node_of(cl, x->w->spec->name) != x->node)
+      dlock__wait_wake(x->w);
+  pthread_mutex_unlock(&cl->wmu);
+}
+
+/* Reads the map again, from `first` when it answers, else from the other
+ * masters in turn. The error of the last one asked when none answers. */
+static int refresh(cluster *cl, void *first) {
+  const char *argv[2] = {"CLUSTER", "SLOTS"};
+  bool changed = false;
+  int rc = DLOCK_EUNAVAILABLE;
+  pthread_mutex_lock(&cl->mu);
+  size_t n = nodes_now(cl);
+  for (size_t k = 0; k <= n; k++) {
+    void *via = k == 0 ? first : cl->node[k - 1];
+    if (!via || (k > 0 && via == first))
+      continue;
+    redisReply *map = NULL;
+    rc = dlock__redis_command(via, 2, argv, &map);
+    if (!rc) {
+      rc = apply_map(cl, map, &changed);
+      freeReplyObject(map);
+    }
+    if (!rc)
+      break;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  if (changed)
+    waits_follow_map(cl);
+  return rc;
+}
+
+/* Reads the slot map from one seed (a Redis backend of its own). */
+static int read_map_from(void *seed, redisReply **out) {
+  const char *argv[2] = {"CLUSTER", "SLOTS"};
+  return dlock__redis_command(seed, 2, argv, out);
 }
 
 static int cl_open(void **be, const char *url, const struct dlock_options *o,
@@ -179,38 +314,45 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
                          "bad URL: expected redis-cluster://[user:password@]"
                          "host:port[,host:port...] (no path)");
   const char *at = strrchr(p, '@');
-  const char *userinfo = at ? p : "";
   size_t ulen = at ? (size_t)(at - p) : 0;
   const char *hosts = at ? at + 1 : p;
   cluster *cl = dlock__calloc(1, sizeof *cl);
   if (!cl)
     return DLOCK_ENOMEM;
-  memset(cl->owner, 0xff, sizeof cl->owner);
+  if (!(cl->userinfo = dlock__strndup(p, ulen))) {
+    dlock__free(cl);
+    return DLOCK_ENOMEM;
+  }
+  cl->core = core;
+  pthread_mutex_init(&cl->mu, NULL);
+  pthread_mutex_init(&cl->wmu, NULL);
+  for (size_t s = 0; s < SLOTS; s++)
+    atomic_init(&cl->owner[s], NOBODY);
   /* the seeds, in order, until one gives the map */
   redisReply *map = NULL;
   int rc = DLOCK_EURL;
   char first_err[400] = "";
   int seeds = 0;
-  char seed_host[256] = "";
   for (const char *h = hosts; *h && !map && seeds < MAX_SEEDS; seeds++) {
     const char *comma = strchr(h, ',');
     size_t hlen = comma ? (size_t)(comma - h) : strlen(h);
-    /* the host part ("h:p", "[v6]:p") of this seed, for add_master */
+    /* the host part ("h:p", "[v6]:p") of this seed, for master_index */
     const char *colon = memrchr(h, ':', hlen);
     size_t host_len = colon ? (size_t)(colon - h) : hlen;
     if (host_len >= 2 && h[0] == '[' && h[host_len - 1] == ']')
-      snprintf(seed_host, sizeof seed_host, "%.*s", (int)host_len - 2, h + 1);
+      snprintf(cl->seed_host, sizeof cl->seed_host, "%.*s",
+               (int)host_len - 2, h + 1);
     else
-      snprintf(seed_host, sizeof seed_host, "%.*s", (int)host_len, h);
+      snprintf(cl->seed_host, sizeof cl->seed_host, "%.*s", (int)host_len, h);
     char seed_url[600];
-    snprintf(seed_url, sizeof seed_url, "redis://%.*s%s%.*s", (int)ulen,
-             userinfo, ulen ? "@" : "", (int)hlen, h);
+    snprintf(seed_url, sizeof seed_url, "redis://%s%s%.*s", cl->userinfo,
+             ulen ? "@" : "", (int)hlen, h);
     void *seed = NULL;
     rc = hlen ? RB->open(&seed, seed_url, o, core)
               : dlock__seterr(DLOCK_EURL, "bad URL: redis-cluster://: an "
                                           "empty host in the seed list");
     if (!rc)
-      rc = read_map(seed, &map);
+      rc = read_map_from(seed, &map);
     if (seed)
       RB->close(seed);
     if (rc == DLOCK_EURL || rc == DLOCK_EAUTH || rc == DLOCK_ETLS)
@@ -227,35 +369,10 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
     cl_close(cl);
     return rc;
   }
-  rc = 0;
-  if (map->type != REDIS_REPLY_ARRAY || map->elements == 0)
-    rc = dlock__seterr(DLOCK_EUNAVAILABLE,
-                       "redis-cluster: CLUSTER SLOTS gave no slots (is the "
-                       "cluster created?)");
-  for (size_t i = 0; !rc && i < map->elements; i++) {
-    const redisReply *e = map->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-        e->element[0]->type != REDIS_REPLY_INTEGER ||
-        e->element[1]->type != REDIS_REPLY_INTEGER ||
-        e->element[2]->type != REDIS_REPLY_ARRAY ||
-        e->element[2]->elements < 2 ||
-        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
-        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER) {
-      rc = dlock__seterr(DLOCK_EPROTO, "CLUSTER SLOTS: unexpected reply");
-      break;
-    }
-    long long lo = e->element[0]->integer, hi = e->element[1]->integer;
-    if (lo < 0 || hi >= SLOTS || lo > hi) {
-      rc = dlock__seterr(DLOCK_EPROTO, "CLUSTER SLOTS: slots %lld-%lld", lo,
-                         hi);
-      break;
-    }
-    uint8_t idx = 0;
-    rc = add_master(cl, userinfo, ulen, e->element[2]->element[0], seed_host,
-                    (long)e->element[2]->element[1]->integer, o, core, &idx);
-    for (long long s = lo; !rc && s <= hi; s++)
-      cl->owner[s] = idx;
-  }
+  bool changed = false;
+  pthread_mutex_lock(&cl->mu);
+  rc = apply_map(cl, map, &changed);
+  pthread_mutex_unlock(&cl->mu);
   freeReplyObject(map);
   if (rc) {
     cl_close(cl);
@@ -267,7 +384,8 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
 
 static int cl_ping(void *be) {
   cluster *cl = be;
-  for (size_t i = 0; i < cl->n; i++) {
+  size_t n = nodes_now(cl);
+  for (size_t i = 0; i < n; i++) {
     int rc = RB->ping(cl->node[i]);
     if (rc)
       return dlock__preferr(rc, "redis-cluster master %s", cl->addr[i]);
@@ -275,92 +393,272 @@ static int cl_ping(void *be) {
   return 0;
 }
 
+/* ------------------------------------------------------------ routing */
+
+/* One call's way to the master of its name: the map's, then wherever the
+ * cluster redirects it (MOVED: the map is read again; ASK: that master
+ * once, after ASKING), or, when its master cannot be reached (nothing was
+ * sent), the master the map names after a failover, within the connect
+ * timeout. Every retry is of a call that did not run. */
+typedef struct route {
+  cluster *cl;
+  const char *name;
+  void *node;
+  int rc;
+  int hops;
+  bool started;
+  int64_t failover_until; /* 0: not waiting for a failover */
+} route;
+
+/* Whether to make (another) try of the call at rt->node. */
+static bool route_go(route *rt) {
+  cluster *cl = rt->cl;
+  dlock__redis_redirect rd;
+  if (!rt->started) {
+    rt->started = true;
+    dlock__redis_redirect_take(&rd); /* a stale note of an earlier call */
+    rt->node = node_of(cl, rt->name);
+    if (!rt->node)
+      rt->rc = no_master(rt->name);
+    return rt->node != NULL;
+  }
+  dlock__redis_redirect_take(&rd);
+  dlock__redis_set_asking(false);
+  if (rt->rc == 0 || rt->hops++ >= MAX_HOPS)
+    return false;
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int code = rt->rc;
+  uint8_t idx = 0;
+  void *next = NULL;
+  switch (rd.kind) {
+  case DLOCK__RD_MOVED:
+    if (master_at(cl, rd.addr, &idx) != 0)
+      break;
+    next = cl->node[idx];
+    atomic_store_explicit(&cl->owner[rd.slot], idx, memory_order_relaxed);
+    /* one slot seldom moves alone (a failover, a resharding) */
+    refresh(cl, next);
+    next = node_of(cl, rt->name) ? node_of(cl, rt->name) : next;
+    break;
+  case DLOCK__RD_ASK:
+    if (master_at(cl, rd.addr, &idx) != 0)
+      break;
+    next = cl->node[idx];
+    dlock__redis_set_asking(true);
+    break;
+  case DLOCK__RD_TRYAGAIN:
+    dlock__sleep_ms(TRYAGAIN_MS);
+    next = node_of(cl, rt->name);
+    break;
+  case DLOCK__RD_UNSENT: {
+    /* the master is gone: if a replica takes its place within the connect
+     * timeout, the call goes there */
+    int64_t now = dlock__now_ms();
+    if (!rt->failover_until)
+      rt->failover_until = now + cl->core->opts.connect_timeout_ms;
+    rt->hops--; /* bounded by the time instead */
+    while (now < rt->failover_until) {
+      refresh(cl, NULL);
+      void *n = node_of(cl, rt->name);
+      if (n && n != rt->node) {
+        next = n;
+        break;
+      }
+      dlock__sleep_ms(FAILOVER_POLL_MS);
+      now = dlock__now_ms();
+    }
+    break;
+  }
+  case DLOCK__RD_NONE:
+    break;
+  }
+  if (!next) {
+    dlock__redis_set_asking(false);
+    dlock__seterr(code, "%s", saved);
+    return false;
+  }
+  rt->node = next;
+  return true;
+}
+
+/* Runs `call` (an expression that uses rt.node) at the master of `nm`,
+ * following the cluster; returns its result. */
+#define ROUTED(be, nm, call)                                                   \
+  do {                                                                         \
+    route rt = {.cl = (be), .name = (nm)};                                     \
+    while (route_go(&rt))                                                      \
+      rt.rc = (call);                                                          \
+    return rt.rc;                                                              \
+  } while (0)
+
 /* ------------------------------------------------------------ locks */
 
 static int cl_handle_open(void *be, dlock_lock_kind_t kind, const char *name,
                           void **bh) {
-  ROUTE((cluster *)be, name, n);
-  return RB->handle_open(n, kind, name, bh);
+  /* a handle's names are the same on every master */
+  void *n = node_of(be, name);
+  cluster *cl = be;
+  if (!n && nodes_now(cl) > 0)
+    n = cl->node[0];
+  return n ? RB->handle_open(n, kind, name, bh) : no_master(name);
 }
 
 static void cl_handle_close(void *bh) { RB->handle_close(bh); }
 
 static int cl_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
-  ROUTE((cluster *)be, a->name, n);
-  return RB->lock_acquire(n, a, pttl, token);
+  ROUTED(be, a->name, RB->lock_acquire(rt.node, a, pttl, token));
 }
 
 static int cl_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
                          int64_t *token) {
-  ROUTE((cluster *)be, a->name, n);
-  return RB->lock_leave(n, a, seq, token);
+  ROUTED(be, a->name, RB->lock_leave(rt.node, a, seq, token));
 }
 
 static int cl_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                            const char *name, const char *owner,
                            int64_t lease_ms, const char *request_id) {
-  ROUTE((cluster *)be, name, n);
-  return RB->lock_release(n, bh, kind, name, owner, lease_ms, request_id);
+  ROUTED(be, name,
+         RB->lock_release(rt.node, bh, kind, name, owner, lease_ms,
+                          request_id));
 }
 
 static int cl_lock_force_release(void *be, dlock_lock_kind_t kind,
                                  const char *name, bool *deleted) {
-  ROUTE((cluster *)be, name, n);
-  return RB->lock_force_release(n, kind, name, deleted);
+  ROUTED(be, name, RB->lock_force_release(rt.node, kind, name, deleted));
 }
 
-/* One batch per node: the items of each node are copied out, renewed, and
- * their results copied back. */
+/* Renews the items (not yet done) whose master is node k: copied out,
+ * renewed in one pipeline, results copied back. */
+static int renew_at(cluster *cl, size_t k, dlock__renewal *items, size_t n,
+                    bool *done, dlock__renewal *part, size_t *from,
+                    int64_t lease_ms, int64_t deadline) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!done[i] && node_of(cl, items[i].name) == cl->node[k]) {
+      part[m] = items[i];
+      from[m++] = i;
+    }
+  if (m == 0)
+    return 0;
+  int r = RB->lock_renew(cl->node[k], part, m, lease_ms, deadline);
+  for (size_t j = 0; !r && j < m; j++) {
+    items[from[j]].result = part[j].result;
+    done[from[j]] = true;
+  }
+  return r;
+}
+
+/* One pipeline per master. A master that answered MOVED (a slot moved),
+ * or could not be reached, makes the map be read again; the items whose
+ * master changed are renewed once more, at the new one. */
 static int cl_lock_renew(void *be, dlock__renewal *items, size_t n,
                          int64_t lease_ms, int64_t deadline) {
   cluster *cl = be;
   dlock__renewal *part = dlock__calloc(n ? n : 1, sizeof *part);
   size_t *from = dlock__calloc(n ? n : 1, sizeof *from);
-  int rc = part && from ? 0 : DLOCK_ENOMEM;
-  for (size_t k = 0; !rc && k < cl->n; k++) {
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++)
-      if (node_of(cl, items[i].name) == cl->node[k]) {
-        part[m] = items[i];
-        from[m++] = i;
-      }
-    if (m == 0)
-      continue;
-    int r = RB->lock_renew(cl->node[k], part, m, lease_ms, deadline);
-    for (size_t j = 0; j < m; j++)
-      items[from[j]].result = part[j].result;
-    if (r && !rc)
-      rc = r; /* the other nodes' items are still renewed */
+  bool *done = dlock__calloc(n ? n : 1, sizeof *done);
+  int rc = part && from && done ? 0 : DLOCK_ENOMEM;
+  for (int pass = 0; !rc && pass < 2; pass++) {
+    bool moved = false;
+    int first = 0;
+    size_t nn = nodes_now(cl);
+    for (size_t k = 0; k < nn; k++) {
+      dlock__redis_redirect rd;
+      dlock__redis_redirect_take(&rd);
+      int r = renew_at(cl, k, items, n, done, part, from, lease_ms, deadline);
+      dlock__redis_redirect_take(&rd);
+      if (r && (rd.kind == DLOCK__RD_MOVED || rd.kind == DLOCK__RD_UNSENT))
+        moved = true;
+      if (r && !first)
+        first = r; /* the other masters' items are still renewed */
+    }
+    if (!moved || pass == 1) {
+      rc = first;
+      break;
+    }
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    if (refresh(cl, NULL) != 0) {
+      rc = dlock__seterr(first, "%s", saved);
+      break;
+    }
   }
   for (size_t i = 0; !rc && i < n; i++)
-    if (!node_of(cl, items[i].name))
-      rc = dlock__seterr(DLOCK_EUNAVAILABLE, "redis-cluster: no master serves "
-                                             "the slot of '%.200s'",
-                         items[i].name);
+    if (!done[i])
+      rc = node_of(cl, items[i].name) ? DLOCK_EUNAVAILABLE
+                                      : no_master(items[i].name);
   dlock__free(part);
   dlock__free(from);
+  dlock__free(done);
   return rc;
 }
 
 static int cl_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                          const char *owner, dlock__lock_query q,
                          int64_t *out) {
-  ROUTE((cluster *)be, name, n);
-  return RB->lock_query(n, kind, name, owner, q, out);
+  ROUTED(be, name, RB->lock_query(rt.node, kind, name, owner, q, out));
 }
 
 static int cl_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out) {
-  ROUTE((cluster *)be, name, n);
-  return RB->lock_state(n, kind, name, out);
+  ROUTED(be, name, RB->lock_state(rt.node, kind, name, out));
 }
 
 /* ------------------------------------------------------------ waits */
 
+/* A wait is registered with the master of its name. When the map moves
+ * that name (waits_follow_map wakes it), its next arm or queue check moves
+ * the registration to the new master, armed: releases are published
+ * there. wait_end uses the master it is registered with, whatever the map
+ * says by then. */
 static int cl_wait_begin(void *be, dlock__wait *w) {
-  ROUTE((cluster *)be, w->spec->name, n);
-  return RB->wait_begin(n, w);
+  cluster *cl = be;
+  void *n = node_of(cl, w->spec->name);
+  if (!n)
+    return no_master(w->spec->name);
+  cwait *x = dlock__calloc(1, sizeof *x);
+  if (!x)
+    return DLOCK_ENOMEM;
+  x->w = w;
+  x->node = n;
+  w->route = x;
+  int rc = RB->wait_begin(n, w);
+  if (rc) {
+    w->route = NULL;
+    dlock__free(x);
+    return rc;
+  }
+  pthread_mutex_lock(&cl->wmu);
+  x->next = cl->waits;
+  if (cl->waits)
+    cl->waits->prev = x;
+  cl->waits = x;
+  pthread_mutex_unlock(&cl->wmu);
+  return 0;
+}
+
+/* The master w is registered with now (NULL: none), after moving it to
+ * its name's master if the map changed. Caller thread. */
+static void *wait_follow(cluster *cl, dlock__wait *w) {
+  cwait *x = w->route;
+  void *now = node_of(cl, w->spec->name);
+  void *was = x->node;
+  if (!now || now == was)
+    return was;
+  if (was)
+    RB->wait_end(was, w);
+  /* not armed at the new master until it confirms */
+  dlock__wait_set_ready(w, false, false);
+  int rc = RB->wait_begin(now, w);
+  pthread_mutex_lock(&cl->wmu);
+  x->node = rc ? NULL : now;
+  pthread_mutex_unlock(&cl->wmu);
+  if (rc)
+    return NULL;
+  RB->wait_arm(now, w, false);
+  return now;
 }
 
 static bool cl_wait_hot(void *be, const dlock__wait_spec *spec) {
@@ -369,105 +667,108 @@ static bool cl_wait_hot(void *be, const dlock__wait_spec *spec) {
 }
 
 static bool cl_wait_arm(void *be, dlock__wait *w, bool only_if_ready) {
-  void *n = node_of(be, w->spec->name);
+  void *n = wait_follow(be, w);
   return n && RB->wait_arm(n, w, only_if_ready);
 }
 
 static bool cl_wait_can_queue(void *be, dlock__wait *w) {
-  void *n = node_of(be, w->spec->name);
+  void *n = wait_follow(be, w);
   return n && RB->wait_can_queue(n, w);
 }
 
 static void cl_wait_end(void *be, dlock__wait *w) {
-  void *n = node_of(be, w->spec->name);
+  cluster *cl = be;
+  cwait *x = w->route;
+  if (!x)
+    return;
+  pthread_mutex_lock(&cl->wmu);
+  if (x->prev)
+    x->prev->next = x->next;
+  else
+    cl->waits = x->next;
+  if (x->next)
+    x->next->prev = x->prev;
+  void *n = x->node;
+  pthread_mutex_unlock(&cl->wmu);
   if (n)
     RB->wait_end(n, w);
+  w->route = NULL;
+  dlock__free(x);
 }
 
 static int cl_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   cluster *cl = be;
-  return dlock__redis_loop_prepare_nodes(cl->node, cl->n, cl->loop_nfds, now,
-                                         fds, max, until);
+  cl->loop_n = nodes_now(cl);
+  return dlock__redis_loop_prepare_nodes(cl->node, cl->loop_n, cl->loop_nfds,
+                                         now, fds, max, until);
 }
 
 static void cl_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   cluster *cl = be;
-  dlock__redis_loop_dispatch_nodes(cl->node, cl->n, cl->loop_nfds, now, fds, n);
+  dlock__redis_loop_dispatch_nodes(cl->node, cl->loop_n, cl->loop_nfds, now,
+                                   fds, n);
 }
 
 /* ------------------------------------------------------------ sync */
 
 static int cl_sem_set(void *be, const char *name, int64_t permits,
                       bool *set) {
-  ROUTE((cluster *)be, name, n);
-  return RB->sem_set(n, name, permits, set);
+  ROUTED(be, name, RB->sem_set(rt.node, name, permits, set));
 }
 
 static int cl_sem_add(void *be, const char *name, int64_t k) {
-  ROUTE((cluster *)be, name, n);
-  return RB->sem_add(n, name, k);
+  ROUTED(be, name, RB->sem_add(rt.node, name, k));
 }
 
 static int cl_sem_acquire(void *be, const char *name, int64_t permits) {
-  ROUTE((cluster *)be, name, n);
-  return RB->sem_acquire(n, name, permits);
+  ROUTED(be, name, RB->sem_acquire(rt.node, name, permits));
 }
 
 static int cl_sem_release(void *be, const char *name, int64_t permits) {
-  ROUTE((cluster *)be, name, n);
-  return RB->sem_release(n, name, permits);
+  ROUTED(be, name, RB->sem_release(rt.node, name, permits));
 }
 
 static int cl_sem_available(void *be, dlock__sync_kind kind, const char *name,
                             int64_t *out) {
-  ROUTE((cluster *)be, name, n);
-  return RB->sem_available(n, kind, name, out);
+  ROUTED(be, name, RB->sem_available(rt.node, kind, name, out));
 }
 
 static int cl_sem_delete(void *be, dlock__sync_kind kind, const char *name,
                          bool *existed) {
-  ROUTE((cluster *)be, name, n);
-  return RB->sem_delete(n, kind, name, existed);
+  ROUTED(be, name, RB->sem_delete(rt.node, kind, name, existed));
 }
 
 static int cl_psem_acquire(void *be, const char *name, const char *id,
                            int64_t lease_ms, int64_t *retry_in_ms) {
-  ROUTE((cluster *)be, name, n);
-  return RB->psem_acquire(n, name, id, lease_ms, retry_in_ms);
+  ROUTED(be, name, RB->psem_acquire(rt.node, name, id, lease_ms, retry_in_ms));
 }
 
 static int cl_psem_release(void *be, const char *name, const char *id) {
-  ROUTE((cluster *)be, name, n);
-  return RB->psem_release(n, name, id);
+  ROUTED(be, name, RB->psem_release(rt.node, name, id));
 }
 
 static int cl_psem_state(void *be, const char *name,
                          dlock_sem_state_t **out) {
-  ROUTE((cluster *)be, name, n);
-  return RB->psem_state(n, name, out);
+  ROUTED(be, name, RB->psem_state(rt.node, name, out));
 }
 
 static int cl_latch_set(void *be, const char *name, int64_t count,
                         bool *set) {
-  ROUTE((cluster *)be, name, n);
-  return RB->latch_set(n, name, count, set);
+  ROUTED(be, name, RB->latch_set(rt.node, name, count, set));
 }
 
 static int cl_latch_count_down(void *be, const char *name) {
-  ROUTE((cluster *)be, name, n);
-  return RB->latch_count_down(n, name);
+  ROUTED(be, name, RB->latch_count_down(rt.node, name));
 }
 
 static int cl_latch_count(void *be, const char *name, int64_t *out) {
-  ROUTE((cluster *)be, name, n);
-  return RB->latch_count(n, name, out);
+  ROUTED(be, name, RB->latch_count(rt.node, name, out));
 }
 
 static int cl_latch_delete(void *be, const char *name, bool *existed) {
-  ROUTE((cluster *)be, name, n);
-  return RB->latch_delete(n, name, existed);
+  ROUTED(be, name, RB->latch_delete(rt.node, name, existed));
 }
 
 static const char *const cl_schemes[] = {"redis-cluster", NULL};

@@ -88,10 +88,48 @@ static bool starts_with(const redisReply *r, const char *p) {
   return r->len >= n && memcmp(r->str, p, n) == 0;
 }
 
+/* The calling thread's last redirection (dlock__redis_redirect_take). */
+static _Thread_local dlock__redis_redirect tl_redirect;
+/* Set by the cluster for the calling thread's next request (ASK). */
+static _Thread_local bool tl_asking;
+
+void dlock__redis_redirect_take(dlock__redis_redirect *out) {
+  *out = tl_redirect;
+  tl_redirect.kind = DLOCK__RD_NONE;
+}
+
+void dlock__redis_set_asking(bool asking) { tl_asking = asking; }
+
+/* "MOVED <slot> <host>:<port>" / "ASK ...": noted for the cluster. */
+static bool note_redirect(const redisReply *reply) {
+  bool moved = starts_with(reply, "MOVED "), ask = starts_with(reply, "ASK ");
+  if (!moved && !ask) {
+    if (starts_with(reply, "TRYAGAIN"))
+      tl_redirect.kind = DLOCK__RD_TRYAGAIN;
+    return false;
+  }
+  char buf[300];
+  snprintf(buf, sizeof buf, "%.*s", reply->len > 299 ? 299 : (int)reply->len,
+           reply->str);
+  unsigned slot = 0;
+  char addr[sizeof tl_redirect.addr];
+  if (sscanf(buf + (moved ? 6 : 4), "%u %271s", &slot, addr) != 2 ||
+      slot >= 16384)
+    return false;
+  tl_redirect.kind = moved ? DLOCK__RD_MOVED : DLOCK__RD_ASK;
+  tl_redirect.slot = slot;
+  memcpy(tl_redirect.addr, addr, sizeof addr);
+  return true;
+}
+
 int dlock__redis_error(const redisReply *reply, const char *what) {
   const char *msg = reply->str ? reply->str : "";
   int n = reply->len > 300 ? 300 : (int)reply->len;
   int code = DLOCK_ESERVER;
+  if (note_redirect(reply))
+    return dlock__seterr(code, "%s: %.*s (a Redis Cluster node: use a "
+                               "redis-cluster:// URL)",
+                         what, n, msg);
   if (strstr(msg, "WRONGTYPE"))
     code = DLOCK_EWRONGTYPE;
   else if (starts_with(reply, "NOAUTH") || starts_with(reply, "WRONGPASS") ||
@@ -225,8 +263,7 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
       /* the sentinels still name the same one (they have not failed over
        * yet): a pause, then again */
       int64_t nap = deadline - dlock__now_ms();
-      struct timespec ts = {0, (nap > 100 ? 100 : nap > 0 ? nap : 0) * 1000000L};
-      nanosleep(&ts, NULL);
+      dlock__sleep_ms(nap > 100 ? 100 : nap > 0 ? nap : 0);
     }
   }
 }
@@ -322,7 +359,11 @@ static int request(dlock__redis *r, bool may_share,
                    int (*append)(dlock__conn *c, void *arg), void *arg,
                    size_t want, int64_t budget_ms, redisReply **rep,
                    bool *broke) {
-  bool counted = r->mux && may_share;
+  /* ASK (cluster): ASKING, then the request, on one connection of our
+   * own; ASKING's reply is dropped */
+  bool asking = tl_asking;
+  tl_asking = false;
+  bool counted = r->mux && may_share && !asking;
   if (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size) {
     atomic_fetch_sub(&r->pooled_busy, 1);
     int rc = dlock__redis_mux_exec(r, r->mux, append, arg, want, budget_ms,
@@ -333,11 +374,25 @@ static int request(dlock__redis *r, bool may_share,
     return rc;
   }
   dlock__conn *c = NULL;
+  redisReply *all[8];
+  if (asking && want + 1 > sizeof all / sizeof all[0])
+    asking = false; /* never: requests are at most three commands */
   int rc = pool_get(r, &c);
+  if (rc)
+    tl_redirect.kind = DLOCK__RD_UNSENT; /* no connection: nothing sent */
+  if (!rc && asking) {
+    const char *a[1] = {"ASKING"};
+    rc = dlock__redis_append_cmd(c, 1, a);
+  }
   if (!rc)
     rc = append(c, arg);
   if (!rc)
-    rc = dlock__conn_exec(c, dlock__deadline_after(budget_ms), want, rep);
+    rc = dlock__conn_exec(c, dlock__deadline_after(budget_ms),
+                          want + (asking ? 1 : 0), asking ? all : rep);
+  if (!rc && asking) {
+    freeReplyObject(all[0]);
+    memcpy(rep, all + 1, want * sizeof *rep);
+  }
   if (!rc)
     dlock__redis_saw_replies(r, c, rep, want);
   *broke = rc && c && dlock__conn_broken(c);

@@ -97,6 +97,27 @@ char *dlock__redis_suffixed(const char *name, const char *suffix);
  * name has a '{' (one-to-one, same cluster slot as the lock). */
 char *dlock__redis_own_key(const char *prefix, const char *name);
 
+/* What a cluster node answered instead of running a call (cluster.c
+ * follows it): MOVED or ASK <slot> <host:port>, TRYAGAIN (a slot being
+ * migrated), or no connection to send it on (nothing reached the node).
+ * Noted per thread by dlock__redis_error and the request path. */
+typedef enum dlock__redis_redirect_kind {
+  DLOCK__RD_NONE,
+  DLOCK__RD_MOVED,
+  DLOCK__RD_ASK,
+  DLOCK__RD_TRYAGAIN,
+  DLOCK__RD_UNSENT
+} dlock__redis_redirect_kind;
+typedef struct dlock__redis_redirect {
+  dlock__redis_redirect_kind kind;
+  unsigned slot;
+  char addr[272]; /* "host:port" */
+} dlock__redis_redirect;
+/* The calling thread's last redirection, then clears it. */
+void dlock__redis_redirect_take(dlock__redis_redirect *out);
+/* The calling thread's next request is sent after ASKING (one request). */
+void dlock__redis_set_asking(bool asking);
+
 /* Redis Cluster's slot of a key (cluster.c): CRC16 of its hash tag. */
 unsigned dlock__redis_key_slot(const char *key);
 
