@@ -55,7 +55,8 @@
 /* Redirections followed by one call before it gives up (a slot moves
  * once; a failover moves many, followed by one map refresh). */
 #define MAX_HOPS 5
-/* TRYAGAIN (a multi-key call while its slot migrates): pause, then retry. */
+/* TRYAGAIN (a multi-key call while its slot migrates): pause, then retry,
+ * within the command timeout. */
 #define TRYAGAIN_MS 20
 /* A master that cannot be reached: the map is read again this often,
  * within the connect timeout, until another master serves the slot. */
@@ -407,6 +408,7 @@ typedef struct route {
   int rc;
   int hops;
   bool started;
+  int64_t until;          /* ASK and TRYAGAIN are followed until then */
   int64_t failover_until; /* 0: not waiting for a failover */
 } route;
 
@@ -424,8 +426,15 @@ static bool route_go(route *rt) {
   }
   dlock__redis_redirect_take(&rd);
   dlock__redis_set_asking(false);
-  if (rt->rc == 0 || rt->hops++ >= MAX_HOPS)
+  if (rt->rc == 0)
     return false;
+  /* MOVED reads the map again: a few are enough; the others are bounded
+   * by time (ASK alternates with TRYAGAIN while a slot migrates) */
+  if (rd.kind == DLOCK__RD_MOVED && rt->hops++ >= MAX_HOPS)
+    return false;
+  int64_t now = dlock__now_ms();
+  if (!rt->until)
+    rt->until = now + cl->core->opts.command_timeout_ms;
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   int code = rt->rc;
@@ -442,22 +451,24 @@ static bool route_go(route *rt) {
     next = node_of(cl, rt->name) ? node_of(cl, rt->name) : next;
     break;
   case DLOCK__RD_ASK:
-    if (master_at(cl, rd.addr, &idx) != 0)
+    if (now >= rt->until || master_at(cl, rd.addr, &idx) != 0)
       break;
     next = cl->node[idx];
     dlock__redis_set_asking(true);
     break;
   case DLOCK__RD_TRYAGAIN:
-    dlock__sleep_ms(TRYAGAIN_MS);
-    next = node_of(cl, rt->name);
+    /* a call of several keys while its slot migrates: Redis runs it on
+     * neither side until the migration ends (within the command timeout) */
+    if (now < rt->until) {
+      dlock__sleep_ms(TRYAGAIN_MS);
+      next = node_of(cl, rt->name);
+    }
     break;
   case DLOCK__RD_UNSENT: {
     /* the master is gone: if a replica takes its place within the connect
      * timeout, the call goes there */
-    int64_t now = dlock__now_ms();
     if (!rt->failover_until)
       rt->failover_until = now + cl->core->opts.connect_timeout_ms;
-    rt->hops--; /* bounded by the time instead */
     while (now < rt->failover_until) {
       refresh(cl, NULL);
       void *n = node_of(cl, rt->name);

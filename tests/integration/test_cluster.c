@@ -49,19 +49,42 @@ static int holder_node(th_cluster_t *t, const char *name) {
   return at;
 }
 
+/* Subscribers of a sharded channel on one node (PUBSUB SHARDNUMSUB). */
+static long long shard_subscribers(th_server_t *s, const char *chan) {
+  redisReply *r = th_redis_cmd(s, "PUBSUB SHARDNUMSUB %s", chan);
+  long long n = -1;
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_INTEGER)
+    n = r->element[1]->integer;
+  if (r)
+    freeReplyObject(r);
+  return n;
+}
+
+/* A thread that acquires `name` (waiting up to 20 s, or wait_ms when
+ * keep), records when, and releases it (keep: holds it, in w->l). */
 typedef struct waiter {
   dlock_client_t *c;
   const char *name;
+  int64_t wait_ms;
+  bool keep;
   int rc;
   int64_t at;
+  atomic_int done;
+  dlock_lock_t *l;
   pthread_t th;
 } waiter_t;
 
 static void *waiter_main(void *arg) {
   waiter_t *w = arg;
   dlock_lock_t *l = it_lock(w->c, w->name);
-  w->rc = dlock_lock_acquire(l, 20000, 10000);
+  w->rc = dlock_lock_acquire(l, w->keep ? w->wait_ms : 20000, 10000);
   w->at = th_now_ms();
+  atomic_store_explicit(&w->done, 1, memory_order_release);
+  if (w->keep) {
+    w->l = l;
+    return NULL;
+  }
   if (w->rc == DLOCK_OK)
     dlock_lock_release(l);
   dlock_lock_free(l);
@@ -223,7 +246,144 @@ static void t_renew_many_slots(void) {
   th_cluster_stop(t);
 }
 
+/* The node id of a cluster node (CLUSTER MYID). Caller frees. */
+static char *node_id(th_server_t *s) {
+  char *id = th_redis_str(s, "CLUSTER MYID");
+  CHECK(id && strlen(id) == 40);
+  return id;
+}
+
+static void setslot_node(th_cluster_t *t, unsigned slot, const char *id) {
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) {
+    redisReply *r = th_redis_cmd(t->node[i], "CLUSTER SETSLOT %u NODE %s",
+                                 slot, id);
+    CHECK(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+  }
+}
+
+/* Moves every key of `slot` from master `from` to master `to` (MIGRATE). */
+static void migrate_keys(th_cluster_t *t, unsigned slot, int from, int to) {
+  redisReply *keys = th_redis_cmd(t->node[from],
+                                  "CLUSTER GETKEYSINSLOT %u 1000", slot);
+  CHECK(keys && keys->type == REDIS_REPLY_ARRAY);
+  for (size_t i = 0; i < keys->elements; i++) {
+    redisReply *m = th_redis_cmd(t->node[from], "MIGRATE 127.0.0.1 %d %s 0 "
+                                                "5000",
+                                 t->node[to]->port, keys->element[i]->str);
+    CHECKF(m && m->type == REDIS_REPLY_STATUS, "MIGRATE %s: %s",
+           keys->element[i]->str, m && m->str ? m->str : "(no reply)");
+    freeReplyObject(m);
+  }
+  printf("migrated %zu keys of slot %u\n", keys->elements, slot);
+  freeReplyObject(keys);
+}
+
+/* A slot moved from master 0 to master 1 as redis-cli --cluster reshard
+ * moves it (IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE) while one client
+ * holds a lock of it on the watchdog and another waits for that lock; a
+ * third acquires a new lock of the slot mid-migration (ASK). The holder's
+ * renewals follow the slot (the lock outlives its lease on the new
+ * master), the waiter's subscription moves there (SHARDNUMSUB), and the
+ * release wakes it. */
+static void t_slot_migrated(void) {
+  th_cluster_t *t = th_cluster_start();
+  CHECK(t);
+  /* a hash tag whose slot is on master 0 */
+  char tag[16] = "", held[32], fresh[32];
+  for (int k = 0; k < 200 && !tag[0]; k++) {
+    char probe[32];
+    snprintf(probe, sizeof probe, "{mig%d}", k);
+    redisReply *r = th_redis_cmd(t->node[0], "EXISTS %s", probe);
+    if (r && r->type == REDIS_REPLY_INTEGER) /* no MOVED: it is here */
+      snprintf(tag, sizeof tag, "mig%d", k);
+    if (r)
+      freeReplyObject(r);
+  }
+  CHECK(tag[0]);
+  snprintf(held, sizeof held, "{%s}held", tag);
+  snprintf(fresh, sizeof fresh, "{%s}fresh", tag);
+  redisReply *sr = th_redis_cmd(t->node[0], "CLUSTER KEYSLOT %s", held);
+  CHECK(sr && sr->type == REDIS_REPLY_INTEGER);
+  unsigned slot = (unsigned)sr->integer;
+  freeReplyObject(sr);
+
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 3000));
+  dlock_client_t *a = NULL;
+  CHECK_OK(dlock_client_new(&a, t->url, o));
+  dlock_options_free(o);
+  dlock_client_t *b = cluster_client(t->url), *c = cluster_client(t->url);
+  dlock_lock_t *l = it_lock(a, held);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  waiter_t w = {.c = b, .name = held};
+  CHECK(pthread_create(&w.th, NULL, waiter_main, &w) == 0);
+  char chan[64];
+  /* the name has a hash tag: Redisson's channel is prefix:name */
+  snprintf(chan, sizeof chan, "redisson_lock__channel:%s", held);
+  bool ok = false;
+  TH_WAIT_FOR(ok, shard_subscribers(t->node[0], chan) == 1, 10000);
+  CHECKF(ok, "the waiter is not subscribed on master 0");
+
+  char *src = node_id(t->node[0]), *dst = node_id(t->node[1]);
+  redisReply *r = th_redis_cmd(t->node[1], "CLUSTER SETSLOT %u IMPORTING %s",
+                               slot, src);
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  r = th_redis_cmd(t->node[0], "CLUSTER SETSLOT %u MIGRATING %s", slot, dst);
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  /* mid-migration: a new lock of the slot is a call of several keys that
+   * neither side runs until the migration ends (TRYAGAIN); it is retried
+   * and lands on master 1 */
+  waiter_t f = {.c = c, .name = fresh, .wait_ms = 0, .keep = true};
+  CHECK(pthread_create(&f.th, NULL, waiter_main, &f) == 0);
+  th_sleep_ms(300); /* scenario pace: the migration takes a while */
+  migrate_keys(t, slot, 0, 1);
+  /* the held lock's key is on master 1 now, the slot still master 0's: a
+   * query is sent on (ASK) */
+  dlock_lock_t *lq = it_lock(c, held);
+  bool locked = false;
+  CHECK_OK(dlock_lock_is_locked(lq, &locked));
+  CHECK(locked);
+  dlock_lock_free(lq);
+  setslot_node(t, slot, dst);
+  pthread_join(f.th, NULL);
+  CHECK_RC(f.rc, DLOCK_OK);
+  CHECKF(holder_node(t, fresh) == 1, "'%s' is not on master 1", fresh);
+  free(src);
+  free(dst);
+  int64_t moved_at = th_now_ms();
+
+  /* more than a lease later the holder's lock is still there, renewed on
+   * master 1; the waiter followed it */
+  th_sleep_ms(4000); /* scenario pace: past the 3 s lease */
+  CHECKF(it_exists(t->node[1], held), "the lock was not renewed on master 1");
+  TH_WAIT_FOR(ok, shard_subscribers(t->node[1], chan) == 1, 10000);
+  CHECKF(ok, "the waiter did not move to master 1");
+  CHECK_INT(atomic_load_explicit(&w.done, memory_order_acquire), ==, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_release(l));
+  pthread_join(w.th, NULL);
+  CHECK_RC(w.rc, DLOCK_OK);
+  printf("slot %u moved %lld ms before the release; waiter granted %lld ms "
+         "after it\n",
+         slot, (long long)(t0 - moved_at), (long long)(w.at - t0));
+  CHECK_INT(w.at - t0, <, 10000);
+  bool was = false;
+  CHECK_OK(dlock_lock_force_release(f.l, &was));
+  CHECK(was);
+  dlock_lock_free(f.l);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  dlock_client_free(b);
+  dlock_client_free(a);
+  th_cluster_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"slot_migrated", t_slot_migrated},
     {"every_master", t_every_master},
     {"renew_many_slots", t_renew_many_slots},
     {"single_master", t_single_master},
