@@ -22,7 +22,48 @@ static bool cluster_ok(th_server_t *s) {
   return ok;
 }
 
-th_cluster_t *th_cluster_start(void) {
+/* A replica whose link to its master is up. */
+static bool replica_synced(th_server_t *s) {
+  char *info = th_redis_str(s, "INFO %s", "replication");
+  bool ok = info && strstr(info, "role:slave") &&
+            strstr(info, "master_link_status:up");
+  free(info);
+  return ok;
+}
+
+/* A master that counts its replica online (ROLE lists it: a client's
+ * WAIT waits for it). */
+static bool replica_online(th_server_t *s) {
+  char *info = th_redis_str(s, "INFO %s", "replication");
+  bool ok = info && strstr(info, "connected_slaves:1") &&
+            strstr(info, "state=online");
+  free(info);
+  return ok;
+}
+
+/* Makes replica[i] a replica of node[i] (CLUSTER REPLICATE). */
+static bool replicate(th_cluster_t *t, int i) {
+  char *id = th_redis_str(t->node[i], "CLUSTER MYID");
+  if (!id)
+    return false;
+  int64_t until = th_now_ms() + 20000;
+  bool ok = false;
+  /* the replica must know the master first (gossip after create) */
+  while (!ok && th_now_ms() < until) {
+    redisReply *r = th_redis_cmd(t->replica[i], "CLUSTER REPLICATE %s", id);
+    ok = r && r->type == REDIS_REPLY_STATUS;
+    if (!ok && th_now_ms() + 100 >= until)
+      fprintf(stderr, "CLUSTER REPLICATE: %s\n", r && r->str ? r->str : "?");
+    if (r)
+      freeReplyObject(r);
+    if (!ok)
+      th_sleep_ms(100);
+  }
+  free(id);
+  return ok;
+}
+
+static th_cluster_t *start(bool replicas) {
   th_cluster_t *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
@@ -53,11 +94,39 @@ th_cluster_t *th_cluster_start(void) {
             st, t->node[0]->dir);
     goto failed;
   }
-  int64_t until = th_now_ms() + 20000;
-  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) {
-    while (!cluster_ok(t->node[i]) && th_now_ms() < until)
+  /* replicas join the created cluster (MEET), then replicate a master:
+   * which one is ours to say, not redis-cli's */
+  for (int i = 0; replicas && i < TH_CLUSTER_MASTERS; i++) {
+    if (!(t->replica[i] = th_server_start(conf)))
+      goto failed;
+    redisReply *r = th_redis_cmd(t->replica[i], "CLUSTER MEET 127.0.0.1 %d %d",
+                                 t->node[0]->port, t->node[0]->port2);
+    bool ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r)
+      freeReplyObject(r);
+    if (!ok) {
+      fprintf(stderr, "th_cluster_start: CLUSTER MEET failed\n");
+      goto failed;
+    }
+  }
+  for (int i = 0; replicas && i < TH_CLUSTER_MASTERS; i++)
+    if (!replicate(t, i)) {
+      fprintf(stderr, "th_cluster_start: CLUSTER REPLICATE failed\n");
+      goto failed;
+    }
+  int64_t until = th_now_ms() + 30000;
+  for (int i = 0; i < 2 * TH_CLUSTER_MASTERS; i++) {
+    th_server_t *s = i < TH_CLUSTER_MASTERS ? t->node[i]
+                                            : t->replica[i - TH_CLUSTER_MASTERS];
+    if (!s)
+      continue;
+    bool replica = i >= TH_CLUSTER_MASTERS;
+    bool (*linked)(th_server_t *) = !replicas ? NULL
+                                    : replica ? replica_synced
+                                              : replica_online;
+    while (!(cluster_ok(s) && (!linked || linked(s))) && th_now_ms() < until)
       th_sleep_ms(50);
-    if (!cluster_ok(t->node[i])) {
+    if (!cluster_ok(s) || (linked && !linked(s))) {
       fprintf(stderr, "th_cluster_start: node %d is not ok\n", i);
       goto failed;
     }
@@ -68,10 +137,16 @@ failed:
   return NULL;
 }
 
+th_cluster_t *th_cluster_start(void) { return start(false); }
+
+th_cluster_t *th_cluster_start_replicated(void) { return start(true); }
+
 void th_cluster_stop(th_cluster_t *t) {
   if (!t)
     return;
-  for (int i = 0; i < TH_CLUSTER_MASTERS; i++)
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) {
+    th_server_stop(t->replica[i]);
     th_server_stop(t->node[i]);
+  }
   free(t);
 }

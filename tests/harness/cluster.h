@@ -1,10 +1,13 @@
 /*
- * cluster.h - a Redis Cluster for the tests: three masters (no replicas),
- * each a harness server (harness.c: free 127.0.0.1 ports, stopped by PID)
- * with cluster-enabled, joined by `redis-cli --cluster create`.
+ * cluster.h - a Redis Cluster for the tests: three masters, and with
+ * th_cluster_start_replicated one replica of each, every node a harness
+ * server (harness.c: free 127.0.0.1 ports, stopped by PID) with
+ * cluster-enabled, joined by `redis-cli --cluster create`.
  *
- * th_cluster_start returns once every node says cluster_state:ok (at most
- * 20 s). Main thread only, as the harness's servers.
+ * Both return once every node says cluster_state:ok and every replica's
+ * link to its master is up (at most 30 s). node[i] is the master of the
+ * i-th third of the slots, replica[i] its replica. Main thread only, as
+ * the harness's servers.
  */
 #ifndef DLOCK_TEST_CLUSTER_H
 #define DLOCK_TEST_CLUSTER_H
@@ -15,12 +18,14 @@
 
 typedef struct th_cluster {
   th_server_t *node[TH_CLUSTER_MASTERS];
+  th_server_t *replica[TH_CLUSTER_MASTERS]; /* NULL without replicas */
   /* "redis-cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3" */
   char url[256];
 } th_cluster_t;
 
 /* NULL (after printing why) on failure. */
 th_cluster_t *th_cluster_start(void);
+th_cluster_t *th_cluster_start_replicated(void);
 /* Stops every node; accepts NULL. */
 void th_cluster_stop(th_cluster_t *c);
 

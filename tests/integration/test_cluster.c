@@ -68,6 +68,9 @@ typedef struct waiter {
   const char *name;
   int64_t wait_ms;
   bool keep;
+  /* once more after DLOCK_EUNAVAILABLE (an attempt in flight when its
+   * master died, as documented) */
+  bool retry_unavailable;
   int rc;
   int64_t at;
   atomic_int done;
@@ -79,6 +82,10 @@ static void *waiter_main(void *arg) {
   waiter_t *w = arg;
   dlock_lock_t *l = it_lock(w->c, w->name);
   w->rc = dlock_lock_acquire(l, w->keep ? w->wait_ms : 20000, 10000);
+  if (w->rc == DLOCK_EUNAVAILABLE && w->retry_unavailable) {
+    printf("waiter: %s; it asks again\n", dlock_last_error());
+    w->rc = dlock_lock_acquire(l, 20000, 10000);
+  }
   w->at = th_now_ms();
   atomic_store_explicit(&w->done, 1, memory_order_release);
   if (w->keep) {
@@ -246,6 +253,22 @@ static void t_renew_many_slots(void) {
   th_cluster_stop(t);
 }
 
+/* A hash tag whose slot master `node` serves, into tag. */
+static void tag_on(th_cluster_t *t, int node, const char *prefix, char *tag,
+                   size_t len) {
+  tag[0] = '\0';
+  for (int k = 0; k < 500 && !tag[0]; k++) {
+    char probe[48];
+    snprintf(probe, sizeof probe, "{%s%d}", prefix, k);
+    redisReply *r = th_redis_cmd(t->node[node], "EXISTS %s", probe);
+    if (r && r->type == REDIS_REPLY_INTEGER) /* no MOVED: it is here */
+      snprintf(tag, len, "%s%d", prefix, k);
+    if (r)
+      freeReplyObject(r);
+  }
+  CHECK(tag[0]);
+}
+
 /* The node id of a cluster node (CLUSTER MYID). Caller frees. */
 static char *node_id(th_server_t *s) {
   char *id = th_redis_str(s, "CLUSTER MYID");
@@ -289,18 +312,8 @@ static void migrate_keys(th_cluster_t *t, unsigned slot, int from, int to) {
 static void t_slot_migrated(void) {
   th_cluster_t *t = th_cluster_start();
   CHECK(t);
-  /* a hash tag whose slot is on master 0 */
-  char tag[16] = "", held[32], fresh[32];
-  for (int k = 0; k < 200 && !tag[0]; k++) {
-    char probe[32];
-    snprintf(probe, sizeof probe, "{mig%d}", k);
-    redisReply *r = th_redis_cmd(t->node[0], "EXISTS %s", probe);
-    if (r && r->type == REDIS_REPLY_INTEGER) /* no MOVED: it is here */
-      snprintf(tag, sizeof tag, "mig%d", k);
-    if (r)
-      freeReplyObject(r);
-  }
-  CHECK(tag[0]);
+  char tag[24], held[48], fresh[48];
+  tag_on(t, 0, "mig", tag, sizeof tag);
   snprintf(held, sizeof held, "{%s}held", tag);
   snprintf(fresh, sizeof fresh, "{%s}fresh", tag);
   redisReply *sr = th_redis_cmd(t->node[0], "CLUSTER KEYSLOT %s", held);
@@ -319,7 +332,7 @@ static void t_slot_migrated(void) {
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
   waiter_t w = {.c = b, .name = held};
   CHECK(pthread_create(&w.th, NULL, waiter_main, &w) == 0);
-  char chan[64];
+  char chan[80];
   /* the name has a hash tag: Redisson's channel is prefix:name */
   snprintf(chan, sizeof chan, "redisson_lock__channel:%s", held);
   bool ok = false;
@@ -382,7 +395,102 @@ static void t_slot_migrated(void) {
   th_cluster_stop(t);
 }
 
+static atomic_int lost_count;
+
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason) {
+  (void)ud;
+  (void)tid;
+  printf("lost: '%s' (reason %d)\n", name, (int)reason);
+  atomic_fetch_add(&lost_count, 1);
+}
+
+/* A master killed (SIGKILL) while a lock of its slots is held (acquired
+ * with WAIT, so its replica has it) and waited for: its replica takes
+ * over; the first new acquisition of the slot is timed from the kill; the
+ * held lock is still held on the new master and is not reported lost; the
+ * release there wakes the waiter, which acquires. */
+static void t_master_failover(void) {
+  th_cluster_t *t = th_cluster_start_replicated();
+  CHECK(t);
+  char tag[24], held[48], fresh[48];
+  tag_on(t, 0, "fo", tag, sizeof tag);
+  snprintf(held, sizeof held, "{%s}held", tag);
+  snprintf(fresh, sizeof fresh, "{%s}fresh", tag);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_command_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  dlock_client_t *a = NULL;
+  CHECK_OK(dlock_client_new(&a, t->url, o));
+  dlock_options_free(o);
+  dlock_client_t *b = cluster_client(t->url), *c = cluster_client(t->url);
+  dlock_lock_t *l = it_lock(a, held);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  /* acquired with WAIT: the replica has it already (READONLY: a cluster
+   * replica answers reads of its master's slots; the harness's connection
+   * is kept) */
+  redisReply *ro = th_redis_cmd(t->replica[0], "READONLY");
+  CHECK(ro && ro->type == REDIS_REPLY_STATUS);
+  freeReplyObject(ro);
+  CHECKF(th_redis_int(t->replica[0], "EXISTS %s", held) == 1,
+         "the replica lacks the lock");
+  waiter_t w = {.c = b, .name = held, .retry_unavailable = true};
+  CHECK(pthread_create(&w.th, NULL, waiter_main, &w) == 0);
+  char chan[80];
+  snprintf(chan, sizeof chan, "redisson_lock__channel:%s", held);
+  bool ok = false;
+  TH_WAIT_FOR(ok, shard_subscribers(t->node[0], chan) == 1, 10000);
+  CHECKF(ok, "the waiter is not subscribed on master 0");
+
+  CHECK(th_server_kill9(t->node[0]) == 0);
+  int64_t killed = th_now_ms();
+  /* the first acquisition of the slot after the kill (each attempt rides
+   * through the failover for up to its connect timeout) */
+  dlock_lock_t *lf = it_lock(c, fresh);
+  int rc = -1, tries = 0;
+  int64_t until = killed + 30000;
+  while (rc != DLOCK_OK && th_now_ms() < until && tries < 100) {
+    rc = dlock_lock_acquire(lf, 0, 30000);
+    tries++;
+    if (rc != DLOCK_OK)
+      printf("acquire after the kill: %s \"%s\"\n", dlock_err_name(rc),
+             dlock_last_error());
+    if (rc != DLOCK_OK && rc != DLOCK_EUNAVAILABLE)
+      break;
+  }
+  CHECK_RC(rc, DLOCK_OK);
+  printf("FIGURE cluster.failover: %lld ms from the master's kill to the "
+         "first acquisition of its slot (%d attempts)\n",
+         (long long)(th_now_ms() - killed), tries);
+  char *role = th_redis_str(t->replica[0], "INFO %s", "replication");
+  CHECKF(role && strstr(role, "role:master"), "the replica was not promoted");
+  free(role);
+  CHECKF(it_exists(t->replica[0], held),
+         "the held lock did not survive the failover");
+  CHECK_OK(dlock_lock_release(lf));
+  dlock_lock_free(lf);
+
+  /* the holder releases on the new master; the waiter gets it */
+  CHECK_INT(atomic_load_explicit(&w.done, memory_order_acquire), ==, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_OK(dlock_lock_release(l));
+  pthread_join(w.th, NULL);
+  CHECK_RC(w.rc, DLOCK_OK);
+  printf("waiter granted %lld ms after the release\n",
+         (long long)(w.at - t0));
+  CHECK_INT(w.at - t0, <, 10000);
+  CHECK_INT(atomic_load(&lost_count), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  dlock_client_free(b);
+  dlock_client_free(a);
+  th_cluster_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"master_failover", t_master_failover},
     {"slot_migrated", t_slot_migrated},
     {"every_master", t_every_master},
     {"renew_many_slots", t_renew_many_slots},
