@@ -13,22 +13,30 @@
  * the others are `prefix:{name}`, `{name}:suffix`, or, for a name that has
  * a `{...}` of its own, the name with that tag), so all of them live in one
  * slot: CRC16 (XMODEM) of the tag, mod 16384, as Redis computes it. Each
- * operation is forwarded to the master of that slot, unchanged; a handle's
- * backend state is its node's own (a name never changes node while the
- * map does not change). Renewals are split into one batch per node.
+ * operation is forwarded, unchanged, to the master of that slot; handles
+ * are the same on every master. Renewals are one batch per master, split
+ * by slot by the master's backend.
+ *
+ * The map changes (docs/CLUSTER.md): a call answered MOVED goes where it
+ * says and the map is read again; ASK sends it once after ASKING;
+ * TRYAGAIN (a slot mid-migration) retries it within the command timeout;
+ * a call that could not be sent (its master is gone) waits, within the
+ * connect timeout, for the map to name another master. Masters are added
+ * as they appear and never removed. A wait is registered with one master
+ * (its cwait record, w->route); when the map moves its slot, it is woken,
+ * and its next arm or queue check moves it to the new master.
  *
  * Pub/sub: the node backends publish with SPUBLISH and subscribe with
  * SSUBSCRIBE (sharded pub/sub, Redis 7), as Redisson 3.22+ does in a
  * cluster, so wake-ups reach the shard that owns the lock and a Redisson
  * client's waiters; PUBLISH's receiver count in a hand-off is the shard's.
  *
- * Not done: MOVED and ASK (a slot moved after the map was read makes its
- * calls fail with the server's MOVED error until the client is created
- * again), and failover (a master that dies stays in the map).
- *
- * Threads: every operation runs on its caller's thread with no state of
- * its own but the map, which is read-only after open; the loop hooks
- * forward to the nodes' (loop_nfds is the loop's alone).
+ * Threads: operations run on their callers' threads. The map is an array
+ * of atomic bytes (slot -> master index), read without a lock, written
+ * under mu (a MOVED also sets its one slot at once); the masters
+ * array only grows, each entry set before the count that publishes it.
+ * wmu guards the waits' list. The loop hooks forward to the masters' and
+ * keep the count they prepared for (loop_n, loop thread only).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1 /* memrchr */
