@@ -213,6 +213,14 @@ static int ask(dlock__redis *r, dlock__redis_sentinel *s, int i,
       rc = DLOCK_EAUTH;
   } else if (addr->type == REDIS_REPLY_ERROR) {
     rc = dlock__redis_error(addr, "SENTINEL GET-MASTER-ADDR-BY-NAME");
+    if (rc == DLOCK_EAUTH && !auth) { /* say where the password goes */
+      char was[400];
+      snprintf(was, sizeof was, "%s", dlock_last_error());
+      dlock__seterr(rc, "%s (the sentinels' own password: "
+                        "dlock_options_set_sentinel_credentials, or dlock "
+                        "--sentinel-password-file)",
+                    was);
+    }
   } else if (addr->type == REDIS_REPLY_NIL) {
     rc = dlock__seterr(DLOCK_EUNAVAILABLE,
                        "the sentinel knows no master named '%s'",

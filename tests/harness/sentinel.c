@@ -45,28 +45,57 @@ static int sentinels_known(th_server_t *s) {
 }
 
 th_sentinels_t *th_sentinels_start(void) {
+  return th_sentinels_start_auth(NULL, NULL);
+}
+
+th_sentinels_t *th_sentinels_start_auth(const char *data_pw,
+                                        const char *sentinel_pw) {
   th_sentinels_t *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
-  t->master = th_server_start(NULL);
+  char requirepass[160] = "", masterauth[160] = "", authpass[200] = "",
+       sentpass[160] = "", sentreq[160] = "";
+  if (data_pw) {
+    snprintf(requirepass, sizeof requirepass, "requirepass %s", data_pw);
+    snprintf(masterauth, sizeof masterauth, "masterauth %s", data_pw);
+    snprintf(authpass, sizeof authpass, "sentinel auth-pass %s %s",
+             TH_SENTINEL_MASTER, data_pw);
+  }
+  if (sentinel_pw) {
+    snprintf(sentreq, sizeof sentreq, "requirepass %s", sentinel_pw);
+    snprintf(sentpass, sizeof sentpass, "sentinel sentinel-pass %s",
+             sentinel_pw);
+  }
+  /* a data node: its password, and the master's for a replica (a
+   * promoted replica's old master becomes its replica) */
+  const char *mconf[] = {requirepass, masterauth, NULL};
+  t->master = th_server_start(data_pw ? mconf : NULL);
   if (!t->master)
     goto failed;
   char replicaof[64];
   snprintf(replicaof, sizeof replicaof, "replicaof 127.0.0.1 %d",
            t->master->port);
-  const char *rconf[] = {replicaof, NULL};
+  const char *rconf[] = {replicaof, data_pw ? requirepass : NULL,
+                         masterauth, NULL};
   if (!(t->replica = th_server_start(rconf)))
     goto failed;
   char monitor[128];
   snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
            TH_SENTINEL_MASTER, t->master->port);
-  const char *sconf[] = {
+  const char *sconf[10] = {
       TH_SENTINEL_LINE,
       monitor,
       "sentinel down-after-milliseconds " TH_SENTINEL_MASTER " 1000",
       "sentinel failover-timeout " TH_SENTINEL_MASTER " 5000",
-      "sentinel parallel-syncs " TH_SENTINEL_MASTER " 1",
-      NULL};
+      "sentinel parallel-syncs " TH_SENTINEL_MASTER " 1"};
+  size_t ns = 5;
+  if (data_pw)
+    sconf[ns++] = authpass;
+  if (sentinel_pw) {
+    sconf[ns++] = sentreq;
+    sconf[ns++] = sentpass;
+  }
+  sconf[ns] = NULL;
   size_t used = (size_t)snprintf(t->url, sizeof t->url, "redis-sentinel://");
   for (int i = 0; i < TH_SENTINELS; i++) {
     if (!(t->sent[i] = th_server_start(sconf)))

@@ -24,6 +24,12 @@ typedef struct th_sentinels {
 
 /* NULL (after printing why) on failure. */
 th_sentinels_t *th_sentinels_start(void);
+/* The same with passwords (either may be NULL): data_pw for the master
+ * and the replica (requirepass, masterauth; the sentinels' auth-pass),
+ * sentinel_pw for the sentinels (requirepass, sentinel-pass). The harness
+ * AUTHs its own connections with them. */
+th_sentinels_t *th_sentinels_start_auth(const char *data_pw,
+                                        const char *sentinel_pw);
 /* Stops every server of it; accepts NULL. */
 void th_sentinels_stop(th_sentinels_t *t);
 

@@ -177,8 +177,89 @@ static void t_failover(void) {
   th_sentinels_stop(tp);
 }
 
+/* Sentinels with a password of their own and data nodes with another:
+ * each goes where it belongs (the URL's or dlock_options_set_credentials'
+ * to the data nodes, dlock_options_set_sentinel_credentials' to the
+ * sentinels, or the command's --sentinel-password-file); a missing or
+ * wrong sentinel password is one clear DLOCK_EAUTH. */
+static void t_passwords(void) {
+  th_sentinels_t *t = th_sentinels_start_auth("data-pw", "sent-pw");
+  CHECK(t);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 2000));
+  CHECK_OK(dlock_options_set_credentials(o, NULL, "data-pw"));
+  dlock_client_t *c = NULL;
+  /* no sentinel password: the sentinels refuse */
+  int rc = dlock_client_new(&c, t->url, o);
+  printf("no sentinel password: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_RC(rc, DLOCK_EAUTH);
+  CHECK(c == NULL);
+  CHECK(!strchr(dlock_last_error(), '\n'));
+  /* a wrong one */
+  CHECK_OK(dlock_options_set_sentinel_credentials(o, NULL, "wrong"));
+  rc = dlock_client_new(&c, t->url, o);
+  printf("wrong sentinel password: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_RC(rc, DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "sentinel"));
+  /* the right one: locks work on the master */
+  CHECK_OK(dlock_options_set_sentinel_credentials(o, NULL, "sent-pw"));
+  CHECK_OK(dlock_client_new(&c, t->url, o));
+  dlock_lock_t *l = it_lock(c, "sent-pw-lock");
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(it_exists(t->master, "sent-pw-lock"), ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  /* the data password given for the sentinels too does not open them */
+  CHECK_OK(dlock_options_set_sentinel_credentials(o, NULL, NULL));
+  CHECK_OK(dlock_options_set_credentials(o, NULL, "sent-pw"));
+  CHECK_RC(dlock_client_new(&c, t->url, o), DLOCK_EAUTH);
+  dlock_options_free(o);
+
+#ifdef DLOCK_CLI_PATH
+  /* the command: the data password from $DLOCK_PASSWORD, the sentinels'
+   * from a file */
+  char dir[] = "/tmp/dlock-sentpw-XXXXXX";
+  CHECK(mkdtemp(dir));
+  char file[64];
+  snprintf(file, sizeof file, "%s/pw", dir);
+  FILE *f = fopen(file, "w");
+  CHECK(f);
+  fputs("sent-pw\n", f);
+  fclose(f);
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd,
+           "DLOCK_PASSWORD=data-pw " DLOCK_CLI_PATH
+           " -u '%s' --sentinel-password-file %s sent-cli-pw true",
+           t->url, file);
+  CHECK_INT(system(cmd), ==, 0);
+  /* without it: refused, exit 69 (unavailable) or 77 (permission) */
+  snprintf(cmd, sizeof cmd,
+           "DLOCK_PASSWORD=data-pw " DLOCK_CLI_PATH
+           " -u '%s' sent-cli-pw true 2>/dev/null",
+           t->url);
+  int st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  printf("dlock without the sentinels' password: exit %d\n",
+         WEXITSTATUS(st));
+  /* the flag on a URL that has no sentinels: a usage error */
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u redis://127.0.0.1:1 --sentinel-user u x true "
+                          "2>/dev/null");
+  st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 64);
+  unlink(file);
+  rmdir(dir);
+#endif
+  th_sentinels_stop(t);
+}
+
 static const check_case_t cases[] = {
     {"basic", t_basic},
+    {"passwords", t_passwords},
     {"failover", t_failover},
 };
 

@@ -56,6 +56,8 @@ enum opt_id {
   O_STATUS,
   O_FORCE_UNLOCK,
   O_PASSWORD_FILE,
+  O_SENTINEL_USER,
+  O_SENTINEL_PASSWORD_FILE,
   O_TLS,
   O_CACERT,
   O_CACERTDIR,
@@ -96,6 +98,8 @@ static const struct optdef optdefs[] = {
     {"status", 0, false, O_STATUS},
     {"force-unlock", 0, false, O_FORCE_UNLOCK},
     {"password-file", 0, true, O_PASSWORD_FILE},
+    {"sentinel-user", 0, true, O_SENTINEL_USER},
+    {"sentinel-password-file", 0, true, O_SENTINEL_PASSWORD_FILE},
     {"tls", 0, false, O_TLS},
     {"cacert", 0, true, O_CACERT},
     {"cacertdir", 0, true, O_CACERTDIR},
@@ -365,6 +369,16 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
     if (value[0] == '\0')
       return fail(err, errlen, "%s: empty file name", spelled);
     o->password_file = value;
+    return 0;
+  case O_SENTINEL_USER:
+    if (value[0] == '\0')
+      return fail(err, errlen, "%s: empty user name", spelled);
+    o->sentinel_user = value;
+    return 0;
+  case O_SENTINEL_PASSWORD_FILE:
+    if (value[0] == '\0')
+      return fail(err, errlen, "%s: empty file name", spelled);
+    o->sentinel_password_file = value;
     return 0;
   case O_TLS:
     o->tls = true;

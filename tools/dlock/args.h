@@ -67,6 +67,9 @@ struct cli_opts {
   char *const *command;      /* COMMAND ARG... (NULL-terminated argv tail) */
   const char *shell_command; /* -c CMD, or NULL */
   const char *password_file; /* --password-file, or NULL */
+  /* redis-sentinel://: the sentinels' own user and password file */
+  const char *sentinel_user;          /* --sentinel-user, or NULL */
+  const char *sentinel_password_file; /* --sentinel-password-file, or NULL */
   int64_t wait_ms;           /* -1 = forever, 0 = -n, else -w */
   int64_t lease_ms;          /* -1 = watchdog lease, else -l */
   int64_t watchdog_ms;       /* 0 = the library's default */

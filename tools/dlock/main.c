@@ -88,6 +88,11 @@ static const char usage_text[] =
     "                           only the shared lock; with -F: the fair one;\n"
     "                           with -N: the semaphore)\n"
     "      --password-file FILE read the password from FILE's first line\n"
+    "      --sentinel-user USER redis-sentinel://: the sentinels' own ACL user\n"
+    "      --sentinel-password-file FILE\n"
+    "                           redis-sentinel://: the sentinels' own\n"
+    "                           password, from FILE's first line (the URL's\n"
+    "                           is the data nodes')\n"
     "      --tls                TLS for a redis:// or etcd:// URL too\n"
     "                           (rediss:// and etcds:// URLs always use\n"
     "                           TLS); the server's certificate\n"
@@ -120,8 +125,6 @@ static const char usage_text[] =
     "holder; a holder giving another N is refused (exit 64) until\n"
     "'dlock --force-unlock -N N NAME' deletes the semaphore.\n"
     "\n"
-    "Not available yet (they exit 64 today): --all, several -u (Redlock).\n"
-    "\n"
     "URLs: redis://[[user]:password@]host[:port][/db], "
     "unix:///path/redis.sock,\n"
     "rediss://[[user]:password@]host[:port][/db] (TLS).\n"
@@ -141,6 +144,8 @@ static const char usage_text[] =
     "  DLOCK_URL       backend when -u is not given\n"
     "  DLOCK_PASSWORD  password when neither the URL nor --password-file has "
     "one\n"
+    "  DLOCK_SENTINEL_PASSWORD  the sentinels' password when\n"
+    "                  --sentinel-password-file is not given\n"
     "  The command gets DLOCK_NAME (the lock's name) and, for an exclusive\n"
     "  lock (-x, the default), DLOCK_TOKEN: a decimal fencing token greater\n"
     "  than every earlier grant's of NAME (-v prints it). -s and -F holders\n"
@@ -228,12 +233,55 @@ static char *read_password_file(const char *path) {
   return buf;
 }
 
+/* redis-sentinel://: the sentinels' own user and password
+ * (--sentinel-user, --sentinel-password-file or $DLOCK_SENTINEL_PASSWORD);
+ * the flags are refused on other URLs. *pw_out: the password read from the
+ * file (the caller frees it). */
+static int set_sentinel_credentials(struct cli_ctx *c,
+                                    const struct cli_opts *o,
+                                    const char *url, char **pw_out) {
+  const char *env_pw = getenv("DLOCK_SENTINEL_PASSWORD");
+  const char *pw = NULL;
+  bool sentinel = strncmp(url, "redis-sentinel://", 17) == 0;
+  if (!sentinel) {
+    if (o->sentinel_user || o->sentinel_password_file) {
+      cli_msg(c, "%s: only for redis-sentinel:// URLs",
+              o->sentinel_user ? "--sentinel-user"
+                               : "--sentinel-password-file");
+      return -1;
+    }
+    return 0;
+  }
+  if (o->sentinel_password_file) {
+    char pf[160];
+    cli_printable(o->sentinel_password_file, 120, pf, sizeof pf);
+    if ((*pw_out = read_password_file(o->sentinel_password_file)) == NULL) {
+      cli_msg(c, "--sentinel-password-file %s: %s", pf,
+              errno == EINVAL ? "empty first line" : strerror(errno));
+      return -1;
+    }
+    pw = *pw_out;
+  } else if (env_pw != NULL && env_pw[0] != '\0') {
+    pw = env_pw;
+  }
+  if (pw != NULL && c->nsecrets < CLI_MAX_SECRETS)
+    c->secrets[c->nsecrets++] = pw;
+  if ((o->sentinel_user || pw) &&
+      dlock_options_set_sentinel_credentials(c->dopts, o->sentinel_user,
+                                             pw) != 0) {
+    cli_msg(c, "the library refused the sentinels' credentials: %s",
+            dlock_last_error());
+    return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct cli_opts o;
   struct cli_ctx c;
   char err[512];
   char *url = NULL, *shown = NULL, *url_secret = NULL, *url_pw = NULL;
-  char *file_pw = NULL, *user = NULL;
+  char *file_pw = NULL, *user = NULL, *sentinel_pw = NULL;
   const char *env_pw = NULL, *pw = NULL, *env_url;
   size_t off, len;
   int rc = 0;
@@ -387,6 +435,10 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+  if (set_sentinel_credentials(&c, &o, url, &sentinel_pw) != 0) {
+    rc = CLI_EX_USAGE;
+    goto out;
+  }
   if (set_tls_options(&c, &o) != 0) {
     rc = CLI_EX_USAGE;
     goto out;
@@ -419,6 +471,7 @@ out:
   dlock_options_free(c.dopts);
   free(user);
   free(file_pw);
+  free(sentinel_pw);
   free(url_pw);
   free(url_secret);
   free(shown);
