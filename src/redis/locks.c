@@ -411,8 +411,9 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   member,
                                   ttl,
                                   k.grant,
-                                  RW_HELD_BACK_RECHECK_MS};
-    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6, 16,
+                                  RW_HELD_BACK_RECHECK_MS,
+                                  ((dlock__redis *)be)->publish};
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6, 17,
                                     argv, false, &rep, unsynced);
     break;
   }

@@ -68,8 +68,7 @@ if redis.call('exists', KEYS[4]) == 1 then
     -- one look per period, whatever it finds: the other releases of the
     -- period pay a GET instead of PUBSUB NUMSUB and a ZRANGE
     redis.call('set', KEYS[6], now, 'px', ARGV[7])
-    local numsub = redis.pcall('pubsub', 'numsub', KEYS[2])
-    local subs = type(numsub) == 'table' and numsub[2] or 0
+    local subs = subscribers(ARGV[4], KEYS[2])
     local seen, clients = {}, 0
     if ARGV[8] == '1' then
       local me = string.match(ARGV[3], '^([^:]+):')

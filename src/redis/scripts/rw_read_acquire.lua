@@ -11,7 +11,9 @@
 -- ARGV[4] the waiter's member "<client-id>:<tid>:<seq>:<lease>" or '' (not
 -- registered); ARGV[5] registration lifetime ms; ARGV[6] grant channel
 -- prefix own(dlock_lock_rw_grant) (":<client-id>" appended); ARGV[7] the
--- longest a reader held back for a writer sleeps before it looks again, ms.
+-- longest a reader held back for a writer sleeps before it looks again, ms;
+-- ARGV[8] the publish command ('spublish': a cluster's sharded channels,
+-- counted by PUBSUB SHARDNUMSUB).
 -- 'OTHERKIND' when the key is a lock of another kind.
 -- Returns nil when acquired, else the PTTL of the lock, at most ARGV[7] for
 -- a reader held back for a writer (and the waiter is registered, or its
@@ -66,7 +68,9 @@ local function writer_waits()
     local expiry = tonumber(redis.call('zscore', KEYS[5], m) or '0')
     local cid = string.match(m, '^([^:]+):')
     if cid and expiry > now then
-      local r = redis.pcall('pubsub', 'numsub', ARGV[6] .. ':' .. cid)
+      local r = redis.pcall('pubsub',
+                            ARGV[8] == 'spublish' and 'shardnumsub' or
+                                'numsub', ARGV[6] .. ':' .. cid)
       local subs = type(r) == 'table' and tonumber(r[2])
       if subs and subs > 0 then
         return true

@@ -36,7 +36,7 @@ local function live_readers(k, now, acc)
       alive = true
       if asked < 10 then
         asked = asked + 1
-        local r = redis.pcall('pubsub', 'numsub', k.grant .. ':' .. cid)
+        local r = pubsub_count(k.publish, k.grant .. ':' .. cid)
         if type(r) == 'table' and tonumber(r[2]) == 0 then
           alive = false
         end
@@ -73,8 +73,7 @@ local function handoff(k, now, acc)
   if now - last >= tonumber(k.period) then
     -- one look per period, whatever it finds (lock_release.lua)
     redis.call('set', k.yield, now, 'px', k.period)
-    local numsub = redis.pcall('pubsub', 'numsub', k.channel)
-    local subs = type(numsub) == 'table' and numsub[2] or 0
+    local subs = subscribers(k.publish, k.channel)
     for _, m in ipairs(redis.call('zrange', k.queue, 0, 99)) do
       note(acc, string.match(m, '^([^:]+):'))
     end
