@@ -211,7 +211,8 @@ static int watch_read(dlock__redis *r, watch_fn fn, void *ud) {
     if (m->type == REDIS_REPLY_ERROR) {
       /* only SUBSCRIBE can be refused (ACL channel rules, NOPERM): the
        * connection stays good, the pending channels fail */
-      int e = dlock__redis_error(m, "SUBSCRIBE refused");
+      int e = dlock__redis_error(
+          m, r->sharded ? "SSUBSCRIBE refused" : "SUBSCRIBE refused");
       const char *msg = dlock_last_error();
       fn(ud, W_REFUSED, e, NULL, 0, msg, strlen(msg));
       freeReplyObject(m);

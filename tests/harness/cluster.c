@@ -63,16 +63,20 @@ static bool replicate(th_cluster_t *t, int i) {
   return ok;
 }
 
-static th_cluster_t *start(bool replicas) {
+static th_cluster_t *start(bool replicas, const char *const *extra) {
   th_cluster_t *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
-  const char *conf[] = {"cluster-enabled yes",
-                        "cluster-config-file ${dir}/nodes.conf",
-                        "cluster-node-timeout 2000",
-                        /* the bus port: a free one (port + 10000 may not
-                         * exist) */
-                        "cluster-port ${port2}", NULL};
+  const char *conf[16] = {"cluster-enabled yes",
+                          "cluster-config-file ${dir}/nodes.conf",
+                          "cluster-node-timeout 2000",
+                          /* the bus port: a free one (port + 10000 may not
+                           * exist) */
+                          "cluster-port ${port2}"};
+  size_t nc = 4;
+  for (size_t i = 0; extra && extra[i] && nc + 1 < 16; i++)
+    conf[nc++] = extra[i];
+  conf[nc] = NULL;
   size_t used = (size_t)snprintf(t->url, sizeof t->url, "redis-cluster://");
   char cmd[1024];
   size_t cu = (size_t)snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
@@ -137,9 +141,13 @@ failed:
   return NULL;
 }
 
-th_cluster_t *th_cluster_start(void) { return start(false); }
+th_cluster_t *th_cluster_start(void) { return start(false, NULL); }
 
-th_cluster_t *th_cluster_start_replicated(void) { return start(true); }
+th_cluster_t *th_cluster_start_replicated(void) { return start(true, NULL); }
+
+th_cluster_t *th_cluster_start_conf(const char *const *extra) {
+  return start(false, extra);
+}
 
 void th_cluster_stop(th_cluster_t *t) {
   if (!t)

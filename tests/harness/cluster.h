@@ -26,6 +26,8 @@ typedef struct th_cluster {
 /* NULL (after printing why) on failure. */
 th_cluster_t *th_cluster_start(void);
 th_cluster_t *th_cluster_start_replicated(void);
+/* Three masters with `extra` config lines (NULL-terminated) on each. */
+th_cluster_t *th_cluster_start_conf(const char *const *extra);
 /* Stops every node; accepts NULL. */
 void th_cluster_stop(th_cluster_t *c);
 

@@ -50,6 +50,22 @@ th_sentinels_t *th_sentinels_start(void) {
 
 th_sentinels_t *th_sentinels_start_auth(const char *data_pw,
                                         const char *sentinel_pw) {
+  return th_sentinels_start_conf(data_pw, sentinel_pw, NULL, NULL);
+}
+
+/* Appends the NULL-terminated `extra` to conf (of n lines, room for max). */
+static size_t add_lines(const char **conf, size_t n, size_t max,
+                        const char *const *extra) {
+  for (size_t i = 0; extra && extra[i] && n + 1 < max; i++)
+    conf[n++] = extra[i];
+  conf[n] = NULL;
+  return n;
+}
+
+th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
+                                        const char *sentinel_pw,
+                                        const char *const *data_extra,
+                                        const char *const *sentinel_extra) {
   th_sentinels_t *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
@@ -68,21 +84,22 @@ th_sentinels_t *th_sentinels_start_auth(const char *data_pw,
   }
   /* a data node: its password, and the master's for a replica (a
    * promoted replica's old master becomes its replica) */
-  const char *mconf[] = {requirepass, masterauth, NULL};
-  t->master = th_server_start(data_pw ? mconf : NULL);
+  const char *mconf[12] = {requirepass, masterauth};
+  add_lines(mconf, data_pw ? 2 : 0, 12, data_extra);
+  t->master = th_server_start(mconf);
   if (!t->master)
     goto failed;
   char replicaof[64];
   snprintf(replicaof, sizeof replicaof, "replicaof 127.0.0.1 %d",
            t->master->port);
-  const char *rconf[] = {replicaof, data_pw ? requirepass : NULL,
-                         masterauth, NULL};
+  const char *rconf[12] = {replicaof, requirepass, masterauth};
+  add_lines(rconf, data_pw ? 3 : 1, 12, data_extra);
   if (!(t->replica = th_server_start(rconf)))
     goto failed;
   char monitor[128];
   snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
            TH_SENTINEL_MASTER, t->master->port);
-  const char *sconf[10] = {
+  const char *sconf[16] = {
       TH_SENTINEL_LINE,
       monitor,
       "sentinel down-after-milliseconds " TH_SENTINEL_MASTER " 1000",
@@ -95,7 +112,7 @@ th_sentinels_t *th_sentinels_start_auth(const char *data_pw,
     sconf[ns++] = sentreq;
     sconf[ns++] = sentpass;
   }
-  sconf[ns] = NULL;
+  add_lines(sconf, ns, 16, sentinel_extra);
   size_t used = (size_t)snprintf(t->url, sizeof t->url, "redis-sentinel://");
   for (int i = 0; i < TH_SENTINELS; i++) {
     if (!(t->sent[i] = th_server_start(sconf)))

@@ -30,6 +30,12 @@ th_sentinels_t *th_sentinels_start(void);
  * AUTHs its own connections with them. */
 th_sentinels_t *th_sentinels_start_auth(const char *data_pw,
                                         const char *sentinel_pw);
+/* The same, with extra config lines (NULL-terminated, or NULL) for the
+ * data nodes and for the sentinels. */
+th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
+                                        const char *sentinel_pw,
+                                        const char *const *data_extra,
+                                        const char *const *sentinel_extra);
 /* Stops every server of it; accepts NULL. */
 void th_sentinels_stop(th_sentinels_t *t);
 

@@ -143,6 +143,21 @@ static inline int64_t it_hget_int(th_server_t *s, const char *name,
   return v;
 }
 
+/* docs/ACL.md's rule for lock names that start with "app:" (and hold no
+ * '{'), word for word: one server, and what a cluster adds. */
+#define IT_ACL_COMMANDS                                                        \
+  "-@all +evalsha +eval +ping +subscribe +unsubscribe +exists +hexists "     \
+  "+hget +pttl +get +publish +pubsub|numsub +time +type +del +set +incr "    \
+  "+incrby +decr +decrby +hset +hdel +hgetall +hincrby +hkeys +hlen "        \
+  "+pexpire +rpush +lpop +lindex +lrange +lrem +zadd +zcount +zincrby "      \
+  "+zrange +zrangebyscore +zrem +zremrangebyscore +zscore +role +wait"
+#define IT_ACL_PATTERNS                                                        \
+  "resetkeys ~app:* ~{app:* ~redisson_*{app:* ~dlock_lock_*{app:* "           \
+  "resetchannels &redisson_*{app:* &dlock_lock_*{app:*"
+#define IT_ACL_CLUSTER                                                         \
+  "+cluster|slots +asking +ssubscribe +sunsubscribe +spublish "              \
+  "+pubsub|shardnumsub"
+
 static inline bool it_exists(th_server_t *s, const char *name) {
   return th_redis_int(s, "EXISTS %s", name) == 1;
 }

@@ -489,7 +489,99 @@ static void t_master_failover(void) {
   th_cluster_stop(t);
 }
 
+/* A user with docs/ACL.md's rule plus its cluster line, on every master:
+ * each kind works (a waiter on another client woken by the release, the
+ * semaphore and the latch), and without +ssubscribe a wait fails with one
+ * line naming it. */
+static void t_acl(void) {
+  const char *conf[] = {"user locker on >acl-pw " IT_ACL_COMMANDS
+                        " " IT_ACL_CLUSTER " " IT_ACL_PATTERNS,
+                        "user nossub on >acl-pw " IT_ACL_COMMANDS
+                        " " IT_ACL_CLUSTER " -ssubscribe " IT_ACL_PATTERNS,
+                        NULL};
+  th_cluster_t *t = th_cluster_start_conf(conf);
+  CHECK(t);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_credentials(o, "locker", "acl-pw"));
+  CHECK_OK(dlock_options_set_command_timeout(o, 3000));
+  dlock_client_t *a = NULL, *b = NULL;
+  CHECK_OK(dlock_client_new(&a, t->url, o));
+  CHECK_OK(dlock_client_new(&b, t->url, o));
+  const dlock_lock_kind_t kinds[] = {DLOCK_REENTRANT, DLOCK_FENCED,
+                                     DLOCK_FAIR, DLOCK_WRITE};
+  const char *names[] = {"app:reentrant", "app:fenced", "app:fair",
+                         "app:rw"};
+  const char *chans[] = {"redisson_lock__channel:{app:reentrant}",
+                         "redisson_lock__channel:{app:fenced}", NULL,
+                         "redisson_rwlock:{app:rw}"};
+  for (int i = 0; i < 4; i++) {
+    dlock_lock_t *la = NULL, *lb = NULL;
+    CHECK_OK(dlock_lock_new_kind(a, names[i], kinds[i], &la));
+    CHECK_OK(dlock_lock_new_kind(b, names[i], kinds[i], &lb));
+    CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+    int node = holder_node(t, names[i]);
+    CHECK(node >= 0);
+    it_async_t w;
+    it_async_start(&w, lb, 20000, DLOCK_LEASE_WATCHDOG, false);
+    bool ok = true;
+    if (chans[i]) /* a fair waiter's channel is its own */
+      TH_WAIT_FOR(ok, shard_subscribers(t->node[node], chans[i]) >= 1, 10000);
+    else
+      th_sleep_ms(200); /* scenario pace: it is waiting */
+    CHECKF(ok, "%s: the waiter is not subscribed", names[i]);
+    CHECK_OK(dlock_lock_release(la));
+    CHECKF(it_async_wait(&w, 15000), "%s: the waiter was not woken",
+           names[i]);
+    CHECKF(w.rc == DLOCK_OK, "%s: %s %s", names[i], dlock_err_name(w.rc),
+           w.err);
+    CHECK_OK(it_async_finish(&w));
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    printf("%-16s works under the rule (master %d)\n", names[i], node);
+  }
+  dlock_semaphore_t *s = NULL;
+  CHECK_OK(dlock_semaphore_new(a, "app:sem", &s));
+  bool set = false;
+  CHECK_OK(dlock_semaphore_try_set_permits(s, 1, &set));
+  CHECK_OK(dlock_semaphore_acquire(s, 1, 1000));
+  CHECK_OK(dlock_semaphore_release(s, 1));
+  dlock_semaphore_free(s);
+  dlock_latch_t *l = NULL;
+  CHECK_OK(dlock_latch_new(a, "app:latch", &l));
+  CHECK_OK(dlock_latch_try_set_count(l, 1, &set));
+  CHECK_OK(dlock_latch_count_down(l));
+  CHECK_OK(dlock_latch_await(l, 1000));
+  dlock_latch_free(l);
+  /* outside the prefix: refused */
+  dlock_lock_t *other = it_lock(a, "other");
+  CHECK_RC(dlock_lock_acquire(other, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EAUTH);
+  dlock_lock_free(other);
+  dlock_client_free(b);
+  dlock_client_free(a);
+  /* no SSUBSCRIBE: the first wait says so */
+  CHECK_OK(dlock_options_set_credentials(o, "nossub", "acl-pw"));
+  CHECK_OK(dlock_client_new(&a, t->url, o));
+  CHECK_OK(dlock_client_new(&b, t->url, o));
+  dlock_lock_t *la = it_lock(a, "app:x"), *lb = it_lock(b, "app:x");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  int rc = dlock_lock_acquire(lb, 2000, DLOCK_LEASE_WATCHDOG);
+  printf("without +ssubscribe: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_RC(rc, DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "ssubscribe"));
+  CHECK(!strchr(dlock_last_error(), '\n'));
+  CHECK_OK(dlock_lock_release(la));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(b);
+  dlock_client_free(a);
+  dlock_options_free(o);
+  th_cluster_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"acl", t_acl},
     {"master_failover", t_master_failover},
     {"slot_migrated", t_slot_migrated},
     {"every_master", t_every_master},

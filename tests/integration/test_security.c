@@ -886,18 +886,7 @@ static void t_cli_password(void) {
 
 /* ------------------------------------------------------------------ ACL */
 
-/* docs/ACL.md's rule for lock names that start with "app:" (and hold no
- * '{'), word for word. */
-#define ACL_COMMANDS                                                           \
-  "-@all +evalsha +eval +ping +subscribe +unsubscribe +exists +hexists "     \
-  "+hget +pttl +get +publish +pubsub|numsub +time +type +del +set +incr "    \
-  "+incrby +decr +decrby +hset +hdel +hgetall +hincrby +hkeys +hlen "        \
-  "+pexpire +rpush +lpop +lindex +lrange +lrem +zadd +zcount +zincrby "      \
-  "+zrange +zrangebyscore +zrem +zremrangebyscore +zscore +role +wait"
-#define ACL_PATTERNS                                                           \
-  "resetkeys ~app:* ~{app:* ~redisson_*{app:* ~dlock_lock_*{app:* "           \
-  "resetchannels &redisson_*{app:* &dlock_lock_*{app:*"
-#define ACL_RULE ACL_COMMANDS " " ACL_PATTERNS
+#define ACL_RULE IT_ACL_COMMANDS " " IT_ACL_PATTERNS
 
 static dlock_client_t *acl_client(th_server_t *s, const char *user) {
   dlock_options_t *o = NULL;

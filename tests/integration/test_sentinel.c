@@ -257,7 +257,54 @@ static void t_passwords(void) {
   th_sentinels_stop(t);
 }
 
+/* ACL users: docs/ACL.md's rule on the data nodes, and a sentinel user
+ * that may only ask for the master's address. Locks work; a sentinel user
+ * without that permission is refused with one line naming it. */
+static void t_acl(void) {
+  const char *data[] = {"user locker on >acl-pw " IT_ACL_COMMANDS
+                        " " IT_ACL_PATTERNS, NULL};
+  const char *sent[] = {
+      "user sentreader on >s-pw -@all +sentinel|get-master-addr-by-name",
+      "user sentnone on >s-pw -@all", NULL};
+  th_sentinels_t *t = th_sentinels_start_conf(NULL, NULL, data, sent);
+  CHECK(t);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 2000));
+  CHECK_OK(dlock_options_set_credentials(o, "locker", "acl-pw"));
+  CHECK_OK(dlock_options_set_sentinel_credentials(o, "sentreader", "s-pw"));
+  dlock_client_t *a = NULL, *b = NULL;
+  CHECK_OK(dlock_client_new(&a, t->url, o));
+  CHECK_OK(dlock_client_new(&b, t->url, o));
+  dlock_lock_t *la = it_lock(a, "app:sent"), *lb = it_lock(b, "app:sent");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  it_async_t w;
+  it_async_start(&w, lb, 20000, DLOCK_LEASE_WATCHDOG, false);
+  bool ok;
+  TH_WAIT_FOR(ok, it_channels(t->master,
+                              "redisson_lock__channel:{app:sent}") >= 1,
+              10000);
+  CHECK(ok);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK(it_async_wait(&w, 15000));
+  CHECKF(w.rc == DLOCK_OK, "waiter: %s %s", dlock_err_name(w.rc), w.err);
+  CHECK_OK(it_async_finish(&w));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(b);
+  dlock_client_free(a);
+  CHECK_OK(dlock_options_set_sentinel_credentials(o, "sentnone", "s-pw"));
+  int rc = dlock_client_new(&a, t->url, o);
+  printf("sentinel user without the permission: %s \"%s\"\n",
+         dlock_err_name(rc), dlock_last_error());
+  CHECK_RC(rc, DLOCK_EAUTH);
+  CHECK(strstr(dlock_last_error(), "get-master-addr-by-name"));
+  dlock_options_free(o);
+  th_sentinels_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"acl", t_acl},
     {"basic", t_basic},
     {"passwords", t_passwords},
     {"failover", t_failover},
