@@ -402,7 +402,7 @@ static void tls_why(CURLcode cc, const char *detail, const char *host,
              strstr(detail, "bad certificate")) {
     hint = " (does the server require a client certificate? give a "
            "certificate and key)";
-  } else if (strstr(detail, "unknown ca")) {
+  } else if (strcasestr(detail, "unknown ca")) {
     hint = " (the server refused the client certificate)";
   } else if (strstr(detail, "wrong version number") ||
              strstr(detail, "packet length too long")) {
@@ -501,7 +501,10 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
       tls_why(cc, detail, e->hosts[*idx], why, whylen);
       x = X_TLS;
     } else {
-      if (e->tls && !diagnose)
+      /* a failure that may hide an alert (not a refused connection, a
+       * missing host or a timeout, which never come from TLS) */
+      if (e->tls && !diagnose && cc != CURLE_COULDNT_CONNECT &&
+          cc != CURLE_COULDNT_RESOLVE_HOST && cc != CURLE_OPERATION_TIMEDOUT)
         atomic_store(&e->tls_diagnose, true);
       snprintf(why, whylen, "%s: %s", e->hosts[*idx], detail);
       x = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
@@ -511,12 +514,12 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     curl_easy_cleanup(h); /* its connection is in an unknown state */
     h = NULL;
   } else {
+    if (diagnose) /* the handshake worked: nothing to diagnose */
+      atomic_store(&e->tls_diagnose, false);
     json_object *j = b.p ? json_tokener_parse(b.p) : NULL;
     if (status == 200 && j) {
       *out = j;
       x = X_OK;
-      if (diagnose)
-        atomic_store(&e->tls_diagnose, false);
     } else {
       const char *msg = j ? json_object_get_string(dlock__etcd_get(j, "error"))
                           : NULL;
