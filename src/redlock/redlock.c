@@ -216,8 +216,9 @@ static void fanout(redlock *rl, dlock__redis_req *q, node_call *calls,
         /* a dial cut short by the caller's deadline says nothing */
         bool full = x->deadline == now + rl->node_timeout_ms;
         rc = dlock__redis_pool_get_until(rl->node[i], x->deadline, &x->conn);
-        if (rc && full)
-          atomic_store(&rl->dial_after[i], now + dial_backoff(rl));
+        if (rc && full) /* the rest counts from the failure */
+          atomic_store(&rl->dial_after[i],
+                       dlock__now_ms() + dial_backoff(rl));
         else if (!rc)
           atomic_store(&rl->dial_after[i], 0);
       }
