@@ -24,21 +24,14 @@ static bool cluster_ok(th_server_t *s) {
 
 /* A replica whose link to its master is up. */
 static bool replica_synced(th_server_t *s) {
-  char *info = th_redis_str(s, "INFO %s", "replication");
-  bool ok = info && strstr(info, "role:slave") &&
-            strstr(info, "master_link_status:up");
-  free(info);
-  return ok;
+  return th_info_has(s, "replication", "role:slave",
+                     "master_link_status:up");
 }
 
 /* A master that counts its replica online (ROLE lists it: a client's
  * WAIT waits for it). */
 static bool replica_online(th_server_t *s) {
-  char *info = th_redis_str(s, "INFO %s", "replication");
-  bool ok = info && strstr(info, "connected_slaves:1") &&
-            strstr(info, "state=online");
-  free(info);
-  return ok;
+  return th_info_has(s, "replication", "connected_slaves:1", "state=online");
 }
 
 /* Makes replica[i] a replica of node[i] (CLUSTER REPLICATE). */

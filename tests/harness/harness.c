@@ -867,6 +867,14 @@ int64_t th_redis_int(th_server_t *s, const char *fmt, ...) {
   return v;
 }
 
+bool th_info_has(th_server_t *s, const char *section, const char *a,
+                 const char *b) {
+  char *info = th_redis_str(s, "INFO %s", section);
+  bool ok = info && strstr(info, a) && (!b || strstr(info, b));
+  free(info);
+  return ok;
+}
+
 char *th_redis_str(th_server_t *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

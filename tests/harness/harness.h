@@ -85,6 +85,9 @@ redisReply *th_redis_cmd(th_server_t *s, const char *fmt, ...);
 int64_t th_redis_int(th_server_t *s, const char *fmt, ...);
 /* String/status reply as a malloc'd string (free it), NULL otherwise. */
 char *th_redis_str(th_server_t *s, const char *fmt, ...);
+/* INFO `section` of s holds `a`, and `b` too when not NULL. */
+bool th_info_has(th_server_t *s, const char *section, const char *a,
+                 const char *b);
 /* A new connection of the caller's own (authenticated, 5 s timeouts), or
  * NULL. Free with redisFree(). */
 redisContext *th_redis_connect(th_server_t *s);

@@ -10,24 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* INFO replication of s holds `what`. */
-static bool replication_says(th_server_t *s, const char *what) {
-  redisContext *c = th_redis_connect(s);
-  if (!c)
-    return false;
-  redisReply *r = redisCommand(c, "INFO replication");
-  bool yes = r && r->type == REDIS_REPLY_STRING && strstr(r->str, what);
-  if (r)
-    freeReplyObject(r);
-  redisFree(c);
-  return yes;
-}
-
 /* In sync, as both sides see it: the master lists the replica online (it
  * counts in ROLE, which sizes dlock's WAIT). */
 static bool replica_linked(th_sentinels_t *t) {
-  return replication_says(t->replica, "master_link_status:up") &&
-         replication_says(t->master, "state=online");
+  return th_info_has(t->replica, "replication", "master_link_status:up",
+                     NULL) &&
+         th_info_has(t->master, "replication", "state=online", NULL);
 }
 
 /* How many other sentinels s knows of (they find each other through the

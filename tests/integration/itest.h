@@ -84,9 +84,11 @@ static inline void it_channel(const char *name, char *buf, size_t n) {
     snprintf(buf, n, "redisson_lock__channel:{%s}", name);
 }
 
-/* Subscribers of a channel (PUBSUB NUMSUB), -1 on failure. */
-static inline int64_t it_numsub(th_server_t *s, const char *channel) {
-  redisReply *r = th_redis_cmd(s, "PUBSUB NUMSUB %s", channel);
+/* Subscribers of a channel (`how`: "NUMSUB", or "SHARDNUMSUB" for a
+ * sharded channel), -1 on failure. */
+static inline int64_t it_subscribers(th_server_t *s, const char *how,
+                                     const char *channel) {
+  redisReply *r = th_redis_cmd(s, "PUBSUB %s %s", how, channel);
   int64_t n = -1;
   if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
       r->element[1]->type == REDIS_REPLY_INTEGER)
@@ -94,6 +96,11 @@ static inline int64_t it_numsub(th_server_t *s, const char *channel) {
   if (r)
     freeReplyObject(r);
   return n;
+}
+
+/* Subscribers of a channel (PUBSUB NUMSUB), -1 on failure. */
+static inline int64_t it_numsub(th_server_t *s, const char *channel) {
+  return it_subscribers(s, "NUMSUB", channel);
 }
 
 /* How many channels matching `pattern` have subscribers (PUBSUB CHANNELS;

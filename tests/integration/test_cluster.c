@@ -31,6 +31,17 @@ static dlock_client_t *cluster_client(const char *url) {
   return c;
 }
 
+/* A client whose watchdog lease is `ms` (renewed every third of it). */
+static dlock_client_t *watchdog_client(const char *url, int64_t ms) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, ms));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, o));
+  dlock_options_free(o);
+  return c;
+}
+
 /* The node (0..2) that has key `name`, -1 when none, -2 when several. */
 static int holder_node(th_cluster_t *t, const char *name) {
   int at = -1;
@@ -50,15 +61,8 @@ static int holder_node(th_cluster_t *t, const char *name) {
 }
 
 /* Subscribers of a sharded channel on one node (PUBSUB SHARDNUMSUB). */
-static long long shard_subscribers(th_server_t *s, const char *chan) {
-  redisReply *r = th_redis_cmd(s, "PUBSUB SHARDNUMSUB %s", chan);
-  long long n = -1;
-  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-      r->element[1]->type == REDIS_REPLY_INTEGER)
-    n = r->element[1]->integer;
-  if (r)
-    freeReplyObject(r);
-  return n;
+static int64_t shard_subscribers(th_server_t *s, const char *chan) {
+  return it_subscribers(s, "SHARDNUMSUB", chan);
 }
 
 /* A thread that acquires `name` (waiting up to 20 s, or wait_ms when
@@ -96,6 +100,25 @@ static void *waiter_main(void *arg) {
     dlock_lock_release(l);
   dlock_lock_free(l);
   return NULL;
+}
+
+/* A semaphore of two permits taken and given back, a latch counted down
+ * and awaited: both on whatever master their names fall. */
+static void sem_and_latch(dlock_client_t *a, const char *sem,
+                          const char *latch) {
+  dlock_semaphore_t *s = NULL;
+  CHECK_OK(dlock_semaphore_new(a, sem, &s));
+  bool set = false;
+  CHECK_OK(dlock_semaphore_try_set_permits(s, 2, &set));
+  CHECK_OK(dlock_semaphore_acquire(s, 2, 1000));
+  CHECK_OK(dlock_semaphore_release(s, 2));
+  dlock_semaphore_free(s);
+  dlock_latch_t *l = NULL;
+  CHECK_OK(dlock_latch_new(a, latch, &l));
+  CHECK_OK(dlock_latch_try_set_count(l, 1, &set));
+  CHECK_OK(dlock_latch_count_down(l));
+  CHECK_OK(dlock_latch_await(l, 1000));
+  dlock_latch_free(l);
 }
 
 static void t_every_master(void) {
@@ -140,19 +163,7 @@ static void t_every_master(void) {
   CHECK_OK(dlock_lock_acquire(f, 1000, 10000));
   CHECK_OK(dlock_lock_release(f));
   dlock_lock_free(f);
-  dlock_semaphore_t *s = NULL;
-  CHECK_OK(dlock_semaphore_new(a, "cl-sem", &s));
-  bool set = false;
-  CHECK_OK(dlock_semaphore_try_set_permits(s, 2, &set));
-  CHECK_OK(dlock_semaphore_acquire(s, 2, 1000));
-  CHECK_OK(dlock_semaphore_release(s, 2));
-  dlock_semaphore_free(s);
-  dlock_latch_t *latch = NULL;
-  CHECK_OK(dlock_latch_new(a, "cl-latch", &latch));
-  CHECK_OK(dlock_latch_try_set_count(latch, 1, &set));
-  CHECK_OK(dlock_latch_count_down(latch));
-  CHECK_OK(dlock_latch_await(latch, 1000));
-  dlock_latch_free(latch);
+  sem_and_latch(a, "cl-sem", "cl-latch");
   dlock_client_free(b);
   dlock_client_free(a);
 
@@ -220,12 +231,7 @@ static void t_single_master(void) {
 static void t_renew_many_slots(void) {
   th_cluster_t *t = th_cluster_start();
   CHECK(t);
-  dlock_options_t *o = NULL;
-  CHECK_OK(dlock_options_new(&o));
-  CHECK_OK(dlock_options_set_watchdog_timeout(o, 1000));
-  dlock_client_t *a = NULL;
-  CHECK_OK(dlock_client_new(&a, t->url, o));
-  dlock_options_free(o);
+  dlock_client_t *a = watchdog_client(t->url, 1000);
   /* four names on master 0 (distinct names: distinct slots) */
   dlock_lock_t *held[4];
   char names[4][32];
@@ -253,20 +259,23 @@ static void t_renew_many_slots(void) {
   th_cluster_stop(t);
 }
 
-/* A hash tag whose slot master `node` serves, into tag. */
-static void tag_on(th_cluster_t *t, int node, const char *prefix, char *tag,
-                   size_t len) {
-  tag[0] = '\0';
+/* Two names of one slot that master `node` serves, "{<prefix>N}held" and
+ * "{<prefix>N}fresh" (48 bytes each). */
+static void two_names_on(th_cluster_t *t, int node, const char *prefix,
+                         char *held, char *fresh) {
+  char tag[24] = "";
   for (int k = 0; k < 500 && !tag[0]; k++) {
     char probe[48];
     snprintf(probe, sizeof probe, "{%s%d}", prefix, k);
     redisReply *r = th_redis_cmd(t->node[node], "EXISTS %s", probe);
     if (r && r->type == REDIS_REPLY_INTEGER) /* no MOVED: it is here */
-      snprintf(tag, len, "%s%d", prefix, k);
+      snprintf(tag, sizeof tag, "%s%d", prefix, k);
     if (r)
       freeReplyObject(r);
   }
   CHECK(tag[0]);
+  snprintf(held, 48, "{%s}held", tag);
+  snprintf(fresh, 48, "{%s}fresh", tag);
 }
 
 /* The node id of a cluster node (CLUSTER MYID). Caller frees. */
@@ -312,21 +321,14 @@ static void migrate_keys(th_cluster_t *t, unsigned slot, int from, int to) {
 static void t_slot_migrated(void) {
   th_cluster_t *t = th_cluster_start();
   CHECK(t);
-  char tag[24], held[48], fresh[48];
-  tag_on(t, 0, "mig", tag, sizeof tag);
-  snprintf(held, sizeof held, "{%s}held", tag);
-  snprintf(fresh, sizeof fresh, "{%s}fresh", tag);
+  char held[48], fresh[48];
+  two_names_on(t, 0, "mig", held, fresh);
   redisReply *sr = th_redis_cmd(t->node[0], "CLUSTER KEYSLOT %s", held);
   CHECK(sr && sr->type == REDIS_REPLY_INTEGER);
   unsigned slot = (unsigned)sr->integer;
   freeReplyObject(sr);
 
-  dlock_options_t *o = NULL;
-  CHECK_OK(dlock_options_new(&o));
-  CHECK_OK(dlock_options_set_watchdog_timeout(o, 3000));
-  dlock_client_t *a = NULL;
-  CHECK_OK(dlock_client_new(&a, t->url, o));
-  dlock_options_free(o);
+  dlock_client_t *a = watchdog_client(t->url, 3000);
   dlock_client_t *b = cluster_client(t->url), *c = cluster_client(t->url);
   dlock_lock_t *l = it_lock(a, held);
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
@@ -413,10 +415,8 @@ static void on_lost(void *ud, const char *name, uint64_t tid,
 static void t_master_failover(void) {
   th_cluster_t *t = th_cluster_start_replicated();
   CHECK(t);
-  char tag[24], held[48], fresh[48];
-  tag_on(t, 0, "fo", tag, sizeof tag);
-  snprintf(held, sizeof held, "{%s}held", tag);
-  snprintf(fresh, sizeof fresh, "{%s}fresh", tag);
+  char held[48], fresh[48];
+  two_names_on(t, 0, "fo", held, fresh);
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
   CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
@@ -540,19 +540,7 @@ static void t_acl(void) {
     dlock_lock_free(lb);
     printf("%-16s works under the rule (master %d)\n", names[i], node);
   }
-  dlock_semaphore_t *s = NULL;
-  CHECK_OK(dlock_semaphore_new(a, "app:sem", &s));
-  bool set = false;
-  CHECK_OK(dlock_semaphore_try_set_permits(s, 1, &set));
-  CHECK_OK(dlock_semaphore_acquire(s, 1, 1000));
-  CHECK_OK(dlock_semaphore_release(s, 1));
-  dlock_semaphore_free(s);
-  dlock_latch_t *l = NULL;
-  CHECK_OK(dlock_latch_new(a, "app:latch", &l));
-  CHECK_OK(dlock_latch_try_set_count(l, 1, &set));
-  CHECK_OK(dlock_latch_count_down(l));
-  CHECK_OK(dlock_latch_await(l, 1000));
-  dlock_latch_free(l);
+  sem_and_latch(a, "app:sem", "app:latch");
   /* outside the prefix: refused */
   dlock_lock_t *other = it_lock(a, "other");
   CHECK_RC(dlock_lock_acquire(other, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EAUTH);

@@ -28,11 +28,8 @@ typedef struct pair {
 } pair_t;
 
 static bool replica_online(th_server_t *master) {
-  char *info = th_redis_str(master, "INFO %s", "replication");
-  bool ok = info && strstr(info, "connected_slaves:1") &&
-            strstr(info, "state=online");
-  free(info);
-  return ok;
+  return th_info_has(master, "replication", "connected_slaves:1",
+                     "state=online");
 }
 
 static void pair_start(pair_t *p) {
