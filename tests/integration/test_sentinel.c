@@ -11,7 +11,8 @@
  * connected) before the kill is still held on the promoted replica and
  * its holder can release it, a waiter is woken by that release and
  * acquires, and new acquisitions work; the time from the kill to the first
- * new acquisition is printed. Main thread plus one waiter thread; every
+ * new acquisition is printed; a holder whose lock the new master lacks is
+ * told (lost callback, DLOCK_ELOST). Main thread plus one waiter thread; every
  * wait is bounded.
  */
 #ifndef _GNU_SOURCE
@@ -119,6 +120,16 @@ static void *waiter_main(void *arg) {
   return NULL;
 }
 
+static atomic_int lost_count;
+
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason) {
+  (void)ud;
+  (void)tid;
+  printf("lost: '%s' (reason %d)\n", name, (int)reason);
+  atomic_fetch_add(&lost_count, 1);
+}
+
 static void t_failover(void) {
   th_sentinels_t *tp = th_sentinels_start();
   CHECK(tp);
@@ -127,6 +138,17 @@ static void t_failover(void) {
    * it wait for the new master */
   dlock_client_t *c = sentinel_client(t.url, 15000);
   dlock_client_t *c2 = sentinel_client(t.url, 15000);
+  /* a holder on a 3 s watchdog whose lock the new master will not have */
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 15000));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  dlock_client_t *c3 = NULL;
+  CHECK_OK(dlock_client_new(&c3, t.url, o));
+  dlock_options_free(o);
+  dlock_lock_t *gone = it_lock(c3, "sent-gone");
+  CHECK_OK(dlock_lock_acquire(gone, 0, DLOCK_LEASE_WATCHDOG));
   dlock_lock_t *held = it_lock(c, "sent-held");
   CHECK_OK(dlock_lock_acquire(held, 0, DLOCK_LEASE_WATCHDOG));
   /* WAIT acknowledged by the replica before the grant returned */
@@ -161,6 +183,20 @@ static void t_failover(void) {
   bool mine = false;
   CHECK_OK(dlock_lock_is_held_by_thread(held, &mine));
   CHECK(mine);
+  /* a grant the new master lacks (as one that had not reached the
+   * replica when the master died; here deleted there): its holder's next
+   * renewal, on the new master, finds it gone and reports it lost */
+  int64_t t_del = th_now_ms();
+  CHECK_INT(th_redis_int(t.replica, "DEL %s", "sent-gone"), ==, 1);
+  bool told = false;
+  TH_WAIT_FOR(told, atomic_load(&lost_count) == 1, 20000);
+  CHECKF(told, "the holder of a lock the new master lacks was not told");
+  printf("FIGURE sentinel.lost: reported lost %lld ms after it vanished "
+         "from the new master (3 s watchdog)\n",
+         (long long)(th_now_ms() - t_del));
+  CHECK_RC(dlock_lock_release(gone), DLOCK_ELOST);
+  dlock_lock_free(gone);
+  dlock_client_free(c3);
   /* its release reaches the new master and wakes the waiter */
   int64_t t_rel = th_now_ms();
   CHECK_OK(dlock_lock_release(held));
