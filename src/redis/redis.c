@@ -255,7 +255,8 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
                            "%s: no master within the connect timeout (%s)",
                            dlock__redis_sentinel_display(r->sentinel), why);
     int src = dlock__redis_sentinel_resolve(r, deadline);
-    if (src == DLOCK_EAUTH || src == DLOCK_ENOMEM || src == DLOCK_EURL)
+    if (src == DLOCK_EAUTH || src == DLOCK_ETLS || src == DLOCK_ENOMEM ||
+        src == DLOCK_EURL)
       return src;
     if (src) /* the sentinels' reason says more than the dial's */
       snprintf(why, sizeof why, "%s", dlock_last_error());

@@ -281,11 +281,15 @@ int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline) {
                    s->display, host, port);
       return 0;
     }
-    if (rc == DLOCK_EAUTH)
+    /* a refused password or certificate: asking again will not help */
+    if (rc == DLOCK_EAUTH || rc == DLOCK_ETLS)
       auth_rc = rc;
-    if (!why[0])
-      snprintf(why, sizeof why, "%s: %s", s->sentinels[i].display,
-               dlock_last_error());
+    if (!why[0]) {
+      const char *d = s->sentinels[i].display, *e = dlock_last_error();
+      bool named = strncmp(e, d, strlen(d)) == 0; /* it says which already */
+      snprintf(why, sizeof why, "%s%s%s", named ? "" : d, named ? "" : ": ",
+               e);
+    }
     if (dlock__now_ms() >= deadline)
       break;
   }

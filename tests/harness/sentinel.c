@@ -32,6 +32,11 @@ static int sentinels_known(th_server_t *s) {
   return n;
 }
 
+static th_sentinels_t *start(const char *data_pw, const char *sentinel_pw,
+                             const char *const *data_extra,
+                             const char *const *sentinel_extra,
+                             const char *tls_dir);
+
 th_sentinels_t *th_sentinels_start(void) {
   return th_sentinels_start_auth(NULL, NULL);
 }
@@ -54,9 +59,32 @@ th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
                                         const char *sentinel_pw,
                                         const char *const *data_extra,
                                         const char *const *sentinel_extra) {
+  return start(data_pw, sentinel_pw, data_extra, sentinel_extra, NULL);
+}
+
+th_sentinels_t *th_sentinels_start_tls(const char *certs_dir) {
+  return start(NULL, NULL, NULL, NULL, certs_dir);
+}
+
+/* tls_dir: every node also has a TLS port (port2) with the certificates
+ * there, the sentinels monitor and name the master's TLS port, the replica
+ * replicates over TLS, and the URL lists the sentinels' TLS ports. */
+static th_sentinels_t *start(const char *data_pw, const char *sentinel_pw,
+                             const char *const *data_extra,
+                             const char *const *sentinel_extra,
+                             const char *tls_dir) {
   th_sentinels_t *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
+  char cert[600], key[600], ca[600];
+  const char *tls[] = {"tls-port ${port2}", cert, key, ca,
+                       "tls-auth-clients no", "tls-replication yes", NULL};
+  if (tls_dir) {
+    snprintf(cert, sizeof cert, "tls-cert-file %s/server.crt", tls_dir);
+    snprintf(key, sizeof key, "tls-key-file %s/server.key", tls_dir);
+    snprintf(ca, sizeof ca, "tls-ca-cert-file %s/ca.crt", tls_dir);
+    data_extra = sentinel_extra = tls;
+  }
   char requirepass[160] = "", masterauth[160] = "", authpass[200] = "",
        sentpass[160] = "", sentreq[160] = "";
   if (data_pw) {
@@ -79,14 +107,14 @@ th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
     goto failed;
   char replicaof[64];
   snprintf(replicaof, sizeof replicaof, "replicaof 127.0.0.1 %d",
-           t->master->port);
+           tls_dir ? t->master->port2 : t->master->port);
   const char *rconf[12] = {replicaof, requirepass, masterauth};
   add_lines(rconf, data_pw ? 3 : 1, 12, data_extra);
   if (!(t->replica = th_server_start(rconf)))
     goto failed;
   char monitor[128];
   snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
-           TH_SENTINEL_MASTER, t->master->port);
+           TH_SENTINEL_MASTER, tls_dir ? t->master->port2 : t->master->port);
   const char *sconf[16] = {
       TH_SENTINEL_LINE,
       monitor,
@@ -107,7 +135,7 @@ th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
       goto failed;
     used += (size_t)snprintf(t->url + used, sizeof t->url - used,
                              "%s127.0.0.1:%d", i ? "," : "",
-                             t->sent[i]->port);
+                             tls_dir ? t->sent[i]->port2 : t->sent[i]->port);
   }
   snprintf(t->url + used, sizeof t->url - used, "/%s", TH_SENTINEL_MASTER);
   int64_t until = th_now_ms() + 20000;

@@ -36,6 +36,11 @@ th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
                                         const char *sentinel_pw,
                                         const char *const *data_extra,
                                         const char *const *sentinel_extra);
+/* The same over TLS: every node has a TLS port too, with certs_dir's
+ * server.crt/.key and ca.crt (certs.h); the sentinels name the master's
+ * TLS port, the replica replicates over TLS, and url lists the sentinels'
+ * TLS ports. The harness itself keeps the plain ports. */
+th_sentinels_t *th_sentinels_start_tls(const char *certs_dir);
 /* Stops every server of it; accepts NULL. */
 void th_sentinels_stop(th_sentinels_t *t);
 

@@ -20,6 +20,7 @@
 #endif
 
 #include "itest.h"
+#include "certs.h"
 #include "sentinel.h"
 
 #define MASTER TH_SENTINEL_MASTER
@@ -339,8 +340,44 @@ static void t_acl(void) {
   th_sentinels_stop(t);
 }
 
+/* Sentinels, master and replica with TLS ports: the client reaches the
+ * sentinels and the master they name over TLS only (the URL lists the
+ * sentinels' TLS ports, and they name the master's), verifying the
+ * certificates with the test CA; without the CA, one clear TLS error. */
+static void t_tls(void) {
+  const char *dir = th_certs_dir();
+  CHECKF(dir, "openssl could not make the test certificates");
+  th_sentinels_t *t = th_sentinels_start_tls(dir);
+  CHECK(t);
+  CHECK_INT(th_sentinel_master_port(t->sent[0], MASTER), ==, t->master->port2);
+  char ca[600];
+  snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_tls(o, true));
+  dlock_client_t *c = NULL;
+  /* the system's CAs do not know the test CA */
+  int rc = dlock_client_new(&c, t->url, o);
+  printf("without the CA: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_RC(rc, DLOCK_ETLS);
+  CHECK(!strchr(dlock_last_error(), '\n'));
+  CHECK_OK(dlock_options_set_tls_ca(o, ca, NULL));
+  CHECK_OK(dlock_client_new(&c, t->url, o));
+  dlock_options_free(o);
+  dlock_lock_t *l = it_lock(c, "sent-tls");
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(it_exists(t->master, "sent-tls"), ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_sentinels_stop(t);
+}
+
 static const check_case_t cases[] = {
     {"acl", t_acl},
+    {"tls", t_tls},
     {"basic", t_basic},
     {"passwords", t_passwords},
     {"failover", t_failover},
