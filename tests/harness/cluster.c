@@ -56,7 +56,10 @@ static bool replicate(th_cluster_t *t, int i) {
   return ok;
 }
 
-static th_cluster_t *start(bool replicas, const char *const *extra) {
+/* extra: config lines for every node; tls: the URL lists the TLS ports
+ * (port2) instead of the plain ones. */
+static th_cluster_t *start(bool replicas, const char *const *extra,
+                           bool tls) {
   th_cluster_t *t = calloc(1, sizeof *t);
   if (!t)
     return NULL;
@@ -65,7 +68,7 @@ static th_cluster_t *start(bool replicas, const char *const *extra) {
                           "cluster-node-timeout 2000",
                           /* the bus port: a free one (port + 10000 may not
                            * exist) */
-                          "cluster-port ${port2}"};
+                          "cluster-port ${port3}"};
   size_t nc = 4;
   for (size_t i = 0; extra && extra[i] && nc + 1 < 16; i++)
     conf[nc++] = extra[i];
@@ -78,7 +81,7 @@ static th_cluster_t *start(bool replicas, const char *const *extra) {
       goto failed;
     used += (size_t)snprintf(t->url + used, sizeof t->url - used,
                              "%s127.0.0.1:%d", i ? "," : "",
-                             t->node[i]->port);
+                             tls ? t->node[i]->port2 : t->node[i]->port);
     cu += (size_t)snprintf(cmd + cu, sizeof cmd - cu, " 127.0.0.1:%d",
                            t->node[i]->port);
   }
@@ -97,7 +100,7 @@ static th_cluster_t *start(bool replicas, const char *const *extra) {
     if (!(t->replica[i] = th_server_start(conf)))
       goto failed;
     redisReply *r = th_redis_cmd(t->replica[i], "CLUSTER MEET 127.0.0.1 %d %d",
-                                 t->node[0]->port, t->node[0]->port2);
+                                 t->node[0]->port, t->node[0]->port3);
     bool ok = r && r->type == REDIS_REPLY_STATUS;
     if (r)
       freeReplyObject(r);
@@ -134,12 +137,25 @@ failed:
   return NULL;
 }
 
-th_cluster_t *th_cluster_start(void) { return start(false, NULL); }
+th_cluster_t *th_cluster_start(void) { return start(false, NULL, false); }
 
-th_cluster_t *th_cluster_start_replicated(void) { return start(true, NULL); }
+th_cluster_t *th_cluster_start_replicated(void) {
+  return start(true, NULL, false);
+}
 
 th_cluster_t *th_cluster_start_conf(const char *const *extra) {
-  return start(false, extra);
+  return start(false, extra, false);
+}
+
+th_cluster_t *th_cluster_start_tls(const char *certs_dir) {
+  char cert[600], key[600], ca[600];
+  snprintf(cert, sizeof cert, "tls-cert-file %s/server.crt", certs_dir);
+  snprintf(key, sizeof key, "tls-key-file %s/server.key", certs_dir);
+  snprintf(ca, sizeof ca, "tls-ca-cert-file %s/ca.crt", certs_dir);
+  const char *tls[] = {"tls-port ${port2}", cert, key, ca,
+                       "tls-auth-clients no", "tls-replication yes",
+                       "tls-cluster yes", NULL};
+  return start(false, tls, true);
 }
 
 void th_cluster_stop(th_cluster_t *t) {

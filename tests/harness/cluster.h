@@ -28,6 +28,10 @@ th_cluster_t *th_cluster_start(void);
 th_cluster_t *th_cluster_start_replicated(void);
 /* Three masters with `extra` config lines (NULL-terminated) on each. */
 th_cluster_t *th_cluster_start_conf(const char *const *extra);
+/* Three masters with TLS ports too (certs_dir's server.crt/.key, ca.crt:
+ * certs.h) and tls-cluster on, so CLUSTER SLOTS asked over TLS names TLS
+ * ports; url lists the TLS ports (the harness keeps the plain ones). */
+th_cluster_t *th_cluster_start_tls(const char *certs_dir);
 /* Stops every node; accepts NULL. */
 void th_cluster_stop(th_cluster_t *c);
 

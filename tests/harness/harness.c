@@ -348,20 +348,21 @@ static int write_conf(th_server_t *s) {
           "enable-debug-command local\n",
           s->port, s->dir, s->dir);
   for (size_t i = 0; i < s->nconf; i++) {
-    /* "${dir}" stands for the server's directory, "${port2}" for the
-     * second port */
+    /* "${dir}" stands for the server's directory, "${port2}" and
+     * "${port3}" for the second and third ports */
     const char *line = s->conf[i], *at;
-    for (;;) {
-      const char *d = strstr(line, "${dir}"), *p = strstr(line, "${port2}");
-      at = d && (!p || d < p) ? d : p;
-      if (!at)
-        break;
-      if (at == d) {
+    while ((at = strstr(line, "${")) != NULL) {
+      if (strncmp(at, "${dir}", 6) == 0) {
         fprintf(f, "%.*s%s", (int)(at - line), line, s->dir);
         line = at + 6;
-      } else {
-        fprintf(f, "%.*s%d", (int)(at - line), line, s->port2);
+      } else if (strncmp(at, "${port2}", 8) == 0 ||
+                 strncmp(at, "${port3}", 8) == 0) {
+        fprintf(f, "%.*s%d", (int)(at - line), line,
+                at[6] == '2' ? s->port2 : s->port3);
         line = at + 8;
+      } else {
+        fprintf(f, "%.*s", (int)(at - line) + 2, line);
+        line = at + 2;
       }
     }
     fprintf(f, "%s\n", line);
@@ -693,12 +694,18 @@ th_server_t *th_server_start(const char *const *extra) {
       break;
     }
     snprintf(s->url, sizeof s->url, "redis://127.0.0.1:%d", s->port);
-    for (size_t i = 0; i < s->nconf; i++)
+    s->port2 = s->port3 = 0; /* picked again with each attempt */
+    for (size_t i = 0; i < s->nconf && !s->port2; i++)
       if (strstr(s->conf[i], "${port2}")) {
         s->port2 = th_free_port();
         if (s->port2 == s->port)
           s->port2 = th_free_port();
-        break;
+      }
+    for (size_t i = 0; i < s->nconf && !s->port3; i++)
+      if (strstr(s->conf[i], "${port3}")) {
+        s->port3 = th_free_port();
+        while (s->port3 == s->port || s->port3 == s->port2)
+          s->port3 = th_free_port();
       }
     int rc = spawn_and_wait(s);
     if (rc == 0)

@@ -28,6 +28,7 @@ typedef struct th_server {
   pid_t pid;     /* 0 while the server is down */
   int port;      /* stays the same across restarts */
   int port2;     /* "${port2}" in a config line (e.g. tls-port), or 0 */
+  int port3;     /* "${port3}" in a config line (a third port), or 0 */
   char dir[256]; /* the server's temp dir (config, log, data) */
   char url[64];  /* "redis://127.0.0.1:PORT" */
   bool sentinel; /* runs as redis-sentinel (TH_SENTINEL_LINE given) */

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE 1
 #endif
 
+#include "certs.h"
 #include "cluster.h"
 #include "itest.h"
 
@@ -568,7 +569,50 @@ static void t_acl(void) {
   th_cluster_stop(t);
 }
 
+/* Three masters with TLS ports and tls-cluster on: the client reaches the
+ * seeds over TLS, reads a map that names TLS ports, and locks on every
+ * master over TLS only, verifying the certificates with the test CA;
+ * without the CA, one clear TLS error. */
+static void t_tls(void) {
+  const char *dir = th_certs_dir();
+  CHECKF(dir, "openssl could not make the test certificates");
+  th_cluster_t *t = th_cluster_start_tls(dir);
+  CHECK(t);
+  char ca[600];
+  snprintf(ca, sizeof ca, "%s/ca.crt", dir);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
+  CHECK_OK(dlock_options_set_tls(o, true));
+  dlock_client_t *c = NULL;
+  int rc = dlock_client_new(&c, t->url, o);
+  printf("without the CA: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_RC(rc, DLOCK_ETLS);
+  CHECK_OK(dlock_options_set_tls_ca(o, ca, NULL));
+  CHECK_OK(dlock_client_new(&c, t->url, o));
+  dlock_options_free(o);
+  bool seen[TH_CLUSTER_MASTERS] = {false};
+  int covered = 0;
+  for (int k = 0; k < 64 && covered < TH_CLUSTER_MASTERS; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "cl-tls-%d", k);
+    dlock_lock_t *l = it_lock(c, name);
+    CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+    int node = holder_node(t, name);
+    CHECK(node >= 0);
+    covered += !seen[node];
+    seen[node] = true;
+    CHECK_OK(dlock_lock_release(l));
+    dlock_lock_free(l);
+  }
+  CHECK_INT(covered, ==, TH_CLUSTER_MASTERS);
+  dlock_client_free(c);
+  th_cluster_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"tls", t_tls},
     {"acl", t_acl},
     {"master_failover", t_master_failover},
     {"slot_migrated", t_slot_migrated},
