@@ -391,10 +391,20 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
   return 0;
 }
 
+/* Pings the masters that serve slots now (one that failed and was
+ * replaced serves none). */
 static int cl_ping(void *be) {
   cluster *cl = be;
   size_t n = nodes_now(cl);
+  bool serves[MAX_MASTERS] = {false};
+  for (size_t s = 0; s < SLOTS; s++) {
+    uint8_t i = atomic_load_explicit(&cl->owner[s], memory_order_relaxed);
+    if (i < n)
+      serves[i] = true;
+  }
   for (size_t i = 0; i < n; i++) {
+    if (!serves[i])
+      continue;
     int rc = RB->ping(cl->node[i]);
     if (rc)
       return dlock__preferr(rc, "redis-cluster master %s", cl->addr[i]);

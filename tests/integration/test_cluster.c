@@ -472,6 +472,8 @@ static void t_master_failover(void) {
          "the held lock did not survive the failover");
   CHECK_OK(dlock_lock_release(lf));
   dlock_lock_free(lf);
+  /* the client's ping asks the masters that serve the slots now */
+  CHECK_OK(dlock_client_ping(c));
 
   /* the holder releases on the new master; the waiter gets it */
   CHECK_INT(atomic_load_explicit(&w.done, memory_order_acquire), ==, 0);
