@@ -89,6 +89,7 @@ typedef struct cluster {
   char *addr[MAX_MASTERS]; /* "host:port" of each */
   _Atomic size_t n;
   _Atomic uint8_t owner[SLOTS]; /* slot -> node index (NOBODY) */
+  uint8_t next_owner[SLOTS];    /* a map being read; under mu */
   pthread_mutex_t wmu; /* the waits' list and their nodes */
   cwait *waits;
   int loop_nfds[MAX_MASTERS]; /* the loop thread's (prepare, dispatch) */
@@ -237,8 +238,8 @@ static int apply_map(cluster *cl, const redisReply *map, bool *changed) {
     return dlock__seterr(DLOCK_EUNAVAILABLE,
                          "redis-cluster: CLUSTER SLOTS gave no slots (is the "
                          "cluster created?)");
-  static _Thread_local uint8_t next[SLOTS];
-  memset(next, NOBODY, sizeof next);
+  uint8_t *next = cl->next_owner;
+  memset(next, NOBODY, SLOTS);
   for (size_t i = 0; i < map->elements; i++) {
     const redisReply *e = map->element[i];
     if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
