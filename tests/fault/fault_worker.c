@@ -10,7 +10,8 @@
  * --kind reentrant|fair|fenced|read|write|rw picks the lock kind (default
  * reentrant). The token is the lock's own fencing token for `fenced`
  * (dlock_lock_acquire_fenced, drawn with the grant), an INCR on the lock
- * server for the other kinds. Read holds are shared holds for the checker
+ * server for the other kinds (--token-server names it where the URL does
+ * not: a cluster's master of the lock's slot). Read holds are shared holds for the checker
  * (fence_begin_as/fence_write_as): their "writes" are reads. `rw` (contend
  * only) takes the read or the write side of each lock at random, per cycle.
  * `permit --limit N` holds permits of the permit semaphore of each name
@@ -80,6 +81,7 @@ static struct cfg {
   int64_t watchdog_ms, lease_ms, wait_ms, connect_ms, command_ms;
   int64_t write_every_ms, hold_ms, duration_ms, max_life_ms, rss_at_ms;
   int64_t fair_thread_wait_ms;
+  int64_t session_ms; /* ZooKeeper session, etcd lease TTL (0: default) */
   int threads, iters, retry, churn, log_level, limit;
   bool stop_on_lost;
   int kind; /* a dlock_lock_kind_t, KIND_RW or KIND_PERMIT */
@@ -197,6 +199,9 @@ static dlock_client_t *new_client(void) {
   if (cfg.fair_thread_wait_ms > 0 &&
       dlock_options_set_fair_thread_wait(o, cfg.fair_thread_wait_ms) != 0)
     die("bad --fair-thread-wait");
+  if (cfg.session_ms > 0 &&
+      dlock_options_set_session_timeout(o, cfg.session_ms) != 0)
+    die("bad --session");
   dlock_options_set_lost_callback(o, on_lost, NULL);
   dlock_options_set_log_callback(o, on_log, NULL,
                                  (dlock_log_level_t)cfg.log_level);
@@ -860,7 +865,10 @@ static void usage(void) {
           "  --rss-at MS --max-life MS --log-level 0..3\n"
           "  --kind reentrant|fair|fenced|read|write|rw (rw: contend only)\n"
           "  --kind permit --limit N (permits of a permit semaphore)\n"
-          "  --fair-thread-wait MS\n");
+          "  --fair-thread-wait MS\n"
+          "  --session MS (ZooKeeper session, etcd lease TTL)\n"
+          "  --token-server HOST:PORT (the Redis of the INCR tokens; default:\n"
+          "    a redis:// URL's server; needed with any other URL)\n");
   exit(64);
 }
 
@@ -921,6 +929,8 @@ int main(int argc, char **argv) {
       {"kind", required_argument, 0, 'k'},
       {"fair-thread-wait", required_argument, 0, 'F'},
       {"limit", required_argument, 0, 'N'},
+      {"token-server", required_argument, 0, 'S'},
+      {"session", required_argument, 0, 'E'},
       {0, 0, 0, 0}};
   int o;
   char *names = NULL;
@@ -931,6 +941,13 @@ int main(int argc, char **argv) {
       break;
     case 'r':
       parse_hostport(optarg, cfg.res_host, sizeof cfg.res_host, &cfg.res_port);
+      break;
+    case 'S':
+      parse_hostport(optarg, cfg.lock_host, sizeof cfg.lock_host,
+                     &cfg.lock_port);
+      break;
+    case 'E':
+      cfg.session_ms = atoll(optarg);
       break;
     case 't':
       cfg.tag = optarg;
@@ -1014,11 +1031,13 @@ int main(int argc, char **argv) {
   }
   if (!cfg.nlocks)
     usage();
-  /* lock server host:port for the token INCRs (redis://HOST:PORT only) */
-  if (strncmp(cfg.url, "redis://", 8) != 0)
+  /* the Redis of the token INCRs: --token-server, else a redis:// URL's
+   * (a cluster's is the master of the lock's slot: the test names it) */
+  if (!cfg.lock_port && strncmp(cfg.url, "redis://", 8) != 0)
     usage();
-  parse_hostport(cfg.url + 8, cfg.lock_host, sizeof cfg.lock_host,
-                 &cfg.lock_port);
+  if (!cfg.lock_port)
+    parse_hostport(cfg.url + 8, cfg.lock_host, sizeof cfg.lock_host,
+                   &cfg.lock_port);
   alarm((unsigned)((cfg.max_life_ms + 999) / 1000));
   signal(SIGPIPE, SIG_IGN);
   if (strcmp(cfg.mode, "hold") == 0 && cfg.kind != KIND_RW)

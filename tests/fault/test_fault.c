@@ -28,6 +28,8 @@
  * kill_holder_<kind> and pause_holder_<kind>, for the fair, fenced, write
  * and read-write (mixed sides) kinds, with contend_<kind>, a short
  * contention run (a kind case parameterises the one scenario body). The
+ * kill_holder_cluster and pause_holder_cluster run the reentrant lock's
+ * two on a 3-master Redis Cluster (the lock on the master of its slot). The
  * permit semaphore runs the same three as a kind with a limit N = 2: N - 1
  * "filler" processes hold the other permits throughout, so the scenario's
  * holder and waiters meet exactly as on a lock, and the checker counts
@@ -36,10 +38,13 @@
  */
 #define _GNU_SOURCE 1
 #include "check.h"
+#include "cluster.h"
+#include "etcd.h"
 #include "fence.h"
 #include "fnet.h"
 #include "fproc.h"
 #include "harness.h"
+#include "zk.h"
 
 #include <dirent.h>
 #include <dlock/dlock.h>
@@ -62,7 +67,13 @@
 /* --------------------------------------------------------------- setup */
 
 typedef struct env {
+  /* lock: the lock server; on a cluster, the master of the scenario's lock
+   * (env_route), one of cluster's */
   th_server_t *lock, *res;
+  th_cluster_t *cluster; /* the lock servers of a _cluster case, or NULL */
+  th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
+  th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
+  char url[300];         /* the URL the workers lock on */
   char resource[64]; /* "127.0.0.1:PORT" of the resource server */
   fence_t *fence;    /* the test's own resource connection */
   const char *net;   /* "netns+iptables", or the fallback used */
@@ -86,22 +97,75 @@ static void find_worker(void) {
   snprintf(worker_exe, sizeof worker_exe, "%s/fault_worker", self);
 }
 
-static void env_start(env_t *e, const char *const *lock_conf) {
+/* Where a scenario's locks live. */
+typedef enum backend { B_REDIS, B_CLUSTER, B_ZK, B_ETCD } backend_t;
+
+/* The lock servers: one redis-server (with lock_conf), a 3-master Redis
+ * Cluster, a 3-node ZooKeeper ensemble or a 3-member etcd cluster; then
+ * the resource server. e->lock is NULL for ZooKeeper and etcd. */
+static void env_start_on(env_t *e, const char *const *lock_conf,
+                         backend_t b) {
   memset(e, 0, sizeof *e);
   find_worker();
   CHECKF(access(worker_exe, X_OK) == 0, "no worker at %s", worker_exe);
   e->res = th_server_start(NULL);
   CHECK(e->res);
-  e->lock = th_server_start(lock_conf);
-  CHECK(e->lock);
+  const char *url = NULL;
+  switch (b) {
+  case B_CLUSTER:
+    e->cluster = th_cluster_start();
+    CHECK(e->cluster);
+    url = e->cluster->url;
+    break;
+  case B_ZK:
+    e->zk = th_zk_start(3);
+    CHECK(e->zk);
+    url = th_zk_url(e->zk);
+    break;
+  case B_ETCD:
+    e->etcd = th_etcd_start(3);
+    CHECK(e->etcd);
+    url = th_etcd_url(e->etcd);
+    break;
+  case B_REDIS:
+    e->lock = th_server_start(lock_conf);
+    CHECK(e->lock);
+    url = e->lock->url;
+    break;
+  }
+  snprintf(e->url, sizeof e->url, "%s", url);
   snprintf(e->resource, sizeof e->resource, "127.0.0.1:%d", e->res->port);
   e->fence = fence_open("127.0.0.1", e->res->port);
   CHECK(e->fence);
 }
 
+static void env_start(env_t *e, const char *const *lock_conf) {
+  env_start_on(e, lock_conf, B_REDIS);
+}
+
+/* On a cluster: e->lock becomes the master that serves `lock`'s slot (a
+ * node that does not answers a key of it with MOVED). */
+static void env_route(env_t *e, const char *lock) {
+  if (!e->cluster)
+    return;
+  e->lock = NULL;
+  for (int i = 0; i < TH_CLUSTER_MASTERS && !e->lock; i++)
+    if (th_redis_int(e->cluster->node[i], "EXISTS %s", lock) != INT64_MIN)
+      e->lock = e->cluster->node[i];
+  CHECKF(e->lock, "no master serves the slot of %s", lock);
+  printf("cluster: %s is on the master at port %d\n", lock, e->lock->port);
+}
+
 static void env_stop(env_t *e) {
   fence_close(e->fence);
-  th_server_stop(e->lock);
+  if (e->cluster)
+    th_cluster_stop(e->cluster);
+  else if (e->zk)
+    th_zk_stop(e->zk);
+  else if (e->etcd)
+    th_etcd_stop(e->etcd);
+  else
+    th_server_stop(e->lock);
   th_server_stop(e->res);
 }
 
@@ -127,6 +191,16 @@ static fproc_t *spawn_worker(env_t *e, const char *tag, const char *url,
   argv[argc++] = e->resource;
   argv[argc++] = "--tag";
   argv[argc++] = (char *)tag;
+  char token_server[64];
+  if (e->cluster || !e->lock) {
+    /* a cluster: the tokens' INCR goes to the master of the lock;
+     * ZooKeeper and etcd run fenced locks, whose tokens are the lock's own
+     * (the worker still wants a Redis to name) */
+    snprintf(token_server, sizeof token_server, "127.0.0.1:%d",
+             e->lock ? e->lock->port : e->res->port);
+    argv[argc++] = "--token-server";
+    argv[argc++] = token_server;
+  }
   for (char *s = NULL, *t = strtok_r(optbuf, " ", &s); t && argc < 60;
        t = strtok_r(NULL, " ", &s))
     argv[argc++] = t;
@@ -272,22 +346,44 @@ typedef struct kcase {
   int64_t nap_ms;
   /* permit semaphore: its permits (worker --limit); 0 for a lock */
   int limit;
+  backend_t backend; /* B_REDIS: one redis-server */
+  /* ZooKeeper, etcd: the session timeout / lease TTL of every worker, which
+   * stands for the watchdog lease (nap_ms is then the service's slack in
+   * ending it: expiry checks, the watch that tells the waiter) */
+  int64_t session_ms;
 } kcase_t;
 
 #define WAIT20 "--wait 20000"
 static const kcase_t K_REENTRANT = {
-    "", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0, 0};
+    "", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0, 0, B_REDIS, 0};
 /* Fair waiters wait as the others do: a waiter behind the head never
  * sleeps past the holder's lease, so when a holder that took the lock by
  * expiry is killed in turn, the next one still learns it in time. */
-static const kcase_t K_FAIR = {"_fair", {"fair", "fair", "fair"}, WAIT20, 0, 0};
-static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0};
-static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0, 0};
-static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0, 0};
-static const kcase_t K_RW_PAUSE = {"_rw", {"read", "write", "write"}, WAIT20, 0, 0};
-static const kcase_t K_RW_CONTEND = {"_rw", {"rw", "rw", "rw"}, WAIT20, 0, 0};
+static const kcase_t K_FAIR = {"_fair", {"fair", "fair", "fair"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_RW_PAUSE = {"_rw", {"read", "write", "write"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_RW_CONTEND = {"_rw", {"rw", "rw", "rw"}, WAIT20, 0, 0, B_REDIS, 0};
 static const kcase_t K_PERMIT = {
-    "_permit", {"permit", "permit", "permit"}, WAIT20, 0, 2};
+    "_permit", {"permit", "permit", "permit"}, WAIT20, 0, 2, B_REDIS, 0};
+/* The reentrant lock's scenarios on a Redis Cluster: the lock's master is
+ * one of three, found by its slot, and the tokens' INCR goes there. */
+static const kcase_t K_CLUSTER = {
+    "_cluster", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0, 0,
+    B_CLUSTER, 0};
+/* ZooKeeper (3 nodes) and etcd (3 members): the fenced lock (its token is
+ * the consensus one: a zxid, a create revision), sessions of 2 s. */
+static const kcase_t K_ZK = {
+    "_zk", {"fenced", "fenced", "fenced"}, WAIT20, 1500, 0, B_ZK, 2000};
+static const kcase_t K_ETCD = {
+    "_etcd", {"fenced", "fenced", "fenced"}, WAIT20, 1500, 0, B_ETCD, 2000};
+
+/* What a hold lasts once its holder stops: the watchdog lease (1000 ms,
+ * as the workers are told), or the session. */
+static int64_t lease_of(const kcase_t *k) {
+  return k->session_ms ? k->session_ms : 1000;
+}
 
 /* The worker options naming the kind of process i of case k. */
 static const char *kind_opts(const kcase_t *k, int i) {
@@ -297,6 +393,9 @@ static const char *kind_opts(const kcase_t *k, int i) {
   if (k->limit > 0)
     snprintf(buf[n], sizeof buf[n], "--kind %s --limit %d", k->kinds[i],
              k->limit);
+  else if (k->session_ms > 0)
+    snprintf(buf[n], sizeof buf[n], "--kind %s --session %lld", k->kinds[i],
+             (long long)k->session_ms);
   else
     snprintf(buf[n], sizeof buf[n], "--kind %s", k->kinds[i]);
   return buf[n];
@@ -314,7 +413,7 @@ static int start_fillers(env_t *e, const kcase_t *k, const char *lock,
     snprintf(tag, sizeof tag, "%sf%d", pfx, i);
     snprintf(opts, sizeof opts, "--name %s --watchdog 1000 %s", lock,
              kind_opts(k, 0));
-    f[i] = spawn_worker(e, tag, e->lock->url, "hold", opts);
+    f[i] = spawn_worker(e, tag, e->url, "hold", opts);
     size_t from = 0;
     WANT(f[i], "ACQUIRED", &from, BOUND(10000));
   }
@@ -341,6 +440,8 @@ static void stop_fillers(fproc_t **f, int n) {
  * timeout set against the server's clock. */
 static int64_t lease_left(env_t *e, const kcase_t *k, const char *lock,
                           const char *acq) {
+  if (!e->lock) /* a session: it runs out in full once its client stops */
+    return k->session_ms;
   if (k->limit == 0)
     return th_redis_int(e->lock, "PTTL %s", lock);
   char key[128], id[64];
@@ -368,7 +469,11 @@ static void kname(const kcase_t *k, const char *scen, const char *lock,
  * no queue) until it has said it calls acquire. */
 static void wait_waiter(env_t *e, const char *lock, const char *kind,
                         fproc_t *w, int64_t n) {
-  if (strcmp(kind, "fair") == 0) {
+  if (!e->lock) { /* ZooKeeper, etcd: its queue node is made as it asks */
+    size_t from = 0;
+    WANT(w, "ACQUIRING", &from, BOUND(10000));
+    th_sleep_ms(200); /* scenario pace: its node or key is in place */
+  } else if (strcmp(kind, "fair") == 0) {
     bool ok;
     TH_WAIT_FOR(ok,
                 th_redis_int(e->lock, "LLEN redisson_lock_queue:{%s}", lock) >=
@@ -396,22 +501,23 @@ static void wait_waiter(env_t *e, const char *lock, const char *kind,
  */
 static void kill_holder(const kcase_t *k) {
   env_t e;
-  env_start(&e, NULL);
+  env_start_on(&e, NULL, k->backend);
   char sname[64], L[64], wopts[3][160];
   kname(k, "kill_holder", "fault-kill", sname, L);
+  env_route(&e, L);
   for (int i = 0; i < 3; i++)
     snprintf(wopts[i], sizeof wopts[i], "--name %s --watchdog 1000 %s %s", L,
              i ? k->wait : "--wait 20000", kind_opts(k, i));
   fproc_t *w[3], *fill[4];
   size_t from[3] = {0, 0, 0};
-  w[0] = spawn_worker(&e, "k0", e.lock->url, "hold", wopts[0]);
+  w[0] = spawn_worker(&e, "k0", e.url, "hold", wopts[0]);
   const char *acq = WANT(w[0], "ACQUIRED", &from[0], BOUND(10000));
   int64_t tokens[3] = {fproc_field(acq, "token"), 0, 0};
   const char *acq_line[3] = {acq, NULL, NULL};
   int nfill = start_fillers(&e, k, L, "k", fill);
-  w[1] = spawn_worker(&e, "k1", e.lock->url, "hold", wopts[1]);
+  w[1] = spawn_worker(&e, "k1", e.url, "hold", wopts[1]);
   wait_waiter(&e, L, k->kinds[1], w[1], 1);
-  w[2] = spawn_worker(&e, "k2", e.lock->url, "hold", wopts[2]);
+  w[2] = spawn_worker(&e, "k2", e.url, "hold", wopts[2]);
   wait_waiter(&e, L, k->kinds[2], w[2], 2);
   int holder = 0;
   int64_t worst = 0;
@@ -431,7 +537,7 @@ static void kill_holder(const kcase_t *k) {
       rest[i] = i == holder || w[i]->pid == 0 ? NULL : w[i];
     const char *line = NULL;
     int next = want_any(rest, 3, "ACQUIRED", from,
-                        BOUND(1000 + 2000) + k->nap_ms, &line);
+                        BOUND(lease_of(k) + 2000) + k->nap_ms, &line);
     if (next < 0) {
       for (int i = 0; i < 3; i++)
         fproc_dump(w[i]);
@@ -441,24 +547,28 @@ static void kill_holder(const kcase_t *k) {
     acq_line[next] = line;
     int64_t delay_ms = (line_us(line) - t_kill) / 1000;
     printf("FIGURE %s.round%d: %lld ms from SIGKILL of the holder (%s) "
-           "to the next grant (%s; watchdog lease 1000 ms; the %s at the "
-           "kill was %lld ms)\n",
+           "to the next grant (%s; %s %lld ms; the %s at the kill was %lld "
+           "ms)\n",
            sname, round, (long long)delay_ms, k->kinds[holder],
-           k->kinds[next],
-           k->limit ? "permit's remaining lease" : "lock's PTTL",
+           k->kinds[next], k->session_ms ? "session" : "watchdog lease",
+           (long long)lease_of(k),
+           k->session_ms ? "session timeout"
+           : k->limit    ? "permit's remaining lease"
+                         : "lock's PTTL",
            (long long)pttl);
     CHECKF(delay_ms <= pttl + k->nap_ms + BOUND(300),
            "the next grant took %lld ms, the lease had %lld ms left",
            (long long)delay_ms, (long long)pttl);
-    CHECK_INT(delay_ms, <=, 1000 + k->nap_ms + BOUND(300));
+    CHECK_INT(delay_ms, <=, lease_of(k) + k->nap_ms + BOUND(300));
     CHECK_INT(tokens[next], >, tokens[holder]);
     if (delay_ms > worst)
       worst = delay_ms;
     holder = next;
   }
   printf("FIGURE %s: %lld ms worst delay from SIGKILL to the next "
-         "grant (watchdog lease 1000 ms, 2 rounds)\n",
-         sname, (long long)worst);
+         "grant (%s %lld ms, 2 rounds)\n",
+         sname, (long long)worst, k->session_ms ? "session" : "watchdog lease",
+         (long long)lease_of(k));
   CHECK(fproc_send(w[holder], "release") == 0);
   const char *rel = WANT(w[holder], "RELEASED", &from[holder], BOUND(5000));
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
@@ -490,40 +600,42 @@ static void kill_holder(const kcase_t *k) {
  */
 static void pause_holder(const kcase_t *k) {
   env_t e;
-  env_start(&e, NULL);
+  env_start_on(&e, NULL, k->backend);
   char sname[64], L[64], o0[160], o1[160];
   kname(k, "pause_holder", "fault-pause", sname, L);
+  env_route(&e, L);
   snprintf(o0, sizeof o0, "--name %s --watchdog 1000 %s", L,
            kind_opts(k, 0));
   snprintf(o1, sizeof o1, "--name %s --watchdog 1000 --wait 20000 %s", L,
            kind_opts(k, 1));
   size_t f0 = 0, f1 = 0;
-  fproc_t *a = spawn_worker(&e, "p0", e.lock->url, "hold", o0);
+  fproc_t *a = spawn_worker(&e, "p0", e.url, "hold", o0);
   const char *acq0 = WANT(a, "ACQUIRED", &f0, BOUND(10000));
   int64_t stale_token = fproc_field(acq0, "token");
   fproc_t *fill[4];
   int nfill = start_fillers(&e, k, L, "p", fill);
-  fproc_t *b = spawn_worker(&e, "p1", e.lock->url, "hold", o1);
+  fproc_t *b = spawn_worker(&e, "p1", e.url, "hold", o1);
   wait_waiter(&e, L, k->kinds[1], b, 1);
   WANT(a, "WRITE ok", &f0, BOUND(2000));
   int64_t t_stop = fproc_now_us();
   CHECK(fproc_signal(a, SIGSTOP) == 0);
-  const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(1000 + 2000));
+  const char *acq =
+      WANT(b, "ACQUIRED", &f1, BOUND(lease_of(k) + 2000) + k->nap_ms);
   int64_t grant_ms = (line_us(acq) - t_stop) / 1000;
   int64_t new_token = fproc_field(acq, "token");
   printf("FIGURE %s.grant: %lld ms from SIGSTOP of the holder (%s) to "
-         "the next grant (%s; watchdog lease 1000 ms); tokens: stale %lld, "
-         "new %lld\n",
+         "the next grant (%s; %s %lld ms); tokens: stale %lld, new %lld\n",
          sname, (long long)grant_ms, k->kinds[0], k->kinds[1],
+         k->session_ms ? "session" : "watchdog lease", (long long)lease_of(k),
          (long long)stale_token, (long long)new_token);
-  CHECK_INT(grant_ms, <=, 1000 + BOUND(300));
+  CHECK_INT(grant_ms, <=, lease_of(k) + k->nap_ms + BOUND(300));
   CHECK_INT(new_token, >, stale_token);
   WANT(b, "WRITE ok", &f1, BOUND(2000));
   int64_t t_cont = fproc_now_us();
   CHECK(fproc_signal(a, SIGCONT) == 0);
-  const char *ref = WANT(a, "WRITE refused", &f0, BOUND(3000));
+  const char *ref = WANT(a, "WRITE refused", &f0, BOUND(3000) + k->nap_ms);
   size_t fl = 0;
-  const char *lost = WANT(a, "LOST ", &fl, BOUND(3000));
+  const char *lost = WANT(a, "LOST ", &fl, BOUND(3000) + k->nap_ms);
   printf("FIGURE %s.lost_callback: %lld ms after SIGCONT (reason "
          "%s); first refused write %lld ms after SIGCONT\n",
          sname, (long long)(line_us(lost) - t_cont) / 1000,
@@ -556,9 +668,10 @@ static void pause_holder(const kcase_t *k) {
   fence_report_t r = checker(&e, sname, locks, 1);
   CHECK_INT(r.writes_refused, >=, 1);
   printf("FIGURE %s: %lld stale writes refused by token (%lld < %lld), 0 "
-         "accepted (holder paused past its 1000 ms lease)\n",
+         "accepted (holder paused past its %lld ms %s)\n",
          sname, (long long)refused, (long long)stale_token,
-         (long long)new_token);
+         (long long)new_token, (long long)lease_of(k),
+         k->session_ms ? "session" : "lease");
   fproc_free(a);
   fproc_free(b);
   env_stop(&e);
@@ -1539,6 +1652,12 @@ static void t_contend_rw(void) { contend(&K_RW_CONTEND); }
 static void t_kill_holder_permit(void) { kill_holder(&K_PERMIT); }
 static void t_pause_holder_permit(void) { pause_holder(&K_PERMIT); }
 static void t_contend_permit(void) { contend(&K_PERMIT); }
+static void t_kill_holder_cluster(void) { kill_holder(&K_CLUSTER); }
+static void t_pause_holder_cluster(void) { pause_holder(&K_CLUSTER); }
+static void t_kill_holder_zk(void) { kill_holder(&K_ZK); }
+static void t_pause_holder_zk(void) { pause_holder(&K_ZK); }
+static void t_kill_holder_etcd(void) { kill_holder(&K_ETCD); }
+static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
 
 /* ------------------------------------------------------------- soak */
 
@@ -1743,6 +1862,12 @@ static const check_case_t cases[] = {
     {"kill_holder_permit", t_kill_holder_permit},
     {"pause_holder_permit", t_pause_holder_permit},
     {"contend_permit", t_contend_permit},
+    {"kill_holder_cluster", t_kill_holder_cluster},
+    {"pause_holder_cluster", t_pause_holder_cluster},
+    {"kill_holder_zk", t_kill_holder_zk},
+    {"pause_holder_zk", t_pause_holder_zk},
+    {"kill_holder_etcd", t_kill_holder_etcd},
+    {"pause_holder_etcd", t_pause_holder_etcd},
     {"soak", t_soak},
 };
 
