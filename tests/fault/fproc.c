@@ -16,6 +16,7 @@
 #include "fproc.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -63,6 +64,11 @@ static void reg(fproc_t *p, bool add) {
 }
 
 fproc_t *fproc_start(char *const argv[], const char *tag, bool own_group) {
+  return fproc_start_gid(argv, tag, own_group, (gid_t)-1);
+}
+
+fproc_t *fproc_start_gid(char *const argv[], const char *tag, bool own_group,
+                         gid_t gid) {
   if (!atexit_set) {
     atexit(kill_all);
     atexit_set = true;
@@ -92,6 +98,10 @@ fproc_t *fproc_start(char *const argv[], const char *tag, bool own_group) {
       _exit(126);
     if (own_group)
       setpgid(0, 0);
+    if (gid != (gid_t)-1 && (setgroups(0, NULL) != 0 || setgid(gid) != 0)) {
+      fprintf(stderr, "fproc: setgid %d: %s\n", (int)gid, strerror(errno));
+      _exit(126);
+    }
     dup2(in[0], 0);
     dup2(out[1], 1);
     /* a clean signal state for the program */

@@ -38,6 +38,11 @@ typedef struct fproc {
  * group (the dlock command: its child is stopped with it). tag: for
  * messages. NULL on failure. */
 fproc_t *fproc_start(char *const argv[], const char *tag, bool own_group);
+/* The same, the child running with group id `gid` (and no supplementary
+ * groups; (gid_t)-1: unchanged): packet filters can then single out its
+ * connections (iptables' owner match), whatever addresses it uses. */
+fproc_t *fproc_start_gid(char *const argv[], const char *tag, bool own_group,
+                         gid_t gid);
 
 /* Sends one line (a '\n' is appended). 0 or -1. */
 int fproc_send(fproc_t *p, const char *line);
