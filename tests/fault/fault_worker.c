@@ -174,7 +174,10 @@ static void on_lost(void *ud, const char *name, uint64_t tid,
     }
   }
   emit("LOST lock=%s tid=%llu reason=%s t=%lld", name, (unsigned long long)tid,
-       reason == DLOCK_LOST_GONE ? "gone" : "unreachable", (long long)now);
+       reason == DLOCK_LOST_GONE          ? "gone"
+       : reason == DLOCK_LOST_UNREACHABLE ? "unreachable"
+                                          : "session",
+       (long long)now);
 }
 
 /* Library warnings and errors, for the test's diagnostics. */
