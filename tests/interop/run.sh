@@ -2,7 +2,8 @@
 # tests/interop/run.sh [BUILD_DIR] [MAVEN ARGS...]
 #
 # The Java interop suite (tests/interop/README.md): dlock processes and the
-# real Redisson against one private redis-server. Builds the dlock command
+# real Redisson against private redis-servers, a Sentinel-managed master and
+# a Redis Cluster. Builds the dlock command
 # and the C helper in BUILD_DIR (default build/; configured with cmake if
 # it is not), starts a redis-server on a free 127.0.0.1 port
 # (tests/harness/with-redis.sh) and runs `mvn -q -B test` in
@@ -28,10 +29,12 @@ fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build "$build" -j2 --target dlock_cli dlock_interop >/dev/null
+cmake --build "$build" -j2 --target dlock_cli dlock_interop th_with_topologies \
+  >/dev/null
 dlock_bin="$build/tools/dlock/dlock"
 helper="$build/tests/interop/dlock_interop"
-for f in "$dlock_bin" "$helper"; do
+topologies="$build/tests/th_with_topologies"
+for f in "$dlock_bin" "$helper" "$topologies"; do
   [ -x "$f" ] || { echo "interop: $f was not built" >&2; exit 1; }
 done
 
@@ -42,9 +45,13 @@ rm -rf target/surefire-reports
 rc=0
 # Three private servers: the first is the one most tests use (dlock.url);
 # all three are the independent masters of the Redlock and MultiLock tests
-# (dlock.urls). Each with-redis.sh stops its own server by PID.
+# (dlock.urls). Each with-redis.sh stops its own server by PID. Around them,
+# th_with_topologies runs a Sentinel-managed master and a 3-master Redis
+# Cluster for TopologyTest (DLOCK_SENTINEL_*, DLOCK_CLUSTER_*), stopped by
+# PID too.
 with_redis="$root/tests/harness/with-redis.sh"
-"$with_redis" -- sh -c 'DLOCK_URL_A=$DLOCK_URL exec "$0" "$@"' \
+"$topologies" -- \
+  "$with_redis" -- sh -c 'DLOCK_URL_A=$DLOCK_URL exec "$0" "$@"' \
   "$with_redis" -- sh -c 'DLOCK_URL_B=$DLOCK_URL exec "$0" "$@"' \
   "$with_redis" -- sh -c '
   bin=$1 helper=$2
