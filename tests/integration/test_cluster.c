@@ -613,7 +613,64 @@ static void t_tls(void) {
   th_cluster_stop(t);
 }
 
+/* A multilock of three names on three masters of one cluster client: all
+ * taken at once (each on its own master), kept from another client's
+ * multilock of the same names, released together. */
+static void t_multilock(void) {
+  th_cluster_t *t = th_cluster_start();
+  CHECK(t);
+  dlock_client_t *a = cluster_client(t->url), *b = cluster_client(t->url);
+  char names[TH_CLUSTER_MASTERS][32];
+  bool seen[TH_CLUSTER_MASTERS] = {false};
+  int got = 0;
+  for (int k = 0; k < 64 && got < TH_CLUSTER_MASTERS; k++) {
+    char n[32];
+    snprintf(n, sizeof n, "cl-multi-%d", k);
+    /* the master of the name: the one whose EXISTS is not a MOVED */
+    for (int i = 0; i < TH_CLUSTER_MASTERS; i++)
+      if (!seen[i] && th_redis_int(t->node[i], "EXISTS %s", n) == 0) {
+        seen[i] = true;
+        snprintf(names[got++], sizeof names[0], "%s", n);
+      }
+  }
+  CHECK_INT(got, ==, TH_CLUSTER_MASTERS);
+  dlock_lock_t *la[TH_CLUSTER_MASTERS], *lb[TH_CLUSTER_MASTERS];
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) {
+    la[i] = it_lock(a, names[i]);
+    lb[i] = it_lock(b, names[i]);
+  }
+  dlock_multilock_t *ma = NULL, *mb = NULL;
+  CHECK_OK(dlock_multilock_new(&ma, la, TH_CLUSTER_MASTERS));
+  CHECK_OK(dlock_multilock_new(&mb, lb, TH_CLUSTER_MASTERS));
+  CHECK_OK(dlock_multilock_acquire(ma, 0, DLOCK_LEASE_WATCHDOG));
+  bool on[TH_CLUSTER_MASTERS] = {false};
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) {
+    int node = holder_node(t, names[i]);
+    CHECK(node >= 0);
+    on[node] = true;
+  }
+  CHECK(on[0] && on[1] && on[2]);
+  CHECK_RC(dlock_multilock_acquire(mb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) /* all or nothing */
+    CHECK_INT(holder_node(t, names[i]), >=, 0);
+  CHECK_OK(dlock_multilock_release(ma));
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++)
+    CHECK_INT(holder_node(t, names[i]), ==, -1);
+  CHECK_OK(dlock_multilock_acquire(mb, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_multilock_release(mb));
+  dlock_multilock_free(ma);
+  dlock_multilock_free(mb);
+  for (int i = 0; i < TH_CLUSTER_MASTERS; i++) {
+    dlock_lock_free(la[i]);
+    dlock_lock_free(lb[i]);
+  }
+  dlock_client_free(b);
+  dlock_client_free(a);
+  th_cluster_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"multilock", t_multilock},
     {"tls", t_tls},
     {"acl", t_acl},
     {"master_failover", t_master_failover},

@@ -375,7 +375,33 @@ static void t_tls(void) {
   th_sentinels_stop(t);
 }
 
+/* A Redlock whose first node is a Sentinel-managed master
+ * (redis-sentinel://) and whose other two are plain servers: granted on all
+ * three, the first on the master the sentinels name. */
+static void t_redlock_node(void) {
+  th_sentinels_t *t = th_sentinels_start();
+  CHECK(t);
+  th_server_t *p1 = th_server_start(NULL), *p2 = th_server_start(NULL);
+  CHECK(p1 && p2);
+  const char *urls[] = {t->url, p1->url, p2->url};
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new_redlock(&c, urls, 3, NULL));
+  dlock_lock_t *l = it_lock(c, "sent-redlock");
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(it_exists(t->master, "sent-redlock"), ==, 1);
+  CHECK_INT(it_exists(p1, "sent-redlock"), ==, 1);
+  CHECK_INT(it_exists(p2, "sent-redlock"), ==, 1);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(it_exists(t->master, "sent-redlock"), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(p2);
+  th_server_stop(p1);
+  th_sentinels_stop(t);
+}
+
 static const check_case_t cases[] = {
+    {"redlock_node", t_redlock_node},
     {"acl", t_acl},
     {"tls", t_tls},
     {"basic", t_basic},
