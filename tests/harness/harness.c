@@ -874,6 +874,25 @@ int64_t th_redis_int(th_server_t *s, const char *fmt, ...) {
   return v;
 }
 
+int th_run_command(char *const argv[]) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("fork");
+    return 70;
+  }
+  if (pid == 0) {
+    execvp(argv[0], argv);
+    perror(argv[0]);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 bool th_info_has(th_server_t *s, const char *section, const char *a,
                  const char *b) {
   char *info = th_redis_str(s, "INFO %s", section);

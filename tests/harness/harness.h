@@ -86,6 +86,11 @@ redisReply *th_redis_cmd(th_server_t *s, const char *fmt, ...);
 int64_t th_redis_int(th_server_t *s, const char *fmt, ...);
 /* String/status reply as a malloc'd string (free it), NULL otherwise. */
 char *th_redis_str(th_server_t *s, const char *fmt, ...);
+/* Runs argv (NULL-terminated, found on PATH) as a child and waits for it:
+ * its exit status, 128+S when killed by signal S, 70 when it could not be
+ * forked (127 from the child when it could not be run). For the th_with_*
+ * launchers. */
+int th_run_command(char *const argv[]);
 /* INFO `section` of s holds `a`, and `b` too when not NULL. */
 bool th_info_has(th_server_t *s, const char *section, const char *a,
                  const char *b);

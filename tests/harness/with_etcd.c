@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "etcd.h"
+#include "harness.h"
 
 int main(int argc, char **argv) {
   int members = 3, i = 1;
@@ -39,22 +40,7 @@ int main(int argc, char **argv) {
     return 70;
   setenv("DLOCK_ETCD_URL", th_etcd_url(e), 1);
   setenv("DLOCK_ETCD_ENDPOINTS", th_etcd_endpoints(e), 1);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror("fork");
-    th_etcd_stop(e);
-    return 70;
-  }
-  if (pid == 0) {
-    execvp(argv[i], argv + i);
-    perror(argv[i]);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
+  int rc = th_run_command(argv + i);
   th_etcd_stop(e);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return rc;
 }

@@ -58,24 +58,8 @@ int main(int argc, char **argv) {
   setenv("DLOCK_CLUSTER_URL", c->url, 1);
   addrs(buf, sizeof buf, c->node, TH_CLUSTER_MASTERS);
   setenv("DLOCK_CLUSTER_ADDRS", buf, 1);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror("fork");
-    th_cluster_stop(c);
-    th_sentinels_stop(s);
-    return 70;
-  }
-  if (pid == 0) {
-    execvp(argv[i], argv + i);
-    perror(argv[i]);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0) {
-  }
+  int rc = th_run_command(argv + i);
   th_cluster_stop(c);
   th_sentinels_stop(s);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return rc;
 }

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "zk.h"
 
 int main(int argc, char **argv) {
@@ -37,22 +38,7 @@ int main(int argc, char **argv) {
   const char *url = th_zk_url(z);
   setenv("DLOCK_ZK_URL", url, 1);
   setenv("DLOCK_ZK_HOSTS", url + strlen("zookeeper://"), 1);
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    perror("fork");
-    th_zk_stop(z);
-    return 70;
-  }
-  if (pid == 0) {
-    execvp(argv[i], argv + i);
-    perror(argv[i]);
-    _exit(127);
-  }
-  int st = 0;
-  while (waitpid(pid, &st, 0) < 0) {
-  }
+  int rc = th_run_command(argv + i);
   th_zk_stop(z);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return rc;
 }

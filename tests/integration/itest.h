@@ -150,6 +150,15 @@ static inline int64_t it_hget_int(th_server_t *s, const char *name,
   return v;
 }
 
+/* A lost callback that prints the loss and counts it in *(atomic_int *)ud
+ * (dlock_options_set_lost_callback(o, it_count_lost, &counter)). */
+static inline void it_count_lost(void *ud, const char *name, uint64_t tid,
+                                 dlock_lost_reason_t reason) {
+  (void)tid;
+  printf("lost: '%s' (reason %d)\n", name, (int)reason);
+  atomic_fetch_add((atomic_int *)ud, 1);
+}
+
 /* docs/ACL.md's rule for lock names that start with "app:" (and hold no
  * '{'), word for word: one server, and what a cluster adds. */
 #define IT_ACL_COMMANDS                                                        \

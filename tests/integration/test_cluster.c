@@ -398,22 +398,13 @@ static void t_slot_migrated(void) {
   th_cluster_stop(t);
 }
 
-static atomic_int lost_count;
-
-static void on_lost(void *ud, const char *name, uint64_t tid,
-                    dlock_lost_reason_t reason) {
-  (void)ud;
-  (void)tid;
-  printf("lost: '%s' (reason %d)\n", name, (int)reason);
-  atomic_fetch_add(&lost_count, 1);
-}
-
 /* A master killed (SIGKILL) while a lock of its slots is held (acquired
  * with WAIT, so its replica has it) and waited for: its replica takes
  * over; the first new acquisition of the slot is timed from the kill; the
  * held lock is still held on the new master and is not reported lost; the
  * release there wakes the waiter, which acquires. */
 static void t_master_failover(void) {
+  static atomic_int lost_count;
   th_cluster_t *t = th_cluster_start_replicated();
   CHECK(t);
   char held[48], fresh[48];
@@ -422,7 +413,7 @@ static void t_master_failover(void) {
   CHECK_OK(dlock_options_new(&o));
   CHECK_OK(dlock_options_set_connect_timeout(o, 3000));
   CHECK_OK(dlock_options_set_command_timeout(o, 3000));
-  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  CHECK_OK(dlock_options_set_lost_callback(o, it_count_lost, &lost_count));
   dlock_client_t *a = NULL;
   CHECK_OK(dlock_client_new(&a, t->url, o));
   dlock_options_free(o);

@@ -121,17 +121,8 @@ static void *waiter_main(void *arg) {
   return NULL;
 }
 
-static atomic_int lost_count;
-
-static void on_lost(void *ud, const char *name, uint64_t tid,
-                    dlock_lost_reason_t reason) {
-  (void)ud;
-  (void)tid;
-  printf("lost: '%s' (reason %d)\n", name, (int)reason);
-  atomic_fetch_add(&lost_count, 1);
-}
-
 static void t_failover(void) {
+  static atomic_int lost_count;
   th_sentinels_t *tp = th_sentinels_start();
   CHECK(tp);
   th_sentinels_t t = *tp;
@@ -144,7 +135,7 @@ static void t_failover(void) {
   CHECK_OK(dlock_options_new(&o));
   CHECK_OK(dlock_options_set_connect_timeout(o, 15000));
   CHECK_OK(dlock_options_set_watchdog_timeout(o, 3000));
-  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  CHECK_OK(dlock_options_set_lost_callback(o, it_count_lost, &lost_count));
   dlock_client_t *c3 = NULL;
   CHECK_OK(dlock_client_new(&c3, t.url, o));
   dlock_options_free(o);
