@@ -283,8 +283,10 @@ static void waits_follow_map(cluster *cl) {
 }
 
 /* Reads the map again, from `first` when it answers, else from the other
- * masters in turn. The error of the last one asked when none answers. */
-static int refresh(cluster *cl, void *first) {
+ * masters in turn but `avoid` (one that could not be reached: a frozen
+ * host would cost a connect timeout). The error of the last one asked when
+ * none answers. */
+static int refresh(cluster *cl, void *first, void *avoid) {
   const char *argv[2] = {"CLUSTER", "SLOTS"};
   bool changed = false;
   int rc = DLOCK_EUNAVAILABLE;
@@ -292,7 +294,7 @@ static int refresh(cluster *cl, void *first) {
   size_t n = nodes_now(cl);
   for (size_t k = 0; k <= n; k++) {
     void *via = k == 0 ? first : cl->node[k - 1];
-    if (!via || (k > 0 && via == first))
+    if (!via || (k > 0 && via == first) || via == avoid)
       continue;
     redisReply *map = NULL;
     rc = dlock__redis_command(via, 2, argv, &map);
@@ -466,7 +468,7 @@ static bool route_go(route *rt) {
     next = cl->node[idx];
     atomic_store_explicit(&cl->owner[rd.slot], idx, memory_order_relaxed);
     /* one slot seldom moves alone (a failover, a resharding) */
-    refresh(cl, next);
+    refresh(cl, next, NULL);
     next = node_of(cl, rt->name) ? node_of(cl, rt->name) : next;
     break;
   case DLOCK__RD_ASK:
@@ -485,11 +487,14 @@ static bool route_go(route *rt) {
     break;
   case DLOCK__RD_UNSENT: {
     /* the master is gone: if a replica takes its place within the connect
-     * timeout, the call goes there */
+     * timeout, the call goes there (a refused password or certificate is
+     * not a failover) */
+    if (code != DLOCK_EUNAVAILABLE && code != DLOCK_EIOTIMEOUT)
+      break;
     if (!rt->failover_until)
       rt->failover_until = now + cl->core->opts.connect_timeout_ms;
     while (now < rt->failover_until) {
-      refresh(cl, NULL);
+      refresh(cl, NULL, rt->node);
       void *n = node_of(cl, rt->name);
       if (n && n != rt->node) {
         next = n;
@@ -509,6 +514,8 @@ static bool route_go(route *rt) {
     return false;
   }
   rt->node = next;
+  /* what the map's reading noted is not the next call's */
+  dlock__redis_redirect_take(&rd);
   return true;
 }
 
@@ -610,7 +617,7 @@ static int cl_lock_renew(void *be, dlock__renewal *items, size_t n,
     }
     char saved[512];
     snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    if (refresh(cl, NULL) != 0) {
+    if (refresh(cl, NULL, NULL) != 0) {
       rc = dlock__seterr(first, "%s", saved);
       break;
     }
