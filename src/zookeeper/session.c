@@ -391,17 +391,22 @@ static void reset_job(void *arg) {
   pthread_mutex_unlock(&z->mu);
   if (old)
     zookeeper_close(old); /* its threads are gone when this returns */
+  /* the new session's state is set before its handle exists: the handle's
+   * watcher may report CONNECTED before handle_new even returns (a fast
+   * server), and that must not be overwritten with "connecting" */
   pthread_mutex_lock(&z->mu);
   z->closing = NULL; /* (a new handle may reuse its address) */
+  z->state = ZOO_CONNECTING_STATE;
+  z->live = false;
+  z->expired = false;
+  z->lost_handled = false;
+  z->suspended_at = 0;
   pthread_mutex_unlock(&z->mu);
   zhandle_t *zh = handle_new(z);
   pthread_mutex_lock(&z->mu);
   z->zh = zh;
-  z->state = ZOO_CONNECTING_STATE;
-  z->live = false;
-  z->expired = zh == NULL;
-  z->lost_handled = false;
-  z->suspended_at = 0;
+  if (!zh)
+    z->expired = true;
   z->reset_busy = false;
   pthread_cond_broadcast(&z->cond);
   pthread_mutex_unlock(&z->mu);
