@@ -990,6 +990,10 @@ static void t_auth(void) {
 /* Builds tests/interop/go into dir; false (after saying why) without Go. */
 static bool build_go_locker(const char *dir, char *exe, size_t len) {
   if (system("command -v go >/dev/null 2>&1") != 0) {
+    /* CI sets DLOCK_REQUIRE_INTEROP=1: there a missing Go is a failure */
+    const char *req = getenv("DLOCK_REQUIRE_INTEROP");
+    CHECKF(!req || strcmp(req, "1") != 0,
+           "no Go toolchain on PATH, and DLOCK_REQUIRE_INTEROP=1");
     printf("skipped: no Go toolchain on PATH (Go interop)\n");
     return false;
   }

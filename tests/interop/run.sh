@@ -22,6 +22,10 @@ fi
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 
 if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  if [ "${DLOCK_REQUIRE_INTEROP:-0}" = 1 ]; then
+    echo "interop: FAILED: java/mvn missing and DLOCK_REQUIRE_INTEROP=1 (CI runs every interop suite)" >&2
+    exit 1
+  fi
   echo "interop: skipped (no java/mvn; install openjdk-17-jdk-headless and maven to run it)"
   exit 0
 fi
