@@ -544,7 +544,12 @@ static void t_bad_input(void) {
  * docs/REDLOCK.md's delayed restart (or appendfsync always) prevents. */
 static void t_restart_without_persistence(void) {
   start_all();
-  dlock_client_t *a = rl_client(NULL), *b = rl_client(NULL);
+  /* The case starts from a lock on all five nodes: a node timeout as long
+   * as the command timeout, so that a node slow to answer on a loaded
+   * machine is still asked (with the default, a first dial slower than the
+   * node timeout left one node out, and the premise failed). */
+  rl_cfg_t cfg = {.node_timeout_ms = 2000};
+  dlock_client_t *a = rl_client(&cfg), *b = rl_client(&cfg);
   dlock_lock_t *la = it_lock(a, NAME), *lb = it_lock(b, NAME);
   CHECK_OK(dlock_lock_acquire(la, 0, 60000));
   /* the acquire returned with a majority; the others answer at once */
