@@ -109,7 +109,7 @@ static const struct optdef optdefs[] = {
     {"insecure", 0, false, O_INSECURE},
     {"multi", 'M', false, O_MULTI},
     {"help", 'h', false, O_HELP},
-    {"version", 0, false, O_VERSION},
+    {"version", 'V', false, O_VERSION},
 };
 #define NOPTDEFS (sizeof optdefs / sizeof optdefs[0])
 
