@@ -1,5 +1,5 @@
 /*
- * args.c - parses the dlock command line (CLI.md) into struct cli_opts.
+ * args.c - parses the dlock command line (docs/dlock.1) into struct cli_opts.
  *
  * Design note. A small hand-written parser instead of getopt_long: getopt
  * keeps global state (optind) and GNU getopt permutes argv, while dlock must

@@ -1,5 +1,5 @@
 /*
- * main.c - the dlock command: flock(1) for a fleet (CLI.md is the contract).
+ * main.c - the dlock command: flock(1) for a fleet (docs/dlock.1 is the contract).
  *
  * Design note. main() turns argv and the environment into a cli_ctx and
  * hands it to one of three modes: run/hold (run.c), status/force-unlock
