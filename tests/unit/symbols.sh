@@ -4,7 +4,9 @@
 # libdlock's namespace: every global symbol the static library defines is
 # named dlock_ (public) or dlock__ (internal), and the shared library
 # exports only public dlock_ names (its internal ones are hidden; the
-# linker's own _init, _fini, _edata, _end and __bss_start are allowed). In
+# linker's own _init, _fini, _edata, _end, __bss_start and the bounds of
+# named sections, __start_SECTION and __stop_SECTION, which clang's
+# coverage instrumentation of a fuzzing build makes, are allowed). In
 # an AddressSanitizer build each global variable has an ODR indicator named
 # after it (GCC: __odr_asan.NAME, clang: __odr_asan_gen_NAME): NAME is what
 # is checked.
@@ -46,7 +48,7 @@ shared_bad=$(printf '%s\n' "$out" | awk 'NF == 3 {
     sub(/^__odr_asan(\.|_gen_)/, "", name)
     print name
   }' |
-  grep -Ev '^(_init|_fini|_edata|_end|__bss_start)$' |
+  grep -Ev '^(_init|_fini|_edata|_end|__bss_start|__(start|stop)_[A-Za-z0-9_]+)$' |
   grep -Ev '^dlock_[a-z0-9]' | sort -u)
 if [ -n "$shared_bad" ]; then
   echo "$so exports symbols that are not public dlock_ names:"
