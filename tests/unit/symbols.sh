@@ -4,7 +4,12 @@
 # libdlock's namespace: every global symbol the static library defines is
 # named dlock_ (public) or dlock__ (internal), and the shared library
 # exports only public dlock_ names (its internal ones are hidden; the
-# linker's own _init, _fini, _edata, _end and __bss_start are allowed).
+# linker's own _init, _fini, _edata, _end, __bss_start and the bounds of
+# named sections, __start_SECTION and __stop_SECTION, which clang's
+# coverage instrumentation of a fuzzing build makes, are allowed). In
+# an AddressSanitizer build each global variable has an ODR indicator named
+# after it (GCC: __odr_asan.NAME, clang: __odr_asan_gen_NAME): NAME is what
+# is checked.
 # Prints what is wrong, one symbol a line, and exits 1; exits 77 (skipped,
 # one line) when nm (binutils) is missing.
 set -u
@@ -23,7 +28,11 @@ if ! out=$(nm -g --defined-only "$a" 2>&1); then
   echo "symbols: nm $a failed: $out"
   exit 1
 fi
-static_bad=$(printf '%s\n' "$out" | awk 'NF == 3 && $3 !~ /^dlock_/ {print $3}' | sort -u)
+static_bad=$(printf '%s\n' "$out" | awk 'NF == 3 {
+    name = $3
+    sub(/^__odr_asan(\.|_gen_)/, "", name)
+    if (name !~ /^dlock_/) print $3
+  }' | sort -u)
 if [ -n "$static_bad" ]; then
   echo "$a defines globals without the dlock_ prefix:"
   printf '  %s\n' $static_bad
@@ -34,8 +43,12 @@ if ! out=$(nm -D --defined-only "$so" 2>&1); then
   echo "symbols: nm -D $so failed: $out"
   exit 1
 fi
-shared_bad=$(printf '%s\n' "$out" | awk 'NF == 3 {print $3}' |
-  grep -Ev '^(_init|_fini|_edata|_end|__bss_start)$' |
+shared_bad=$(printf '%s\n' "$out" | awk 'NF == 3 {
+    name = $3
+    sub(/^__odr_asan(\.|_gen_)/, "", name)
+    print name
+  }' |
+  grep -Ev '^(_init|_fini|_edata|_end|__bss_start|__(start|stop)_[A-Za-z0-9_]+)$' |
   grep -Ev '^dlock_[a-z0-9]' | sort -u)
 if [ -n "$shared_bad" ]; then
   echo "$so exports symbols that are not public dlock_ names:"
