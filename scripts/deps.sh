@@ -8,11 +8,17 @@ set -euo pipefail
 # openssl: test_tls and bench/tls-cost.sh make their certificates with it;
 # zookeeper + libzookeeper-mt-dev: the ZooKeeper backend and its tests;
 # libcurl4-openssl-dev + libjson-c-dev: the etcd backend (its gRPC gateway);
-# etcd-server + etcd-client: its tests and interop (etcdctl lock)
+# etcd-server + etcd-client: its tests and interop (etcdctl lock);
+# jq: the command's tests read its --json output with it (the JSON tool
+# Debian ships for shell scripts); procps: cli_password looks at the
+# command's arguments through ps; python3-minimal: with-redis.sh asks the
+# kernel for a free port through it. Everything else the tests run is in
+# every Debian (coreutils, util-linux, sed, grep, mawk).
 pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
       redis-server redis-tools clang libclang-rt-14-dev valgrind
       iproute2 iptables openssl zookeeper libzookeeper-mt-dev
-      libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client)
+      libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client
+      jq procps python3-minimal)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -136,17 +136,30 @@ is_free() {
   [ $? -eq 1 ]
 }
 
-# json_valid FILE: FILE is one valid JSON document (python3 -m json.tool).
-json_valid() {
-  python3 -m json.tool "$1" >/dev/null 2>&1
+# require CMD WHAT: the test needs CMD (for WHAT); without it, says so and
+# exits 1, before any check reads a missing tool's silence as an answer.
+# scripts/deps.sh installs every command the tests use.
+require() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "FAIL: this test needs $1 ($2) and it is not installed:" \
+    "./scripts/deps.sh installs it" >&2
+  exit 1
 }
 
-# json_py FILE EXPR: prints the Python expression EXPR evaluated with `j`
-# bound to FILE's JSON (e.g. 'len(j["holders"])'); "error" when it fails.
-json_py() {
-  python3 -c 'import json,sys
-j = json.load(open(sys.argv[1]))
-print(eval(sys.argv[2]))' "$1" "$2" 2>/dev/null || echo error
+# The --json checks read the output with jq. A script that uses these
+# calls `require jq ...` first; they check again, for a call in $(...),
+# where the exit ends only the subshell (the message still shows).
+# json_valid FILE: FILE is exactly one valid JSON document.
+json_valid() {
+  require jq "reads --json output"
+  [ "$(jq -s length "$1" 2>/dev/null)" = 1 ]
+}
+
+# json_get FILE FILTER: jq -r FILTER on FILE's JSON (e.g. '.holders |
+# length', '.holders[0].owner'); "error" when jq fails.
+json_get() {
+  require jq "reads --json output"
+  jq -r "$2" "$1" 2>/dev/null || echo error
 }
 
 # $T/waitfor FILE: a script for the commands run under dlock; waits until

@@ -5,11 +5,12 @@
 # fair lock and a plain exclusive one on the same NAME exclude each other;
 # --force-unlock -F breaks a fair hold.
 . "$(dirname "$0")/common.bash"
+require jq "reads --json output"
 W=$T/waitfor
 
 queued() { # N: the fair queue of cli-fair has N waiters
   "$DLOCK" -F --status --json cli-fair >"$T/q.json" 2>/dev/null
-  [ "$(json_py "$T/q.json" 'len(j["waiters"])')" = "$1" ]
+  [ "$(json_get "$T/q.json" '.waiters | length')" = "$1" ]
 }
 
 run_bg ph "$DLOCK" -F cli-fair sh -c 'touch "$0.in"; "$1" "$0.go"' "$T/h" "$W"
@@ -32,10 +33,10 @@ expect "--status -F: three waiters with deadlines, in order" "1 2 3" \
     "$T/st.out" | tr '\n' ' ' | sed 's/ $//')"
 "$DLOCK" -F --status --json cli-fair >"$T/st.json"
 expect_true "--status -F --json is valid JSON" json_valid "$T/st.json"
-expect "json: kind fair" fair "$(json_py "$T/st.json" 'j["kind"]')"
-expect "json: three deadlines, all positive" True \
-  "$(json_py "$T/st.json" 'len(j["waiter_deadlines_ms"]) == 3 and all(d > 0 for d in j["waiter_deadlines_ms"])')"
-w1=$(json_py "$T/st.json" 'j["waiters"][0]')
+expect "json: kind fair" fair "$(json_get "$T/st.json" .kind)"
+expect "json: three deadlines, all positive" true \
+  "$(json_get "$T/st.json" '(.waiter_deadlines_ms | length) == 3 and all(.waiter_deadlines_ms[]; . > 0)')"
+w1=$(json_get "$T/st.json" '.waiters[0]')
 expect_true "json: waiter is an owner id ($w1)" \
   eval '[[ $w1 =~ ^[0-9a-f-]{36}:[0-9]+$ ]]'
 

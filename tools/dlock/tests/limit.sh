@@ -8,6 +8,7 @@
 # --status lists (120) is measured exactly, and with holders in it the
 # refusal does not send the user to --force-unlock.
 . "$(dirname "$0")/common.bash"
+require jq "reads --json output"
 W=$T/waitfor
 mkdir "$T/in"
 
@@ -24,7 +25,7 @@ chmod +x "$T/holder"
 inside() { [ "$(ls "$T/in" | wc -l)" -eq "$1" ]; }
 permits_in_use() {
   "$DLOCK" -N 2 --status --json cli-lim >"$T/s.json" 2>/dev/null
-  [ "$(json_py "$T/s.json" 'len(j["permits"])')" = "$1" ]
+  [ "$(json_get "$T/s.json" '.permits | length')" = "$1" ]
 }
 
 pids=()
@@ -43,7 +44,7 @@ expect_grep "--status -N: none free, two in use" "permits: 0 free, 2 in use" \
   "$T/st.out"
 expect_true "--status -N --json is valid JSON" json_valid "$T/s.json"
 expect "json: view limit, none available" "limit 0" \
-  "$(json_py "$T/s.json" 'j["view"] + " " + str(j["available"])')"
+  "$(json_get "$T/s.json" '"\(.view) \(.available)"')"
 "$DLOCK" -n -N 2 cli-lim true 2>/dev/null
 expect "-n -N 2 fails while both permits are taken" 1 $?
 "$DLOCK" -N 3 -n cli-lim true 2>"$T/mis.err"

@@ -5,6 +5,7 @@
 # with-redis.sh calls (keep-server.sh): RL_URL_1..3, RL_PORT_1..3,
 # RL_PID_1..3.
 . "$(dirname "$0")/common.bash"
+require jq "reads --json output"
 
 U=(-u "$RL_URL_1" -u "$RL_URL_2" -u "$RL_URL_3")
 cli() { redis-cli -p "$1" "${@:2}"; }

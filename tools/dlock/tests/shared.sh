@@ -6,6 +6,7 @@
 # lives under NAME:dlock-rw, never on the key NAME (that one is the fenced
 # lock of exclusive holders).
 . "$(dirname "$0")/common.bash"
+require jq "reads --json output"
 W=$T/waitfor
 
 # Two shared holders: each leaves a marker, then waits (bounded) for the
@@ -38,12 +39,12 @@ expect "--status -s: two read holders" 2 \
 "$DLOCK" -s --status --json cli-sh >"$T/st.json"
 expect "--status -s --json exits 0" 0 $?
 expect_true "--status -s --json is valid JSON" json_valid "$T/st.json"
-expect "json: kind" read "$(json_py "$T/st.json" 'j["kind"]')"
-expect "json: view" shared "$(json_py "$T/st.json" 'j["view"]')"
-expect "json: key" cli-sh:dlock-rw "$(json_py "$T/st.json" 'j["key"]')"
-expect "json: two holders, both read" "2 True" \
-  "$(json_py "$T/st.json" 'str(len(j["holders"])) + " " + str(all(h["side"] == "read" for h in j["holders"]))')"
-expect "json: held" True "$(json_py "$T/st.json" 'j["held"]')"
+expect "json: kind" read "$(json_get "$T/st.json" .kind)"
+expect "json: view" shared "$(json_get "$T/st.json" .view)"
+expect "json: key" cli-sh:dlock-rw "$(json_get "$T/st.json" .key)"
+expect "json: two holders, both read" "2 true" \
+  "$(json_get "$T/st.json" '"\(.holders | length) \(all(.holders[]; .side == "read"))"')"
+expect "json: held" true "$(json_get "$T/st.json" .held)"
 
 touch "$T/m.go"
 wait_exit "$p1" 20000
@@ -60,9 +61,9 @@ expect_true "exclusive holder is in" wait_until 20000 test -e "$T/e.x"
 expect "a shared -n fails while an exclusive holder holds" 1 $?
 run_bg ps "$DLOCK" -s cli-sh sh -c 'echo shared-in >>"$0.log"' "$T/e"
 "$DLOCK" -s --status --json cli-sh >"$T/w.json"
-expect "--status -s shows the write side" write "$(json_py "$T/w.json" 'j["kind"]')"
+expect "--status -s shows the write side" write "$(json_get "$T/w.json" .kind)"
 expect "--status -s: the holder's side" write \
-  "$(json_py "$T/w.json" 'j["holders"][0]["side"]')"
+  "$(json_get "$T/w.json" '.holders[0].side')"
 # the shared waiter is blocked: nothing in its log while the holder holds
 expect_true "exclusive still holds" is_held cli-sh
 expect_true "the shared waiter has not run" test ! -e "$T/e.log"

@@ -2,24 +2,7 @@
 # --status (plain and --json) while free and while held; --force-unlock.
 . "$(dirname "$0")/common.bash"
 
-# A JSON checker: jq, else python3, else none (the JSON checks are skipped).
-json_get() { # FILE FILTER (jq syntax, simple paths only)
-  if command -v jq >/dev/null 2>&1; then
-    jq -r "$2" "$1"
-  elif command -v python3 >/dev/null 2>&1; then
-    python3 - "$1" "$2" <<'PY'
-import json, sys
-v = json.load(open(sys.argv[1]))
-for part in sys.argv[2].lstrip('.').replace('[', '.').replace(']', '').split('.'):
-    if part == '':
-        continue
-    v = v[int(part)] if part.isdigit() else v[part]
-print('true' if v is True else 'false' if v is False else 'null' if v is None else v)
-PY
-  else
-    echo "no-json-tool"
-  fi
-}
+require jq "reads --json output"
 
 "$DLOCK" --status cli-st >"$T/free.out" 2>"$T/free.err"
 expect "--status on a free lock exits 1" 1 $?

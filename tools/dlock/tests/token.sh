@@ -4,6 +4,7 @@
 # one; shared and fair holders get none, and one inherited from an outer
 # dlock never leaks in.
 . "$(dirname "$0")/common.bash"
+require jq "reads --json output"
 
 for i in 1 2 3 4 5; do
   DLOCK_TOKEN=stale "$DLOCK" cli-tok sh -c 'echo "${DLOCK_TOKEN-unset}" >>"$0"' \
@@ -33,7 +34,7 @@ expect "--status of the free lock exits 1" 1 $?
 expect_grep "--status shows the last token" "token:   $t " "$T/st.out"
 "$DLOCK" --status --json cli-tok >"$T/st.json"
 expect_true "--status --json is valid JSON" json_valid "$T/st.json"
-expect "json: token" "$t" "$(json_py "$T/st.json" 'j["token"]')"
+expect "json: token" "$t" "$(json_get "$T/st.json" .token)"
 
 DLOCK_TOKEN=stale "$DLOCK" -s cli-tok sh -c 'echo "${DLOCK_TOKEN-unset}"' >"$T/s.out"
 expect "shared holder: no DLOCK_TOKEN" unset "$(cat "$T/s.out")"
