@@ -183,7 +183,7 @@ if [ "$lintian" = yes ]; then
   echo "== lintian"
   if apt_get install --no-install-recommends lintian >"$work/apt.log" 2>&1; then
     changes=$(ls "$work/build/"*.changes | head -n 1)
-    lintian --info --display-info --pedantic "$changes" >"$work/lintian.log" 2>&1
+    lintian --display-info --pedantic "$changes" >"$work/lintian.log" 2>&1
     sed 's/^/    /' "$work/lintian.log"
     if grep -q '^E: ' "$work/lintian.log"; then
       bad "lintian: errors"
@@ -227,16 +227,25 @@ check "pkg-config build of critical_section" \
 check "pkg-config build of fenced_counter (dlock and hiredis)" \
   bash -c 'cc -o pc_fenced_counter fenced_counter.c $(pkg-config --cflags --libs dlock hiredis)'
 
-# pkg-config --static: libdlock.a, its private dependencies from the .pc
-echo "    pkg-config --static --libs dlock"
-echo "      = $(pkg-config --static --libs dlock 2>&1)"
-check "pkg-config --static build of critical_section against libdlock.a" \
-  bash -c 'libs=$(pkg-config --static --libs dlock) &&
-    cc -o st_critical_section critical_section.c $(pkg-config --cflags dlock) \
-      ${libs/-ldlock/-l:libdlock.a}'
+# libdlock.a through pkg-config: the archive, its own Libs.private and the
+# modules of its Requires.private, linked shared (a fully static link, what
+# `pkg-config --static` spells out, would need the static archive of every
+# library libcurl is built with)
+own=$(pkg-config --static --libs --maximum-traverse-depth=1 dlock 2>&1)
+own=${own/-ldlock/}
+mods=$(pkg-config --print-requires-private dlock 2>&1 | tr '\n' ' ')
+echo "    cc critical_section.c \$(pkg-config --cflags dlock) -l:libdlock.a$own\\"
+echo "      \$(pkg-config --libs $mods)"
+check "static build of critical_section against libdlock.a (pkg-config)" \
+  bash -c "cc -o st_critical_section critical_section.c \$(pkg-config --cflags dlock) \
+    -l:libdlock.a $own \$(pkg-config --libs $mods)"
 
-# CMake
-cat >CMakeLists.txt <<'EOF'
+# CMake: the shared library (dlock::dlock), and the static one (the
+# package's component `static`, dlock::dlock_static) in a second project
+mkdir -p cmake-shared cmake-static
+cp critical_section.c fenced_counter.c cmake-shared/
+cp critical_section.c cmake-static/
+cat >cmake-shared/CMakeLists.txt <<'EOF'
 cmake_minimum_required(VERSION 3.16)
 project(dlock_consumer LANGUAGES C)
 find_package(dlock 0.1 REQUIRED)
@@ -247,35 +256,55 @@ target_link_libraries(critical_section PRIVATE dlock::dlock)
 add_executable(fenced_counter fenced_counter.c)
 target_link_libraries(fenced_counter PRIVATE dlock::dlock PkgConfig::HIREDIS)
 EOF
-check "CMake project (find_package(dlock), dlock::dlock) configures" \
-  cmake -S . -B build-cmake
-check "CMake build of critical_section and fenced_counter" \
-  cmake --build build-cmake
-if [ -f build-cmake/critical_section ]; then
-  cp build-cmake/critical_section cm_critical_section
-  cp build-cmake/fenced_counter cm_fenced_counter
-fi
+cat >cmake-static/CMakeLists.txt <<'EOF'
+cmake_minimum_required(VERSION 3.16)
+project(dlock_static_consumer LANGUAGES C)
+find_package(dlock 0.1 REQUIRED COMPONENTS static)
+add_executable(critical_section critical_section.c)
+target_link_libraries(critical_section PRIVATE dlock::dlock_static)
+EOF
+check "CMake project: find_package(dlock), dlock::dlock configures" \
+  cmake -S cmake-shared -B cmake-shared/build
+check "CMake build of critical_section and fenced_counter (dlock::dlock)" \
+  cmake --build cmake-shared/build
+[ -f cmake-shared/build/critical_section ] &&
+  cp cmake-shared/build/critical_section cm_critical_section
+[ -f cmake-shared/build/fenced_counter ] &&
+  cp cmake-shared/build/fenced_counter cm_fenced_counter
+check "CMake project: find_package(dlock COMPONENTS static) configures" \
+  cmake -S cmake-static -B cmake-static/build
+check "CMake build of critical_section (dlock::dlock_static)" \
+  cmake --build cmake-static/build
+[ -f cmake-static/build/critical_section ] &&
+  cp cmake-static/build/critical_section cs_critical_section
 
-# ldd: the shared builds load the packaged library, the static one does not
+# ldd: the shared builds load the packaged library (ldd may show it as
+# /lib/<multiarch>/..., the same file on a merged-/usr system); the static
+# builds do not load it at all
+packaged=$(readlink -f "$libdir/libdlock.so.0")
+echo "    $libdir/libdlock.so.0 -> $packaged ($(dpkg -S "$packaged" 2>&1))"
 links_packaged() {
   local lib
   lib=$(ldd "$1" | awk '$1 == "libdlock.so.0" { print $3 }')
   echo "    $1: libdlock.so.0 => ${lib:-(none)}"
-  [ "$lib" = "$libdir/libdlock.so.0" ]
+  [ -n "$lib" ] && [ "$(readlink -f "$lib")" = "$packaged" ] &&
+    dpkg -S "$packaged" | grep -q '^libdlock0:'
 }
 for b in pc_critical_section pc_fenced_counter cm_critical_section cm_fenced_counter; do
   if [ -f "$b" ]; then
     if links_packaged "$b"; then
-      ok "$b loads $libdir/libdlock.so.0"
+      ok "$b loads libdlock.so.0 from $libdir (package libdlock0)"
     else
-      bad "$b loads $libdir/libdlock.so.0"
+      bad "$b loads libdlock.so.0 from $libdir (package libdlock0)"
     fi
   fi
 done
-if [ -f st_critical_section ]; then
-  check "st_critical_section has libdlock linked in (no libdlock.so.0)" \
-    bash -c '! ldd st_critical_section | grep -q libdlock'
-fi
+for b in st_critical_section cs_critical_section; do
+  if [ -f "$b" ]; then
+    check "$b has libdlock linked in (no libdlock.so.0)" \
+      bash -c "! ldd $b | grep -q libdlock"
+  fi
+done
 
 # Run them, and the installed command, on a private redis-server.
 echo "== running the consumers and the command on a private redis-server"
@@ -284,7 +313,7 @@ cat >"$work/run-all.sh" <<'EOF'
 # Runs in tests/harness/with-redis.sh (DLOCK_URL is the private server).
 # Each line printed is "PASS: ..." or "FAIL: ...".
 n=0
-for b in pc_critical_section st_critical_section cm_critical_section; do
+for b in pc_critical_section st_critical_section cm_critical_section cs_critical_section; do
   [ -f "$b" ] || continue
   if out=$(./"$b" "$DLOCK_URL" pkgtest 2>&1) &&
      grep -q "^holding 'pkgtest'" <<<"$out" &&
