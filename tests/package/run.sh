@@ -66,8 +66,10 @@ check() {
     printf '%s\n' "$out" | sed 's/^/    /' | tail -n 40
   fi
 }
+# a step's header, with the seconds since the start
+phase() { echo "== $* (at ${SECONDS} s)"; }
 finish() {
-  echo "package test: $pass passed, $fail failed"
+  echo "package test: $pass passed, $fail failed (${SECONDS} s)"
   [ "$fail" -eq 0 ] && exit 0
   exit 1
 }
@@ -113,7 +115,7 @@ trap cleanup EXIT
 apt_get() { apt-get -y -qq -o=Dpkg::Use-Pty=0 "$@"; }
 
 # ------------------------------------------------------------ 1. the tools
-echo "== installing the tools and build dependencies"
+phase "installing the tools and build dependencies"
 apt_get update >/dev/null || abort "apt-get update"
 # Kept after the build (a consumer needs a compiler, pkg-config and cmake);
 # redis-server runs the examples; man-db is not installed for this test.
@@ -127,7 +129,7 @@ installed | comm -13 "$work/tools" - >"$work/builddeps"
 ok "build dependencies installed ($(wc -l <"$work/builddeps") packages)"
 
 # ------------------------------------------------------------ 2. the build
-echo "== dpkg-buildpackage -us -uc -b (in a copy of the repository)"
+phase "dpkg-buildpackage -us -uc -b (in a copy of the repository)"
 mkdir -p "$work/build/dlock"
 if command -v git >/dev/null && git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
   (cd "$repo" && git ls-files -co --exclude-standard -z |
@@ -180,7 +182,7 @@ check "libdlock0 has a symbols file" \
   bash -c "dpkg-deb -I '${debs[0]}' symbols | grep -q '^ dlock_client_new@Base'"
 
 if [ "$lintian" = yes ]; then
-  echo "== lintian"
+  phase "lintian"
   if apt_get install --no-install-recommends lintian >"$work/apt.log" 2>&1; then
     changes=$(ls "$work/build/"*.changes | head -n 1)
     lintian --display-info --pedantic "$changes" >"$work/lintian.log" 2>&1
@@ -197,7 +199,7 @@ if [ "$lintian" = yes ]; then
 fi
 
 # ------------------------------------------------------------ 3. install
-echo "== installing the packages without the build dependencies"
+phase "installing the packages without the build dependencies"
 if [ -s "$work/builddeps" ]; then
   xargs -a "$work/builddeps" apt-get -y -qq purge >"$work/apt.log" 2>&1 ||
     { tail -n 20 "$work/apt.log"; abort "purge the build dependencies"; }
@@ -211,7 +213,7 @@ apt_get install --no-install-recommends "${debs[@]}" >"$work/apt.log" 2>&1 ||
 ok "apt-get install ${debs[*]##*/}"
 
 # ------------------------------------------------------------ 4. consumers
-echo "== building the examples against the installed packages"
+phase "building the examples against the installed packages"
 cons=$work/consumer
 mkdir -p "$cons"
 cp "$repo/examples/critical_section.c" "$repo/examples/fenced_counter.c" "$cons/"
@@ -231,10 +233,9 @@ check "pkg-config build of fenced_counter (dlock and hiredis)" \
 # modules of its Requires.private, linked shared (a fully static link, what
 # `pkg-config --static` spells out, would need the static archive of every
 # library libcurl is built with)
-own=$(pkg-config --static --libs --maximum-traverse-depth=1 dlock 2>&1)
-own=${own/-ldlock/}
+own=$(sed -n 's/^Libs\.private://p' "$(pkg-config --variable=pcfiledir dlock)/dlock.pc")
 mods=$(pkg-config --print-requires-private dlock 2>&1 | tr '\n' ' ')
-echo "    cc critical_section.c \$(pkg-config --cflags dlock) -l:libdlock.a$own\\"
+echo "    cc critical_section.c \$(pkg-config --cflags dlock) -l:libdlock.a$own \\"
 echo "      \$(pkg-config --libs $mods)"
 check "static build of critical_section against libdlock.a (pkg-config)" \
   bash -c "cc -o st_critical_section critical_section.c \$(pkg-config --cflags dlock) \
@@ -307,7 +308,7 @@ for b in st_critical_section cs_critical_section; do
 done
 
 # Run them, and the installed command, on a private redis-server.
-echo "== running the consumers and the command on a private redis-server"
+phase "running the consumers and the command on a private redis-server"
 cat >"$work/run-all.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs in tests/harness/with-redis.sh (DLOCK_URL is the private server).
@@ -357,7 +358,7 @@ grep -q '^PASS: dlock ran' <<<"$out" || grep -q '^FAIL: dlock ran' <<<"$out" ||
   bad "the consumers ran on a private redis-server"
 
 # ------------------------------------------------------------ 5. command
-echo "== the installed command"
+phase "the installed command"
 if v=$(dlock --version 2>&1) && grep -q '0\.1\.0' <<<"$v"; then
   ok "dlock --version: $v"
 else
