@@ -14,7 +14,7 @@
 # -- go to etcd_compare.py: --reps N (3), --seconds D (3), --cmd-runs N
 # (20), --keep DIR. The report (markdown) goes to stdout, progress to
 # stderr. Exit status: etcd_compare.py's (1 if a worker failed or holds
-# overlapped), 69 without go.
+# overlapped), 69 without go or without the etcd backend in BUILD_DIR.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
@@ -24,6 +24,10 @@ build=${1:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
 command -v go >/dev/null 2>&1 || {
   echo "etcd-compare: go is needed for the Go peer" >&2
+  exit 69
+}
+grep -q '^DLOCK_HAVE_ETCD:INTERNAL=TRUE$' "$build/CMakeCache.txt" || {
+  echo "etcd-compare: $build has no etcd backend (configure with -DDLOCK_WITH_ETCD=ON)" >&2
   exit 69
 }
 cmake --build "$build" -j2 --target dlock-bench dlock_cli th_with_etcd >&2

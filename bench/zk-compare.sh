@@ -45,6 +45,10 @@ done
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
+if ! grep -q '^DLOCK_HAVE_ZOOKEEPER:INTERNAL=TRUE$' "$build/CMakeCache.txt"; then
+  echo "zk-compare: $build has no zookeeper backend (configure with -DDLOCK_WITH_ZOOKEEPER=ON)" >&2
+  exit 2
+fi
 cmake --build "$build" -j2 --target dlock-bench th_with_zk >/dev/null
 bench="$build/bench/dlock-bench"
 with_zk="$build/tests/th_with_zk"

@@ -72,6 +72,12 @@ extern "C" {
 DLOCK_EXTERN unsigned dlock_version(void);
 /* "MAJOR.MINOR.PATCH" of the library linked; static storage. Any thread. */
 DLOCK_EXTERN const char *dlock_version_string(void);
+/* The backends of the library linked, space-separated in this order:
+ * "redis" (always; with Sentinel, Cluster and Redlock), then "zookeeper"
+ * and "etcd" when the build has them (they are optional: a build without
+ * one refuses its URLs, see dlock_client_new). Static storage. Any
+ * thread. */
+DLOCK_EXTERN const char *dlock_backends(void);
 
 /* ----------------------------------------------------------------- errors */
 
@@ -322,11 +328,15 @@ typedef struct dlock_client dlock_client_t;
  * success *out owns a client to be freed with dlock_client_free(); on
  * failure *out is NULL. Redlock clients are made by
  * dlock_client_new_redlock. A scheme this build has no backend for is
- * DLOCK_EURL naming the schemes it has. An operation or object the backend
- * does not offer is DLOCK_ENOTSUP, naming both, before anything is sent.
- * Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT,
- * DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS (getrandom, pipe2 or
- * the background thread's creation failed), DLOCK_ETLS. */
+ * DLOCK_EURL naming the schemes it has; the ZooKeeper and etcd backends
+ * are optional (dlock_backends), and a build without one answers its URLs
+ * with DLOCK_EURL and "this build has no zookeeper backend: rebuild with
+ * -DDLOCK_WITH_ZOOKEEPER=ON (needs libzookeeper-mt-dev)" (etcd: the same
+ * with DLOCK_WITH_ETCD, libcurl4-openssl-dev and libjson-c-dev). An operation
+ * or object the backend does not offer is DLOCK_ENOTSUP, naming both, before
+ * anything is sent. Errors: DLOCK_EINVAL, DLOCK_EURL, DLOCK_EUNAVAILABLE,
+ * DLOCK_EIOTIMEOUT, DLOCK_EAUTH, DLOCK_ESERVER, DLOCK_ENOMEM, DLOCK_ESYS
+ * (getrandom, pipe2 or the background thread's creation failed), DLOCK_ETLS. */
 DLOCK_EXTERN int dlock_client_new(dlock_client_t **out, const char *url,
                                   const dlock_options_t *opts);
 /* Creates a Redlock client over n independent Redis masters (n odd, 1 to

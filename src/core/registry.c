@@ -1,10 +1,19 @@
 /*
  * registry.c - the backends this build has, chosen by URL scheme.
  *
- * Adding a backend: its folder under src/, its build lines, and one line in
- * `backends` below. The scheme is what precedes "://" (compared without
- * regard to case, as RFC 3986 asks); the backend parses the rest.
+ * Adding a backend: its folder under src/, its build lines (and, if it
+ * needs a library of its own, a DLOCK_WITH_* option in
+ * cmake/backends.cmake, which defines DLOCK_HAVE_* when it is built), one
+ * line in `backends` below, and for an optional backend one line in
+ * `optional`. The scheme is what precedes "://" (compared without regard to
+ * case, as RFC 3986 asks); the backend parses the rest.
+ *
+ * A backend left out of the build (-DDLOCK_WITH_ZOOKEEPER=OFF, or its
+ * libraries missing) is not compiled at all; its schemes stay known here,
+ * so that its URLs fail with DLOCK_EURL and one line saying how to get it
+ * rather than as an unknown scheme.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -14,12 +23,59 @@
 #include "core/error.h"
 
 static const dlock__backend_ops *const backends[] = {
-    &dlock__redis_backend,     /* redis://, rediss://, unix://,
-                                  redis-sentinel:// */
+    &dlock__redis_backend,         /* redis://, rediss://, unix://,
+                                      redis-sentinel:// */
     &dlock__redis_cluster_backend, /* redis-cluster:// */
+#ifdef DLOCK_HAVE_ZOOKEEPER
     &dlock__zookeeper_backend, /* zookeeper://, zk:// */
-    &dlock__etcd_backend,      /* etcd://, etcds:// */
+#endif
+#ifdef DLOCK_HAVE_ETCD
+    &dlock__etcd_backend, /* etcd://, etcds:// */
+#endif
 };
+
+#ifdef DLOCK_HAVE_ZOOKEEPER
+#define HAVE_ZOOKEEPER true
+#else
+#define HAVE_ZOOKEEPER false
+#endif
+#ifdef DLOCK_HAVE_ETCD
+#define HAVE_ETCD true
+#else
+#define HAVE_ETCD false
+#endif
+
+/* The backends a build may leave out: their schemes, and what a build
+ * without them tells the user. */
+static const struct optional {
+  const char *name;
+  bool built;
+  const char *schemes[3];
+  const char *option;
+  const char *packages;
+} optional[] = {
+    {"zookeeper",
+     HAVE_ZOOKEEPER,
+     {"zookeeper", "zk", NULL},
+     "DLOCK_WITH_ZOOKEEPER",
+     "libzookeeper-mt-dev"},
+    {"etcd",
+     HAVE_ETCD,
+     {"etcd", "etcds", NULL},
+     "DLOCK_WITH_ETCD",
+     "libcurl4-openssl-dev and libjson-c-dev"},
+};
+
+const char *dlock_backends(void) {
+  return "redis"
+#ifdef DLOCK_HAVE_ZOOKEEPER
+         " zookeeper"
+#endif
+#ifdef DLOCK_HAVE_ETCD
+         " etcd"
+#endif
+      ;
+}
 
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 #define SCHEME_MAX 32
@@ -65,6 +121,17 @@ const dlock__backend_ops *dlock__backend_for_url(const char *url) {
       if (w > 0 && (size_t)w < sizeof known - used)
         used += (size_t)w;
     }
+  }
+  for (size_t b = 0; b < sizeof optional / sizeof optional[0]; b++) {
+    const struct optional *o = &optional[b];
+    for (const char *const *s = o->schemes; !o->built && *s; s++)
+      if (strlen(*s) == n && strncasecmp(url, *s, n) == 0) {
+        dlock__seterr(DLOCK_EURL,
+                      "this build has no %s backend: rebuild with -D%s=ON "
+                      "(needs %s)",
+                      o->name, o->option, o->packages);
+        return NULL;
+      }
   }
   char scheme[SCHEME_MAX + 1];
   size_t shown = 0;

@@ -13,7 +13,7 @@
  * the call to the completion. The handle is read-locked (z->zh_lock) only
  * while the request is handed to the library, never while waiting.
  *
- * Two requests in one round trip (zk_create_and_list): both are handed
+ * Two requests in one round trip (dlock__zk_create_and_list): both are handed
  * to the library under one read lock, the create first. ZooKeeper answers
  * one session's requests in the order it sent them, and serves a read
  * only after the session's earlier writes have been applied, so the list
@@ -36,7 +36,7 @@ typedef struct zk_call {
   zk_result res;
 } zk_call;
 
-void zk_result_clear(zk_result *r) {
+void dlock__zk_result_clear(zk_result *r) {
   dlock__free(r->path);
   for (int i = 0; r->children && i < r->nchildren; i++)
     dlock__free(r->children[i]);
@@ -64,7 +64,7 @@ static void call_put_locked(zk_call *c) {
   bool last = --c->refs == 0;
   pthread_mutex_unlock(&c->mu);
   if (last) {
-    zk_result_clear(&c->res);
+    dlock__zk_result_clear(&c->res);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     dlock__free(c);
@@ -147,7 +147,7 @@ static void on_strings_stat(int rc, const struct String_vector *v,
 
 /* ------------------------------------------------------------ errors */
 
-int zk_error(dlock__zk *z, int zrc, const char *what, const char *path) {
+int dlock__zk_error(dlock__zk *z, int zrc, const char *what, const char *path) {
   int code;
   if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT || zrc == ZCLOSING ||
       zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE ||
@@ -225,7 +225,7 @@ static const char *op_name(zk_op op) {
 static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   memset(out, 0, sizeof *out);
   int64_t deadline = dlock__deadline_after(z->command_timeout);
-  if (!zk_await_connected(z, deadline))
+  if (!dlock__zk_await_connected(z, deadline))
     return dlock__seterr(DLOCK_EUNAVAILABLE,
                          "zookeeper %s: not connected (no server answered "
                          "within the command timeout, %lld ms)",
@@ -241,7 +241,7 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   if (rc != ZOK) {
     c->refs = 1; /* the completion will never run */
     call_put_locked(c);
-    return zk_error(z, rc, op_name(a->op), a->path);
+    return dlock__zk_error(z, rc, op_name(a->op), a->path);
   }
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
@@ -259,30 +259,30 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   memset(&c->res, 0, sizeof c->res);
   call_put_locked(c);
   if (out->rc == ZSYSTEMERROR) {
-    zk_result_clear(out);
+    dlock__zk_result_clear(out);
     return dlock__seterr(DLOCK_ENOMEM, "out of memory reading a reply");
   }
   return 0;
 }
 
-int zk_create(dlock__zk *z, const char *path, const char *data, int flags,
-              zk_result *out) {
+int dlock__zk_create(dlock__zk *z, const char *path, const char *data,
+                     int flags, zk_result *out) {
   zk_args a = {.op = OP_CREATE, .path = path, .data = data, .flags = flags};
   return run(z, &a, out);
 }
 
-int zk_delete(dlock__zk *z, const char *path, zk_result *out) {
+int dlock__zk_delete(dlock__zk *z, const char *path, zk_result *out) {
   zk_args a = {.op = OP_DELETE, .path = path};
   return run(z, &a, out);
 }
 
-int zk_children(dlock__zk *z, const char *path, zk_result *out) {
+int dlock__zk_children(dlock__zk *z, const char *path, zk_result *out) {
   zk_args a = {.op = OP_CHILDREN, .path = path};
   return run(z, &a, out);
 }
 
-int zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
-                      void *watch_ctx, zk_result *out) {
+int dlock__zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
+                             void *watch_ctx, zk_result *out) {
   zk_args a = {.op = OP_CHILDREN,
                .path = path,
                .watcher = watcher,
@@ -290,21 +290,21 @@ int zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
   return run(z, &a, out);
 }
 
-int zk_exists(dlock__zk *z, const char *path, watcher_fn watcher,
-              void *watch_ctx, zk_result *out) {
+int dlock__zk_exists(dlock__zk *z, const char *path, watcher_fn watcher,
+                     void *watch_ctx, zk_result *out) {
   zk_args a = {
       .op = OP_EXISTS, .path = path, .watcher = watcher, .watch_ctx = watch_ctx};
   return run(z, &a, out);
 }
 
-int zk_set(dlock__zk *z, const char *path, const char *data, int version,
-           zk_result *out) {
+int dlock__zk_set(dlock__zk *z, const char *path, const char *data, int version,
+                  zk_result *out) {
   zk_args a = {.op = OP_SET, .path = path, .data = data, .version = version};
   return run(z, &a, out);
 }
 
-int zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
-           void *watch_ctx, zk_result *out) {
+int dlock__zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
+                  void *watch_ctx, zk_result *out) {
   zk_args a = {
       .op = OP_GET, .path = path, .watcher = watcher, .watch_ctx = watch_ctx};
   return run(z, &a, out);
@@ -320,14 +320,14 @@ static bool call_wait_locked(zk_call *c, int64_t deadline) {
   return c->done;
 }
 
-int zk_create_and_list(dlock__zk *z, const char *path, const char *data,
-                       int flags, const char *dir, zk_result *created,
-                       zk_result *kids) {
+int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
+                              int flags, const char *dir, zk_result *created,
+                              zk_result *kids) {
   memset(created, 0, sizeof *created);
   memset(kids, 0, sizeof *kids);
   kids->rc = ZOPERATIONTIMEOUT; /* until the list's answer comes */
   int64_t deadline = dlock__deadline_after(z->command_timeout);
-  if (!zk_await_connected(z, deadline))
+  if (!dlock__zk_await_connected(z, deadline))
     return dlock__seterr(DLOCK_EUNAVAILABLE,
                          "zookeeper %s: not connected (no server answered "
                          "within the command timeout, %lld ms)",
@@ -364,7 +364,7 @@ int zk_create_and_list(dlock__zk *z, const char *path, const char *data,
   if (rc != ZOK) {
     cc->refs = 1;
     call_put_locked(cc);
-    return zk_error(z, rc, "create", path);
+    return dlock__zk_error(z, rc, "create", path);
   }
   if (!call_wait_locked(cc, deadline)) {
     call_put_locked(cc);
@@ -389,12 +389,12 @@ int zk_create_and_list(dlock__zk *z, const char *path, const char *data,
     call_put_locked(lc);
   }
   if (kids->rc == ZSYSTEMERROR) { /* a partial list: not one to use */
-    zk_result_clear(kids);
+    dlock__zk_result_clear(kids);
     kids->rc = ZSYSTEMERROR;
   }
   if (created->rc == ZSYSTEMERROR) {
-    zk_result_clear(created);
-    zk_result_clear(kids);
+    dlock__zk_result_clear(created);
+    dlock__zk_result_clear(kids);
     return dlock__seterr(DLOCK_ENOMEM, "out of memory reading a reply");
   }
   return 0;

@@ -5,7 +5,7 @@
  *
  * Layout (Curator's, so that Curator processes and dlock exclude each
  * other on the same path): the lock is a container node P (the lock
- * name's path, zk_lock_path); each contender creates one protected
+ * name's path, dlock__zk_lock_path); each contender creates one protected
  * EPHEMERAL_SEQUENTIAL child
  *     P/_c_<uuid>-lock-<10 digits>        mutex
  *     P/_c_<uuid>-__READ__<10 digits>     read side
@@ -27,7 +27,7 @@
  * zxids grow with every write of the ensemble).
  *
  * An acquire's first create is sent together with the listing of the
- * lock's children (zk_create_and_list: ZooKeeper answers them in order),
+ * lock's children (dlock__zk_create_and_list: ZooKeeper answers them in order),
  * so an uncontended acquire costs one round trip, as the release does.
  *
  * Protected creates: a create whose answer was lost (connection loss or
@@ -38,8 +38,8 @@
  * Threads: caller threads, and the settling worker (leave, release). A
  * node record is used by its owner's thread; its fields are read and
  * written under z->mu, and requests are made without it. A session loss
- * marks every record lost (zk_nodes_forget_locked) without freeing it, so
- * that a thread in the middle of an attempt never touches freed memory.
+ * marks every record lost (dlock__zk_nodes_forget_locked) without freeing it,
+ * so that a thread in the middle of an attempt never touches freed memory.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -133,7 +133,7 @@ static void node_restart_locked(zk_node *n) {
   dlock__uuid(n->uuid);
 }
 
-void zk_nodes_forget_locked(dlock__zk *z) {
+void dlock__zk_nodes_forget_locked(dlock__zk *z) {
   for (zk_node *n = z->nodes; n; n = n->next)
     ext(n)->lost = true;
 }
@@ -182,7 +182,7 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
 /* Lists and sorts the lock's children. ZNONODE: an empty list. */
 static int list_sorted(dlock__zk *z, const char *dir, bool rw,
                        const char *name, zk_result *r) {
-  int rc = zk_children(z, dir, r);
+  int rc = dlock__zk_children(z, dir, r);
   if (rc)
     return rc;
   return check_and_sort(z, dir, rw, name, r);
@@ -198,8 +198,8 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
     return 0;
   }
   if (r->rc != ZOK) {
-    rc = zk_error(z, r->rc, "list children of", dir);
-    zk_result_clear(r);
+    rc = dlock__zk_error(z, r->rc, "list children of", dir);
+    dlock__zk_result_clear(r);
     return rc;
   }
   for (int i = 0; i < r->nchildren; i++) {
@@ -207,7 +207,7 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
     bool rw_node = strstr(c, READ_MARK) || strstr(c, WRITE_MARK);
     bool mutex_node = !rw_node && strstr(c, MUTEX_MARK);
     if ((rw && mutex_node) || (!rw && rw_node)) {
-      zk_result_clear(r);
+      dlock__zk_result_clear(r);
       return dlock__seterr(DLOCK_EWRONGTYPE,
                            "lock '%.200s': %s holds nodes of another kind of "
                            "lock (%s)",
@@ -222,7 +222,8 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
   return 0;
 }
 
-void zk_join(char *out, size_t size, const char *dir, const char *child) {
+void dlock__zk_join(char *out, size_t size, const char *dir,
+                    const char *child) {
   int n = snprintf(out, size, "%s/%s", dir, child);
   if (n < 0 || (size_t)n >= size)
     out[size - 1] = '\0';
@@ -236,7 +237,7 @@ static const char *base_name(const char *path) {
 /* ------------------------------------------------------------- creates */
 
 /* Curator's creatingParentContainersIfNeeded. */
-int zk_make_parents(dlock__zk *z, const char *dir) {
+int dlock__zk_make_parents(dlock__zk *z, const char *dir) {
   char p[PATH_MAX_ZK];
   size_t len = strlen(dir);
   if (len >= sizeof p)
@@ -247,13 +248,13 @@ int zk_make_parents(dlock__zk *z, const char *dir) {
     memcpy(p, dir, i);
     p[i] = '\0';
     zk_result r;
-    int rc = zk_create(z, p, NULL, ZOO_CONTAINER, &r);
+    int rc = dlock__zk_create(z, p, NULL, ZOO_CONTAINER, &r);
     if (rc)
       return rc;
     int zrc = r.rc;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (zrc != ZOK && zrc != ZNODEEXISTS)
-      return zk_error(z, zrc, "create", p);
+      return dlock__zk_error(z, zrc, "create", p);
   }
   return 0;
 }
@@ -262,16 +263,16 @@ int zk_make_parents(dlock__zk *z, const char *dir) {
  * czxid set under mu), 0 not there, or an error. */
 static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
   zk_result r;
-  int rc = zk_children(z, dir, &r);
+  int rc = dlock__zk_children(z, dir, &r);
   if (rc)
     return rc;
   if (r.rc == ZNONODE) {
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     return 0;
   }
   if (r.rc != ZOK) {
-    rc = zk_error(z, r.rc, "list children of", dir);
-    zk_result_clear(&r);
+    rc = dlock__zk_error(z, r.rc, "list children of", dir);
+    dlock__zk_result_clear(&r);
     return rc;
   }
   char prefix[64];
@@ -280,19 +281,19 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
   path[0] = '\0';
   for (int i = 0; i < r.nchildren; i++)
     if (strncmp(r.children[i], prefix, strlen(prefix)) == 0)
-      zk_join(path, sizeof path, dir, r.children[i]);
-  zk_result_clear(&r);
+      dlock__zk_join(path, sizeof path, dir, r.children[i]);
+  dlock__zk_result_clear(&r);
   if (!path[0])
     return 0;
-  if ((rc = zk_get(z, path, NULL, NULL, &r)))
+  if ((rc = dlock__zk_get(z, path, NULL, NULL, &r)))
     return rc;
   int zrc = r.rc;
   int64_t czxid = r.stat.czxid;
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   if (zrc == ZNONODE)
     return 0;
   if (zrc != ZOK)
-    return zk_error(z, zrc, "read", path);
+    return dlock__zk_error(z, zrc, "read", path);
   char *copy = dlock__strdup(path);
   if (!copy)
     return DLOCK_ENOMEM;
@@ -307,7 +308,7 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
 
 /* Creates n's node under dir: `<dir>/_c_<uuid>-<mark><suffix>`, sequential
  * unless suffix is given (a downgrade's read node). With kids, the create
- * is sent together with a listing of dir (zk_create_and_list): *listed
+ * is sent together with a listing of dir (dlock__zk_create_and_list): *listed
  * says whether *kids holds that listing (then the caller's to clear). */
 static int create_node(dlock__zk *z, zk_node *n, const char *dir,
                        const char *suffix, zk_result *kids, bool *listed) {
@@ -331,13 +332,13 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
     zk_result r;
     int rc;
     if (kids) {
-      rc = zk_create_and_list(z, path, n->owner, flags, dir, &r, kids);
+      rc = dlock__zk_create_and_list(z, path, n->owner, flags, dir, &r, kids);
       if (!rc && r.rc == ZOK && kids->rc == ZOK)
         *listed = true;
       else if (!rc)
-        zk_result_clear(kids);
+        dlock__zk_result_clear(kids);
     } else {
-      rc = zk_create(z, path, n->owner, flags, &r);
+      rc = dlock__zk_create(z, path, n->owner, flags, &r);
     }
     if (rc == DLOCK_EIOTIMEOUT) { /* sent; the answer did not come */
       pthread_mutex_lock(&z->mu);
@@ -355,13 +356,13 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
       n->czxid = r.stat.czxid;
       ext(n)->unsure = false;
       pthread_mutex_unlock(&z->mu);
-      zk_result_clear(&r);
+      dlock__zk_result_clear(&r);
       return 0;
     }
     int zrc = r.rc;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (zrc == ZNONODE) {
-      if ((rc = zk_make_parents(z, dir)))
+      if ((rc = dlock__zk_make_parents(z, dir)))
         return rc;
     } else if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
       pthread_mutex_lock(&z->mu);
@@ -378,7 +379,7 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
       pthread_mutex_unlock(&z->mu);
       return 0;
     } else {
-      return zk_error(z, zrc, "create", path);
+      return dlock__zk_error(z, zrc, "create", path);
     }
   }
   return dlock__seterr(DLOCK_EUNAVAILABLE,
@@ -404,12 +405,12 @@ static int drop_node(dlock__zk *z, zk_node *n, const char *dir) {
   }
   if (path) {
     zk_result r;
-    int rc = zk_delete(z, path, &r);
+    int rc = dlock__zk_delete(z, path, &r);
     int zrc = rc ? ZOK : r.rc;
     if (!rc)
-      zk_result_clear(&r);
+      dlock__zk_result_clear(&r);
     if (!rc && zrc != ZOK && zrc != ZNONODE)
-      rc = zk_error(z, zrc, "delete", path);
+      rc = dlock__zk_error(z, zrc, "delete", path);
     dlock__free(path);
     if (rc)
       return rc;
@@ -427,7 +428,7 @@ int dlock__zk_handle_open(void *be, dlock_lock_kind_t kind, const char *name,
   (void)kind;
   char dir[PATH_MAX_ZK];
   *bh = NULL;
-  return zk_lock_path(be, name, dir, sizeof dir);
+  return dlock__zk_lock_path(be, name, dir, sizeof dir);
 }
 
 /* ------------------------------------------------------------ acquire */
@@ -499,7 +500,7 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
   if (rc)
     return rc;
   char dir[PATH_MAX_ZK];
-  if ((rc = zk_lock_path(z, a->name, dir, sizeof dir)))
+  if ((rc = dlock__zk_lock_path(z, a->name, dir, sizeof dir)))
     return rc;
   zk_side side = side_of(a->kind);
   bool rw = side != ZK_MUTEX;
@@ -574,14 +575,14 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
     }
     if (me < 0 && listed) { /* never expected (see calls.c): list again */
       pthread_mutex_unlock(&z->mu);
-      zk_result_clear(&kids);
+      dlock__zk_result_clear(&kids);
       continue;
     }
     if (me < 0) { /* our node is gone (force release, or the session) */
       dlock__free(n->path);
       n->path = NULL;
       pthread_mutex_unlock(&z->mu);
-      zk_result_clear(&kids);
+      dlock__zk_result_clear(&kids);
       continue;
     }
     int watch = -1;
@@ -597,32 +598,32 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
       n->count = 1;
       *token = n->czxid;
       pthread_mutex_unlock(&z->mu);
-      zk_result_clear(&kids);
+      dlock__zk_result_clear(&kids);
       return 1;
     }
     pthread_mutex_unlock(&z->mu);
     if (!a->q) { /* no wait: leave at once */
-      zk_result_clear(&kids);
+      dlock__zk_result_clear(&kids);
       if ((rc = drop_node(z, n, dir)) != 0)
         return rc;
       *pttl = -1;
       return 0;
     }
     char pred[PATH_MAX_ZK];
-    zk_join(pred, sizeof pred, dir, kids.children[watch]);
-    zk_result_clear(&kids);
-    uint64_t id = zk_wait_watch_id(z, a->owner, a->q->seq);
+    dlock__zk_join(pred, sizeof pred, dir, kids.children[watch]);
+    dlock__zk_result_clear(&kids);
+    uint64_t id = dlock__zk_wait_watch_id(z, a->owner, a->q->seq);
     zk_result r;
-    rc = zk_get(z, pred, id ? zk_predecessor_watcher : NULL,
-                (void *)(uintptr_t)id, &r);
+    rc = dlock__zk_get(z, pred, id ? dlock__zk_predecessor_watcher : NULL,
+                       (void *)(uintptr_t)id, &r);
     if (rc)
       return rc; /* the node stays: the wait leaves, or comes back */
     int zrc = r.rc;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (zrc == ZNONODE)
       continue; /* gone meanwhile: look again */
     if (zrc != ZOK)
-      return zk_error(z, zrc, "watch", pred);
+      return dlock__zk_error(z, zrc, "watch", pred);
     /* -1: a deletion wakes us; without a registered wait (never the
      * case through the core), look again within a second */
     *pttl = id ? -1 : 1000;
@@ -652,7 +653,7 @@ int dlock__zk_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   (void)token;
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
-  int rc = zk_lock_path(z, a->name, dir, sizeof dir);
+  int rc = dlock__zk_lock_path(z, a->name, dir, sizeof dir);
   if (rc)
     return rc;
   pthread_mutex_lock(&z->mu);
@@ -700,15 +701,15 @@ int dlock__zk_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   if (!path)
     return DLOCK_ENOMEM;
   zk_result r;
-  int rc = zk_delete(z, path, &r);
+  int rc = dlock__zk_delete(z, path, &r);
   if (rc) {
     dlock__free(path);
     return rc; /* the record stays releasing: the retry deletes again */
   }
   int zrc = r.rc;
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   if (zrc != ZOK && zrc != ZNONODE) {
-    rc = zk_error(z, zrc, "delete", path);
+    rc = dlock__zk_error(z, zrc, "delete", path);
     dlock__free(path);
     return rc;
   }
@@ -739,7 +740,7 @@ int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
                                  const char *name, bool *deleted) {
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
-  int rc = zk_lock_path(z, name, dir, sizeof dir);
+  int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);
   if (rc)
     return rc;
   bool rw = side_of(kind) != ZK_MUTEX;
@@ -750,17 +751,17 @@ int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
   *deleted = false;
   for (int i = 0; i < nh && !rc; i++) {
     char path[PATH_MAX_ZK];
-    zk_join(path, sizeof path, dir, kids.children[i]);
+    dlock__zk_join(path, sizeof path, dir, kids.children[i]);
     zk_result r;
-    if ((rc = zk_delete(z, path, &r)))
+    if ((rc = dlock__zk_delete(z, path, &r)))
       break;
     if (r.rc == ZOK)
       *deleted = true;
     else if (r.rc != ZNONODE)
-      rc = zk_error(z, r.rc, "delete", path);
-    zk_result_clear(&r);
+      rc = dlock__zk_error(z, r.rc, "delete", path);
+    dlock__zk_result_clear(&r);
   }
-  zk_result_clear(&kids);
+  dlock__zk_result_clear(&kids);
   return rc;
 }
 
@@ -769,7 +770,7 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                          int64_t *out) {
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
-  int rc = zk_lock_path(z, name, dir, sizeof dir);
+  int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);
   if (rc)
     return rc;
   if (q == DLOCK__Q_COUNT || q == DLOCK__Q_HELD) {
@@ -780,15 +781,15 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
     pthread_mutex_unlock(&z->mu);
     if (count > 0 && path) { /* the server's truth: is the node there? */
       zk_result r;
-      rc = zk_get(z, path, NULL, NULL, &r);
+      rc = dlock__zk_get(z, path, NULL, NULL, &r);
       dlock__free(path);
       if (rc)
         return rc;
       if (r.rc == ZNONODE)
         count = 0;
       else if (r.rc != ZOK)
-        rc = zk_error(z, r.rc, "read", dir);
-      zk_result_clear(&r);
+        rc = dlock__zk_error(z, r.rc, "read", dir);
+      dlock__zk_result_clear(&r);
       if (rc)
         return rc;
     } else {
@@ -801,7 +802,7 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   if ((rc = list_sorted(z, dir, side_of(kind) != ZK_MUTEX, name, &kids)))
     return rc;
   bool locked = kids.nchildren > 0;
-  zk_result_clear(&kids);
+  dlock__zk_result_clear(&kids);
   *out = q == DLOCK__Q_LOCKED ? locked : locked ? -1 : -2;
   return 0;
 }
@@ -811,10 +812,10 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
 static char *node_owner(dlock__zk *z, const char *dir, const char *child,
                         int64_t *czxid) {
   char path[PATH_MAX_ZK];
-  zk_join(path, sizeof path, dir, child);
+  dlock__zk_join(path, sizeof path, dir, child);
   zk_result r;
   *czxid = 0;
-  if (zk_get(z, path, NULL, NULL, &r) != 0)
+  if (dlock__zk_get(z, path, NULL, NULL, &r) != 0)
     return dlock__strdup("?");
   char *s;
   bool printable = r.rc == ZOK && r.data_len > 0 && r.data_len < 200;
@@ -830,7 +831,7 @@ static char *node_owner(dlock__zk *z, const char *dir, const char *child,
                         (unsigned long long)r.stat.ephemeralOwner);
   if (r.rc == ZOK)
     *czxid = r.stat.czxid;
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   return s;
 }
 
@@ -838,7 +839,7 @@ int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out) {
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
-  int rc = zk_lock_path(z, name, dir, sizeof dir);
+  int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);
   if (rc)
     return rc;
   bool rw = side_of(kind) != ZK_MUTEX;
@@ -878,11 +879,11 @@ int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
       st->waiters[st->nwaiters++] = who;
     }
   }
-  zk_result_clear(&kids);
+  dlock__zk_result_clear(&kids);
   *out = st;
   return 0;
 oom:
-  zk_result_clear(&kids);
+  dlock__zk_result_clear(&kids);
   dlock_lock_state_free(st);
   return DLOCK_ENOMEM;
 }

@@ -15,7 +15,7 @@
  *
  * Taking a permit: read the count and list P/leases, leaving watches on
  * both (a release or a larger count wakes the client's waits on P through
- * zk_semaphore_watcher). Only when there is room, create the lease node
+ * dlock__zk_semaphore_watcher). Only when there is room, create the lease node
  * and list again, oldest first: the permit is ours when fewer than the
  * count sort before it; otherwise the node is deleted at once (the core's
  * semaphore wait has no "leave": an attempt leaves nothing behind) and
@@ -46,10 +46,10 @@
 #define ROUNDS 4
 
 static int sem_paths(dlock__zk *z, const char *name, char *p, char *leases) {
-  int rc = zk_lock_path(z, name, p, ZK_PATH_MAX);
+  int rc = dlock__zk_lock_path(z, name, p, ZK_PATH_MAX);
   if (rc)
     return rc;
-  zk_join(leases, ZK_PATH_MAX, p, "leases");
+  dlock__zk_join(leases, ZK_PATH_MAX, p, "leases");
   return 0;
 }
 
@@ -94,30 +94,30 @@ static int cmp_lease(const void *a, const void *b) {
 static int read_count(dlock__zk *z, const char *p, watcher_fn watcher,
                       int64_t *count, int *version) {
   zk_result r;
-  int rc = zk_get(z, p, watcher, NULL, &r);
+  int rc = dlock__zk_get(z, p, watcher, NULL, &r);
   if (rc)
     return rc;
   *count = 0;
   *version = -1;
   if (r.rc == ZNONODE) {
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (watcher) { /* to hear of its creation */
-      if ((rc = zk_exists(z, p, watcher, NULL, &r)) != 0)
+      if ((rc = dlock__zk_exists(z, p, watcher, NULL, &r)) != 0)
         return rc;
-      zk_result_clear(&r);
+      dlock__zk_result_clear(&r);
     }
     return 0;
   }
   if (r.rc != ZOK) {
-    rc = zk_error(z, r.rc, "read", p);
-    zk_result_clear(&r);
+    rc = dlock__zk_error(z, r.rc, "read", p);
+    dlock__zk_result_clear(&r);
     return rc;
   }
   *version = r.stat.version;
   char *end = NULL;
   long long v = r.data_len > 0 ? strtoll(r.data, &end, 10) : 0;
   bool ok = r.data_len > 0 && end && *end == '\0';
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   if (!ok)
     return 0;
   *count = v;
@@ -127,25 +127,25 @@ static int read_count(dlock__zk *z, const char *p, watcher_fn watcher,
 /* Leases sorted oldest first (ZNONODE: none). */
 static int list_leases(dlock__zk *z, const char *leases, watcher_fn watcher,
                        zk_result *r) {
-  int rc = watcher ? zk_children_watch(z, leases, watcher, NULL, r)
-                   : zk_children(z, leases, r);
+  int rc = watcher ? dlock__zk_children_watch(z, leases, watcher, NULL, r)
+                   : dlock__zk_children(z, leases, r);
   if (rc)
     return rc;
   if (r->rc == ZNONODE) {
     r->rc = ZOK;
     if (watcher) { /* hear of its creation */
       zk_result e;
-      if ((rc = zk_exists(z, leases, watcher, NULL, &e)) != 0) {
-        zk_result_clear(r);
+      if ((rc = dlock__zk_exists(z, leases, watcher, NULL, &e)) != 0) {
+        dlock__zk_result_clear(r);
         return rc;
       }
-      zk_result_clear(&e);
+      dlock__zk_result_clear(&e);
     }
     return 0;
   }
   if (r->rc != ZOK) {
-    rc = zk_error(z, r->rc, "list children of", leases);
-    zk_result_clear(r);
+    rc = dlock__zk_error(z, r->rc, "list children of", leases);
+    dlock__zk_result_clear(r);
     return rc;
   }
   if (r->nchildren > 1)
@@ -172,13 +172,13 @@ int dlock__zk_sem_set(void *be, const char *name, int64_t permits,
       return 0; /* set already */
     zk_result r;
     if (version >= 0) /* P exists without a count (made by Curator) */
-      rc = zk_set(z, p, text, version, &r);
+      rc = dlock__zk_set(z, p, text, version, &r);
     else
-      rc = zk_create(z, p, text, 0, &r);
+      rc = dlock__zk_create(z, p, text, 0, &r);
     if (rc)
       return rc;
     int zrc = r.rc;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (zrc == ZOK) {
       *set = true;
       return 0;
@@ -189,13 +189,13 @@ int dlock__zk_sem_set(void *be, const char *name, int64_t permits,
       char *slash = strrchr(parent, '/');
       if (slash && slash != parent) {
         *slash = '\0';
-        if ((rc = zk_make_parents(z, parent)))
+        if ((rc = dlock__zk_make_parents(z, parent)))
           return rc;
       }
       continue;
     }
     if (zrc != ZNODEEXISTS && zrc != ZBADVERSION && zrc != ZNONODE)
-      return zk_error(z, zrc, version >= 0 ? "write" : "create", p);
+      return dlock__zk_error(z, zrc, version >= 0 ? "write" : "create", p);
   }
   return dlock__seterr(DLOCK_EUNAVAILABLE,
                        "permit semaphore '%.200s': its count kept changing",
@@ -223,14 +223,14 @@ int dlock__zk_sem_add(void *be, const char *name, int64_t n) {
     char text[32];
     snprintf(text, sizeof text, "%" PRId64, count + n);
     zk_result r;
-    if ((rc = zk_set(z, p, text, version, &r)))
+    if ((rc = dlock__zk_set(z, p, text, version, &r)))
       return rc;
     int zrc = r.rc;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (zrc == ZOK)
       return 0;
     if (zrc != ZBADVERSION && zrc != ZNONODE)
-      return zk_error(z, zrc, "write", p);
+      return dlock__zk_error(z, zrc, "write", p);
   }
   return dlock__seterr(DLOCK_EUNAVAILABLE,
                        "permit semaphore '%.200s': its count kept changing",
@@ -267,7 +267,7 @@ int dlock__zk_sem_available(void *be, dlock__sync_kind kind, const char *name,
   if ((rc = list_leases(z, leases, NULL, &r)))
     return rc;
   int64_t left = count - r.nchildren;
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   *out = left > 0 ? left : 0;
   return 0;
 }
@@ -276,27 +276,27 @@ int dlock__zk_sem_available(void *be, dlock__sync_kind kind, const char *name,
 static int delete_tree(dlock__zk *z, const char *path, int depth,
                        bool *existed) {
   zk_result r;
-  int rc = zk_children(z, path, &r);
+  int rc = dlock__zk_children(z, path, &r);
   if (rc)
     return rc;
   if (r.rc == ZOK && depth > 0) {
     for (int i = 0; i < r.nchildren && !rc; i++) {
       char child[ZK_PATH_MAX];
-      zk_join(child, sizeof child, path, r.children[i]);
+      dlock__zk_join(child, sizeof child, path, r.children[i]);
       rc = delete_tree(z, child, depth - 1, NULL);
     }
   }
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   if (rc)
     return rc;
-  if ((rc = zk_delete(z, path, &r)))
+  if ((rc = dlock__zk_delete(z, path, &r)))
     return rc;
   int zrc = r.rc;
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   if (zrc == ZOK && existed)
     *existed = true;
   if (zrc != ZOK && zrc != ZNONODE)
-    return zk_error(z, zrc, "delete", path);
+    return dlock__zk_error(z, zrc, "delete", path);
   return 0;
 }
 
@@ -324,22 +324,22 @@ static int find_lease(dlock__zk *z, const char *leases, const char *uuid,
   int found = 0;
   for (int i = 0; i < r.nchildren && !found; i++)
     if (strncmp(r.children[i], prefix, strlen(prefix)) == 0) {
-      zk_join(path, ZK_PATH_MAX, leases, r.children[i]);
+      dlock__zk_join(path, ZK_PATH_MAX, leases, r.children[i]);
       found = 1;
     }
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   return found;
 }
 
 static int delete_lease(dlock__zk *z, const char *path) {
   zk_result r;
-  int rc = zk_delete(z, path, &r);
+  int rc = dlock__zk_delete(z, path, &r);
   if (rc)
     return rc;
   int zrc = r.rc;
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   if (zrc != ZOK && zrc != ZNONODE)
-    return zk_error(z, zrc, "delete", path);
+    return dlock__zk_error(z, zrc, "delete", path);
   return zrc == ZOK;
 }
 
@@ -360,7 +360,7 @@ static int create_lease(dlock__zk *z, const char *leases, const char *uuid,
         return found < 0 ? found : 0;
     }
     zk_result r;
-    int rc = zk_create(z, want, owner, ZOO_EPHEMERAL_SEQUENTIAL, &r);
+    int rc = dlock__zk_create(z, want, owner, ZOO_EPHEMERAL_SEQUENTIAL, &r);
     if (rc == DLOCK_EIOTIMEOUT) { /* it may be there: look once more */
       int found = find_lease(z, leases, uuid, path);
       if (found > 0 && delete_lease(z, path) < 0)
@@ -372,16 +372,16 @@ static int create_lease(dlock__zk *z, const char *leases, const char *uuid,
     int zrc = r.rc;
     if (zrc == ZOK)
       snprintf(path, ZK_PATH_MAX, "%s", r.path);
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (zrc == ZOK)
       return 0;
     if (zrc == ZNONODE) {
-      if ((rc = zk_make_parents(z, leases)))
+      if ((rc = dlock__zk_make_parents(z, leases)))
         return rc;
     } else if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
       unsure = true;
     } else {
-      return zk_error(z, zrc, "create", want);
+      return dlock__zk_error(z, zrc, "create", want);
     }
   }
   return dlock__seterr(DLOCK_EUNAVAILABLE,
@@ -412,13 +412,14 @@ int dlock__zk_psem_acquire(void *be, const char *name, const char *id,
      * nodes made and deleted for nothing */
     int64_t count;
     int version;
-    if ((rc = read_count(z, p, zk_semaphore_watcher, &count, &version)) < 0)
+    if ((rc = read_count(z, p, dlock__zk_semaphore_watcher, &count, &version)) <
+        0)
       return rc;
     zk_result r;
-    if ((rc = list_leases(z, leases, zk_semaphore_watcher, &r)))
+    if ((rc = list_leases(z, leases, dlock__zk_semaphore_watcher, &r)))
       return rc;
     bool room = r.nchildren < count;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (!room) {
       *retry_in_ms = -1; /* a release or a new count wakes us */
       return 0;
@@ -434,7 +435,7 @@ int dlock__zk_psem_acquire(void *be, const char *name, const char *id,
     for (int i = 0; i < r.nchildren && me < 0; i++)
       if (strcmp(r.children[i], base) == 0)
         me = i;
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     if (me >= 0 && me < count)
       return 1;
     /* others came first: give the place back, look again */
@@ -475,7 +476,7 @@ int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
   size_t n = r.nchildren < 100 ? (size_t)r.nchildren : 100;
   if (!st || !(st->name = dlock__strdup(name)) ||
       (n && !(st->permits = dlock__calloc(n, sizeof *st->permits)))) {
-    zk_result_clear(&r);
+    dlock__zk_result_clear(&r);
     dlock_sem_state_free(st);
     return DLOCK_ENOMEM;
   }
@@ -483,14 +484,14 @@ int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
   st->available = count - r.nchildren > 0 ? count - r.nchildren : 0;
   for (size_t i = 0; i < n; i++) {
     if (!(st->permits[i].id = node_id(r.children[i]))) {
-      zk_result_clear(&r);
+      dlock__zk_result_clear(&r);
       dlock_sem_state_free(st);
       return DLOCK_ENOMEM;
     }
     st->permits[i].expires_in_ms = -1;
     st->npermits = i + 1;
   }
-  zk_result_clear(&r);
+  dlock__zk_result_clear(&r);
   *out = st;
   return 0;
 }

@@ -282,8 +282,8 @@ static int parse_url(dlock__zk *z, const char *url) {
   return 0;
 }
 
-int zk_lock_path(const dlock__zk *z, const char *name, char *out,
-                 size_t size) {
+int dlock__zk_lock_path(const dlock__zk *z, const char *name, char *out,
+                        size_t size) {
   int n;
   if (name[0] == '/')
     n = snprintf(out, size, "%s", name);
@@ -306,7 +306,7 @@ int zk_lock_path(const dlock__zk *z, const char *name, char *out,
 
 /* ------------------------------------------------------------- session */
 
-bool zk_await_connected(dlock__zk *z, int64_t deadline) {
+bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline) {
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&z->mu);
@@ -349,7 +349,7 @@ static void session_watcher(zhandle_t *zh, int type, int state,
     z->suspended_at = 0;
     /* a wait may have missed nothing (watches are set again by the
      * library), but one more attempt is cheap and certain */
-    zk_waits_wake_all_locked(z);
+    dlock__zk_waits_wake_all_locked(z);
   } else if (state == ZOO_EXPIRED_SESSION_STATE ||
              state == ZOO_AUTH_FAILED_STATE) {
     z->expired = true;
@@ -447,7 +447,7 @@ static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
     lost = true;
     z->lost_handled = true;
     sid = z->session_id;
-    zk_nodes_forget_locked(z);
+    dlock__zk_nodes_forget_locked(z);
   } else if (!z->lost_handled && z->live && z->suspended_at) {
     int64_t at = z->suspended_at + budget;
     if (at < *until)
@@ -467,7 +467,7 @@ static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                                         "session timeout");
     dlock__holds_session_lost(z->core, DLOCK_LOST_SESSION);
     pthread_mutex_lock(&z->mu);
-    zk_waits_wake_all_locked(z);
+    dlock__zk_waits_wake_all_locked(z);
     pthread_mutex_unlock(&z->mu);
   }
   if (reset && dlock__client_run_dial(z->core, reset_job, z) != 0) {
@@ -498,7 +498,7 @@ static void zk_close(void *be) {
   if (z->log_slot >= 0)
     atomic_store(&log_slots[z->log_slot], NULL);
   pthread_mutex_lock(&z->mu);
-  zk_nodes_forget_locked(z);
+  dlock__zk_nodes_forget_locked(z);
   pthread_mutex_unlock(&z->mu);
   pthread_rwlock_destroy(&z->zh_lock);
   pthread_mutex_destroy(&z->mu);
@@ -553,7 +553,8 @@ static int zk_open(void **be, const char *url,
     zk_close(z);
     return rc;
   }
-  if (!zk_await_connected(z, dlock__deadline_after(z->connect_timeout))) {
+  if (!dlock__zk_await_connected(z,
+                                 dlock__deadline_after(z->connect_timeout))) {
     pthread_mutex_lock(&z->mu);
     bool auth = z->state == ZOO_AUTH_FAILED_STATE;
     pthread_mutex_unlock(&z->mu);
@@ -574,10 +575,10 @@ static int zk_open(void **be, const char *url,
 static int zk_ping(void *be) {
   dlock__zk *z = be;
   zk_result r;
-  int rc = zk_get(z, "/", NULL, NULL, &r);
+  int rc = dlock__zk_get(z, "/", NULL, NULL, &r);
   if (!rc && r.rc != ZOK)
-    rc = zk_error(z, r.rc, "read", "/");
-  zk_result_clear(&r);
+    rc = dlock__zk_error(z, r.rc, "read", "/");
+  dlock__zk_result_clear(&r);
   return rc;
 }
 

@@ -68,7 +68,8 @@ void dlock__zk_wait_end(void *be, dlock__wait *w) {
   w->reg = NULL;
 }
 
-uint64_t zk_wait_watch_id(dlock__zk *z, const char *owner, uint64_t seq) {
+uint64_t dlock__zk_wait_watch_id(dlock__zk *z, const char *owner,
+                                 uint64_t seq) {
   uint64_t id = 0;
   pthread_mutex_lock(&z->mu);
   for (zk_wait *r = z->waits; r && !id; r = r->next)
@@ -79,8 +80,8 @@ uint64_t zk_wait_watch_id(dlock__zk *z, const char *owner, uint64_t seq) {
   return id;
 }
 
-void zk_predecessor_watcher(zhandle_t *zh, int type, int state,
-                            const char *path, void *ctx) {
+void dlock__zk_predecessor_watcher(zhandle_t *zh, int type, int state,
+                                   const char *path, void *ctx) {
   (void)type;
   (void)state;
   (void)path;
@@ -98,13 +99,13 @@ void zk_predecessor_watcher(zhandle_t *zh, int type, int state,
   pthread_mutex_unlock(&z->mu);
 }
 
-void zk_waits_wake_all_locked(dlock__zk *z) {
+void dlock__zk_waits_wake_all_locked(dlock__zk *z) {
   for (zk_wait *r = z->waits; r; r = r->next)
     dlock__wait_wake(r->w);
 }
 
-void zk_semaphore_watcher(zhandle_t *zh, int type, int state,
-                          const char *path, void *ctx) {
+void dlock__zk_semaphore_watcher(zhandle_t *zh, int type, int state,
+                                 const char *path, void *ctx) {
   (void)state;
   (void)ctx;
   dlock__zk *z = (dlock__zk *)zoo_get_context(zh);
@@ -123,7 +124,7 @@ void zk_semaphore_watcher(zhandle_t *zh, int type, int state,
     char p[ZK_PATH_MAX];
     if (!spec->sync)
       continue;
-    if (all || (zk_lock_path(z, spec->name, p, sizeof p) == 0 &&
+    if (all || (dlock__zk_lock_path(z, spec->name, p, sizeof p) == 0 &&
                 strcmp(p, sem) == 0))
       dlock__wait_wake(r->w);
   }

@@ -94,54 +94,54 @@ typedef struct zk_result {
   int rc;                  /* ZOK or a ZooKeeper error */
   struct Stat stat;        /* create2, get, children2 */
   char *path;              /* create2: the created path (free it) */
-  char **children;         /* children2 (free with zk_result_clear) */
+  char **children;         /* children2 (free with dlock__zk_result_clear) */
   int nchildren;
   char *data;              /* get: the data, NUL-terminated */
   int data_len;
 } zk_result;
 
-void zk_result_clear(zk_result *r);
+void dlock__zk_result_clear(zk_result *r);
 
 /* Each waits until the session is connected (bounded by the command
  * timeout), sends one request and waits for its answer until the command
  * timeout. 0 with *out filled (out->rc may be a ZooKeeper error such as
  * ZNONODE), or DLOCK_EUNAVAILABLE / DLOCK_EIOTIMEOUT / DLOCK_ENOMEM with
  * detail set (connection loss: out->rc = ZCONNECTIONLOSS, also returned
- * as 0 for zk_create, whose caller recovers it). */
-int zk_create(dlock__zk *z, const char *path, const char *data, int flags,
-              zk_result *out);
-int zk_delete(dlock__zk *z, const char *path, zk_result *out);
-int zk_children(dlock__zk *z, const char *path, zk_result *out);
+ * as 0 for dlock__zk_create, whose caller recovers it). */
+int dlock__zk_create(dlock__zk *z, const char *path, const char *data,
+                     int flags, zk_result *out);
+int dlock__zk_delete(dlock__zk *z, const char *path, zk_result *out);
+int dlock__zk_children(dlock__zk *z, const char *path, zk_result *out);
 /* A create of path and a list of dir's children, sent together (one round
  * trip; the list is answered after the create, so it shows the new node).
- * Returns as zk_create, with *created as its *out; *kids is the list's
+ * Returns as dlock__zk_create, with *created as its *out; *kids is the list's
  * answer, to be used only when created->rc and kids->rc are both ZOK (an
  * unanswered or failed list: kids->rc is a ZooKeeper error; list again).
  * Both results are the caller's to clear. */
-int zk_create_and_list(dlock__zk *z, const char *path, const char *data,
-                       int flags, const char *dir, zk_result *created,
-                       zk_result *kids);
+int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
+                              int flags, const char *dir, zk_result *created,
+                              zk_result *kids);
 /* getData; with watcher, leaves a watch whose context is watch_ctx. */
-int zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
-           void *watch_ctx, zk_result *out);
+int dlock__zk_get(dlock__zk *z, const char *path, watcher_fn watcher,
+                  void *watch_ctx, zk_result *out);
 /* getChildren leaving a child watch; exists (ZNONODE leaves a watch for
  * the creation too); setData with a version (-1: any). */
-int zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
-                      void *watch_ctx, zk_result *out);
-int zk_exists(dlock__zk *z, const char *path, watcher_fn watcher,
-              void *watch_ctx, zk_result *out);
-int zk_set(dlock__zk *z, const char *path, const char *data, int version,
-           zk_result *out);
+int dlock__zk_children_watch(dlock__zk *z, const char *path, watcher_fn watcher,
+                             void *watch_ctx, zk_result *out);
+int dlock__zk_exists(dlock__zk *z, const char *path, watcher_fn watcher,
+                     void *watch_ctx, zk_result *out);
+int dlock__zk_set(dlock__zk *z, const char *path, const char *data, int version,
+                  zk_result *out);
 /* A ZooKeeper error as a dlock error with detail "<what> <path>: ...". */
-int zk_error(dlock__zk *z, int zrc, const char *what, const char *path);
+int dlock__zk_error(dlock__zk *z, int zrc, const char *what, const char *path);
 
 /* -------------------------------------------------------- session.c */
 
 /* Waits until the session is connected, at most until `deadline`. */
-bool zk_await_connected(dlock__zk *z, int64_t deadline);
+bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline);
 /* The path of lock `name` (DLOCK_EINVAL for a name ZooKeeper refuses). */
-int zk_lock_path(const dlock__zk *z, const char *name, char *out,
-                 size_t size);
+int dlock__zk_lock_path(const dlock__zk *z, const char *name, char *out,
+                        size_t size);
 
 /* ---------------------------------------------------------- locks.c */
 
@@ -161,12 +161,12 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
 int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out);
 /* Creates every missing ancestor of dir, and dir, as containers. */
-int zk_make_parents(dlock__zk *z, const char *dir);
+int dlock__zk_make_parents(dlock__zk *z, const char *dir);
 /* dir/child into out (cut short when too long: then no such node). */
-void zk_join(char *out, size_t size, const char *dir, const char *child);
+void dlock__zk_join(char *out, size_t size, const char *dir, const char *child);
 #define ZK_PATH_MAX 1200
 /* Forgets every node (the session that owned them ended); mu held. */
-void zk_nodes_forget_locked(dlock__zk *z);
+void dlock__zk_nodes_forget_locked(dlock__zk *z);
 
 /* ------------------------------------------------------ semaphore.c */
 
@@ -190,15 +190,15 @@ bool dlock__zk_wait_arm(void *be, dlock__wait *w, bool only_if_ready);
 bool dlock__zk_wait_can_queue(void *be, dlock__wait *w);
 void dlock__zk_wait_end(void *be, dlock__wait *w);
 /* The watch context of the registered wait of (owner, seq), or 0. */
-uint64_t zk_wait_watch_id(dlock__zk *z, const char *owner, uint64_t seq);
+uint64_t dlock__zk_wait_watch_id(dlock__zk *z, const char *owner, uint64_t seq);
 /* The watcher set on a predecessor: wakes the wait it names. */
-void zk_predecessor_watcher(zhandle_t *zh, int type, int state,
-                            const char *path, void *ctx);
+void dlock__zk_predecessor_watcher(zhandle_t *zh, int type, int state,
+                                   const char *path, void *ctx);
 /* The watcher set on a semaphore's count and leases: wakes every wait of
  * this client on the semaphore the path names. */
-void zk_semaphore_watcher(zhandle_t *zh, int type, int state,
-                          const char *path, void *ctx);
+void dlock__zk_semaphore_watcher(zhandle_t *zh, int type, int state,
+                                 const char *path, void *ctx);
 /* Wakes every wait (mu held): a reconnect or a new session. */
-void zk_waits_wake_all_locked(dlock__zk *z);
+void dlock__zk_waits_wake_all_locked(dlock__zk *z);
 
 #endif

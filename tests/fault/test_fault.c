@@ -117,15 +117,23 @@ static void env_start_on(env_t *e, const char *const *lock_conf,
     CHECK(e->cluster);
     url = e->cluster->url;
     break;
-  case B_ZK:
+  case B_ZK: /* registered only when the build has the backend */
+#ifdef TH_HAVE_ZOOKEEPER
     e->zk = th_zk_start(3);
     CHECK(e->zk);
     url = th_zk_url(e->zk);
+#else
+    CHECKF(false, "this build has no zookeeper backend");
+#endif
     break;
   case B_ETCD:
+#ifdef TH_HAVE_ETCD
     e->etcd = th_etcd_start(3);
     CHECK(e->etcd);
     url = th_etcd_url(e->etcd);
+#else
+    CHECKF(false, "this build has no etcd backend");
+#endif
     break;
   case B_REDIS:
     e->lock = th_server_start(lock_conf);
@@ -160,10 +168,14 @@ static void env_stop(env_t *e) {
   fence_close(e->fence);
   if (e->cluster)
     th_cluster_stop(e->cluster);
+#ifdef TH_HAVE_ZOOKEEPER
   else if (e->zk)
     th_zk_stop(e->zk);
+#endif
+#ifdef TH_HAVE_ETCD
   else if (e->etcd)
     th_etcd_stop(e->etcd);
+#endif
   else
     th_server_stop(e->lock);
   th_server_stop(e->res);
