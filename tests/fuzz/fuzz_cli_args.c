@@ -10,7 +10,7 @@
  * redaction, password/user extraction and dlock__url_parse() - and checks:
  *  - the parser returns 0 or 64; a usage message is one non-empty line of
  *    printable ASCII and never shows a password found in any argument
- *    (CLI.md: "A password in a URL is never printed back");
+ *    (dlock(1): "A password is never printed");
  *  - on success the options are in range and consistent with the mode;
  *  - every seconds value that parses lies in 0..CLI_SECS_MAX s;
  *  - whenever the library would use a password from the URL, the command

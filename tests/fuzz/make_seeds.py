@@ -158,7 +158,7 @@ REGRESSIONS = {
     },
     "cli_args": {
         # a mistyped option quotes the argument back, password and all
-        # (CLI.md: "A password in a URL is never printed back")
+        # (dlock(1): "A password is never printed")
         "usage-echo-unknown-option": b"\0".join(
             [b"--urll=redis://:Sekr3t-pw@h", b"n", b"true"]),
         "usage-echo-bad-seconds": b"\0".join(

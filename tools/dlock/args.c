@@ -1,5 +1,5 @@
 /*
- * args.c - parses the dlock command line (CLI.md) into struct cli_opts.
+ * args.c - parses the dlock command line (docs/dlock.1) into struct cli_opts.
  *
  * Design note. A small hand-written parser instead of getopt_long: getopt
  * keeps global state (optind) and GNU getopt permutes argv, while dlock must
@@ -109,7 +109,7 @@ static const struct optdef optdefs[] = {
     {"insecure", 0, false, O_INSECURE},
     {"multi", 'M', false, O_MULTI},
     {"help", 'h', false, O_HELP},
-    {"version", 0, false, O_VERSION},
+    {"version", 'V', false, O_VERSION},
 };
 #define NOPTDEFS (sizeof optdefs / sizeof optdefs[0])
 

@@ -14,7 +14,7 @@
 
 #include <dlock/dlock.h>
 
-/* sysexits.h values the command's contract (CLI.md) promises. */
+/* sysexits.h values the command's contract (docs/dlock.1) promises. */
 #define CLI_EX_USAGE 64
 #define CLI_EX_UNAVAILABLE 69
 #define CLI_EX_SOFTWARE 70

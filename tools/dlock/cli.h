@@ -45,7 +45,7 @@ struct cli_ctx {
 void cli_msg(const struct cli_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* The exit status for a library error code (CLI.md): 69 for the backend's
+/* The exit status for a library error code (docs/dlock.1): 69 for the backend's
  * refusals, 64 for a bad URL or argument, 70 for the rest. */
 int cli_exit_for(int err);
 

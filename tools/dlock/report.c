@@ -1,6 +1,6 @@
 /*
  * report.c - one stderr line per failure, and the exit status that goes
- * with it (CLI.md "Exit status").
+ * with it (docs/dlock.1, EXIT STATUS).
  *
  * Design note. Every line the command prints about the backend passes
  * through cli_redact_text() with the secrets main() collected (the URL's

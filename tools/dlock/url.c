@@ -2,13 +2,14 @@
  * url.c - finding and hiding the secret in a backend URL.
  *
  * Design note. The library parses URLs for real; the command only needs to
- * locate the userinfo so that a password is never printed back (CLI.md) and
- * so that argv can be scrubbed in place (`ps` must not show it). The rule is
- * deliberately conservative: the userinfo runs from "://" to the LAST '@'
- * (host, port and db never contain '@', a password may), and a lone userinfo
- * without ':' is hidden as well. For unix:// a path right after "://" means
- * there is no userinfo. Hiding too much in a message costs nothing; hiding
- * too little leaks a credential. Everything here is pure and bounded.
+ * locate the userinfo so that a password is never printed back
+ * (docs/dlock.1) and so that argv can be scrubbed in place (`ps` must not
+ * show it). The rule is deliberately conservative: the userinfo runs from
+ * "://" to the LAST '@' (host, port and db never contain '@', a password
+ * may), and a lone userinfo without ':' is hidden as well. For unix:// a
+ * path right after "://" means there is no userinfo. Hiding too much in a
+ * message costs nothing; hiding too little leaks a credential. Everything
+ * here is pure and bounded.
  */
 #include "url.h"
 

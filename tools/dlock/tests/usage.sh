@@ -2,7 +2,7 @@
 # Every usage error exits 64 with exactly one line "dlock: ..." on stderr and
 # nothing on stdout, before any connection is tried (no server runs here:
 # DLOCK_URL points at a port nothing listens on, so a connection attempt
-# would show up as 69). --help and --version exit 0.
+# would show up as 69). --help, --version and -V exit 0.
 . "$(dirname "$0")/common.bash"
 
 export DLOCK_URL=redis://127.0.0.1:1
@@ -120,6 +120,14 @@ expect "-h after other options exits 0" 0 $?
 "$DLOCK" --version >"$T/ver"
 expect "--version exits 0" 0 $?
 expect_true "--version prints the version" grep -qE '^dlock [0-9]+\.[0-9]+\.[0-9]+ \(libdlock [0-9.]+\)$' "$T/ver"
+"$DLOCK" -V >"$T/ver-short"
+expect "-V exits 0" 0 $?
+expect_true "-V prints what --version prints" cmp -s "$T/ver" "$T/ver-short"
+"$DLOCK" -nV >"$T/ver-short"
+expect "-V in a cluster exits 0" 0 $?
+for b in Redis ZooKeeper etcd; do
+  expect_true "--help's first lines name $b" sh -c "sed -n '1,10p' '$T/help' | grep -q '$b'"
+done
 
 # Garbage never crashes: every run ends with a status below 128.
 crash=0
