@@ -176,8 +176,12 @@ check "libdlock-dev holds the header, .so, .a, dlock.pc and the CMake package" \
   has "${debs[1]}" /usr/include/dlock/dlock.h "$libdir/libdlock.so" \
   "$libdir/libdlock.a" "$libdir/pkgconfig/dlock.pc" \
   "$libdir/cmake/dlock/dlockConfig.cmake"
-check "dlock holds the command and its manual page" \
-  has "${debs[2]}" /usr/bin/dlock /usr/share/man/man1/dlock.1.gz
+check "libdlock-dev holds the library manual pages, dlock(3) and its groups" \
+  has "${debs[1]}" /usr/share/man/man3/dlock.3.gz \
+  /usr/share/man/man3/dlock_client.3.gz /usr/share/man/man3/dlock_lock.3.gz
+check "dlock holds the command, its manual page and bash completion" \
+  has "${debs[2]}" /usr/bin/dlock /usr/share/man/man1/dlock.1.gz \
+  /usr/share/bash-completion/completions/dlock
 check "libdlock0 has a symbols file" \
   bash -c "dpkg-deb -I '${debs[0]}' symbols | grep -q '^ dlock_client_new@Base'"
 
@@ -211,6 +215,8 @@ fi
 apt_get install --no-install-recommends "${debs[@]}" >"$work/apt.log" 2>&1 ||
   { tail -n 20 "$work/apt.log"; abort "apt-get install ./*.deb"; }
 ok "apt-get install ${debs[*]##*/}"
+check "the installed dlock.pc and CMake package name no build directory" \
+  bash -c "! grep -rn -e '$work' -e obj- $libdir/pkgconfig/dlock.pc $libdir/cmake/dlock"
 
 # ------------------------------------------------------------ 4. consumers
 phase "building the examples against the installed packages"
@@ -370,16 +376,27 @@ echo "    ldd /usr/bin/dlock (libdlock is linked in statically):"
 ldd /usr/bin/dlock | sed 's/^/    /'
 check "dlock's shared libraries all resolve" \
   bash -c '! ldd /usr/bin/dlock | grep -q "not found"'
-if command -v man >/dev/null; then
-  if p=$(man -w dlock 2>&1); then
-    ok "man -w dlock: $p"
-  else
-    bad "man -w dlock: $p"
-  fi
+if v=$(dlock -V 2>&1) && grep -q '0\.1\.0' <<<"$v"; then
+  ok "dlock -V: $v"
 else
-  check "dlock(1) installed (man-db absent: /usr/share/man/man1/dlock.1.gz)" \
-    test -f /usr/share/man/man1/dlock.1.gz
+  bad "dlock -V: $v"
 fi
+if command -v man >/dev/null; then
+  for page in "1 dlock" "3 dlock" "3 dlock_lock"; do
+    # shellcheck disable=SC2086  # "SECTION NAME"
+    if p=$(man -w $page 2>&1); then
+      ok "man -w $page: $p"
+    else
+      bad "man -w $page: $p"
+    fi
+  done
+else
+  for f in man1/dlock.1.gz man3/dlock.3.gz man3/dlock_lock.3.gz; do
+    check "man-db absent: /usr/share/man/$f installed" test -f "/usr/share/man/$f"
+  done
+fi
+check "bash completion installed for dlock" \
+  test -f /usr/share/bash-completion/completions/dlock
 
 cd / || true
 finish
