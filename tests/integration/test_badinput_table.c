@@ -688,6 +688,13 @@ static int t_version(tctx_t *x) {
   return 0;
 }
 
+static int t_backends(tctx_t *x) {
+  const char *b = dlock_backends();
+  if (!b || strncmp(b, "redis", 5) != 0 || b != dlock_backends())
+    return wrong(x, "backends \"%s\"", b ? b : "(null)");
+  return 0;
+}
+
 static int t_thread_id(tctx_t *x) {
   return dlock_thread_id() != 0 ? 0 : wrong(x, "thread id 0");
 }
@@ -1155,6 +1162,8 @@ static void g_codes(void) {
           NULL, 0, DLOCK_OK, NULL),
       ROW("dlock_version", "matches the header", t_version, NULL, 0, DLOCK_OK,
           NULL),
+      ROW("dlock_backends", "never NULL, \"redis\" first", t_backends, NULL, 0,
+          DLOCK_OK, NULL),
       ROW("dlock_thread_id", "never 0", t_thread_id, NULL, 0, DLOCK_OK, NULL),
   };
   group_done("codes", RUN_ROWS(&x, "codes", rows));
