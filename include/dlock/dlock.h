@@ -4,7 +4,7 @@
  * Model
  * -----
  * A client (dlock_client_t) is a connection to one coordination service
- * (today: Redis; the backend is chosen by the URL's scheme), or, created
+ * (Redis, ZooKeeper or etcd, chosen by the URL's scheme), or, created
  * with dlock_client_new_redlock(), to several independent Redis masters
  * whose majority keeps each lock (Redlock, docs/REDLOCK.md). It owns a
  * small pool of command connections and one background event loop that
@@ -256,8 +256,9 @@ DLOCK_EXTERN int dlock_options_set_log_callback(dlock_options_t *opts,
                                                 dlock_log_fn fn, void *userdata,
                                                 dlock_log_level_t max_level);
 
-/* TLS (Redis). A rediss:// URL turns TLS on; dlock_options_set_tls(opts,
- * true) does so for a redis:// URL too (as redis-cli's --tls). Every
+/* TLS (Redis and etcd). A rediss:// URL turns TLS on;
+ * dlock_options_set_tls(opts, true) does so for a redis:// URL too (as
+ * redis-cli's --tls); etcds:// and etcd:// likewise (docs/ETCD.md). Every
  * connection of the client then speaks TLS 1.2 or later through OpenSSL,
  * the pub/sub connection included. By default the server's certificate
  * must chain to a CA of the system's store (OpenSSL's default paths) and
