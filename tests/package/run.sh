@@ -235,17 +235,15 @@ check "pkg-config build of critical_section" \
 check "pkg-config build of fenced_counter (dlock and hiredis)" \
   bash -c 'cc -o pc_fenced_counter fenced_counter.c $(pkg-config --cflags --libs dlock hiredis)'
 
-# libdlock.a through pkg-config: the archive, its own Libs.private and the
-# modules of its Requires.private, linked shared (a fully static link, what
-# `pkg-config --static` spells out, would need the static archive of every
-# library libcurl is built with)
-own=$(sed -n 's/^Libs\.private://p' "$(pkg-config --variable=pcfiledir dlock)/dlock.pc")
-mods=$(pkg-config --print-requires-private dlock 2>&1 | tr '\n' ' ')
-echo "    cc critical_section.c \$(pkg-config --cflags dlock) -l:libdlock.a$own \\"
-echo "      \$(pkg-config --libs $mods)"
-check "static build of critical_section against libdlock.a (pkg-config)" \
-  bash -c "cc -o st_critical_section critical_section.c \$(pkg-config --cflags dlock) \
-    -l:libdlock.a $own \$(pkg-config --libs $mods)"
+# libdlock.a through pkg-config --static, the archive named explicitly
+# (-ldlock would pick libdlock.so) and the rest linked as pkg-config says
+static_libs=$(pkg-config --static --libs dlock 2>&1)
+echo "    pkg-config --static --libs dlock"
+echo "      = $static_libs"
+check "static build of critical_section: libdlock.a and pkg-config --static" \
+  bash -c 'libs=$(pkg-config --static --libs dlock) &&
+    cc -o st_critical_section critical_section.c $(pkg-config --cflags dlock) \
+      ${libs/-ldlock/-l:libdlock.a}'
 
 # CMake: the shared library (dlock::dlock), and the static one (the
 # package's component `static`, dlock::dlock_static) in a second project
