@@ -211,6 +211,8 @@ fi
 if dpkg-query -W -f='${Status}' libhiredis-dev 2>/dev/null | grep -q "ok installed"; then
   echo "note: libhiredis-dev was installed before this test; libdlock-dev's"
   echo "      dependencies are not checked from scratch"
+else
+  ok "build dependencies removed (no libhiredis-dev before the .debs)"
 fi
 apt_get install --no-install-recommends "${debs[@]}" >"$work/apt.log" 2>&1 ||
   { tail -n 20 "$work/apt.log"; abort "apt-get install ./*.deb"; }
