@@ -9,10 +9,29 @@
  *   (--kill-after, or the end of a fixed lease for a -v note).
  * - The four signals are blocked before any thread exists, so the library's
  *   background thread and our worker inherit the mask and the signals reach
- *   only the signalfd. The child gets the original mask back (posix_spawn
- *   attributes), so it sees signals exactly as dlock's caller set them up;
- *   a stop signal the caller ignored (nohup, a script's background job) is
- *   left out of the set and stays ignored for both.
+ *   only the signalfd. The child gets the original mask back (between
+ *   fork and exec), so it sees signals exactly as dlock's caller set them
+ *   up; a stop signal the caller ignored (nohup, a script's background
+ *   job) is left out of the set and stays ignored for both.
+ * - The command dies with dlock (spawn_child). Between fork and exec the
+ *   child sets PR_SET_PDEATHSIG(SIGKILL) and then checks that its parent
+ *   is still the dlock that forked it (a dlock that died first would
+ *   never send the signal: the child exits 75 without exec). It runs in a
+ *   process group of its own, and dlock is PR_SET_CHILD_SUBREAPER: the
+ *   orphans of the command's tree are adopted by dlock, not init. A
+ *   forwarded signal goes to the command's group; a loss (--on-lost
+ *   term/kill) signals the group and every adopted orphan. A guard
+ *   process (guard_main) waits on a pipe whose only writer is dlock: when
+ *   dlock dies, even by SIGKILL, the kernel closes the pipe and the guard
+ *   kills the command's group with SIGKILL (the direct child gets its
+ *   parent-death signal at the same moment). Measured (die_with_dlock.sh):
+ *   command and grandchild gone within 30 ms of kill -9 of dlock. Not
+ *   reached: a descendant that left the group (setsid) once dlock is
+ *   dead, and the command's own writes in flight (fencing tokens are for
+ *   those). In the foreground of a terminal (stdin a terminal whose
+ *   foreground group is dlock's), the command stays in dlock's group, as
+ *   with timeout --foreground, so that it can read the terminal and ^Z
+ *   stops both; there is no guard then, only the parent-death signal.
  * - The wait for the lock runs on a worker thread (connect + acquire), so
  *   SIGINT/SIGTERM still act while the library blocks. Locks are owned per
  *   thread, so the worker acquires "as" the main thread's id and the main
@@ -50,9 +69,10 @@
  *   is the group's loss (--on-lost). A stop signal while a group is being
  *   acquired ends dlock at once: an attempt's partial set is left to its
  *   lease, as after a crash.
- * - DLOCK_TOKEN reaches the child through posix_spawn's environment array
- *   (built after the grant; setenv() is not safe once threads run). A fair
- *   or shared holder has no token: the variable is then absent.
+ * - DLOCK_TOKEN reaches the child through the environment array given to
+ *   execve (built after the grant; setenv() is not safe once threads
+ *   run). A fair or shared holder has no token: the variable is then
+ *   absent.
  * - Exit status: the child's (128+S when killed by S), 75 when --on-lost
  *   terminated it, the -E status when -n/-w gave up.
  */
@@ -66,10 +86,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -109,6 +129,9 @@ struct run {
   int64_t t_start, t_acquired;
   /* Main thread only. */
   pid_t child;
+  pid_t pgid;   /* the command's own process group; 0: it shares ours */
+  pid_t guard;  /* the guard process (see guard_main), or 0 */
+  int guard_fd; /* its pipe's write end, or -1 */
   bool lost;  /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
   bool acted; /* --on-lost signalled the child */
@@ -560,51 +583,224 @@ static char **child_env(const struct run *r, char **tokvar, char ***extra) {
   return env;
 }
 
+/* The command's process, between fork and exec: only async-signal-safe
+ * calls (dlock has threads). The parent-death signal is set first, then
+ * the parent is checked: a dlock that died before prctl() would never
+ * send it, so the command must not start. An exec failure's errno goes
+ * to the parent through errfd (close-on-exec: EOF means exec worked). */
+static _Noreturn void child_exec(const struct run *r, pid_t parent, bool own,
+                                 int errfd, const char *path, char *const *argv,
+                                 char **env) {
+  int e;
+  ssize_t n;
+  if (own)
+    setpgid(0, 0);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+    _exit(CLI_EX_TEMPFAIL);
+  if (r->pipe_was_default) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &sa, NULL);
+  }
+  sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
+  if (path != NULL)
+    execve(path, argv, env);
+  else
+    execvpe(argv[0], argv, env);
+  e = errno;
+  do
+    n = write(errfd, &e, sizeof e);
+  while (n < 0 && errno == EINTR);
+  _exit(127);
+}
+
+/* The guard: a process of its own that outlives a killed dlock just long
+ * enough to kill the command's process group. It waits on a pipe whose
+ * only writer is dlock: a byte means dlock is done (exit quietly), EOF
+ * means dlock died (the kernel closed its end), whatever killed it. It
+ * closes every other descriptor (no connection of dlock's stays open in
+ * it) and ignores the signals a terminal or a forwarded stop would send. */
+static _Noreturn void guard_main(int rfd, pid_t pgid) {
+  static const int ign[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT,
+                            SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+  struct sigaction sa;
+  sigset_t none;
+  char b;
+  ssize_t n;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_IGN;
+  for (size_t i = 0; i < sizeof ign / sizeof ign[0]; i++)
+    sigaction(ign[i], &sa, NULL);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  if (rfd != 3) {
+    dup2(rfd, 3);
+    rfd = 3;
+  }
+  for (int fd = 0; fd < rfd; fd++)
+    close(fd);
+  if (close_range(4, ~0U, 0) != 0)
+    for (int fd = 4; fd < 1024; fd++)
+      close(fd);
+  prctl(PR_SET_NAME, "dlock-guard");
+  do
+    n = read(rfd, &b, 1);
+  while (n < 0 && errno == EINTR);
+  if (n == 0)
+    kill(-pgid, SIGKILL);
+  _exit(0);
+}
+
+/* Starts the guard of the command's group r->pgid (a failure only costs
+ * that protection: said with -v). */
+static void guard_start(struct run *r) {
+  int fds[2];
+  pid_t g;
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return;
+  g = fork();
+  if (g == 0)
+    guard_main(fds[0], r->pgid);
+  close(fds[0]);
+  if (g < 0) {
+    close(fds[1]);
+    if (r->c->o->verbose)
+      cli_msg(r->c, "cannot start the guard process: %s", strerror(errno));
+    return;
+  }
+  r->guard = g;
+  r->guard_fd = fds[1];
+}
+
+/* dlock is done with the command: the guard exits without killing. */
+static void guard_end(struct run *r) {
+  ssize_t n;
+  if (r->guard_fd < 0)
+    return;
+  do
+    n = write(r->guard_fd, "q", 1);
+  while (n < 0 && errno == EINTR);
+  close(r->guard_fd);
+  r->guard_fd = -1;
+  if (r->guard > 0) {
+    pid_t w;
+    do
+      w = waitpid(r->guard, NULL, 0);
+    while (w < 0 && errno == EINTR);
+    r->guard = 0;
+  }
+}
+
+/* Sends `sig` to the command: to its whole process group when it has its
+ * own, and (tree: on a loss) to the orphans of its tree that dlock, their
+ * subreaper, adopted after their parents died. */
+static void signal_command(struct run *r, int sig, bool tree) {
+  if (r->pgid > 0 && kill(-r->pgid, sig) == 0) {
+    /* sent to the group */
+  } else if (r->child > 0) {
+    kill(r->child, sig);
+  }
+  if (!tree)
+    return;
+  /* orphans are adopted by the thread group's leader (our main thread):
+   * its children file lists them, with the command and the guard */
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return;
+  buf[n] = '\0';
+  for (char *p = buf, *end; *p != '\0'; p = end) {
+    long pid = strtol(p, &end, 10);
+    if (end == p)
+      break;
+    if (pid > 0 && pid != r->child && pid != r->guard)
+      kill((pid_t)pid, sig);
+  }
+}
+
+/* Starts the command (see the design note): its own process group unless
+ * dlock runs in the foreground of a terminal, the parent-death signal, the
+ * original signal mask, and a guard. 0, or an exit status after a line. */
 static int spawn_child(struct run *r) {
   const struct cli_ctx *c = r->c;
-  posix_spawnattr_t at;
-  sigset_t def;
   char *sh_argv[4];
+  char *const *argv;
   char **env, *tokvar, **extra;
-  int err;
-  const char *what;
+  const char *path = NULL, *what;
+  int errfds[2] = {-1, -1}, err = 0;
+  pid_t parent = getpid(), pid;
+  bool own;
+  ssize_t n;
 
   env = child_env(r, &tokvar, &extra);
   if (env == NULL) {
     cli_msg(c, "cannot start the command: out of memory");
     return CLI_EX_SOFTWARE;
   }
-
-  if (posix_spawnattr_init(&at) != 0) {
-    free(env);
-    free(tokvar);
-    dlock_env_free(extra);
-    cli_msg(c, "cannot start the command: out of memory");
-    return CLI_EX_SOFTWARE;
-  }
-  sigemptyset(&def);
-  if (r->pipe_was_default)
-    sigaddset(&def, SIGPIPE);
-  posix_spawnattr_setsigmask(&at, &r->oldmask);
-  posix_spawnattr_setsigdefault(&at, &def);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   if (c->o->shell_command != NULL) {
     sh_argv[0] = "sh";
     sh_argv[1] = "-c";
     sh_argv[2] = (char *)c->o->shell_command;
     sh_argv[3] = NULL;
-    what = "/bin/sh";
-    err = posix_spawn(&r->child, "/bin/sh", NULL, &at, sh_argv, env);
+    argv = sh_argv;
+    path = what = "/bin/sh";
   } else {
-    what = c->o->command[0];
-    err = posix_spawnp(&r->child, what, NULL, &at, c->o->command, env);
+    argv = c->o->command;
+    what = argv[0];
+    if (strchr(what, '/') != NULL)
+      path = what;
   }
-  posix_spawnattr_destroy(&at);
+  /* A command in dlock's place in the foreground of a terminal must be
+   * able to read it and be stopped by ^Z with dlock: it keeps dlock's
+   * process group there (as timeout --foreground does). */
+  own = !(isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp());
+  if (pipe2(errfds, O_CLOEXEC) != 0) {
+    err = errno;
+    pid = -1;
+  } else {
+    pid = fork();
+    if (pid == 0)
+      child_exec(r, parent, own, errfds[1], path, argv, env);
+    if (pid < 0)
+      err = errno;
+    close(errfds[1]);
+  }
   free(env);
   free(tokvar);
   dlock_env_free(extra);
-  if (err == 0)
-    return 0;
+  if (pid > 0) {
+    int e = 0;
+    r->child = pid;
+    if (own) {
+      /* also here: whichever of the two runs first, the group exists
+       * before anyone signals it (EACCES: the child has exec'd, having
+       * done it itself) */
+      setpgid(pid, pid);
+      r->pgid = pid;
+    }
+    do
+      n = read(errfds[0], &e, sizeof e);
+    while (n < 0 && errno == EINTR);
+    close(errfds[0]);
+    if (n != (ssize_t)sizeof e) {
+      if (own)
+        guard_start(r);
+      return 0;
+    }
+    err = e;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+    r->child = 0;
+    r->pgid = 0;
+  } else if (errfds[0] >= 0) {
+    close(errfds[0]);
+  }
   {
     char shown[160];
     cli_printable(what, 120, shown, sizeof shown);
@@ -620,6 +816,30 @@ static int spawn_child(struct run *r) {
     cli_msg(c, "cannot start %s: %s", shown, strerror(err));
     return CLI_EX_SOFTWARE;
   }
+}
+
+/* SIGCHLD: reaps every child that ended (the command, the guard, orphans
+ * of the command's tree adopted by dlock). True when the command ended,
+ * its wait status in *status. */
+static bool reap(struct run *r, int *status) {
+  bool done = false;
+  for (int i = 0; i < 4096; i++) {
+    int st;
+    pid_t w = waitpid(-1, &st, WNOHANG);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && errno == ECHILD)
+      return true; /* nothing left (cannot happen while the command runs) */
+    if (w <= 0)
+      break;
+    if (w == r->child) {
+      *status = st;
+      done = true;
+    } else if (w == r->guard) {
+      r->guard = 0;
+    }
+  }
+  return done;
 }
 
 /* Reports a lost hold and applies --on-lost. */
@@ -643,14 +863,14 @@ static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
             "lost lock '%s': %s; sending SIGTERM to the command (SIGKILL in "
             "%.3g s)",
             c->name_shown, lost_reason(reason), secs(o->kill_after_ms));
-    kill(r->child, SIGTERM);
+    signal_command(r, SIGTERM, true);
     r->acted = true;
     *kill_deadline = cli_now_ms() + o->kill_after_ms;
     break;
   case CLI_LOST_KILL:
     cli_msg(c, "lost lock '%s': %s; killing the command", c->name_shown,
             lost_reason(reason));
-    kill(r->child, SIGKILL);
+    signal_command(r, SIGKILL, true);
     r->acted = true;
     break;
   case CLI_LOST_IGNORE:
@@ -775,16 +995,12 @@ static int supervise(struct run *r) {
       deadline = lease_end;
     next_event(r, deadline, &ev);
     if (ev.kind == EV_SIGNAL && ev.signo == SIGCHLD) {
-      pid_t w;
-      do
-        w = waitpid(r->child, &status, WNOHANG);
-      while (w < 0 && errno == EINTR);
-      if (w == r->child || (w < 0 && errno == ECHILD))
+      if (reap(r, &status))
         break;
     } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
       bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();
       if (!from_tty)
-        kill(r->child, ev.signo);
+        signal_command(r, ev.signo, false);
       if (o->verbose)
         cli_msg(c, "%s %s to the command",
                 from_tty ? "the terminal sent" : "forwarded",
@@ -795,7 +1011,7 @@ static int supervise(struct run *r) {
       int64_t now = cli_now_ms();
       if (kill_deadline >= 0 && now >= kill_deadline) {
         cli_msg(c, "the command outlived --kill-after; sending SIGKILL");
-        kill(r->child, SIGKILL);
+        signal_command(r, SIGKILL, true);
         kill_deadline = -1;
       }
       if (lease_end >= 0 && now >= lease_end) {
@@ -809,8 +1025,9 @@ static int supervise(struct run *r) {
     } else if (ev.kind == EV_ERROR) {
       cli_msg(c, "internal error: waiting for the command: %s",
               strerror(errno));
-      kill(r->child, SIGKILL);
+      signal_command(r, SIGKILL, true);
       waitpid(r->child, &status, 0);
+      guard_end(r);
       release_and_close(r);
       return CLI_EX_SOFTWARE;
     }
@@ -830,6 +1047,7 @@ static int supervise(struct run *r) {
       cli_msg(c, "the command exited with status %d after %.3f s", rc,
               secs(cli_now_ms() - t_spawn));
   }
+  guard_end(r);
   release_and_close(r);
   return r->acted ? CLI_EX_TEMPFAIL : rc;
 }
@@ -877,7 +1095,7 @@ int cli_run(struct cli_ctx *c) {
 
   memset(&r, 0, sizeof r);
   r.c = c;
-  r.sigfd = r.evr = r.evw = -1;
+  r.sigfd = r.evr = r.evw = r.guard_fd = -1;
 
   /* The environment is changed before any thread exists. The token of an
    * outer dlock would be wrong for this lock, so it does not leak in. */
@@ -886,6 +1104,10 @@ int cli_run(struct cli_ctx *c) {
     return CLI_EX_SOFTWARE;
   }
   unsetenv("DLOCK_TOKEN");
+  /* The command's orphans are adopted by dlock, not by init: they can be
+   * reaped and signalled (signal_command) */
+  if (c->o->mode == CLI_MODE_RUN)
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (setup(&r) != 0) {
     cli_msg(c, "internal error: setting up signals: %s", strerror(errno));
     return CLI_EX_SOFTWARE;
