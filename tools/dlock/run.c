@@ -132,6 +132,7 @@ struct run {
   pid_t pgid;   /* the command's own process group; 0: it shares ours */
   pid_t guard;  /* the guard process (see guard_main), or 0 */
   int guard_fd; /* its pipe's write end, or -1 */
+  int64_t continued_at; /* when SIGCONT last came (0: never) */
   bool lost;  /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
   bool acted; /* --on-lost signalled the child */
@@ -372,6 +373,8 @@ static void next_event(struct run *r, int64_t deadline_ms, struct event *ev) {
       struct signalfd_siginfo si;
       ssize_t k = read(r->sigfd, &si, sizeof si);
       if (k == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCONT)
+          r->continued_at = cli_now_ms();
         ev->kind = EV_SIGNAL;
         ev->signo = (int)si.ssi_signo;
         ev->code = si.ssi_code;
@@ -421,8 +424,9 @@ static _Noreturn void die_by_signal(int signo) {
 }
 
 static const char *lost_reason(char b) {
-  return b == 'U' ? "the backend was unreachable for longer than the lease"
-                  : "its key was removed or taken by another owner";
+  return b == 'U'   ? "the backend was unreachable for longer than the lease"
+         : b == 'P' ? "its lease ran out while this process was stopped"
+                    : "its key was removed or taken by another owner";
 }
 
 static double secs(int64_t ms) { return (double)ms / 1000.0; }
@@ -480,7 +484,14 @@ static void release_and_close(struct run *r) {
   if (r->lost && r->lost_reason == 'U') {
     /* With an unreachable backend a release would only cost a command
      * timeout: what is still held expires with its lease once the client
-     * stops renewing it, below. */
+     * stops renewing it, below. Except an exclusive kind's second lock
+     * whose lease the server confirmed within the lease (the first lapsed
+     * while this process was stopped, the second was taken since): left
+     * to its lease, it would keep everyone out for one. */
+    int64_t valid;
+    if (r->side != NULL &&
+        dlock_lock_hold_valid(r->side, r->owner, &valid) == 0)
+      release_one(r, r->side);
     if (c->o->verbose)
       cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
     goto close;
@@ -751,10 +762,10 @@ static int spawn_child(struct run *r) {
     argv = sh_argv;
     path = what = "/bin/sh";
   } else {
+    /* execvpe: the PATH search, and a script without "#!" runs with
+     * /bin/sh, as posix_spawnp and the shells do */
     argv = c->o->command;
     what = argv[0];
-    if (strchr(what, '/') != NULL)
-      path = what;
   }
   /* A command in dlock's place in the foreground of a terminal must be
    * able to read it and be stopped by ^Z with dlock: it keeps dlock's
@@ -816,6 +827,66 @@ static int spawn_child(struct run *r) {
     cli_msg(c, "cannot start %s: %s", shown, strerror(err));
     return CLI_EX_SOFTWARE;
   }
+}
+
+/* The locks held, for a validity check: 0..n of them into out[]. */
+static size_t held_locks(const struct run *r, dlock_lock_t **out, size_t max) {
+  size_t n = 0;
+  if (r->multi != NULL) {
+    for (size_t i = 0; i < r->nmembers && n < max; i++)
+      out[n++] = r->members[i];
+    return n;
+  }
+  if (r->lock != NULL && n < max)
+    out[n++] = r->lock;
+  if (r->side != NULL && n < max)
+    out[n++] = r->side;
+  return n;
+}
+
+/*
+ * Has the grant lapsed by the client's own clock (dlock_lock_hold_valid:
+ * some lock's lease not confirmed within the lease, or its session
+ * unconfirmed for longer than its timeout)? False when every lock is
+ * good, or lost for another reason (the lost callback tells that), or the
+ * backend cannot say (a -N permit has no such check). True with
+ * *lapsed_ms = how long ago it lapsed. `confirm`: a lapse by the clock is
+ * checked against the server first (one round trip): a ZooKeeper
+ * session's bound counts only requests, not its pings, so it can lapse by
+ * the clock while the session lives.
+ */
+static bool grant_lapsed(struct run *r, bool confirm, int64_t *lapsed_ms) {
+  dlock_lock_t *locks[64];
+  size_t n = held_locks(r, locks, 64);
+  *lapsed_ms = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t valid = 0;
+    bool held = false;
+    int err = dlock_lock_hold_valid(locks[i], r->owner, &valid);
+    if (err != DLOCK_ELOST || valid > 0)
+      continue;
+    if (confirm && dlock_lock_is_held_by_thread(locks[i], &held) == 0 && held)
+      continue;
+    *lapsed_ms = -valid;
+    return true;
+  }
+  return false;
+}
+
+/* A grant that lapsed before the command started: one line, the locks
+ * still ours released, 75. */
+static int lapsed_before_start(struct run *r, int64_t lapsed) {
+  const struct cli_ctx *c = r->c;
+  cli_msg(c,
+          "'%s': the grant lapsed before the command could start (its lease "
+          "ran out %.1f s ago: %s); not running it",
+          c->name_shown, secs(lapsed),
+          r->continued_at > 0 ? "this process was stopped"
+                              : "this process was stopped or starved");
+  r->lost = true;
+  r->lost_reason = 'P';
+  release_and_close(r);
+  return CLI_EX_TEMPFAIL;
 }
 
 /* SIGCHLD: reaps every child that ended (the command, the guard, orphans
@@ -981,7 +1052,11 @@ static int supervise(struct run *r) {
   int64_t kill_deadline = -1, t_spawn;
   int64_t lease_end = o->lease_ms > 0 ? r->t_acquired + o->lease_ms : -1;
   int status = 0, rc;
+  int64_t lapsed;
 
+  /* the last moment to find a lapsed grant before the command starts */
+  if (grant_lapsed(r, false, &lapsed))
+    return lapsed_before_start(r, lapsed);
   rc = spawn_child(r);
   if (rc != 0) {
     release_and_close(r);
@@ -997,6 +1072,11 @@ static int supervise(struct run *r) {
     if (ev.kind == EV_SIGNAL && ev.signo == SIGCHLD) {
       if (reap(r, &status))
         break;
+    } else if (ev.kind == EV_SIGNAL && ev.signo == SIGCONT) {
+      /* dlock was stopped: a lease that ran out meanwhile is a loss now,
+       * not at the library's next turn */
+      if (!r->lost && grant_lapsed(r, true, &lapsed))
+        handle_lost(r, 'P', &kill_deadline);
     } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
       bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();
       if (!from_tty)
@@ -1075,6 +1155,9 @@ static int setup(struct run *r) {
     if (sigaction(stops[k], NULL, &sa) != 0 || sa.sa_handler != SIG_IGN)
       sigaddset(&set, stops[k]);
   sigaddset(&set, SIGCHLD);
+  /* SIGCONT: we were stopped; the holds may have lapsed meanwhile (the
+   * process continues whether or not the signal is blocked) */
+  sigaddset(&set, SIGCONT);
   if (pthread_sigmask(SIG_BLOCK, &set, &r->oldmask) != 0)
     return -1;
   r->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -1183,6 +1266,15 @@ int cli_run(struct cli_ctx *c) {
               c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");
   }
 
+  /* Never start the command (or hold) on a grant that lapsed since it was
+   * made: a waiter stopped while queued is handed the lock, and its lease
+   * runs out before it runs again. Checked before a loss reported
+   * meanwhile, which the library dates and words as an outage. */
+  {
+    int64_t lapsed;
+    if (grant_lapsed(&r, false, &lapsed))
+      return lapsed_before_start(&r, lapsed);
+  }
   if (early_lost != 0) {
     int64_t unused = -1;
     handle_lost(&r, early_lost, &unused);

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A grant that lapsed before the command could start: a waiter stopped
+# (SIGSTOP) while queued is handed the lock by the holder's release, its
+# 1 s lease runs out while it is stopped, and on SIGCONT it must not run its
+# command (exit 75, one line), whether or not a third dlock took the lock
+# meanwhile. Every command appends start/stop markers to one log, which
+# shows that no two ever overlapped. Redis: the lapse needs a lease shorter
+# than the stop (--watchdog 1); ZooKeeper and etcd sessions of the
+# command's default length would need a stop of a minute.
+. "$(dirname "$0")/common.bash"
+
+name=cli-lapsed
+log=$T/log
+# $T/mark WHO GO: "start WHO", then (GO given) wait for the file GO, then
+# "stop WHO".
+cat >"$T/mark" <<SH
+echo "start \$1" >>"$log"
+[ -z "\${2:-}" ] || "$T/waitfor" "\$2"
+echo "stop \$1" >>"$log"
+SH
+chmod +x "$T/mark"
+
+# queued: NAME's status lists a waiter.
+queued() {
+  "$DLOCK" --status "$name" 2>/dev/null | grep -q '^waiter:'
+}
+
+for third in yes no; do
+  : >"$log"
+  rm -f "$T/h.go" "$T/x.go"
+  run_bg h "$DLOCK" "$name" "$T/mark" H "$T/h.go"
+  expect_true "third=$third: holder runs" wait_until 10000 grep -q 'start H' "$log"
+  run_bg w "$DLOCK" --watchdog 1 -w 30 "$name" "$T/mark" W 2>"$T/w.err"
+  expect_true "third=$third: the waiter is queued" wait_until 10000 queued
+  kill -STOP "$w"
+  touch "$T/h.go"
+  wait_exit "$h" 10000
+  expect "third=$third: holder exits 0" 0 "$ST"
+  # the lock was handed to the stopped waiter; its lease (1 s) runs out
+  if [ $third = yes ]; then
+    run_bg x "$DLOCK" -w 30 "$name" "$T/mark" X "$T/x.go"
+    expect_true "third=$third: a third dlock takes the lock after the lapse" \
+      wait_until 20000 grep -q 'start X' "$log"
+  else
+    expect_true "third=$third: the handed lock expires" wait_until 20000 \
+      is_free "$name"
+  fi
+  t0=$(now_ms)
+  kill -CONT "$w"
+  [ $third = yes ] && touch "$T/x.go"
+  wait_exit "$w" 30000
+  echo "measured: third=$third: SIGCONT -> waiter exit $(($(now_ms) - t0)) ms"
+  expect "third=$third: the stopped waiter exits 75" 75 "$ST"
+  expect_true "third=$third: one line on stderr" one_line "$T/w.err"
+  expect_grep "third=$third: it says the grant lapsed" "lapsed" "$T/w.err"
+  if [ $third = yes ]; then
+    wait_exit "$x" 10000
+    expect "third=$third: the third dlock exits 0" 0 "$ST"
+    expect "third=$third: no overlap, the waiter never ran" \
+      "start H|stop H|start X|stop X" "$(paste -sd '|' "$log")"
+  else
+    expect "third=$third: the waiter never ran" "start H|stop H" \
+      "$(paste -sd '|' "$log")"
+  fi
+  expect_true "third=$third: free at the end" is_free "$name"
+done
+
+finish
