@@ -73,8 +73,10 @@
  *   execve (built after the grant; setenv() is not safe once threads
  *   run). A fair or shared holder has no token: the variable is then
  *   absent.
- * - Exit status: the child's (128+S when killed by S), 75 when --on-lost
- *   terminated it, the -E status when -n/-w gave up.
+ * - Exit status: the child's (128+S when killed by S); 75 when the lock
+ *   was lost while it ran (--on-lost term, kill or ignore alike, or found
+ *   gone at release), or the grant lapsed before it could start; the -E
+ *   status when -n/-w gave up.
  */
 #define _GNU_SOURCE
 
@@ -434,6 +436,16 @@ static double secs(int64_t ms) { return (double)ms / 1000.0; }
 /* Releases the hold and frees the client. Problems are reported, never
  * turned into the exit status: the command's outcome is what matters, and
  * the lease expires by itself. */
+/* A release found a renewed hold gone: the lock was lost at some point
+ * (taken, removed by --force-unlock) without the renewer noticing first.
+ * That is a loss like any other (exit 75), said once. */
+static void lost_at_release(struct run *r) {
+  if (r->c->o->lease_ms > 0 || r->lost)
+    return;
+  r->lost = true;
+  r->lost_reason = 'G';
+}
+
 static void release_one(struct run *r, dlock_lock_t *lock) {
   const struct cli_ctx *c = r->c;
   int err = dlock_lock_release_as(lock, r->owner);
@@ -448,6 +460,7 @@ static void release_one(struct run *r, dlock_lock_t *lock) {
       cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "the lock was lost");
+    lost_at_release(r);
   } else {
     char subject[256];
     snprintf(subject, sizeof subject, "releasing '%s'", c->name_shown);
@@ -470,6 +483,7 @@ static void release_permit(struct run *r) {
               c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "it was lost");
+    lost_at_release(r);
   } else {
     char subject[256];
     snprintf(subject, sizeof subject, "releasing a permit of '%s'",
@@ -515,6 +529,8 @@ static void release_and_close(struct run *r) {
               c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "it was lost");
+    if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER)
+      lost_at_release(r);
     else if (err != 0 && err != DLOCK_ELOST && err != DLOCK_ENOTOWNER) {
       char subject[256];
       snprintf(subject, sizeof subject, "releasing '%s'", c->name_shown);
@@ -1019,7 +1035,7 @@ static int hold(struct run *r) {
     case EV_SIGNAL:
       if (is_stop_signal(ev.signo)) {
         release_and_close(r);
-        return 0;
+        return r->lost ? CLI_EX_TEMPFAIL : 0; /* lost at release: 75 */
       }
       break;
     case EV_LOST:
@@ -1129,7 +1145,9 @@ static int supervise(struct run *r) {
   }
   guard_end(r);
   release_and_close(r);
-  return r->acted ? CLI_EX_TEMPFAIL : rc;
+  /* the lock was lost while the command ran (whatever --on-lost did, and
+   * whatever the command's status), or found gone at release: 75 */
+  return r->lost ? CLI_EX_TEMPFAIL : rc;
 }
 
 static int setup(struct run *r) {
