@@ -81,6 +81,7 @@
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "url.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1205,6 +1206,17 @@ int cli_run(struct cli_ctx *c) {
     return CLI_EX_SOFTWARE;
   }
   unsetenv("DLOCK_TOKEN");
+  /* Secrets do not reach the command: the password variables (read by
+   * main() and handed to the library's options, which copied them), and
+   * DLOCK_URL when it carries a password (a nested dlock then needs
+   * --password-file). */
+  unsetenv("DLOCK_PASSWORD");
+  unsetenv("DLOCK_SENTINEL_PASSWORD");
+  {
+    const char *u = getenv("DLOCK_URL");
+    if (u != NULL && cli_url_secret_span(u, &(size_t){0}, &(size_t){0}))
+      unsetenv("DLOCK_URL");
+  }
   /* The command's orphans are adopted by dlock, not by init: they can be
    * reaped and signalled (signal_command) */
   if (c->o->mode == CLI_MODE_RUN)
