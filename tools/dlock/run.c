@@ -89,6 +89,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,11 @@
 #include <unistd.h>
 
 extern char **environ;
+
+/* The library's default connect timeout (dlock_options_new), and how long
+ * past -w the main thread lets the library's own time-out come first. */
+#define CLI_CONNECT_TIMEOUT_MS 5000
+#define CLI_WAIT_GRACE_MS 100
 
 struct run {
   struct cli_ctx *c;
@@ -130,6 +136,9 @@ struct run {
   bool failed; /* no lock: worker_rc is the exit status */
   int worker_rc;
   int64_t t_start, t_acquired;
+  /* the worker's stage: 0 connecting (no answer from the backend yet),
+   * 1 acquiring (connected) */
+  _Atomic int stage;
   /* Main thread only. */
   pid_t child;
   pid_t pgid;   /* the command's own process group; 0: it shares ours */
@@ -332,6 +341,7 @@ static void *worker(void *arg) {
               : o->kind == CLI_KIND_FAIR  ? "fair, exclusive"
               : o->kind == CLI_KIND_LIMIT ? "one of the semaphore's permits"
                                           : "exclusive, fenced");
+    atomic_store(&r->stage, 1);
     r->acquire_err = acquire_all(r);
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
@@ -1022,6 +1032,33 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
   return CLI_EX_SOFTWARE; /* not reached */
 }
 
+/* -w ran out (plus CLI_WAIT_GRACE_MS, in which the library's own
+ * ETIMEDOUT normally comes) with the worker still inside the library: a
+ * connect, a session or lease set-up, or a round trip that gets no
+ * answer. The library cannot cancel a call, so dlock ends here, saying
+ * which: no answer from the backend yet (69), or the wait (the -E
+ * status). A grant in flight at this moment is left to its lease, as
+ * after a crash. */
+static _Noreturn void wait_ran_out(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  double w = secs(c->o->wait_ms > 0 ? c->o->wait_ms : CLI_CONNECT_TIMEOUT_MS);
+  if (atomic_load(&r->stage) == 0 || c->o->wait_ms == 0) {
+    cli_msg(c,
+            "%s: no answer within %s %.3g s (%s; is the server healthy "
+            "and the address right?)",
+            c->url_shown, c->o->wait_ms > 0 ? "-w" : "the connect timeout of",
+            w, atomic_load(&r->stage) == 0 ? "connecting" : "the -n attempt");
+    fflush(stderr);
+    _exit(CLI_EX_UNAVAILABLE);
+  }
+  cli_msg(c,
+          "'%s': gave up after -w %.3g s (the lock is held, or the "
+          "server stopped answering)",
+          c->name_shown, w);
+  fflush(stderr);
+  _exit(c->o->conflict_exit);
+}
+
 /* HOLD mode: keep the lock until SIGINT/SIGTERM/SIGHUP. */
 static int hold(struct run *r) {
   const struct cli_ctx *c = r->c;
@@ -1194,6 +1231,7 @@ int cli_run(struct cli_ctx *c) {
   pthread_t th;
   int rc;
   char early_lost = 0;
+  int64_t give_up;
 
   memset(&r, 0, sizeof r);
   r.c = c;
@@ -1232,15 +1270,29 @@ int cli_run(struct cli_ctx *c) {
   pthread_mutex_init(&r.mu, NULL);
   r.owner = dlock_thread_id();
   r.t_start = cli_now_ms();
+  /* -w bounds everything (connect, TLS, session and lease set-up, and the
+   * wait): the connect timeout is cut to it, and the main thread gives up
+   * at the end (wait_ran_out), whatever step the worker is stuck in; -n
+   * is one attempt, bounded by the connect timeout */
+  if (c->o->wait_ms > 0 && c->o->wait_ms < CLI_CONNECT_TIMEOUT_MS)
+    dlock_options_set_connect_timeout(c->dopts, c->o->wait_ms);
+  give_up =
+      c->o->wait_ms < 0
+          ? -1
+          : r.t_start + CLI_WAIT_GRACE_MS +
+                (c->o->wait_ms > 0 ? c->o->wait_ms : CLI_CONNECT_TIMEOUT_MS);
   if (pthread_create(&th, NULL, worker, &r) != 0) {
     cli_msg(c, "internal error: cannot start a thread");
     return CLI_EX_SOFTWARE;
   }
 
-  /* Waiting for the lock. */
+  /* Waiting for the lock, within -w (or -n's connect timeout): the
+   * library bounds each of its steps, and this deadline the whole. */
   for (;;) {
     struct event ev;
-    next_event(&r, -1, &ev);
+    next_event(&r, give_up, &ev);
+    if (ev.kind == EV_TIMEOUT)
+      wait_ran_out(&r);
     if (ev.kind == EV_DONE)
       break;
     if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo))
