@@ -4,10 +4,22 @@
  *
  * Design note.
  * - One event loop on the main thread waits in poll() on two descriptors and
- *   nothing else: a signalfd (SIGINT, SIGTERM, SIGHUP, SIGCHLD) and an event
- *   pipe. It never wakes on a timer except for a deadline it has set itself
- *   (--kill-after, or the end of a fixed lease for a -v note).
- * - The four signals are blocked before any thread exists, so the library's
+ *   nothing else: a signalfd (SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGCONT)
+ *   and an event pipe. It never wakes on a timer except for a deadline it
+ *   has set itself (-w, --kill-after, or the end of a fixed lease for a -v
+ *   note).
+ * - -w bounds the whole wait: the connect timeout is cut to it, and at -w
+ *   (plus CLI_WAIT_GRACE_MS, for the library's own time-out to come first)
+ *   the main thread ends dlock whatever step the worker is stuck in
+ *   (wait_ran_out): 69 when the backend never answered, else the -E
+ *   status. -n: one attempt within the connect timeout.
+ * - A grant is never used once it has lapsed (a waiter stopped while
+ *   queued is handed the lock, and its lease runs out before it runs
+ *   again). dlock_lock_hold_valid, the library's answer by its own clock,
+ *   is asked after the first lock of an exclusive kind (no waiting for the
+ *   second on a lapsed first), before the command starts (exit 75, one
+ *   line, the command not run), and on SIGCONT while it runs (a loss).
+ * - The signals are blocked before any thread exists, so the library's
  *   background thread and our worker inherit the mask and the signals reach
  *   only the signalfd. The child gets the original mask back (between
  *   fork and exec), so it sees signals exactly as dlock's caller set them
@@ -144,7 +156,9 @@ struct run {
   pid_t pgid;   /* the command's own process group; 0: it shares ours */
   pid_t guard;  /* the guard process (see guard_main), or 0 */
   int guard_fd; /* its pipe's write end, or -1 */
-  int64_t continued_at; /* when SIGCONT last came (0: never) */
+  _Atomic int64_t continued_at; /* when SIGCONT last came (0: never) */
+  int64_t lapsed_ms; /* the worker found NAME's grant lapsed that long ago
+                        (before taking the second lock); -1: not */
   bool lost;  /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
   bool acted; /* --on-lost signalled the child */
@@ -271,6 +285,17 @@ static int acquire_all(struct run *r) {
     err = dlock_lock_acquire_as(r->lock, r->owner, o->wait_ms, o->lease_ms);
   if (err != 0 || r->side == NULL)
     return err;
+  {
+    /* NAME was handed over while this process was stopped and its lease
+     * ran out meanwhile: no waiting for the second lock on its behalf */
+    int64_t valid = 0;
+    if (dlock_lock_hold_valid(r->lock, r->owner, &valid) == DLOCK_ELOST &&
+        valid <= 0) {
+      r->lapsed_ms = -valid;
+      dlock_lock_release_as(r->lock, r->owner);
+      return DLOCK_ELOST;
+    }
+  }
   if (wait > 0) {
     /* what is left of -w; at least a try */
     wait -= cli_now_ms() - t0;
@@ -346,6 +371,8 @@ static void *worker(void *arg) {
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
       r->worker_rc = o->conflict_exit;
+    else if (r->acquire_err == DLOCK_ELOST && r->lapsed_ms >= 0)
+      r->worker_rc = CLI_EX_TEMPFAIL; /* the main thread says it */
     else if (r->acquire_err != 0 && r->worker_rc == 0)
       r->worker_rc = cli_lib_error(c, c->name_shown, r->acquire_err);
   }
@@ -387,7 +414,7 @@ static void next_event(struct run *r, int64_t deadline_ms, struct event *ev) {
       ssize_t k = read(r->sigfd, &si, sizeof si);
       if (k == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGCONT)
-          r->continued_at = cli_now_ms();
+          atomic_store(&r->continued_at, cli_now_ms());
         ev->kind = EV_SIGNAL;
         ev->signo = (int)si.ssi_signo;
         ev->code = si.ssi_code;
@@ -902,14 +929,19 @@ static bool grant_lapsed(struct run *r, bool confirm, int64_t *lapsed_ms) {
 
 /* A grant that lapsed before the command started: one line, the locks
  * still ours released, 75. */
-static int lapsed_before_start(struct run *r, int64_t lapsed) {
+static void say_lapsed(const struct run *r, int64_t lapsed) {
   const struct cli_ctx *c = r->c;
   cli_msg(c,
           "'%s': the grant lapsed before the command could start (its lease "
           "ran out %.1f s ago: %s); not running it",
           c->name_shown, secs(lapsed),
-          r->continued_at > 0 ? "this process was stopped"
-                              : "this process was stopped or starved");
+          atomic_load(&r->continued_at) > 0
+              ? "this process was stopped"
+              : "this process was stopped or starved");
+}
+
+static int lapsed_before_start(struct run *r, int64_t lapsed) {
+  say_lapsed(r, lapsed);
   r->lost = true;
   r->lost_reason = 'P';
   release_and_close(r);
@@ -1236,6 +1268,7 @@ int cli_run(struct cli_ctx *c) {
   memset(&r, 0, sizeof r);
   r.c = c;
   r.sigfd = r.evr = r.evw = r.guard_fd = -1;
+  r.lapsed_ms = -1;
 
   /* The environment is changed before any thread exists. The token of an
    * outer dlock would be wrong for this lock, so it does not leak in. */
@@ -1310,6 +1343,8 @@ int cli_run(struct cli_ctx *c) {
   pthread_join(th, NULL);
 
   if (r.failed) {
+    if (r.acquire_err == DLOCK_ELOST && r.lapsed_ms >= 0)
+      say_lapsed(&r, r.lapsed_ms);
     if (c->o->verbose &&
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
