@@ -1160,8 +1160,9 @@ static int supervise(struct run *r) {
         break;
     } else if (ev.kind == EV_SIGNAL && ev.signo == SIGCONT) {
       /* dlock was stopped: a lease that ran out meanwhile is a loss now,
-       * not at the library's next turn */
-      if (!r->lost && grant_lapsed(r, true, &lapsed))
+       * not at the library's next turn (a fixed lease -l runs out by
+       * design: the command goes on without the lock) */
+      if (!r->lost && o->lease_ms <= 0 && grant_lapsed(r, true, &lapsed))
         handle_lost(r, 'P', &kill_deadline);
     } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
       bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();

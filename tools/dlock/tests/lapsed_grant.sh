@@ -67,4 +67,25 @@ for third in yes no; do
   expect_true "third=$third: free at the end" is_free "$name"
 done
 
+# dlock stopped while its command runs (the command, in its own process
+# group, runs on): on SIGCONT the lapsed lease is a loss at once (the
+# command is terminated, 75), said as a stop, not as an outage.
+rm -f "$T/c.ready"
+run_bg w "$DLOCK" --watchdog 1 cli-lapsed-run sh -c \
+  'echo $$ >"$0"; i=0; while [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done' \
+  "$T/c.ready" 2>"$T/c.err"
+expect_true "running: the command started" wait_until 10000 test -s "$T/c.ready"
+kill -STOP "$w"
+expect_true "running: the lease runs out while dlock is stopped" \
+  wait_until 20000 is_free cli-lapsed-run
+t0=$(now_ms)
+kill -CONT "$w"
+wait_exit "$w" 10000
+echo "measured: running: SIGCONT -> dlock exit $(($(now_ms) - t0)) ms"
+expect "running: dlock exits 75" 75 "$ST"
+expect_true "running: the command is gone" wait_until 5000 sh -c \
+  "! kill -0 $(cat "$T/c.ready") 2>/dev/null"
+expect_grep "running: the loss is said as a stop" "stopped" "$T/c.err"
+expect_true "running: one line" one_line "$T/c.err"
+
 finish
