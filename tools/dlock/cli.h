@@ -41,6 +41,13 @@ struct cli_ctx {
 void cli_msg(const struct cli_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Mutes cli_msg (on: later lines, from any thread, are dropped) or not;
+ * cli_msg_final prints whatever the mute. For a last line while another
+ * thread may still report (run.c, wait_ran_out). */
+void cli_mute(bool on);
+void cli_msg_final(const struct cli_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* The exit status for a library error code (CLI.md): 69 for the backend's
  * refusals, 64 for a bad URL or argument, 70 for the rest. */
 int cli_exit_for(int err);

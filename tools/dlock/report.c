@@ -17,6 +17,7 @@
 
 #include "cli.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +32,11 @@ int64_t cli_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void emit(const struct cli_ctx *c, const char *text) {
+/* out_mu orders lines and guards muted (cli_mute). */
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool muted;
+
+static void emit(const struct cli_ctx *c, const char *text, bool always) {
   char line[2048];
   size_t n;
   memcpy(line, "dlock: ", 7);
@@ -40,7 +45,25 @@ static void emit(const struct cli_ctx *c, const char *text) {
   n = strlen(line);
   line[n] = '\n';
   line[n + 1] = '\0';
-  fputs(line, stderr);
+  pthread_mutex_lock(&out_mu);
+  if (always || !muted)
+    fputs(line, stderr);
+  pthread_mutex_unlock(&out_mu);
+}
+
+void cli_mute(bool on) {
+  pthread_mutex_lock(&out_mu);
+  muted = on;
+  pthread_mutex_unlock(&out_mu);
+}
+
+void cli_msg_final(const struct cli_ctx *c, const char *fmt, ...) {
+  char text[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  emit(c, text, true);
 }
 
 void cli_msg(const struct cli_ctx *c, const char *fmt, ...) {
@@ -49,7 +72,7 @@ void cli_msg(const struct cli_ctx *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  emit(c, text);
+  emit(c, text, false);
 }
 
 int cli_exit_for(int err) {

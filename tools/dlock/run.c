@@ -151,6 +151,8 @@ struct run {
   /* the worker's stage: 0 connecting (no answer from the backend yet),
    * 1 acquiring (connected) */
   _Atomic int stage;
+  _Atomic bool finished; /* the worker has said all it had to say */
+  pthread_t worker;      /* its thread */
   /* Main thread only. */
   pid_t child;
   pid_t pgid;   /* the command's own process group; 0: it shares ours */
@@ -377,6 +379,8 @@ static void *worker(void *arg) {
       r->worker_rc = cli_lib_error(c, c->name_shown, r->acquire_err);
   }
 done:
+  /* after its last line: wait_ran_out relies on it */
+  atomic_store(&r->finished, true);
   r->t_acquired = cli_now_ms();
   do
     n = write(r->evw, &b, 1);
@@ -1070,23 +1074,35 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
  * answer. The library cannot cancel a call, so dlock ends here, saying
  * which: no answer from the backend yet (69), or the wait (the -E
  * status). A grant in flight at this moment is left to its lease, as
- * after a crash. */
-static _Noreturn void wait_ran_out(struct run *r) {
+ * after a crash. Returns (false) only when the worker has just finished:
+ * its outcome then stands. */
+static bool wait_ran_out(struct run *r) {
   const struct cli_ctx *c = r->c;
   double w = secs(c->o->wait_ms > 0 ? c->o->wait_ms : CLI_CONNECT_TIMEOUT_MS);
+  /* The worker may have ended just now (its lines said, its 'A' not yet
+   * read): then its outcome stands. Else it says nothing more, and this
+   * line is the last. */
+  cli_mute(true);
+  if (atomic_load(&r->finished)) {
+    cli_mute(false);
+    return false;
+  }
+  /* ended without it: nothing waits for it (thread-leak checkers) */
+  pthread_detach(r->worker);
   if (atomic_load(&r->stage) == 0 || c->o->wait_ms == 0) {
-    cli_msg(c,
-            "%s: no answer within %s %.3g s (%s; is the server healthy "
-            "and the address right?)",
-            c->url_shown, c->o->wait_ms > 0 ? "-w" : "the connect timeout of",
-            w, atomic_load(&r->stage) == 0 ? "connecting" : "the -n attempt");
+    cli_msg_final(
+        c,
+        "%s: no answer within %s %.3g s (%s; is the server healthy "
+        "and the address right?)",
+        c->url_shown, c->o->wait_ms > 0 ? "-w" : "the connect timeout of", w,
+        atomic_load(&r->stage) == 0 ? "connecting" : "the -n attempt");
     fflush(stderr);
     _exit(CLI_EX_UNAVAILABLE);
   }
-  cli_msg(c,
-          "'%s': gave up after -w %.3g s (the lock is held, or the "
-          "server stopped answering)",
-          c->name_shown, w);
+  cli_msg_final(c,
+                "'%s': gave up after -w %.3g s (the lock is held, or the "
+                "server stopped answering)",
+                c->name_shown, w);
   fflush(stderr);
   _exit(c->o->conflict_exit);
 }
@@ -1319,14 +1335,15 @@ int cli_run(struct cli_ctx *c) {
     cli_msg(c, "internal error: cannot start a thread");
     return CLI_EX_SOFTWARE;
   }
+  r.worker = th;
 
   /* Waiting for the lock, within -w (or -n's connect timeout): the
    * library bounds each of its steps, and this deadline the whole. */
   for (;;) {
     struct event ev;
     next_event(&r, give_up, &ev);
-    if (ev.kind == EV_TIMEOUT)
-      wait_ran_out(&r);
+    if (ev.kind == EV_TIMEOUT && !wait_ran_out(&r))
+      give_up = -1; /* the worker is done: its 'A' comes next */
     if (ev.kind == EV_DONE)
       break;
     if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo))
