@@ -516,6 +516,25 @@ DLOCK_EXTERN int dlock_lock_hold_count(dlock_lock_t *lock, int64_t *out);
 /* Remaining lease in ms; -2 when the lock is free, -1 when the key has no
  * expiry (not set by dlock or Redisson). */
 DLOCK_EXTERN int dlock_lock_remaining_lease(dlock_lock_t *lock, int64_t *out);
+/* How much longer this client can vouch, by its own monotonic clock and
+ * without a round trip, that thread_id's hold of the lock is still valid:
+ * the server confirmed the lease in reply to a request sent at S (the
+ * grant's request, or the latest confirmed renewal), so it holds until
+ * S + lease, less the 5% margin the renewer keeps. On ZooKeeper and etcd
+ * the lease is the client's session (an etcd lease: its latest confirmed
+ * keep-alive; a ZooKeeper session: its latest answered request, so an
+ * idle session's bound is early, never late). 0 with *valid_ms > 0;
+ * DLOCK_ELOST when the hold was lost or can no longer be vouched for, with
+ * *valid_ms <= 0 when its lease lapsed by the clock (minus the ms since
+ * then), > 0 when it was lost otherwise (the key removed, the session
+ * ended) that long before its lease would have run out; DLOCK_ENOTOWNER
+ * when the thread holds nothing. For acting on a hold that
+ * may have aged: a process stopped (SIGSTOP, a frozen VM) between the
+ * grant and its use. A positive answer is a promise of the client's
+ * clock, not of the server's state: pair it with fencing tokens where
+ * writes matter. Thread-safe; the handle stays the caller's. */
+DLOCK_EXTERN int dlock_lock_hold_valid(dlock_lock_t *lock, uint64_t thread_id,
+                                       int64_t *valid_ms);
 
 /* A snapshot of the lock's state on the server, for status displays. */
 typedef struct dlock_holder {

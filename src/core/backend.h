@@ -192,6 +192,13 @@ typedef struct dlock__backend_ops {
    * round trip. */
   int (*lock_hold_env)(void *be, dlock_lock_kind_t kind, const char *name,
                        const char *owner, char ***out);
+  /* Optional, for a backend without lock_renew (its holds live with its
+   * session): the monotonic ms until which the client can vouch, by its
+   * own clock, that the session is alive (the send time of the latest
+   * request the service confirmed it with, plus its timeout, less the 5%
+   * margin); DLOCK_ELOST when it is known to be gone. No round trip, no
+   * error detail. Backs dlock_lock_hold_valid. */
+  int (*session_until)(void *be, int64_t *until);
 
   /* Waiting (core/wait.h), from caller threads. wait_begin registers
    * w (w->spec says what for; the backend keeps its state in w->reg) and

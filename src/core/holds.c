@@ -270,6 +270,13 @@ static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h) {
   return h->last_ok + lease - dlock__vouch_margin(lease);
 }
 
+int64_t dlock__hold_vouch_until_locked(const struct dlock_client *c,
+                                       const dlock__hold *h) {
+  if (h->watchdog)
+    return vouch_until(c, h);
+  return h->last_ok + h->lease_ms - dlock__vouch_margin(h->lease_ms);
+}
+
 void dlock__holds_schedule_locked(struct dlock_client *c) {
   int64_t renew = DLOCK__NEVER, vouch = DLOCK__NEVER;
   size_t cur;

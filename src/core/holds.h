@@ -124,6 +124,13 @@ void dlock__unresolved_free_all_locked(struct dlock_client *c);
 static inline int64_t dlock__vouch_margin(int64_t lease_ms) {
   return lease_ms / 20 < 5 ? 5 : lease_ms / 20;
 }
+/* Until when (monotonic ms) the client vouches for h's lease by its own
+ * clock: a watchdog hold until its last confirmation + the watchdog lease
+ * less the margin, a fixed lease until its grant's send time + the lease
+ * less the margin (mu held). Holds of a backend without lock_renew live
+ * with its session instead (session_until). */
+int64_t dlock__hold_vouch_until_locked(const struct dlock_client *c,
+                                       const dlock__hold *h);
 /* Recomputes renew_due and vouch_due (mu held); pokes the loop when
  * either moved earlier. */
 void dlock__holds_schedule_locked(struct dlock_client *c);

@@ -727,6 +727,49 @@ int dlock_lock_is_held_by_thread(dlock_lock_t *l, bool *out) {
   return query_bool(l, DLOCK__Q_HELD, out, "dlock_lock_is_held_by_thread");
 }
 
+int dlock_lock_hold_valid(dlock_lock_t *l, uint64_t tid, int64_t *valid_ms) {
+  static const char fn[] = "dlock_lock_hold_valid";
+  if (!valid_ms)
+    return dlock__seterr(DLOCK_EINVAL, "%s: valid_ms is NULL", fn);
+  *valid_ms = 0;
+  int rc = call_begin(l, fn);
+  if (rc)
+    return rc;
+  struct dlock_client *c = l->client;
+  int64_t until = 0;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
+  bool held = h && (h->count > 0 || h->lost);
+  bool lost = h && h->lost;
+  if (held && c->ops->lock_renew)
+    until = dlock__hold_vouch_until_locked(c, h);
+  pthread_mutex_unlock(&c->mu);
+  if (!held)
+    return call_end(l, dlock__seterr(DLOCK_ENOTOWNER,
+                                     "lock '%.200s' is not held by thread %llu",
+                                     l->name, (unsigned long long)tid));
+  if (!c->ops->lock_renew) {
+    if (!c->ops->session_until)
+      return call_end(l, dlock__need_op(c, false, "hold validity"));
+    if (c->ops->session_until(c->be, &until) != 0)
+      lost = true;
+  }
+  *valid_ms = until - dlock__now_ms();
+  if (lost && *valid_ms > 0)
+    return call_end(l, dlock__seterr(DLOCK_ELOST,
+                                     "lock '%.200s' was lost (%lld ms before "
+                                     "its lease would have run out)",
+                                     l->name, (long long)*valid_ms));
+  if (*valid_ms <= 0)
+    return call_end(l, dlock__seterr(DLOCK_ELOST,
+                                     "lock '%.200s': its lease was last "
+                                     "confirmed too long ago (lapsed %lld ms "
+                                     "ago)",
+                                     l->name, (long long)-*valid_ms));
+  return call_end(l, 0);
+}
+
 int dlock_lock_hold_count(dlock_lock_t *l, int64_t *out) {
   return query(l, DLOCK__Q_COUNT, out, "dlock_lock_hold_count");
 }

@@ -167,6 +167,8 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                            int64_t *out);
 int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                            dlock_lock_state_t **out);
+/* The session lease's vouching deadline (backend.h, session_until). */
+int dlock__etcd_session_until(void *be, int64_t *until);
 int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               char ***out);

@@ -180,6 +180,15 @@ static bool lose_lease_locked(dlock__etcd *e, const char *why) {
   return true;
 }
 
+int dlock__etcd_session_until(void *be, int64_t *until) {
+  dlock__etcd *e = be;
+  pthread_mutex_lock(&e->mu);
+  bool live = e->lease_live;
+  *until = e->last_ok + e->lease_ttl_ms - vouch_margin(e->lease_ttl_ms);
+  pthread_mutex_unlock(&e->mu);
+  return live ? 0 : DLOCK_ELOST;
+}
+
 /* --------------------------------------------------------------- buffers */
 
 static bool append(char **buf, size_t *n, const char *data, size_t len) {

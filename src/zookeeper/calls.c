@@ -222,6 +222,18 @@ static const char *op_name(zk_op op) {
                              : "read";
 }
 
+/* An answer from the server to a request sent at `sent` (not a connection
+ * or session failure) proves the session alive then (z->last_ok). */
+static void note_answer(dlock__zk *z, int64_t sent, int zrc) {
+  if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT || zrc == ZCLOSING ||
+      zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || zrc == ZSESSIONMOVED)
+    return;
+  pthread_mutex_lock(&z->mu);
+  if (z->live && !z->expired && sent > z->last_ok)
+    z->last_ok = sent;
+  pthread_mutex_unlock(&z->mu);
+}
+
 static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   memset(out, 0, sizeof *out);
   int64_t deadline = dlock__deadline_after(z->command_timeout);
@@ -234,6 +246,7 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   if (!c)
     return DLOCK_ENOMEM;
   /* held from before the send: the completion sees the call whole */
+  int64_t sent = dlock__now_ms();
   pthread_mutex_lock(&c->mu);
   pthread_rwlock_rdlock(&z->zh_lock);
   int rc = z->zh ? send_locked(z->zh, c, a) : ZINVALIDSTATE;
@@ -258,6 +271,7 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   *out = c->res;
   memset(&c->res, 0, sizeof c->res);
   call_put_locked(c);
+  note_answer(z, sent, out->rc);
   if (out->rc == ZSYSTEMERROR) {
     dlock__zk_result_clear(out);
     return dlock__seterr(DLOCK_ENOMEM, "out of memory reading a reply");
@@ -348,6 +362,7 @@ int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
   }
   zk_args ca = {.op = OP_CREATE, .path = path, .data = data, .flags = flags};
   zk_args la = {.op = OP_CHILDREN, .path = dir};
+  int64_t sent = dlock__now_ms();
   pthread_mutex_lock(&cc->mu);
   pthread_mutex_lock(&lc->mu);
   pthread_rwlock_rdlock(&z->zh_lock);
@@ -380,6 +395,7 @@ int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
   *created = cc->res;
   memset(&cc->res, 0, sizeof cc->res);
   call_put_locked(cc);
+  note_answer(z, sent, created->rc);
   if (lc) { /* the list: its answer follows the create's */
     pthread_mutex_lock(&lc->mu);
     if (call_wait_locked(lc, deadline)) {

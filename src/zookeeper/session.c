@@ -401,6 +401,7 @@ static void reset_job(void *arg) {
   z->expired = false;
   z->lost_handled = false;
   z->suspended_at = 0;
+  z->last_ok = 0;
   pthread_mutex_unlock(&z->mu);
   zhandle_t *zh = handle_new(z);
   pthread_mutex_lock(&z->mu);
@@ -582,6 +583,19 @@ static int zk_ping(void *be) {
   return rc;
 }
 
+/* backend.h, session_until: from the latest answered request (pings are
+ * not seen, so an idle session's bound is early, never late). */
+static int zk_session_until(void *be, int64_t *until) {
+  dlock__zk *z = be;
+  pthread_mutex_lock(&z->mu);
+  int64_t timeout = z->negotiated > 0 ? z->negotiated : z->session_timeout;
+  int64_t margin = timeout / 20 < 5 ? 5 : timeout / 20;
+  bool gone = !z->live || z->expired || z->lost_handled;
+  *until = z->last_ok > 0 ? z->last_ok + timeout - margin : 0;
+  pthread_mutex_unlock(&z->mu);
+  return gone ? DLOCK_ELOST : 0;
+}
+
 static const char *const zk_schemes[] = {"zookeeper", "zk", NULL};
 
 #define ALL_LOCK_KINDS                                                         \
@@ -604,6 +618,7 @@ const dlock__backend_ops dlock__zookeeper_backend = {
     .lock_release = dlock__zk_lock_release,
     .lock_force_release = dlock__zk_lock_force_release,
     .lock_renew = NULL,
+    .session_until = zk_session_until,
     .lock_query = dlock__zk_lock_query,
     .lock_state = dlock__zk_lock_state,
     .wait_begin = dlock__zk_wait_begin,

@@ -82,6 +82,10 @@ typedef struct dlock__zk {
   int64_t session_id;
   int64_t negotiated;  /* session timeout the server granted, ms */
   int64_t suspended_at; /* monotonic ms the connection dropped; 0: up */
+  /* send time of the latest request of this session the server answered:
+   * the session lives at least until last_ok + its timeout (0: none yet).
+   * Pings are not counted, so it can be older than the session's truth. */
+  int64_t last_ok;
   zk_node *nodes;
   zk_wait *waits;
   uint64_t next_wait_id;

@@ -476,6 +476,9 @@ THUNK(t_count_null, dlock_lock_hold_count(NULL, &g_v))
 THUNK(t_count_null_out, dlock_lock_hold_count(x->l, NULL))
 THUNK(t_remaining_null, dlock_lock_remaining_lease(NULL, &g_v))
 THUNK(t_remaining_null_out, dlock_lock_remaining_lease(x->l, NULL))
+THUNK(t_valid_null, dlock_lock_hold_valid(NULL, 1, &g_v))
+THUNK(t_valid_null_out, dlock_lock_hold_valid(x->l, 1, NULL))
+THUNK(t_valid_not_held, dlock_lock_hold_valid(x->l, 987654321, &g_v))
 
 static int t_state_null(tctx_t *x) {
   (void)x;
@@ -907,8 +910,9 @@ static void g_null_args(void) {
           0, DLOCK_EINVAL, "token is NULL"),
       ROW("dlock_lock_acquire_fenced", "a reentrant lock", t_fenced_wrong_kind,
           NULL, 0, DLOCK_EINVAL, "is not a fenced lock"),
-      ROW("dlock_lock_acquire_fenced_as", "thread id 0, reentrant lock (kind checked first)", t_fenced_as_tid0, NULL,
-          0, DLOCK_EINVAL, "not a fenced lock"),
+      ROW("dlock_lock_acquire_fenced_as",
+          "thread id 0, reentrant lock (kind checked first)", t_fenced_as_tid0,
+          NULL, 0, DLOCK_EINVAL, "not a fenced lock"),
       ROW("dlock_lock_free", "NULL (accepted)", t_lock_free_null, NULL, 0,
           DLOCK_OK, NULL),
       ROW("dlock_lock_name", "NULL: \"\"", t_lock_name_null, NULL, 0, DLOCK_OK,
@@ -941,6 +945,12 @@ static void g_null_args(void) {
           DLOCK_EINVAL, "lock is NULL"),
       ROW("dlock_lock_remaining_lease", "out NULL", t_remaining_null_out, NULL,
           0, DLOCK_EINVAL, "out is NULL"),
+      ROW("dlock_lock_hold_valid", "lock NULL", t_valid_null, NULL, 0,
+          DLOCK_EINVAL, "lock is NULL"),
+      ROW("dlock_lock_hold_valid", "valid_ms NULL", t_valid_null_out, NULL, 0,
+          DLOCK_EINVAL, "valid_ms is NULL"),
+      ROW("dlock_lock_hold_valid", "thread holds nothing", t_valid_not_held,
+          NULL, 0, DLOCK_ENOTOWNER, "is not held by thread 987654321"),
       ROW("dlock_lock_state", "lock NULL", t_state_null, NULL, 0, DLOCK_EINVAL,
           "lock is NULL"),
       ROW("dlock_lock_state", "out NULL", t_state_null_out, NULL, 0,

@@ -1,6 +1,6 @@
 /*
  * cli.h - what the parts of the dlock command share once argv is parsed:
- * the resolved backend, the secrets never to print, the library options,
+ * the resolved backend (and how to show it), the library options,
  * and the helpers that turn a library error into one stderr line and an
  * exit status (report.c), run a command under the lock (run.c), and show
  * or break a lock (status.c).
@@ -22,8 +22,6 @@
 
 #include "args.h"
 
-#define CLI_MAX_SECRETS (4 + 2 * CLI_URLS_MAX)
-
 struct cli_ctx {
   const struct cli_opts *o;
   const char *url;       /* the backend URL in use */
@@ -33,16 +31,21 @@ struct cli_ctx {
   const char *urls[CLI_URLS_MAX];
   const char *urls_shown[CLI_URLS_MAX];
   int nurls;
-  const char *secrets[CLI_MAX_SECRETS]; /* never printed */
-  size_t nsecrets;
   dlock_options_t *dopts; /* library options (owned by main) */
   char name_shown[160];   /* NAME as printable ASCII, bounded */
   char *shared_name;      /* NAME CLI_SHARED_SUFFIX (owned by main) */
 };
 
-/* Prints "dlock: <formatted>\n" to stderr on one line, secrets hidden.
+/* Prints "dlock: <formatted>\n" to stderr on one line (cli_one_line).
  * `c` may be NULL (nothing to hide yet). Thread-safe. */
 void cli_msg(const struct cli_ctx *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Mutes cli_msg (on: later lines, from any thread, are dropped) or not;
+ * cli_msg_final prints whatever the mute. For a last line while another
+ * thread may still report (run.c, wait_ran_out). */
+void cli_mute(bool on);
+void cli_msg_final(const struct cli_ctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* The exit status for a library error code (docs/dlock.1): 69 for the backend's

@@ -7,8 +7,11 @@
  * parts that touch the outside world before any thread exists: the backend
  * URL ($DLOCK_URL, default redis://127.0.0.1:6379), the password (URL, or
  * --password-file, or $DLOCK_PASSWORD), scrubbing the URL's password out of
- * argv in place so `ps` cannot show it, and the library options. Every
- * secret is recorded in the context so that no message prints it.
+ * argv in place so `ps` cannot show it, and the library options. Secrets
+ * never reach a message: URLs are shown with their password as "***"
+ * (url.c, by its position in the URL), the library's details never hold
+ * one, and the password variables are removed from the environment the
+ * command gets (run.c).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -270,8 +273,6 @@ static int set_sentinel_credentials(struct cli_ctx *c,
   } else if (env_pw != NULL && env_pw[0] != '\0') {
     pw = env_pw;
   }
-  if (pw != NULL && c->nsecrets < CLI_MAX_SECRETS)
-    c->secrets[c->nsecrets++] = pw;
   if ((o->sentinel_user || pw) &&
       dlock_options_set_sentinel_credentials(c->dopts, o->sentinel_user,
                                              pw) != 0) {
@@ -286,13 +287,11 @@ int main(int argc, char **argv) {
   struct cli_opts o;
   struct cli_ctx c;
   char err[512];
-  char *url = NULL, *shown = NULL, *url_secret = NULL, *url_pw = NULL;
+  char *url = NULL, *shown = NULL;
   char *file_pw = NULL, *user = NULL, *sentinel_pw = NULL;
   const char *env_pw = NULL, *pw = NULL, *env_url;
   size_t off, len;
   int rc = 0;
-  char *extra_secrets[2 * CLI_URLS_MAX];
-  int nextra = 0;
 
   if (cli_parse(argc, argv, &o, err, sizeof err) != 0) {
     fprintf(stderr, "dlock: %s\n", err);
@@ -332,9 +331,6 @@ int main(int argc, char **argv) {
   if (o.url != NULL && cli_url_secret_span(o.url, &off, &len))
     memset(o.url + off, '*', len);
   shown = cli_url_redact(url);
-  if (cli_url_secret_span(url, &off, &len))
-    url_secret = strndup(url + off, len);
-  url_pw = cli_url_password(url);
   if (shown == NULL) {
     fprintf(stderr, "dlock: out of memory\n");
     rc = CLI_EX_SOFTWARE;
@@ -342,8 +338,6 @@ int main(int argc, char **argv) {
   }
   c.url = url;
   c.url_shown = shown;
-  c.secrets[c.nsecrets++] = url_secret;
-  c.secrets[c.nsecrets++] = url_pw;
   c.urls[0] = url;
   c.urls_shown[0] = shown;
   c.nurls = 1;
@@ -358,13 +352,8 @@ int main(int argc, char **argv) {
       rc = CLI_EX_SOFTWARE;
       goto out;
     }
-    if (cli_url_secret_span(o.urls[k], &off, &len)) {
-      extra_secrets[nextra] = strndup(u + off, len);
-      c.secrets[c.nsecrets++] = extra_secrets[nextra++];
+    if (cli_url_secret_span(o.urls[k], &off, &len))
       memset(o.urls[k] + off, '*', len);
-    }
-    extra_secrets[nextra] = cli_url_password(u);
-    c.secrets[c.nsecrets++] = extra_secrets[nextra++];
     c.urls[c.nurls] = u;
     c.urls_shown[c.nurls++] = sh;
   }
@@ -385,8 +374,6 @@ int main(int argc, char **argv) {
 
   /* The password: the URL's, or --password-file, or $DLOCK_PASSWORD. */
   env_pw = getenv("DLOCK_PASSWORD");
-  if (env_pw != NULL && env_pw[0] != '\0')
-    c.secrets[c.nsecrets++] = env_pw;
   if (o.password_file != NULL) {
     char pf[160];
     cli_printable(o.password_file, 120, pf, sizeof pf);
@@ -403,7 +390,6 @@ int main(int argc, char **argv) {
       rc = CLI_EX_USAGE;
       goto out;
     }
-    c.secrets[c.nsecrets++] = file_pw;
     pw = file_pw;
   } else if (!cli_url_has_password(url) && env_pw != NULL &&
              env_pw[0] != '\0') {
@@ -472,14 +458,10 @@ out:
     free((char *)c.urls[k]);
     free((char *)c.urls_shown[k]);
   }
-  for (int k = 0; k < nextra; k++)
-    free(extra_secrets[k]);
   dlock_options_free(c.dopts);
   free(user);
   free(file_pw);
   free(sentinel_pw);
-  free(url_pw);
-  free(url_secret);
   free(shown);
   free(url);
   free(c.shared_name);

@@ -2,11 +2,12 @@
  * report.c - one stderr line per failure, and the exit status that goes
  * with it (docs/dlock.1, EXIT STATUS).
  *
- * Design note. Every line the command prints about the backend passes
- * through cli_redact_text() with the secrets main() collected (the URL's
- * password raw and decoded, DLOCK_PASSWORD, the password file's content), so
- * a password can only reach the terminal if the library itself put it in
- * a message in some form we cannot recognise. Lines are built in a buffer
+ * Design note. Secrets are hidden by their position, never by searching
+ * for their text (a search for the password "p" also turned "zookeeper"
+ * into "zoo***er"): the command shows URLs as cli_url_redact() makes them,
+ * the library's details never hold a password, and every line passes
+ * through cli_one_line(), which also masks the userinfo secret of any
+ * URL-shaped piece by its place after "://". Lines are built in a buffer
  * and written with one fputs so that lines from the background thread (log
  * callback) and the main thread do not interleave mid-line. The library's
  * detail text is per thread, so a failure is reported by the thread that
@@ -16,9 +17,11 @@
 
 #include "cli.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "url.h"
@@ -29,16 +32,38 @@ int64_t cli_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void emit(const struct cli_ctx *c, const char *text) {
+/* out_mu orders lines and guards muted (cli_mute). */
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool muted;
+
+static void emit(const struct cli_ctx *c, const char *text, bool always) {
   char line[2048];
   size_t n;
   memcpy(line, "dlock: ", 7);
-  cli_redact_text(text, c ? c->secrets : NULL, c ? c->nsecrets : 0, line + 7,
-                  sizeof line - 8);
+  (void)c;
+  cli_one_line(text, line + 7, sizeof line - 8);
   n = strlen(line);
   line[n] = '\n';
   line[n + 1] = '\0';
-  fputs(line, stderr);
+  pthread_mutex_lock(&out_mu);
+  if (always || !muted)
+    fputs(line, stderr);
+  pthread_mutex_unlock(&out_mu);
+}
+
+void cli_mute(bool on) {
+  pthread_mutex_lock(&out_mu);
+  muted = on;
+  pthread_mutex_unlock(&out_mu);
+}
+
+void cli_msg_final(const struct cli_ctx *c, const char *fmt, ...) {
+  char text[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  emit(c, text, true);
 }
 
 void cli_msg(const struct cli_ctx *c, const char *fmt, ...) {
@@ -47,7 +72,7 @@ void cli_msg(const struct cli_ctx *c, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
-  emit(c, text);
+  emit(c, text, false);
 }
 
 int cli_exit_for(int err) {
@@ -58,9 +83,12 @@ int cli_exit_for(int err) {
   case DLOCK_ESERVER:
   case DLOCK_EPROTO:
   case DLOCK_EWRONGTYPE:
-  case DLOCK_ENOTSUP:
   case DLOCK_ETLS:
     return CLI_EX_UNAVAILABLE;
+  /* what was asked for does not exist on this backend (-N on etcd, TLS
+   * over a Unix socket, credentials for ZooKeeper): a usage error, the
+   * same on every backend */
+  case DLOCK_ENOTSUP:
   case DLOCK_EURL:
   case DLOCK_EINVAL:
     return CLI_EX_USAGE;
@@ -69,10 +97,28 @@ int cli_exit_for(int err) {
   }
 }
 
-static const char *hint_for(int err) {
+/* The server a URL names, for a hint: by its scheme. */
+static const char *server_kind(const char *url) {
+  static const struct {
+    const char *scheme, *hint;
+  } kinds[] = {
+      {"zookeeper://", " (is the ZooKeeper server running?)"},
+      {"zk://", " (is the ZooKeeper server running?)"},
+      {"etcd://", " (is etcd running?)"},
+      {"etcds://", " (is etcd running?)"},
+      {"redis-sentinel://", " (are the sentinels running?)"},
+      {"redis-cluster://", " (are the cluster's nodes running?)"},
+  };
+  for (size_t i = 0; url != NULL && i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strncasecmp(url, kinds[i].scheme, strlen(kinds[i].scheme)) == 0)
+      return kinds[i].hint;
+  return " (is redis-server running?)";
+}
+
+static const char *hint_for(const struct cli_ctx *c, int err) {
   switch (err) {
   case DLOCK_EUNAVAILABLE:
-    return " (is redis-server running?)";
+    return server_kind(c != NULL ? c->url : NULL);
   case DLOCK_EIOTIMEOUT:
     return " (no answer in time: is the address right and the server "
            "healthy?)";
@@ -81,7 +127,8 @@ static const char *hint_for(int err) {
            "--password-file)";
   case DLOCK_EURL:
     return " (expected redis://[[user]:password@]host[:port][/db], "
-           "unix:///path/redis.sock or etcd://host:port[,host:port...])";
+           "unix:///path/redis.sock, zookeeper://host[:port][,...] or "
+           "etcd://host:port[,host:port...])";
   case DLOCK_EWRONGTYPE:
     return " (that key is not a lock: choose another NAME)";
   case DLOCK_ENOMEM:
@@ -94,7 +141,7 @@ static const char *hint_for(int err) {
 int cli_lib_error(const struct cli_ctx *c, const char *subject, int err) {
   const char *detail = dlock_last_error();
   const char *lead = subject;
-  const char *hint = hint_for(err);
+  const char *hint = hint_for(c, err);
   if (detail == NULL || detail[0] == '\0')
     detail = dlock_strerror(err);
   /* The library's detail usually starts with the URL, without its

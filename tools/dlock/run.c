@@ -4,15 +4,46 @@
  *
  * Design note.
  * - One event loop on the main thread waits in poll() on two descriptors and
- *   nothing else: a signalfd (SIGINT, SIGTERM, SIGHUP, SIGCHLD) and an event
- *   pipe. It never wakes on a timer except for a deadline it has set itself
- *   (--kill-after, or the end of a fixed lease for a -v note).
- * - The four signals are blocked before any thread exists, so the library's
+ *   nothing else: a signalfd (SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGCONT)
+ *   and an event pipe. It never wakes on a timer except for a deadline it
+ *   has set itself (-w, --kill-after, or the end of a fixed lease for a -v
+ *   note).
+ * - -w bounds the whole wait: the connect timeout is cut to it, and at -w
+ *   (plus CLI_WAIT_GRACE_MS, for the library's own time-out to come first)
+ *   the main thread ends dlock whatever step the worker is stuck in
+ *   (wait_ran_out): 69 when the backend never answered, else the -E
+ *   status. -n: one attempt within the connect timeout.
+ * - A grant is never used once it has lapsed (a waiter stopped while
+ *   queued is handed the lock, and its lease runs out before it runs
+ *   again). dlock_lock_hold_valid, the library's answer by its own clock,
+ *   is asked after the first lock of an exclusive kind (no waiting for the
+ *   second on a lapsed first), before the command starts (exit 75, one
+ *   line, the command not run), and on SIGCONT while it runs (a loss).
+ * - The signals are blocked before any thread exists, so the library's
  *   background thread and our worker inherit the mask and the signals reach
- *   only the signalfd. The child gets the original mask back (posix_spawn
- *   attributes), so it sees signals exactly as dlock's caller set them up;
- *   a stop signal the caller ignored (nohup, a script's background job) is
- *   left out of the set and stays ignored for both.
+ *   only the signalfd. The child gets the original mask back (between
+ *   fork and exec), so it sees signals exactly as dlock's caller set them
+ *   up; a stop signal the caller ignored (nohup, a script's background
+ *   job) is left out of the set and stays ignored for both.
+ * - The command dies with dlock (spawn_child). Between fork and exec the
+ *   child sets PR_SET_PDEATHSIG(SIGKILL) and then checks that its parent
+ *   is still the dlock that forked it (a dlock that died first would
+ *   never send the signal: the child exits 75 without exec). It runs in a
+ *   process group of its own, and dlock is PR_SET_CHILD_SUBREAPER: the
+ *   orphans of the command's tree are adopted by dlock, not init. A
+ *   forwarded signal goes to the command's group; a loss (--on-lost
+ *   term/kill) signals the group and every adopted orphan. A guard
+ *   process (guard_main) waits on a pipe whose only writer is dlock: when
+ *   dlock dies, even by SIGKILL, the kernel closes the pipe and the guard
+ *   kills the command's group with SIGKILL (the direct child gets its
+ *   parent-death signal at the same moment). Measured (die_with_dlock.sh):
+ *   command and grandchild gone within 30 ms of kill -9 of dlock. Not
+ *   reached: a descendant that left the group (setsid) once dlock is
+ *   dead, and the command's own writes in flight (fencing tokens are for
+ *   those). In the foreground of a terminal (stdin a terminal whose
+ *   foreground group is dlock's), the command stays in dlock's group, as
+ *   with timeout --foreground, so that it can read the terminal and ^Z
+ *   stops both; there is no guard then, only the parent-death signal.
  * - The wait for the lock runs on a worker thread (connect + acquire), so
  *   SIGINT/SIGTERM still act while the library blocks. Locks are owned per
  *   thread, so the worker acquires "as" the main thread's id and the main
@@ -50,15 +81,19 @@
  *   is the group's loss (--on-lost). A stop signal while a group is being
  *   acquired ends dlock at once: an attempt's partial set is left to its
  *   lease, as after a crash.
- * - DLOCK_TOKEN reaches the child through posix_spawn's environment array
- *   (built after the grant; setenv() is not safe once threads run). A fair
- *   or shared holder has no token: the variable is then absent.
- * - Exit status: the child's (128+S when killed by S), 75 when --on-lost
- *   terminated it, the -E status when -n/-w gave up.
+ * - DLOCK_TOKEN reaches the child through the environment array given to
+ *   execve (built after the grant; setenv() is not safe once threads
+ *   run). A fair or shared holder has no token: the variable is then
+ *   absent.
+ * - Exit status: the child's (128+S when killed by S); 75 when the lock
+ *   was lost while it ran (--on-lost term, kill or ignore alike, or found
+ *   gone at release), or the grant lapsed before it could start; the -E
+ *   status when -n/-w gave up.
  */
 #define _GNU_SOURCE
 
 #include "cli.h"
+#include "url.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,15 +101,21 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
+
+/* The library's default connect timeout (dlock_options_new), and how long
+ * past -w the main thread lets the library's own time-out come first. */
+#define CLI_CONNECT_TIMEOUT_MS 5000
+#define CLI_WAIT_GRACE_MS 100
 
 struct run {
   struct cli_ctx *c;
@@ -107,8 +148,19 @@ struct run {
   bool failed; /* no lock: worker_rc is the exit status */
   int worker_rc;
   int64_t t_start, t_acquired;
+  /* the worker's stage: 0 connecting (no answer from the backend yet),
+   * 1 acquiring (connected) */
+  _Atomic int stage;
+  _Atomic bool finished; /* the worker has said all it had to say */
+  pthread_t worker;      /* its thread */
   /* Main thread only. */
   pid_t child;
+  pid_t pgid;   /* the command's own process group; 0: it shares ours */
+  pid_t guard;  /* the guard process (see guard_main), or 0 */
+  int guard_fd; /* its pipe's write end, or -1 */
+  _Atomic int64_t continued_at; /* when SIGCONT last came (0: never) */
+  int64_t lapsed_ms; /* the worker found NAME's grant lapsed that long ago
+                        (before taking the second lock); -1: not */
   bool lost;  /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
   bool acted; /* --on-lost signalled the child */
@@ -235,6 +287,17 @@ static int acquire_all(struct run *r) {
     err = dlock_lock_acquire_as(r->lock, r->owner, o->wait_ms, o->lease_ms);
   if (err != 0 || r->side == NULL)
     return err;
+  {
+    /* NAME was handed over while this process was stopped and its lease
+     * ran out meanwhile: no waiting for the second lock on its behalf */
+    int64_t valid = 0;
+    if (dlock_lock_hold_valid(r->lock, r->owner, &valid) == DLOCK_ELOST &&
+        valid <= 0) {
+      r->lapsed_ms = -valid;
+      dlock_lock_release_as(r->lock, r->owner);
+      return DLOCK_ELOST;
+    }
+  }
   if (wait > 0) {
     /* what is left of -w; at least a try */
     wait -= cli_now_ms() - t0;
@@ -305,14 +368,19 @@ static void *worker(void *arg) {
               : o->kind == CLI_KIND_FAIR  ? "fair, exclusive"
               : o->kind == CLI_KIND_LIMIT ? "one of the semaphore's permits"
                                           : "exclusive, fenced");
+    atomic_store(&r->stage, 1);
     r->acquire_err = acquire_all(r);
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
       r->worker_rc = o->conflict_exit;
+    else if (r->acquire_err == DLOCK_ELOST && r->lapsed_ms >= 0)
+      r->worker_rc = CLI_EX_TEMPFAIL; /* the main thread says it */
     else if (r->acquire_err != 0 && r->worker_rc == 0)
       r->worker_rc = cli_lib_error(c, c->name_shown, r->acquire_err);
   }
 done:
+  /* after its last line: wait_ran_out relies on it */
+  atomic_store(&r->finished, true);
   r->t_acquired = cli_now_ms();
   do
     n = write(r->evw, &b, 1);
@@ -349,6 +417,8 @@ static void next_event(struct run *r, int64_t deadline_ms, struct event *ev) {
       struct signalfd_siginfo si;
       ssize_t k = read(r->sigfd, &si, sizeof si);
       if (k == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCONT)
+          atomic_store(&r->continued_at, cli_now_ms());
         ev->kind = EV_SIGNAL;
         ev->signo = (int)si.ssi_signo;
         ev->code = si.ssi_code;
@@ -398,8 +468,9 @@ static _Noreturn void die_by_signal(int signo) {
 }
 
 static const char *lost_reason(char b) {
-  return b == 'U' ? "the backend was unreachable for longer than the lease"
-                  : "its key was removed or taken by another owner";
+  return b == 'U'   ? "the backend was unreachable for longer than the lease"
+         : b == 'P' ? "its lease ran out while this process was stopped"
+                    : "its key was removed or taken by another owner";
 }
 
 static double secs(int64_t ms) { return (double)ms / 1000.0; }
@@ -407,6 +478,16 @@ static double secs(int64_t ms) { return (double)ms / 1000.0; }
 /* Releases the hold and frees the client. Problems are reported, never
  * turned into the exit status: the command's outcome is what matters, and
  * the lease expires by itself. */
+/* A release found a renewed hold gone: the lock was lost at some point
+ * (taken, removed by --force-unlock) without the renewer noticing first.
+ * That is a loss like any other (exit 75), said once. */
+static void lost_at_release(struct run *r) {
+  if (r->c->o->lease_ms > 0 || r->lost)
+    return;
+  r->lost = true;
+  r->lost_reason = 'G';
+}
+
 static void release_one(struct run *r, dlock_lock_t *lock) {
   const struct cli_ctx *c = r->c;
   int err = dlock_lock_release_as(lock, r->owner);
@@ -421,6 +502,7 @@ static void release_one(struct run *r, dlock_lock_t *lock) {
       cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "the lock was lost");
+    lost_at_release(r);
   } else {
     char subject[256];
     snprintf(subject, sizeof subject, "releasing '%s'", c->name_shown);
@@ -443,6 +525,7 @@ static void release_permit(struct run *r) {
               c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "it was lost");
+    lost_at_release(r);
   } else {
     char subject[256];
     snprintf(subject, sizeof subject, "releasing a permit of '%s'",
@@ -457,7 +540,14 @@ static void release_and_close(struct run *r) {
   if (r->lost && r->lost_reason == 'U') {
     /* With an unreachable backend a release would only cost a command
      * timeout: what is still held expires with its lease once the client
-     * stops renewing it, below. */
+     * stops renewing it, below. Except an exclusive kind's second lock
+     * whose lease the server confirmed within the lease (the first lapsed
+     * while this process was stopped, the second was taken since): left
+     * to its lease, it would keep everyone out for one. */
+    int64_t valid;
+    if (r->side != NULL &&
+        dlock_lock_hold_valid(r->side, r->owner, &valid) == 0)
+      release_one(r, r->side);
     if (c->o->verbose)
       cli_msg(c, "not releasing '%s': it was lost", c->name_shown);
     goto close;
@@ -481,6 +571,8 @@ static void release_and_close(struct run *r) {
               c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
                                  : "it was lost");
+    if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER)
+      lost_at_release(r);
     else if (err != 0 && err != DLOCK_ELOST && err != DLOCK_ENOTOWNER) {
       char subject[256];
       snprintf(subject, sizeof subject, "releasing '%s'", c->name_shown);
@@ -560,51 +652,224 @@ static char **child_env(const struct run *r, char **tokvar, char ***extra) {
   return env;
 }
 
+/* The command's process, between fork and exec: only async-signal-safe
+ * calls (dlock has threads). The parent-death signal is set first, then
+ * the parent is checked: a dlock that died before prctl() would never
+ * send it, so the command must not start. An exec failure's errno goes
+ * to the parent through errfd (close-on-exec: EOF means exec worked). */
+static _Noreturn void child_exec(const struct run *r, pid_t parent, bool own,
+                                 int errfd, const char *path, char *const *argv,
+                                 char **env) {
+  int e;
+  ssize_t n;
+  if (own)
+    setpgid(0, 0);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+    _exit(CLI_EX_TEMPFAIL);
+  if (r->pipe_was_default) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &sa, NULL);
+  }
+  sigprocmask(SIG_SETMASK, &r->oldmask, NULL);
+  if (path != NULL)
+    execve(path, argv, env);
+  else
+    execvpe(argv[0], argv, env);
+  e = errno;
+  do
+    n = write(errfd, &e, sizeof e);
+  while (n < 0 && errno == EINTR);
+  _exit(127);
+}
+
+/* The guard: a process of its own that outlives a killed dlock just long
+ * enough to kill the command's process group. It waits on a pipe whose
+ * only writer is dlock: a byte means dlock is done (exit quietly), EOF
+ * means dlock died (the kernel closed its end), whatever killed it. It
+ * closes every other descriptor (no connection of dlock's stays open in
+ * it) and ignores the signals a terminal or a forwarded stop would send. */
+static _Noreturn void guard_main(int rfd, pid_t pgid) {
+  static const int ign[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT,
+                            SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE};
+  struct sigaction sa;
+  sigset_t none;
+  char b;
+  ssize_t n;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_IGN;
+  for (size_t i = 0; i < sizeof ign / sizeof ign[0]; i++)
+    sigaction(ign[i], &sa, NULL);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  if (rfd != 3) {
+    dup2(rfd, 3);
+    rfd = 3;
+  }
+  for (int fd = 0; fd < rfd; fd++)
+    close(fd);
+  if (close_range(4, ~0U, 0) != 0)
+    for (int fd = 4; fd < 1024; fd++)
+      close(fd);
+  prctl(PR_SET_NAME, "dlock-guard");
+  do
+    n = read(rfd, &b, 1);
+  while (n < 0 && errno == EINTR);
+  if (n == 0)
+    kill(-pgid, SIGKILL);
+  _exit(0);
+}
+
+/* Starts the guard of the command's group r->pgid (a failure only costs
+ * that protection: said with -v). */
+static void guard_start(struct run *r) {
+  int fds[2];
+  pid_t g;
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return;
+  g = fork();
+  if (g == 0)
+    guard_main(fds[0], r->pgid);
+  close(fds[0]);
+  if (g < 0) {
+    close(fds[1]);
+    if (r->c->o->verbose)
+      cli_msg(r->c, "cannot start the guard process: %s", strerror(errno));
+    return;
+  }
+  r->guard = g;
+  r->guard_fd = fds[1];
+}
+
+/* dlock is done with the command: the guard exits without killing. */
+static void guard_end(struct run *r) {
+  ssize_t n;
+  if (r->guard_fd < 0)
+    return;
+  do
+    n = write(r->guard_fd, "q", 1);
+  while (n < 0 && errno == EINTR);
+  close(r->guard_fd);
+  r->guard_fd = -1;
+  if (r->guard > 0) {
+    pid_t w;
+    do
+      w = waitpid(r->guard, NULL, 0);
+    while (w < 0 && errno == EINTR);
+    r->guard = 0;
+  }
+}
+
+/* Sends `sig` to the command: to its whole process group when it has its
+ * own, and (tree: on a loss) to the orphans of its tree that dlock, their
+ * subreaper, adopted after their parents died. */
+static void signal_command(struct run *r, int sig, bool tree) {
+  if (r->pgid > 0 && kill(-r->pgid, sig) == 0) {
+    /* sent to the group */
+  } else if (r->child > 0) {
+    kill(r->child, sig);
+  }
+  if (!tree)
+    return;
+  /* orphans are adopted by the thread group's leader (our main thread):
+   * its children file lists them, with the command and the guard */
+  char path[64], buf[4096];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return;
+  buf[n] = '\0';
+  for (char *p = buf, *end; *p != '\0'; p = end) {
+    long pid = strtol(p, &end, 10);
+    if (end == p)
+      break;
+    if (pid > 0 && pid != r->child && pid != r->guard)
+      kill((pid_t)pid, sig);
+  }
+}
+
+/* Starts the command (see the design note): its own process group unless
+ * dlock runs in the foreground of a terminal, the parent-death signal, the
+ * original signal mask, and a guard. 0, or an exit status after a line. */
 static int spawn_child(struct run *r) {
   const struct cli_ctx *c = r->c;
-  posix_spawnattr_t at;
-  sigset_t def;
   char *sh_argv[4];
+  char *const *argv;
   char **env, *tokvar, **extra;
-  int err;
-  const char *what;
+  const char *path = NULL, *what;
+  int errfds[2] = {-1, -1}, err = 0;
+  pid_t parent = getpid(), pid;
+  bool own;
+  ssize_t n;
 
   env = child_env(r, &tokvar, &extra);
   if (env == NULL) {
     cli_msg(c, "cannot start the command: out of memory");
     return CLI_EX_SOFTWARE;
   }
-
-  if (posix_spawnattr_init(&at) != 0) {
-    free(env);
-    free(tokvar);
-    dlock_env_free(extra);
-    cli_msg(c, "cannot start the command: out of memory");
-    return CLI_EX_SOFTWARE;
-  }
-  sigemptyset(&def);
-  if (r->pipe_was_default)
-    sigaddset(&def, SIGPIPE);
-  posix_spawnattr_setsigmask(&at, &r->oldmask);
-  posix_spawnattr_setsigdefault(&at, &def);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   if (c->o->shell_command != NULL) {
     sh_argv[0] = "sh";
     sh_argv[1] = "-c";
     sh_argv[2] = (char *)c->o->shell_command;
     sh_argv[3] = NULL;
-    what = "/bin/sh";
-    err = posix_spawn(&r->child, "/bin/sh", NULL, &at, sh_argv, env);
+    argv = sh_argv;
+    path = what = "/bin/sh";
   } else {
-    what = c->o->command[0];
-    err = posix_spawnp(&r->child, what, NULL, &at, c->o->command, env);
+    /* execvpe: the PATH search, and a script without "#!" runs with
+     * /bin/sh, as posix_spawnp and the shells do */
+    argv = c->o->command;
+    what = argv[0];
   }
-  posix_spawnattr_destroy(&at);
+  /* A command in dlock's place in the foreground of a terminal must be
+   * able to read it and be stopped by ^Z with dlock: it keeps dlock's
+   * process group there (as timeout --foreground does). */
+  own = !(isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp());
+  if (pipe2(errfds, O_CLOEXEC) != 0) {
+    err = errno;
+    pid = -1;
+  } else {
+    pid = fork();
+    if (pid == 0)
+      child_exec(r, parent, own, errfds[1], path, argv, env);
+    if (pid < 0)
+      err = errno;
+    close(errfds[1]);
+  }
   free(env);
   free(tokvar);
   dlock_env_free(extra);
-  if (err == 0)
-    return 0;
+  if (pid > 0) {
+    int e = 0;
+    r->child = pid;
+    if (own) {
+      /* also here: whichever of the two runs first, the group exists
+       * before anyone signals it (EACCES: the child has exec'd, having
+       * done it itself) */
+      setpgid(pid, pid);
+      r->pgid = pid;
+    }
+    do
+      n = read(errfds[0], &e, sizeof e);
+    while (n < 0 && errno == EINTR);
+    close(errfds[0]);
+    if (n != (ssize_t)sizeof e) {
+      if (own)
+        guard_start(r);
+      return 0;
+    }
+    err = e;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+      ;
+    r->child = 0;
+    r->pgid = 0;
+  } else if (errfds[0] >= 0) {
+    close(errfds[0]);
+  }
   {
     char shown[160];
     cli_printable(what, 120, shown, sizeof shown);
@@ -620,6 +885,95 @@ static int spawn_child(struct run *r) {
     cli_msg(c, "cannot start %s: %s", shown, strerror(err));
     return CLI_EX_SOFTWARE;
   }
+}
+
+/* The locks held, for a validity check: 0..n of them into out[]. */
+static size_t held_locks(const struct run *r, dlock_lock_t **out, size_t max) {
+  size_t n = 0;
+  if (r->multi != NULL) {
+    for (size_t i = 0; i < r->nmembers && n < max; i++)
+      out[n++] = r->members[i];
+    return n;
+  }
+  if (r->lock != NULL && n < max)
+    out[n++] = r->lock;
+  if (r->side != NULL && n < max)
+    out[n++] = r->side;
+  return n;
+}
+
+/*
+ * Has the grant lapsed by the client's own clock (dlock_lock_hold_valid:
+ * some lock's lease not confirmed within the lease, or its session
+ * unconfirmed for longer than its timeout)? False when every lock is
+ * good, or lost for another reason (the lost callback tells that), or the
+ * backend cannot say (a -N permit has no such check). True with
+ * *lapsed_ms = how long ago it lapsed. `confirm`: a lapse by the clock is
+ * checked against the server first (one round trip): a ZooKeeper
+ * session's bound counts only requests, not its pings, so it can lapse by
+ * the clock while the session lives.
+ */
+static bool grant_lapsed(struct run *r, bool confirm, int64_t *lapsed_ms) {
+  dlock_lock_t *locks[64];
+  size_t n = held_locks(r, locks, 64);
+  *lapsed_ms = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t valid = 0;
+    bool held = false;
+    int err = dlock_lock_hold_valid(locks[i], r->owner, &valid);
+    if (err != DLOCK_ELOST || valid > 0)
+      continue;
+    if (confirm && dlock_lock_is_held_by_thread(locks[i], &held) == 0 && held)
+      continue;
+    *lapsed_ms = -valid;
+    return true;
+  }
+  return false;
+}
+
+/* A grant that lapsed before the command started: one line, the locks
+ * still ours released, 75. */
+static void say_lapsed(const struct run *r, int64_t lapsed) {
+  const struct cli_ctx *c = r->c;
+  cli_msg(c,
+          "'%s': the grant lapsed before the command could start (its lease "
+          "ran out %.1f s ago: %s); not running it",
+          c->name_shown, secs(lapsed),
+          atomic_load(&r->continued_at) > 0
+              ? "this process was stopped"
+              : "this process was stopped or starved");
+}
+
+static int lapsed_before_start(struct run *r, int64_t lapsed) {
+  say_lapsed(r, lapsed);
+  r->lost = true;
+  r->lost_reason = 'P';
+  release_and_close(r);
+  return CLI_EX_TEMPFAIL;
+}
+
+/* SIGCHLD: reaps every child that ended (the command, the guard, orphans
+ * of the command's tree adopted by dlock). True when the command ended,
+ * its wait status in *status. */
+static bool reap(struct run *r, int *status) {
+  bool done = false;
+  for (int i = 0; i < 4096; i++) {
+    int st;
+    pid_t w = waitpid(-1, &st, WNOHANG);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0 && errno == ECHILD)
+      return true; /* nothing left (cannot happen while the command runs) */
+    if (w <= 0)
+      break;
+    if (w == r->child) {
+      *status = st;
+      done = true;
+    } else if (w == r->guard) {
+      r->guard = 0;
+    }
+  }
+  return done;
 }
 
 /* Reports a lost hold and applies --on-lost. */
@@ -643,14 +997,14 @@ static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
             "lost lock '%s': %s; sending SIGTERM to the command (SIGKILL in "
             "%.3g s)",
             c->name_shown, lost_reason(reason), secs(o->kill_after_ms));
-    kill(r->child, SIGTERM);
+    signal_command(r, SIGTERM, true);
     r->acted = true;
     *kill_deadline = cli_now_ms() + o->kill_after_ms;
     break;
   case CLI_LOST_KILL:
     cli_msg(c, "lost lock '%s': %s; killing the command", c->name_shown,
             lost_reason(reason));
-    kill(r->child, SIGKILL);
+    signal_command(r, SIGKILL, true);
     r->acted = true;
     break;
   case CLI_LOST_IGNORE:
@@ -714,6 +1068,45 @@ static int stop_while_waiting(struct run *r, pthread_t th, int signo) {
   return CLI_EX_SOFTWARE; /* not reached */
 }
 
+/* -w ran out (plus CLI_WAIT_GRACE_MS, in which the library's own
+ * ETIMEDOUT normally comes) with the worker still inside the library: a
+ * connect, a session or lease set-up, or a round trip that gets no
+ * answer. The library cannot cancel a call, so dlock ends here, saying
+ * which: no answer from the backend yet (69), or the wait (the -E
+ * status). A grant in flight at this moment is left to its lease, as
+ * after a crash. Returns (false) only when the worker has just finished:
+ * its outcome then stands. */
+static bool wait_ran_out(struct run *r) {
+  const struct cli_ctx *c = r->c;
+  double w = secs(c->o->wait_ms > 0 ? c->o->wait_ms : CLI_CONNECT_TIMEOUT_MS);
+  /* The worker may have ended just now (its lines said, its 'A' not yet
+   * read): then its outcome stands. Else it says nothing more, and this
+   * line is the last. */
+  cli_mute(true);
+  if (atomic_load(&r->finished)) {
+    cli_mute(false);
+    return false;
+  }
+  /* ended without it: nothing waits for it (thread-leak checkers) */
+  pthread_detach(r->worker);
+  if (atomic_load(&r->stage) == 0 || c->o->wait_ms == 0) {
+    cli_msg_final(
+        c,
+        "%s: no answer within %s %.3g s (%s; is the server healthy "
+        "and the address right?)",
+        c->url_shown, c->o->wait_ms > 0 ? "-w" : "the connect timeout of", w,
+        atomic_load(&r->stage) == 0 ? "connecting" : "the -n attempt");
+    fflush(stderr);
+    _exit(CLI_EX_UNAVAILABLE);
+  }
+  cli_msg_final(c,
+                "'%s': gave up after -w %.3g s (the lock is held, or the "
+                "server stopped answering)",
+                c->name_shown, w);
+  fflush(stderr);
+  _exit(c->o->conflict_exit);
+}
+
 /* HOLD mode: keep the lock until SIGINT/SIGTERM/SIGHUP. */
 static int hold(struct run *r) {
   const struct cli_ctx *c = r->c;
@@ -728,7 +1121,7 @@ static int hold(struct run *r) {
     case EV_SIGNAL:
       if (is_stop_signal(ev.signo)) {
         release_and_close(r);
-        return 0;
+        return r->lost ? CLI_EX_TEMPFAIL : 0; /* lost at release: 75 */
       }
       break;
     case EV_LOST:
@@ -761,7 +1154,11 @@ static int supervise(struct run *r) {
   int64_t kill_deadline = -1, t_spawn;
   int64_t lease_end = o->lease_ms > 0 ? r->t_acquired + o->lease_ms : -1;
   int status = 0, rc;
+  int64_t lapsed;
 
+  /* the last moment to find a lapsed grant before the command starts */
+  if (grant_lapsed(r, false, &lapsed))
+    return lapsed_before_start(r, lapsed);
   rc = spawn_child(r);
   if (rc != 0) {
     release_and_close(r);
@@ -775,16 +1172,18 @@ static int supervise(struct run *r) {
       deadline = lease_end;
     next_event(r, deadline, &ev);
     if (ev.kind == EV_SIGNAL && ev.signo == SIGCHLD) {
-      pid_t w;
-      do
-        w = waitpid(r->child, &status, WNOHANG);
-      while (w < 0 && errno == EINTR);
-      if (w == r->child || (w < 0 && errno == ECHILD))
+      if (reap(r, &status))
         break;
+    } else if (ev.kind == EV_SIGNAL && ev.signo == SIGCONT) {
+      /* dlock was stopped: a lease that ran out meanwhile is a loss now,
+       * not at the library's next turn (a fixed lease -l runs out by
+       * design: the command goes on without the lock) */
+      if (!r->lost && o->lease_ms <= 0 && grant_lapsed(r, true, &lapsed))
+        handle_lost(r, 'P', &kill_deadline);
     } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
       bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();
       if (!from_tty)
-        kill(r->child, ev.signo);
+        signal_command(r, ev.signo, false);
       if (o->verbose)
         cli_msg(c, "%s %s to the command",
                 from_tty ? "the terminal sent" : "forwarded",
@@ -795,7 +1194,7 @@ static int supervise(struct run *r) {
       int64_t now = cli_now_ms();
       if (kill_deadline >= 0 && now >= kill_deadline) {
         cli_msg(c, "the command outlived --kill-after; sending SIGKILL");
-        kill(r->child, SIGKILL);
+        signal_command(r, SIGKILL, true);
         kill_deadline = -1;
       }
       if (lease_end >= 0 && now >= lease_end) {
@@ -809,8 +1208,9 @@ static int supervise(struct run *r) {
     } else if (ev.kind == EV_ERROR) {
       cli_msg(c, "internal error: waiting for the command: %s",
               strerror(errno));
-      kill(r->child, SIGKILL);
+      signal_command(r, SIGKILL, true);
       waitpid(r->child, &status, 0);
+      guard_end(r);
       release_and_close(r);
       return CLI_EX_SOFTWARE;
     }
@@ -830,8 +1230,11 @@ static int supervise(struct run *r) {
       cli_msg(c, "the command exited with status %d after %.3f s", rc,
               secs(cli_now_ms() - t_spawn));
   }
+  guard_end(r);
   release_and_close(r);
-  return r->acted ? CLI_EX_TEMPFAIL : rc;
+  /* the lock was lost while the command ran (whatever --on-lost did, and
+   * whatever the command's status), or found gone at release: 75 */
+  return r->lost ? CLI_EX_TEMPFAIL : rc;
 }
 
 static int setup(struct run *r) {
@@ -857,6 +1260,9 @@ static int setup(struct run *r) {
     if (sigaction(stops[k], NULL, &sa) != 0 || sa.sa_handler != SIG_IGN)
       sigaddset(&set, stops[k]);
   sigaddset(&set, SIGCHLD);
+  /* SIGCONT: we were stopped; the holds may have lapsed meanwhile (the
+   * process continues whether or not the signal is blocked) */
+  sigaddset(&set, SIGCONT);
   if (pthread_sigmask(SIG_BLOCK, &set, &r->oldmask) != 0)
     return -1;
   r->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -874,10 +1280,12 @@ int cli_run(struct cli_ctx *c) {
   pthread_t th;
   int rc;
   char early_lost = 0;
+  int64_t give_up;
 
   memset(&r, 0, sizeof r);
   r.c = c;
-  r.sigfd = r.evr = r.evw = -1;
+  r.sigfd = r.evr = r.evw = r.guard_fd = -1;
+  r.lapsed_ms = -1;
 
   /* The environment is changed before any thread exists. The token of an
    * outer dlock would be wrong for this lock, so it does not leak in. */
@@ -886,6 +1294,21 @@ int cli_run(struct cli_ctx *c) {
     return CLI_EX_SOFTWARE;
   }
   unsetenv("DLOCK_TOKEN");
+  /* Secrets do not reach the command: the password variables (read by
+   * main() and handed to the library's options, which copied them), and
+   * DLOCK_URL when it carries a password (a nested dlock then needs
+   * --password-file). */
+  unsetenv("DLOCK_PASSWORD");
+  unsetenv("DLOCK_SENTINEL_PASSWORD");
+  {
+    const char *u = getenv("DLOCK_URL");
+    if (u != NULL && cli_url_secret_span(u, &(size_t){0}, &(size_t){0}))
+      unsetenv("DLOCK_URL");
+  }
+  /* The command's orphans are adopted by dlock, not by init: they can be
+   * reaped and signalled (signal_command) */
+  if (c->o->mode == CLI_MODE_RUN)
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (setup(&r) != 0) {
     cli_msg(c, "internal error: setting up signals: %s", strerror(errno));
     return CLI_EX_SOFTWARE;
@@ -897,15 +1320,30 @@ int cli_run(struct cli_ctx *c) {
   pthread_mutex_init(&r.mu, NULL);
   r.owner = dlock_thread_id();
   r.t_start = cli_now_ms();
+  /* -w bounds everything (connect, TLS, session and lease set-up, and the
+   * wait): the connect timeout is cut to it, and the main thread gives up
+   * at the end (wait_ran_out), whatever step the worker is stuck in; -n
+   * is one attempt, bounded by the connect timeout */
+  if (c->o->wait_ms > 0 && c->o->wait_ms < CLI_CONNECT_TIMEOUT_MS)
+    dlock_options_set_connect_timeout(c->dopts, c->o->wait_ms);
+  give_up =
+      c->o->wait_ms < 0
+          ? -1
+          : r.t_start + CLI_WAIT_GRACE_MS +
+                (c->o->wait_ms > 0 ? c->o->wait_ms : CLI_CONNECT_TIMEOUT_MS);
   if (pthread_create(&th, NULL, worker, &r) != 0) {
     cli_msg(c, "internal error: cannot start a thread");
     return CLI_EX_SOFTWARE;
   }
+  r.worker = th;
 
-  /* Waiting for the lock. */
+  /* Waiting for the lock, within -w (or -n's connect timeout): the
+   * library bounds each of its steps, and this deadline the whole. */
   for (;;) {
     struct event ev;
-    next_event(&r, -1, &ev);
+    next_event(&r, give_up, &ev);
+    if (ev.kind == EV_TIMEOUT && !wait_ran_out(&r))
+      give_up = -1; /* the worker is done: its 'A' comes next */
     if (ev.kind == EV_DONE)
       break;
     if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo))
@@ -923,6 +1361,8 @@ int cli_run(struct cli_ctx *c) {
   pthread_join(th, NULL);
 
   if (r.failed) {
+    if (r.acquire_err == DLOCK_ELOST && r.lapsed_ms >= 0)
+      say_lapsed(&r, r.lapsed_ms);
     if (c->o->verbose &&
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
@@ -961,6 +1401,15 @@ int cli_run(struct cli_ctx *c) {
               c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");
   }
 
+  /* Never start the command (or hold) on a grant that lapsed since it was
+   * made: a waiter stopped while queued is handed the lock, and its lease
+   * runs out before it runs again. Checked before a loss reported
+   * meanwhile, which the library dates and words as an outage. */
+  {
+    int64_t lapsed;
+    if (grant_lapsed(&r, false, &lapsed))
+      return lapsed_before_start(&r, lapsed);
+  }
   if (early_lost != 0) {
     int64_t unused = -1;
     handle_lost(&r, early_lost, &unused);

@@ -11,8 +11,11 @@
  * message costs nothing; hiding too little leaks a credential. Everything
  * here is pure and bounded.
  */
+#define _POSIX_C_SOURCE 200809L
+
 #include "url.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,33 +195,29 @@ bool cli_url_is_tls(const char *url) {
   return has_scheme(url, "rediss://") || has_scheme(url, "etcds://");
 }
 
-void cli_redact_text(const char *in, const char *const *secrets, size_t n,
-                     char *out, size_t outlen) {
-  size_t o = 0;
+static void redact_urls(char *text, bool whole);
+
+void cli_one_line(const char *in, char *out, size_t outlen) {
+  /* the whole text first (a cut could separate a secret from its '@'),
+   * while a control byte still ends a URL as it did in the text */
+  char *t = strdup(in);
+  size_t n;
   if (outlen == 0)
     return;
-  while (*in != '\0' && o + 1 < outlen) {
-    size_t k, hit = 0;
-    for (k = 0; k < n; k++) {
-      size_t sl;
-      if (secrets[k] == NULL || secrets[k][0] == '\0')
-        continue;
-      sl = strlen(secrets[k]);
-      if (sl > hit && strncmp(in, secrets[k], sl) == 0)
-        hit = sl;
-    }
-    if (hit > 0) {
-      if (o + 4 > outlen)
-        break;
-      memcpy(out + o, "***", 3);
-      o += 3;
-      in += hit;
-      continue;
-    }
-    out[o++] = ((unsigned char)*in < 0x20 || *in == 0x7f) ? ' ' : *in;
-    in++;
+  if (t == NULL) {
+    snprintf(out, outlen, "(message withheld: out of memory)");
+    return;
   }
-  out[o] = '\0';
+  redact_urls(t, false);
+  n = strlen(t);
+  if (n >= outlen)
+    n = outlen - 1;
+  memcpy(out, t, n);
+  out[n] = '\0';
+  free(t);
+  for (char *p = out; *p != '\0'; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f)
+      *p = ' ';
 }
 
 /* Ends a URL-shaped token inside free text: the quotes and spaces a
@@ -229,8 +228,6 @@ static bool ends_authority(char ch, bool whole) {
   return ch == '\0' || (!whole && (ch == ' ' || ch == '\'' || ch == '"' ||
                                    ch == '\n' || ch == '\t'));
 }
-
-static void redact_urls(char *text, bool whole);
 
 void cli_redact_urls_in_text(char *text) { redact_urls(text, false); }
 

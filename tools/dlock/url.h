@@ -44,11 +44,11 @@ size_t cli_url_peer_prefix(const char *url, const char *detail);
 /* True for "rediss://" or "etcds://" (TLS), matched without regard to case. */
 bool cli_url_is_tls(const char *url);
 
-/* Copies `in` to out[outlen] on one line: every occurrence of any of the
- * `n` non-empty `secrets` becomes "***", control bytes become spaces.
+/* Copies `in` to out[outlen] as one line: the secret of every URL-shaped
+ * piece becomes "***" (as cli_redact_urls_in_text, by its position),
+ * control bytes become spaces. Never searches for a secret's text.
  * Always NUL-terminates (cuts when out is too small). */
-void cli_redact_text(const char *in, const char *const *secrets, size_t n,
-                     char *out, size_t outlen);
+void cli_one_line(const char *in, char *out, size_t outlen);
 
 /* Rewrites text[] in place so that every URL-shaped piece in it
  * ("scheme://userinfo@...") shows "***" for its secret, as

@@ -55,4 +55,28 @@ expect_true "lock free at the end" is_free cli-nb
 expect "-n on a free lock runs the command" 0 $?
 expect_true "command ran" test -e "$T/ran5"
 
+# -w bounds the wait when the server stops answering during it (frozen
+# with SIGSTOP): the -E status, one line saying it gave up, the command
+# never run. (Time printed, bound loose: a loaded machine.)
+if [ -n "${REDIS_PID:-}" ]; then
+  run_bg holder "$DLOCK" cli-nb-frozen
+  expect_true "frozen: holder holds" wait_until 10000 is_held cli-nb-frozen
+  run_bg waiter "$DLOCK" -w 3 -E 7 cli-nb-frozen touch "$T/ran6" 2>"$T/fz.err"
+  expect_true "frozen: the waiter queued" wait_until 10000 sh -c \
+    "'$DLOCK' --status cli-nb-frozen | grep -q '^waiter:'"
+  kill -STOP "$REDIS_PID"
+  t0=$(now_ms)
+  wait_exit "$waiter" 20000
+  el=$(($(now_ms) - t0))
+  kill -CONT "$REDIS_PID"
+  echo "measured: -w 3, server frozen during the wait: exit $ST after $el ms"
+  expect "frozen: -E status" 7 "$ST"
+  expect_true "frozen: returned before 10 s ($el ms)" test "$el" -lt 10000
+  expect_true "frozen: one line" one_line "$T/fz.err"
+  expect_true "frozen: the command never ran" test ! -e "$T/ran6"
+  kill -TERM "$holder"
+  wait_exit "$holder" 10000
+  expect "frozen: holder exits 0" 0 "$ST"
+fi
+
 finish

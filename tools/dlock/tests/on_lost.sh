@@ -49,7 +49,8 @@ expect_true "kill-after: SIGKILL came after about 0.5 s (${el} ms)" \
   test "$el" -ge 300 -a "$el" -lt 5000
 expect_grep "kill-after: SIGKILL reported" "SIGKILL" "$f.err"
 
-# ignore: the command keeps running and its status is dlock's.
+# ignore: the command keeps running; the lock was lost under it, so dlock
+# exits 75 whatever its status.
 f=$T/ignore
 run_bg p "$DLOCK" --watchdog=0.6 --on-lost=ignore cli-lost sh -c "$waiter" "$f" 2>"$f.err"
 expect_true "ignore: command started" wait_until 10000 test -s "$f.ready"
@@ -58,7 +59,20 @@ expect_true "ignore: loss reported" wait_until 5000 grep -q "lost lock" "$f.err"
 expect_true "ignore: command still running" test -e "/proc/$(cat "$f.ready")"
 touch "$f.go"
 wait_exit "$p" 10000
-expect "ignore: dlock exits with the command's status" 4 "$ST"
+expect "ignore: dlock exits 75 (lost while the command ran)" 75 "$ST"
+expect_true "ignore: one line on stderr" one_line "$f.err"
+
+# A command that exits 0 after the lock was taken from it: the renewer has
+# not noticed yet (30 s watchdog), the release finds it gone: 75, one line.
+f=$T/zero
+run_bg p "$DLOCK" cli-lost0 sh -c "${waiter%exit 4}exit 0" "$f" 2>"$f.err"
+expect_true "exit 0: command started" wait_until 10000 test -s "$f.ready"
+"$DLOCK" --force-unlock cli-lost0 >/dev/null 2>&1
+touch "$f.go"
+wait_exit "$p" 10000
+expect "exit 0: dlock exits 75 (the lock was gone at release)" 75 "$ST"
+expect_true "exit 0: one line on stderr" one_line "$f.err"
+expect_grep "exit 0: it says the lock was lost" "no longer ours" "$f.err"
 
 # hold mode: a lost lock ends dlock with 75.
 run_bg p "$DLOCK" --watchdog 0.6 cli-lost 2>"$T/hold.err"

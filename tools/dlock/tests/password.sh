@@ -47,6 +47,34 @@ DLOCK_PASSWORD=nope "$DLOCK" -u "$base" cli-pw true 2>"$T/e3.err"
 expect "wrong DLOCK_PASSWORD: 69" 69 $?
 expect_no_grep "wrong DLOCK_PASSWORD not shown" "nope" "$T/e3.err"
 
+# The command never sees a password: DLOCK_PASSWORD and
+# DLOCK_SENTINEL_PASSWORD are removed from its environment, and DLOCK_URL
+# too when it carries one (DLOCK_NAME stays).
+DLOCK_PASSWORD=$PW DLOCK_SENTINEL_PASSWORD=s-$PW "$DLOCK" -u "$base" cli-pw \
+  env >"$T/env.out"
+expect "DLOCK_PASSWORD: the command ran" 0 $?
+expect_grep "the command has DLOCK_NAME" "DLOCK_NAME=cli-pw" "$T/env.out"
+expect_no_grep "no DLOCK_PASSWORD in the command's environment" \
+  "DLOCK_PASSWORD" "$T/env.out"
+expect_no_grep "no DLOCK_SENTINEL_PASSWORD in the command's environment" \
+  "DLOCK_SENTINEL_PASSWORD" "$T/env.out"
+expect_no_grep "the password is nowhere in the command's environment" \
+  "$PW" "$T/env.out"
+DLOCK_URL="redis://:$PW@127.0.0.1:$REDIS_PORT" "$DLOCK" cli-pw env >"$T/env2.out"
+expect "DLOCK_URL with a password: the command ran" 0 $?
+expect_no_grep "DLOCK_URL with a password is not passed on" "$PW" "$T/env2.out"
+DLOCK_PASSWORD=$PW DLOCK_URL=$base "$DLOCK" cli-pw env >"$T/env3.out"
+expect_grep "DLOCK_URL without a password is passed on" "DLOCK_URL=$base" \
+  "$T/env3.out"
+
+# Secrets are masked by their position, not by their text: a wrong password
+# that also occurs elsewhere in the line ("redis", "127") hides only itself.
+"$DLOCK" -u "redis://:redis@127.0.0.1:$REDIS_PORT" cli-pw true 2>"$T/f.err"
+expect "password 'redis': 69" 69 $?
+expect_grep "password 'redis': the scheme is intact" \
+  "redis://:***@127.0.0.1:$REDIS_PORT" "$T/f.err"
+expect_no_grep "password 'redis': nothing else masked" "***://" "$T/f.err"
+
 # --password-file (first line, newline stripped).
 printf '%s\nsecond line\n' "$PW" >"$T/pwfile"
 "$DLOCK" -u "$base" --password-file "$T/pwfile" cli-pw true

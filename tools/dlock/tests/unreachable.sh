@@ -42,4 +42,11 @@ expect_no_grep "password not on stderr" "$secret" "$T/e.err"
 expect_no_grep "password not on stdout" "$secret" "$T/e.out"
 expect_grep "password shown as ***" "user1:***@127.0.0.1:$port" "$T/e.err"
 
+# Masked by position, not by text: the password "127" hides only itself,
+# not the address that contains the same digits.
+"$DLOCK" -u "redis://:127@127.0.0.1:$port" cli-un true 2>"$T/g.err"
+expect "password '127': 69" 69 $?
+expect_grep "password '127': address intact" "redis://:***@127.0.0.1:$port" \
+  "$T/g.err"
+
 finish
