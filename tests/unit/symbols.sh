@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/unit/symbols.sh LIBDLOCK.a LIBDLOCK.so
+# tests/unit/symbols.sh LIBDLOCK.a LIBDLOCK.so [SYMBOLS-FILE]
 #
 # libdlock's namespace: every global symbol the static library defines is
 # named dlock_ (public) or dlock__ (internal), and the shared library
@@ -10,11 +10,15 @@
 # an AddressSanitizer build each global variable has an ODR indicator named
 # after it (GCC: __odr_asan.NAME, clang: __odr_asan_gen_NAME): NAME is what
 # is checked.
+# With SYMBOLS-FILE (debian/libdlock0.symbols), the shared library's dlock_
+# exports are exactly the names that file lists, so a public function added
+# or removed shows here, not first in a package build.
 # Prints what is wrong, one symbol a line, and exits 1; exits 77 (skipped,
 # one line) when nm (binutils) is missing.
 set -u
 a=$1
 so=$2
+symfile=${3:-}
 if ! command -v nm >/dev/null 2>&1; then
   echo "symbols: skipped (no nm; install binutils)"
   exit 77
@@ -54,6 +58,15 @@ if [ -n "$shared_bad" ]; then
   echo "$so exports symbols that are not public dlock_ names:"
   printf '  %s\n' $shared_bad
   bad=1
+fi
+if [ -n "$symfile" ]; then
+  exported=$(printf '%s\n' "$out" | awk 'NF == 3 && $3 ~ /^dlock_/ {print $3}' | sort -u)
+  listed=$(sed -n 's/^ \(dlock_[a-z0-9_]*\)@Base .*/\1/p' "$symfile" | sort -u)
+  if [ "$exported" != "$listed" ]; then
+    echo "$so and $symfile disagree (< exported only, > listed only):"
+    diff <(printf '%s\n' "$exported") <(printf '%s\n' "$listed") | grep '^[<>]'
+    bad=1
+  fi
 fi
 if [ $bad = 0 ]; then
   n_a=$(nm -g --defined-only "$a" | awk 'NF == 3' | wc -l)
