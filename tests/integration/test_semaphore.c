@@ -829,9 +829,9 @@ static void t_psem_redisson(void) {
    * with no expiry (-1), not as a lease of millennia */
   raw_id(rsid, raw);
   CHECK_INT(th_redis_int(s, "DECR prs"), ==, 0);
-  CHECK_INT(th_redis_int(s, "ZADD {prs}:timeout 922337203685477 %b", raw,
-                         sizeof raw),
-            ==, 1);
+  CHECK_INT(
+      th_redis_int(s, "ZADD {prs}:timeout 922337203685477 %b", raw, sizeof raw),
+      ==, 1);
   CHECK_OK(dlock_permit_sem_state(p, &st));
   CHECK_INT(st->npermits, ==, 1);
   CHECK_STR(st->permits[0].id, rsid);

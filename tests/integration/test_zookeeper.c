@@ -997,8 +997,8 @@ static void t_curator_waiter_not_holder(void) {
            th_zk_url(z));
   CHECKF(run_sh(cmd, out, sizeof out) == 1, "-N 1 -n: %s", out);
   CHECKF(!strstr(out, "ran") && !strstr(out, "is a semaphore of"), "%s", out);
-  snprintf(cmd, sizeof cmd, "%s -u '%s' -N 1 -w 2 sem-race echo ran 2>&1",
-           cli, th_zk_url(z));
+  snprintf(cmd, sizeof cmd, "%s -u '%s' -N 1 -w 2 sem-race echo ran 2>&1", cli,
+           th_zk_url(z));
   CHECKF(run_sh(cmd, out, sizeof out) == 1, "-N 1 -w 2: %s", out);
   CHECKF(!strstr(out, "ran") && !strstr(out, "is a semaphore of"), "%s", out);
   snprintf(cmd, sizeof cmd, "%s -u '%s' -N 1 --status sem-race 2>&1", cli,
