@@ -11,10 +11,12 @@
  * the main thread (so every lock has the owner <client-id>:<thread-id> of
  * that thread):
  *
+ *   lock NAME WAIT_MS        acquire the reentrant lock NAME (DLOCK_REENTRANT)
  *   read NAME WAIT_MS        acquire the read side of NAME (DLOCK_READ)
  *   write NAME WAIT_MS       acquire the write side of NAME (DLOCK_WRITE)
  *   fair NAME WAIT_MS        acquire the fair lock NAME (DLOCK_FAIR)
- *   unread NAME | unwrite NAME | unfair NAME   release one hold
+ *   unlock NAME | unread NAME | unwrite NAME | unfair NAME   release one
+ *                            hold
  *   latch-set NAME N         try_set_count
  *   latch-down NAME          count_down
  *   latch-await NAME WAIT_MS await
@@ -29,6 +31,7 @@
  *   psem-release NAME ID     permit semaphore: give back the permit ID
  *                            (32 hex digits; any client's, Redisson's too)
  *   psem-avail NAME          permit semaphore: permits available
+ *   psem-delete NAME         permit semaphore: delete it
  *   multi N1,N2,... WAIT_MS  acquire the reentrant locks N1, N2... as one
  *                            multilock (dlock_multilock_*, all or nothing)
  *   unmulti N1,N2,...        release that multilock
@@ -207,6 +210,10 @@ static void permit_verb(dlock_client_t *c, const char *verb, const char *name,
     answer(rc, rc == 0 ? id : NULL);
   } else if (strcmp(verb, "psem-release") == 0) {
     answer(dlock_permit_sem_release(sem, arg), NULL);
+  } else if (strcmp(verb, "psem-delete") == 0) {
+    bool existed = false;
+    rc = dlock_permit_sem_delete(sem, &existed);
+    answer(rc, existed ? "deleted" : "absent");
   } else if (strcmp(verb, "psem-avail") == 0) {
     int64_t v = 0;
     rc = dlock_permit_sem_available(sem, &v);
@@ -247,7 +254,9 @@ int main(int argc, char **argv) {
     }
     dlock_lock_kind_t kind = DLOCK_REENTRANT;
     bool is_lock = true, release = false;
-    if (strcmp(verb, "read") == 0 || strcmp(verb, "unread") == 0)
+    if (strcmp(verb, "lock") == 0 || strcmp(verb, "unlock") == 0)
+      kind = DLOCK_REENTRANT;
+    else if (strcmp(verb, "read") == 0 || strcmp(verb, "unread") == 0)
       kind = DLOCK_READ;
     else if (strcmp(verb, "write") == 0 || strcmp(verb, "unwrite") == 0)
       kind = DLOCK_WRITE;
