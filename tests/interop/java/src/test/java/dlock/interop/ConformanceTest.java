@@ -143,6 +143,47 @@ class ConformanceTest extends Env {
   }
 
   @Test
+  void readWriteLock() throws Exception {
+    String n = "conf-rw";
+    org.redisson.api.RReadWriteLock rw = redissonAt(TWINS[0]).getReadWriteLock(n);
+    org.redisson.api.RReadWriteLock rw2 = redissonAt(TWINS[0]).getReadWriteLock(n);
+    Proc d = start(HELPER, TWINS[1]);
+    Proc d2 = start(HELPER, TWINS[1]);
+    Script k = new Script("RReadWriteLock", n);
+    k.step("read lock", () -> rw.readLock().lock(), () -> ok(d, "read " + n + " 0"));
+    k.step("read lock again (re-enter)", () -> rw.readLock().lock(), () -> ok(d, "read " + n + " 0"));
+    k.step("another client's read lock", () -> assertTrue(rw2.readLock().tryLock()),
+        () -> ok(d2, "read " + n + " 0"));
+    org.redisson.api.RReadWriteLock rw3 = redissonAt(TWINS[0]).getReadWriteLock(n);
+    Proc d3 = start(HELPER, TWINS[1]);
+    k.step("a third client's write tryLock(0) fails", () -> assertFalse(rw3.writeLock().tryLock()),
+        () -> assertTrue(d3.cmd("write " + n + " 0", 15_000).startsWith("err DLOCK_EBUSY")));
+    k.step("the other client's read unlock", () -> rw2.readLock().unlock(), () -> ok(d2, "unread " + n));
+    k.step("read unlock (1 left)", () -> rw.readLock().unlock(), () -> ok(d, "unread " + n));
+    k.step("read unlock (free)", () -> rw.readLock().unlock(), () -> ok(d, "unread " + n));
+    k.step("write lock", () -> rw.writeLock().lock(), () -> ok(d, "write " + n + " 0"));
+    k.step("write unlock (free)", () -> rw.writeLock().unlock(), () -> ok(d, "unwrite " + n));
+    k.check();
+  }
+
+  @Test
+  void fairLock() throws Exception {
+    String n = "conf-fair";
+    RLock l = redissonAt(TWINS[0]).getFairLock(n);
+    RLock other = redissonAt(TWINS[0]).getFairLock(n);
+    Proc d = start(HELPER, TWINS[1]);
+    Proc d2 = start(HELPER, TWINS[1]);
+    Script k = new Script("RFairLock", n);
+    k.step("lock (watchdog lease)", () -> l.lock(), () -> ok(d, "fair " + n + " 0"));
+    k.step("lock again (re-enter)", () -> l.lock(), () -> ok(d, "fair " + n + " 0"));
+    k.step("another client's tryLock(0) fails", () -> assertFalse(other.tryLock()),
+        () -> assertTrue(d2.cmd("fair " + n + " 0", 15_000).startsWith("err DLOCK_EBUSY")));
+    k.step("unlock (count 1 left)", () -> l.unlock(), () -> ok(d, "unfair " + n));
+    k.step("unlock (free)", () -> l.unlock(), () -> ok(d, "unfair " + n));
+    k.check();
+  }
+
+  @Test
   void semaphore() throws Exception {
     String n = "conf-sem";
     org.redisson.api.RSemaphore s = redissonAt(TWINS[0]).getSemaphore(n);
@@ -243,7 +284,8 @@ class ConformanceTest extends Env {
       if (l.startsWith("#")) in = l.contains("Deliberate extensions");
       if (!in) continue;
       Matcher m = row.matcher(l);
-      if (m.find() && (m.group(1).equals(kind) || m.group(1).equals("every kind"))) {
+      if (m.find() && (List.of(m.group(1).split(",\\s*")).contains(kind)
+          || m.group(1).equals("every kind"))) {
         String k = m.group(2).replace("NAME", name);
         out.add(Pattern.compile("^(key|pub) " + Pattern.quote(k) + "( |$)"));
       }
