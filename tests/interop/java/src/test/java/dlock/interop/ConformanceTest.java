@@ -120,6 +120,25 @@ class ConformanceTest extends Env {
         () -> ok(d, "psem-release " + n + " " + dl.id("P2")));
     k.step("release P4", () -> s.release(rs.id("P4")),
         () -> ok(d, "psem-release " + n + " " + dl.id("P4")));
+    k.step("acquire, lease 1 s (P5)", () -> rs.label(s.tryAcquire(0, 1, TimeUnit.SECONDS), "P5"),
+        () -> dl.label(ok(d, "psem-acquire " + n + " 1000"), "P5"));
+    k.step("acquire, lease 2 s (P6)", () -> rs.label(s.tryAcquire(0, 2, TimeUnit.SECONDS), "P6"),
+        () -> dl.label(ok(d, "psem-acquire " + n + " 2000"), "P6"));
+    k.step("P5's and P6's leases run out (nobody acts)",
+        () -> { rs.awaitExpired(n, "P5"); rs.awaitExpired(n, "P6"); },
+        () -> { dl.awaitExpired(n, "P5"); dl.awaitExpired(n, "P6"); });
+    k.step("acquire, lease 60 s, reclaims the earliest expired only (P7)",
+        () -> rs.label(s.tryAcquire(0, 60, TimeUnit.SECONDS), "P7"),
+        () -> dl.label(ok(d, "psem-acquire " + n + " 60000"), "P7"));
+    k.step("release P7 (reclaims nothing else)", () -> s.release(rs.id("P7")),
+        () -> ok(d, "psem-release " + n + " " + dl.id("P7")));
+    k.step("a TTL of 100 s on the count (PEXPIRE by hand)",
+        () -> rs.cmd.call("PEXPIRE", n, "100000"), () -> dl.cmd.call("PEXPIRE", n, "100000"));
+    k.step("acquire, lease 60 s (P8): the ZSET gets the count's TTL",
+        () -> rs.label(s.tryAcquire(0, 60, TimeUnit.SECONDS), "P8"),
+        () -> dl.label(ok(d, "psem-acquire " + n + " 60000"), "P8"));
+    k.step("release P8", () -> s.release(rs.id("P8")),
+        () -> ok(d, "psem-release " + n + " " + dl.id("P8")));
     k.step("delete", () -> assertTrue(s.delete()),
         () -> assertEquals("deleted", ok(d, "psem-delete " + n)));
     k.check();

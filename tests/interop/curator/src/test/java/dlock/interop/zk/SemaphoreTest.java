@@ -83,4 +83,33 @@ class SemaphoreTest extends Env {
       pool.shutdownNow();
     }
   }
+
+  @Test
+  void curatorWaiterQueuedBehindDlock() throws Exception {
+    Proc d = dlockHold(name, "-N", "1");
+    d.awaitHeld(BOUND_MS);
+    InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(curator(), BASE + name, 1);
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try {
+      Future<Lease> waiter = pool.submit(() -> s.acquire(60, TimeUnit.SECONDS));
+      CuratorFramework look = curator();
+      String leases = BASE + name + "/leases";
+      long end = System.nanoTime() + BOUND_MS * 1_000_000L;
+      while (look.getChildren().forPath(leases).size() < 2 && System.nanoTime() < end)
+        Thread.sleep(10);
+      assertEquals(2, look.getChildren().forPath(leases).size(), "Curator's waiter made its lease node");
+      String st = dlockOut("-N", "1", "--status", name);
+      assertTrue(st.contains("permits: 0 free, 1 in use, 1 waiting"), st);
+      assertEquals(1, dlockRun("-N", "1", "-n", name, "true"), "dlock -N 1 -n while dlock holds");
+      d.closeStdin(); // dlock's release hands the permit to Curator's waiter
+      assertEquals(0, d.waitExit(BOUND_MS));
+      Lease got = waiter.get(BOUND_MS, TimeUnit.MILLISECONDS);
+      assertNotNull(got, "Curator's waiter got the permit dlock released");
+      st = dlockOut("-N", "1", "--status", name);
+      assertTrue(st.contains("permits: 0 free, 1 in use") && !st.contains("waiting"), st);
+      s.returnLease(got);
+    } finally {
+      pool.shutdownNow();
+    }
+  }
 }
