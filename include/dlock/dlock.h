@@ -682,7 +682,11 @@ DLOCK_EXTERN int dlock_semaphore_delete(dlock_semaphore_t *sem, bool *existed);
  * released, so only a crashed (or cut off) holder's permit expires. */
 typedef struct dlock_permit_sem dlock_permit_sem_t;
 
-/* A permit id: 32 lowercase hex digits (16 random bytes) and a NUL. */
+/* A permit id: 32 lowercase hex digits (16 random bytes) and a NUL, the
+ * text Redisson's RPermitExpirableSemaphore gives and takes for a permit
+ * (on Redis both store the 16 bytes themselves, docs/LAYOUT.md), so an id
+ * passes between a C and a Java process as this text: either side may
+ * release the other's permit by it. */
 #define DLOCK_PERMIT_ID_LEN 32
 
 DLOCK_EXTERN int dlock_permit_sem_new(dlock_client_t *client, const char *name,
@@ -726,6 +730,10 @@ typedef struct dlock_sem_state {
   size_t npermits;   /* permits listed below (at most 100 of those in use) */
   dlock_permit_t *permits;
   int64_t in_use; /* permits in use in all (exact; >= npermits) */
+  /* Waiters the server shows, not counted in in_use: on ZooKeeper the lease
+   * nodes beyond the permits (a Curator InterProcessSemaphoreV2 waiter keeps
+   * its node while it waits); 0 on Redis, whose waiters leave no key. */
+  int64_t waiting;
 } dlock_sem_state_t;
 
 DLOCK_EXTERN int dlock_permit_sem_state(dlock_permit_sem_t *sem,

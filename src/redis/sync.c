@@ -6,7 +6,10 @@
  *                     redisson_sc:{name}, payload the new count;
  *   permit semaphore  the same, plus ZSET {name}:timeout: permit id ->
  *                     expiry in ms on the server's clock (the renewer's
- *                     permit_renew.lua extends it with ZADD XX);
+ *                     permit_renew.lua extends it with ZADD XX). Ids cross
+ *                     this file as 32 hex digits; the scripts store the 16
+ *                     bytes they spell (Redisson's member) and list members
+ *                     as hex again (include/permit_id.lua);
  *   latch             string `name` = count; channel
  *                     redisson_countdownlatch__channel__{name}, payload "0"
  *                     (reached zero) or "1" (a new count).

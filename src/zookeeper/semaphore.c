@@ -26,6 +26,14 @@
  * (whoever holds had fewer than count nodes before it when it looked, and
  * nodes only come later or go).
  *
+ * Holders and waiters (the state, so --status and the command's size
+ * check): Curator 5.9.0's internalAcquire1Lease keeps its node and waits
+ * while the leases number more than maxLeases, holding P/locks, so every
+ * other Curator node is older than a waiter's; dlock keeps a node only
+ * when fewer than the count sort before it. So the first `count` nodes in
+ * sequence order hold permits and any beyond them wait (in_use counts the
+ * first, waiting the rest).
+ *
  * The counting semaphore without owners (dlock_semaphore_*) has no
  * ZooKeeper recipe: sem_acquire and sem_release are DLOCK_ENOTSUP (the kind
  * is not declared, so the core refuses its handles first).
@@ -466,21 +474,27 @@ int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
   if (rc)
     return rc;
   int64_t count;
-  int version;
-  if ((rc = read_count(z, p, NULL, &count, &version)) < 0)
-    return rc;
+  int version, has;
+  if ((has = read_count(z, p, NULL, &count, &version)) < 0)
+    return has;
   zk_result r;
   if ((rc = list_leases(z, leases, NULL, &r)))
     return rc;
+  /* Curator's rule: the first `count` nodes in sequence order hold, the
+   * rest wait (without a count, nothing tells them apart: all hold) */
+  int64_t holders = r.nchildren;
+  if (has > 0 && holders > count)
+    holders = count > 0 ? count : 0;
   dlock_sem_state_t *st = dlock__calloc(1, sizeof *st);
-  size_t n = r.nchildren < 100 ? (size_t)r.nchildren : 100;
+  size_t n = holders < 100 ? (size_t)holders : 100;
   if (!st || !(st->name = dlock__strdup(name)) ||
       (n && !(st->permits = dlock__calloc(n, sizeof *st->permits)))) {
     dlock__zk_result_clear(&r);
     dlock_sem_state_free(st);
     return DLOCK_ENOMEM;
   }
-  st->in_use = r.nchildren;
+  st->in_use = holders;
+  st->waiting = r.nchildren - holders;
   st->available = count - r.nchildren > 0 ? count - r.nchildren : 0;
   for (size_t i = 0; i < n; i++) {
     if (!(st->permits[i].id = node_id(r.children[i]))) {

@@ -91,6 +91,16 @@ static bool is_permit_id(const char *id) {
   return true;
 }
 
+/* A permit id's 16 raw bytes, the member Redisson 3.52 stores (its
+ * ByteBufUtil.decodeHexDump of the 32 hex digits). */
+static void raw_id(const char *hex, char out[16]) {
+  for (int i = 0; i < 16; i++) {
+    unsigned v = 0;
+    sscanf(hex + 2 * i, "%2x", &v);
+    out[i] = (char)v;
+  }
+}
+
 /* ----------------------------------------------- bound across processes */
 
 typedef struct shared {
@@ -643,7 +653,9 @@ static void t_psem_state(void) {
   int64_t now = strtoll(t->element[0]->str, NULL, 10) * 1000 +
                 strtoll(t->element[1]->str, NULL, 10) / 1000;
   freeReplyObject(t);
-  char *score = th_redis_str(s, "ZSCORE {pstate}:timeout %s", a);
+  char raw[16];
+  raw_id(a, raw);
+  char *score = th_redis_str(s, "ZSCORE {pstate}:timeout %b", raw, sizeof raw);
   CHECK(score);
   int64_t left = strtoll(score, NULL, 10) - now;
   free(score);
@@ -676,7 +688,8 @@ static const char RS_SEM_RELEASE[] =
     "local v = redis.call('incrby', KEYS[1], ARGV[1]); "
     "redis.call(ARGV[2], KEYS[2], v); return v;";
 /* RPermitExpirableSemaphore, from REDIS-LAYOUT.md: reclaim expired ids,
- * take a permit, ZADD id expiry; release = ZREM id, INCRBY, publish. */
+ * take a permit, ZADD id expiry; release = ZREM id, INCRBY, publish. The
+ * id is sent as Redisson 3.52 sends it: 16 raw bytes (rs_psem_*). */
 static const char RS_PSEM_ACQUIRE[] =
     "local t = redis.call('time'); "
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000); "
@@ -720,9 +733,11 @@ static int64_t rs_psem_acquire(th_server_t *s, const char *name, const char *id,
   char ch[256], tk[256];
   sem_channel(name, ch, sizeof ch);
   snprintf(tk, sizeof tk, "{%s}:timeout", name);
-  return rs_eval_int(th_redis_cmd(s, "EVAL %s 3 %s %s %s %s %lld PUBLISH",
-                                  RS_PSEM_ACQUIRE, name, tk, ch, id,
-                                  (long long)lease));
+  char raw[16];
+  raw_id(id, raw);
+  return rs_eval_int(th_redis_cmd(s, "EVAL %s 3 %s %s %s %b %lld PUBLISH",
+                                  RS_PSEM_ACQUIRE, name, tk, ch, raw,
+                                  sizeof raw, (long long)lease));
 }
 
 static int64_t rs_psem_release(th_server_t *s, const char *name,
@@ -730,8 +745,11 @@ static int64_t rs_psem_release(th_server_t *s, const char *name,
   char ch[256], tk[256];
   sem_channel(name, ch, sizeof ch);
   snprintf(tk, sizeof tk, "{%s}:timeout", name);
-  return rs_eval_int(th_redis_cmd(s, "EVAL %s 3 %s %s %s %s PUBLISH",
-                                  RS_PSEM_RELEASE, name, tk, ch, id));
+  char raw[16];
+  raw_id(id, raw);
+  return rs_eval_int(th_redis_cmd(s, "EVAL %s 3 %s %s %s %b PUBLISH",
+                                  RS_PSEM_RELEASE, name, tk, ch, raw,
+                                  sizeof raw));
 }
 
 static void t_sem_redisson(void) {
@@ -793,7 +811,9 @@ static void t_psem_redisson(void) {
   pthread_join(w.th, NULL);
   CHECK(is_permit_id(w.id));
   /* dlock's permit is in Redisson's ZSET; Redisson must wait for it */
-  CHECK(th_redis_int(s, "ZRANK {prs}:timeout %s", w.id) == 0);
+  char raw[16];
+  raw_id(w.id, raw);
+  CHECK(th_redis_int(s, "ZRANK {prs}:timeout %b", raw, sizeof raw) == 0);
   CHECK_INT(rs_psem_acquire(s, "prs", rsid, 30000), ==, 0);
   CHECK_OK(dlock_permit_sem_release(p, w.id));
   CHECK_INT(rs_psem_acquire(s, "prs", rsid, 30000), ==, 1);
@@ -803,6 +823,32 @@ static void t_psem_redisson(void) {
   CHECK_OK(dlock_permit_sem_acquire(p, 0, 10000, id));
   CHECK_INT(rs_psem_release(s, "prs", id), ==, 1);
   int64_t n = -1;
+  CHECK_OK(dlock_permit_sem_available(p, &n));
+  CHECK_INT(n, ==, 1);
+  /* Redisson's permit without a lease (score 922337203685477) is listed
+   * with no expiry (-1), not as a lease of millennia */
+  raw_id(rsid, raw);
+  CHECK_INT(th_redis_int(s, "DECR prs"), ==, 0);
+  CHECK_INT(
+      th_redis_int(s, "ZADD {prs}:timeout 922337203685477 %b", raw, sizeof raw),
+      ==, 1);
+  CHECK_OK(dlock_permit_sem_state(p, &st));
+  CHECK_INT(st->npermits, ==, 1);
+  CHECK_STR(st->permits[0].id, rsid);
+  CHECK_INT(st->permits[0].expires_in_ms, ==, -1);
+  dlock_sem_state_free(st);
+  CHECK_OK(dlock_permit_sem_release(p, rsid));
+  /* a permit written by an earlier dlock (the member is the 32 hex digits
+   * themselves) is listed and released by its id all the same */
+  CHECK_INT(th_redis_int(s, "DECR prs"), ==, 0);
+  CHECK_INT(th_redis_int(s, "ZADD {prs}:timeout 99999999999999 %s", rsid), ==,
+            1);
+  CHECK_OK(dlock_permit_sem_state(p, &st));
+  CHECK_INT(st->npermits, ==, 1);
+  CHECK_STR(st->permits[0].id, rsid);
+  dlock_sem_state_free(st);
+  CHECK_OK(dlock_permit_sem_release(p, rsid));
+  CHECK_INT(th_redis_int(s, "ZCARD {prs}:timeout"), ==, 0);
   CHECK_OK(dlock_permit_sem_available(p, &n));
   CHECK_INT(n, ==, 1);
   dlock_permit_sem_free(p);

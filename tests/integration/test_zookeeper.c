@@ -946,6 +946,85 @@ static void t_permit_semaphore(void) {
   th_zk_stop(z);
 }
 
+/* A queued Curator waiter is not a holder. Curator 5.9.0's
+ * InterProcessSemaphoreV2 (internalAcquire1Lease) makes its lease node and
+ * keeps it while the leases number more than maxLeases, so with one holder
+ * and one waiter on a 1-permit semaphore there are two lease nodes, the
+ * waiter's the newer. Made here as Curator makes them (protected,
+ * EPHEMERAL_SEQUENTIAL under P/leases): the state counts 1 in use and 1
+ * waiting, the command sees a semaphore of 1 permit (busy, not a size
+ * mismatch), and the waiter becomes the holder when the holder goes. */
+static void t_curator_waiter_not_holder(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  dlock_client_t *c = zk_client(z);
+  dlock_permit_sem_t *s = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "sem-race", &s));
+  bool set = false;
+  CHECK_OK(dlock_permit_sem_try_set_permits(s, 1, &set));
+  CHECK(set);
+  zhandle_t *zh = raw_connect(z);
+  const char *leases = "/dlock/locks/sem-race/leases";
+  CHECK_INT(zoo_create(zh, leases, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                       ZOO_CONTAINER, NULL, 0),
+            ==, ZOK);
+  const char *uuids[2] = {"11111111-2222-3333-4444-555555555555",
+                          "66666666-7777-8888-9999-aaaaaaaaaaaa"};
+  char made[2][512];
+  for (int i = 0; i < 2; i++) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/_c_%s-lease-", leases, uuids[i]);
+    CHECK_INT(zoo_create(zh, path, "127.0.0.1", 9, &ZOO_OPEN_ACL_UNSAFE,
+                         ZOO_EPHEMERAL_SEQUENTIAL, made[i], sizeof made[i]),
+              ==, ZOK);
+  }
+  dlock_sem_state_t *st = NULL;
+  CHECK_OK(dlock_permit_sem_state(s, &st));
+  CHECK_INT(st->in_use, ==, 1);
+  CHECK_INT(st->waiting, ==, 1);
+  CHECK_INT(st->available, ==, 0);
+  CHECK_INT(st->npermits, ==, 1);
+  CHECK_STR(st->permits[0].id, "11111111222233334444555555555555");
+  dlock_sem_state_free(st);
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_RC(dlock_permit_sem_acquire(s, 0, DLOCK_LEASE_WATCHDOG, id),
+           DLOCK_EBUSY);
+
+  char cli[600], cmd[1500], out[4096];
+  cli_path(cli, sizeof cli);
+  CHECKF(access(cli, X_OK) == 0, "no dlock command at %s", cli);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' -N 1 -n sem-race echo ran 2>&1", cli,
+           th_zk_url(z));
+  CHECKF(run_sh(cmd, out, sizeof out) == 1, "-N 1 -n: %s", out);
+  CHECKF(!strstr(out, "ran") && !strstr(out, "is a semaphore of"), "%s", out);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' -N 1 -w 2 sem-race echo ran 2>&1", cli,
+           th_zk_url(z));
+  CHECKF(run_sh(cmd, out, sizeof out) == 1, "-N 1 -w 2: %s", out);
+  CHECKF(!strstr(out, "ran") && !strstr(out, "is a semaphore of"), "%s", out);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' -N 1 --status sem-race 2>&1", cli,
+           th_zk_url(z));
+  CHECKF(run_sh(cmd, out, sizeof out) == 0, "--status: %s", out);
+  CHECKF(strstr(out, "permits: 0 free, 1 in use, 1 waiting") &&
+             strstr(out, "permit 11111111222233334444555555555555") &&
+             !strstr(out, "66666666"),
+         "%s", out);
+  /* the holder goes: the waiter holds (Curator's waiter, woken by the
+   * children watch, would now return its lease) */
+  CHECK_INT(zoo_delete(zh, made[0], -1), ==, ZOK);
+  CHECK_OK(dlock_permit_sem_state(s, &st));
+  CHECK_INT(st->in_use, ==, 1);
+  CHECK_INT(st->waiting, ==, 0);
+  CHECK_STR(st->permits[0].id, "66666666777788889999aaaaaaaaaaaa");
+  dlock_sem_state_free(st);
+  CHECK_INT(zoo_delete(zh, made[1], -1), ==, ZOK);
+  CHECK_OK(dlock_permit_sem_acquire(s, 0, DLOCK_LEASE_WATCHDOG, id));
+  CHECK_OK(dlock_permit_sem_release(s, id));
+  zookeeper_close(zh);
+  dlock_permit_sem_free(s);
+  dlock_client_free(c);
+  th_zk_stop(z);
+}
+
 /* A create whose answer is lost (the fault proxy drops the server's
  * replies; the session survives): the node was made, unknown to the
  * client, and holds the lock. The client's next attempt finds it by its
@@ -1339,6 +1418,7 @@ static const check_case_t cases[] = {
     {"suspended_then_lost", t_suspended_then_lost},
     {"cli", t_cli},
     {"permit_semaphore", t_permit_semaphore},
+    {"curator_waiter_not_holder", t_curator_waiter_not_holder},
     {"protected_create", t_protected_create},
     {"quiet_and_unsupported", t_quiet_and_unsupported},
     {"multilock_opposite_orders", t_multilock_opposite_orders},

@@ -3,7 +3,7 @@
  * (tests/interop/java). It shows the library's behaviour where the dlock
  * command's naming gets in the way (`dlock -s NAME` is the read side of
  * NAME:dlock-rw, see docs/LAYOUT.md) or where the command has no verb
- * (latches, the plain semaphore).
+ * (latches, the plain semaphore, permit ids).
  *
  *   dlock_interop URL
  *
@@ -11,10 +11,12 @@
  * the main thread (so every lock has the owner <client-id>:<thread-id> of
  * that thread):
  *
+ *   lock NAME WAIT_MS        acquire the reentrant lock NAME (DLOCK_REENTRANT)
  *   read NAME WAIT_MS        acquire the read side of NAME (DLOCK_READ)
  *   write NAME WAIT_MS       acquire the write side of NAME (DLOCK_WRITE)
  *   fair NAME WAIT_MS        acquire the fair lock NAME (DLOCK_FAIR)
- *   unread NAME | unwrite NAME | unfair NAME   release one hold
+ *   unlock NAME | unread NAME | unwrite NAME | unfair NAME   release one
+ *                            hold
  *   latch-set NAME N         try_set_count
  *   latch-down NAME          count_down
  *   latch-await NAME WAIT_MS await
@@ -23,6 +25,13 @@
  *   sem-acquire NAME WAIT_MS semaphore: take one permit
  *   sem-release NAME         semaphore: give one permit back
  *   sem-avail NAME           semaphore: permits available
+ *   psem-set NAME N          permit semaphore: try_set_permits
+ *   psem-acquire NAME LEASE_MS  permit semaphore: take one permit now (no
+ *                            wait) with that lease; answers "ok ID"
+ *   psem-release NAME ID     permit semaphore: give back the permit ID
+ *                            (32 hex digits; any client's, Redisson's too)
+ *   psem-avail NAME          permit semaphore: permits available
+ *   psem-delete NAME         permit semaphore: delete it
  *   multi N1,N2,... WAIT_MS  acquire the reentrant locks N1, N2... as one
  *                            multilock (dlock_multilock_*, all or nothing)
  *   unmulti N1,N2,...        release that multilock
@@ -179,6 +188,44 @@ static void semaphore_verb(dlock_client_t *c, const char *verb,
   dlock_semaphore_free(sem);
 }
 
+/* The permit semaphore (RPermitExpirableSemaphore): ids pass as text. */
+static void permit_verb(dlock_client_t *c, const char *verb, const char *name,
+                        const char *line) {
+  dlock_permit_sem_t *sem = NULL;
+  int rc = dlock_permit_sem_new(c, name, &sem);
+  if (rc != 0) {
+    answer(rc, NULL);
+    return;
+  }
+  char arg[128] = "";
+  sscanf(line, "%*s %*s %127s", arg);
+  char buf[64];
+  if (strcmp(verb, "psem-set") == 0) {
+    bool set = false;
+    rc = dlock_permit_sem_try_set_permits(sem, atoll(arg), &set);
+    answer(rc, set ? "set" : "unchanged");
+  } else if (strcmp(verb, "psem-acquire") == 0) {
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    rc = dlock_permit_sem_acquire(sem, 0, atoll(arg), id);
+    answer(rc, rc == 0 ? id : NULL);
+  } else if (strcmp(verb, "psem-release") == 0) {
+    answer(dlock_permit_sem_release(sem, arg), NULL);
+  } else if (strcmp(verb, "psem-delete") == 0) {
+    bool existed = false;
+    rc = dlock_permit_sem_delete(sem, &existed);
+    answer(rc, existed ? "deleted" : "absent");
+  } else if (strcmp(verb, "psem-avail") == 0) {
+    int64_t v = 0;
+    rc = dlock_permit_sem_available(sem, &v);
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    answer(rc, buf);
+  } else {
+    printf("err usage %s", line);
+    fflush(stdout);
+  }
+  dlock_permit_sem_free(sem);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: dlock_interop URL\n");
@@ -207,7 +254,9 @@ int main(int argc, char **argv) {
     }
     dlock_lock_kind_t kind = DLOCK_REENTRANT;
     bool is_lock = true, release = false;
-    if (strcmp(verb, "read") == 0 || strcmp(verb, "unread") == 0)
+    if (strcmp(verb, "lock") == 0 || strcmp(verb, "unlock") == 0)
+      kind = DLOCK_REENTRANT;
+    else if (strcmp(verb, "read") == 0 || strcmp(verb, "unread") == 0)
       kind = DLOCK_READ;
     else if (strcmp(verb, "write") == 0 || strcmp(verb, "unwrite") == 0)
       kind = DLOCK_WRITE;
@@ -240,6 +289,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(verb, "hammer") == 0) {
       hammer(c, name, n);
+      continue;
+    }
+    if (strncmp(verb, "psem-", 5) == 0) {
+      permit_verb(c, verb, name, line);
       continue;
     }
     if (strncmp(verb, "sem-", 4) == 0) {

@@ -52,16 +52,21 @@ rc=0
 # (dlock.urls). Each with-redis.sh stops its own server by PID. Around them,
 # th_with_topologies runs a Sentinel-managed master and a 3-master Redis
 # Cluster for TopologyTest (DLOCK_SENTINEL_*, DLOCK_CLUSTER_*), stopped by
-# PID too.
+# PID too. Two more, the twins, are ConformanceTest's alone: the same
+# scripted sequence runs on one driven by Redisson and on the other driven
+# by dlock, and their states are compared (dlock.twins).
 with_redis="$root/tests/harness/with-redis.sh"
 "$topologies" -- \
   "$with_redis" -- sh -c 'DLOCK_URL_A=$DLOCK_URL exec "$0" "$@"' \
   "$with_redis" -- sh -c 'DLOCK_URL_B=$DLOCK_URL exec "$0" "$@"' \
+  "$with_redis" -- sh -c 'DLOCK_TWIN_A=$DLOCK_URL exec "$0" "$@"' \
+  "$with_redis" -- sh -c 'DLOCK_TWIN_B=$DLOCK_URL exec "$0" "$@"' \
   "$with_redis" -- sh -c '
   bin=$1 helper=$2
   shift 2
   exec mvn -q -B -Dstyle.color=never "$@" test -Ddlock.url="$DLOCK_URL_A" \
     -Ddlock.urls="$DLOCK_URL_A,$DLOCK_URL_B,$DLOCK_URL" \
+    -Ddlock.twins="$DLOCK_TWIN_A,$DLOCK_TWIN_B" \
     -Ddlock.bin="$bin" -Ddlock.helper="$helper"
 ' run.sh "$dlock_bin" "$helper" "$@" || rc=$?
 

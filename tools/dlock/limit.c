@@ -93,14 +93,19 @@ static void print_plain(const struct cli_ctx *c, const dlock_sem_state_t *st) {
   cli_printable(c->o->name, DLOCK_NAME_MAX, buf, cap);
   printf("lock:    %s\n", buf);
   printf("kind:    %s\n", st->in_use > 0 ? "semaphore" : "free");
-  printf("permits: %lld free, %lld in use\n", (long long)st->available,
-         (long long)st->in_use);
+  if (st->waiting > 0)
+    printf("permits: %lld free, %lld in use, %lld waiting\n",
+           (long long)st->available, (long long)st->in_use,
+           (long long)st->waiting);
+  else
+    printf("permits: %lld free, %lld in use\n", (long long)st->available,
+           (long long)st->in_use);
   for (i = 0; i < st->npermits; i++) {
     if (st->permits[i].expires_in_ms >= 0)
       printf("holder:  permit %s (%lld ms of lease left)\n", st->permits[i].id,
              (long long)st->permits[i].expires_in_ms);
     else
-      printf("holder:  permit %s (no expiry)\n", st->permits[i].id);
+      printf("holder:  permit %s (no lease)\n", st->permits[i].id);
   }
   free(buf);
 }
@@ -112,9 +117,10 @@ static void print_json(const struct cli_ctx *c, const dlock_sem_state_t *st) {
   fputs(",\"key\":", stdout);
   cli_json_string(stdout, c->o->name);
   printf(",\"view\":\"limit\",\"kind\":\"%s\",\"held\":%s,\"available\":%lld,"
-         "\"permits\":[",
+         "\"in_use\":%lld,\"waiting\":%lld,\"permits\":[",
          st->in_use > 0 ? "semaphore" : "free",
-         st->in_use > 0 ? "true" : "false", (long long)st->available);
+         st->in_use > 0 ? "true" : "false", (long long)st->available,
+         (long long)st->in_use, (long long)st->waiting);
   for (i = 0; i < st->npermits; i++) {
     fputs(i ? ",{\"id\":" : "{\"id\":", stdout);
     cli_json_string(stdout, st->permits[i].id);

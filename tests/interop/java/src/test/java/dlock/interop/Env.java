@@ -220,8 +220,14 @@ abstract class Env {
     private final Socket s;
     private final OutputStream out;
     private final InputStream in;
+    /** Bulk strings as bytes: UTF-8 (the default) or one char per byte (binary: ISO-8859-1). */
+    private final java.nio.charset.Charset cs;
 
-    Resp(String url) throws IOException {
+    Resp(String url) throws IOException { this(url, false); }
+
+    /** binary: replies and arguments one char per byte, so raw members survive. */
+    Resp(String url, boolean binary) throws IOException {
+      cs = binary ? StandardCharsets.ISO_8859_1 : StandardCharsets.UTF_8;
       URI u = URI.create(url);
       s = new Socket(u.getHost(), u.getPort());
       s.setSoTimeout(5000);
@@ -232,10 +238,10 @@ abstract class Env {
     synchronized Object call(String... args) throws IOException {
       StringBuilder b = new StringBuilder("*" + args.length + "\r\n");
       for (String a : args) {
-        byte[] x = a.getBytes(StandardCharsets.UTF_8);
+        byte[] x = a.getBytes(cs);
         b.append('$').append(x.length).append("\r\n").append(a).append("\r\n");
       }
-      out.write(b.toString().getBytes(StandardCharsets.UTF_8));
+      out.write(b.toString().getBytes(cs));
       out.flush();
       return read();
     }
@@ -265,7 +271,7 @@ abstract class Env {
           int n = Integer.parseInt(r);
           if (n < 0) return null;
           byte[] x = in.readNBytes(n + 2);
-          return new String(x, 0, n, StandardCharsets.UTF_8);
+          return new String(x, 0, n, cs);
         }
         case '*': {
           int n = Integer.parseInt(r);

@@ -105,6 +105,17 @@ abstract class Env {
     return p.waitExit(BOUND_MS);
   }
 
+  /** Runs `dlock ARGS...` to its end (bounded); its standard output. */
+  String dlockOut(String... args) throws Exception {
+    String[] a = new String[args.length + 1];
+    a[0] = DLOCK;
+    System.arraycopy(args, 0, a, 1, args.length);
+    Proc p = start(a);
+    p.closeStdin();
+    p.waitExit(BOUND_MS);
+    return String.join("\n", p.drain());
+  }
+
   /** The C helper (dlock_interop), a line in, a line out. */
   Proc helper() throws IOException { return start(HELPER, URL); }
 
@@ -159,6 +170,14 @@ abstract class Env {
       String t = l.substring(4).trim();
       return t.isEmpty() ? -1 : Long.parseLong(t);
     }
+
+    List<String> drain() {
+      List<String> out = new ArrayList<>();
+      lines.drainTo(out);
+      return out;
+    }
+
+    boolean alive() { return p.isAlive(); }
 
     void closeStdin() throws IOException { in.close(); }
 

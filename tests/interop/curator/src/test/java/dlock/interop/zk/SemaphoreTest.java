@@ -4,6 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -14,6 +19,8 @@ import org.junit.jupiter.api.Test;
  * Curator's InterProcessSemaphoreV2 (maxLeases 2) on /dlock/locks/NAME
  * against `dlock -N 2 NAME`: leases of either count against the other,
  * and a dlock holder waiting for a permit is woken by Curator's return.
+ * A queued Curator waiter (its lease node kept while it waits) is a
+ * waiter for dlock too, not a holder.
  */
 class SemaphoreTest extends Env {
   @Test
@@ -34,5 +41,75 @@ class SemaphoreTest extends Env {
     d.closeStdin();
     assertEquals(0, w.waitExit(BOUND_MS));
     assertEquals(0, d.waitExit(BOUND_MS));
+  }
+
+  @Test
+  void queuedCuratorWaiterIsNoHolder() throws Exception {
+    assertEquals(0, dlockRun("-N", "1", "-n", name, "true"), "dlock made the 1-permit semaphore");
+    InterProcessSemaphoreV2 s1 = new InterProcessSemaphoreV2(curator(), BASE + name, 1);
+    InterProcessSemaphoreV2 s2 = new InterProcessSemaphoreV2(curator(), BASE + name, 1);
+    Lease held = s1.acquire(5, TimeUnit.SECONDS);
+    assertNotNull(held);
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try {
+      Future<Lease> waiter = pool.submit(() -> s2.acquire(60, TimeUnit.SECONDS));
+      CuratorFramework look = curator();
+      String leases = BASE + name + "/leases";
+      long end = System.nanoTime() + BOUND_MS * 1_000_000L;
+      while (look.getChildren().forPath(leases).size() < 2 && System.nanoTime() < end)
+        Thread.sleep(10);
+      assertEquals(2, look.getChildren().forPath(leases).size(), "Curator's waiter made its lease node");
+
+      // one holder, one waiter: busy for dlock (1), not a 2-permit semaphore (64)
+      assertEquals(1, dlockRun("-N", "1", "-n", name, "true"), "dlock -N 1 -n");
+      assertEquals(1, dlockRun("-N", "1", "-w", "2", name, "true"), "dlock -N 1 -w 2");
+      String st = dlockOut("-N", "1", "--status", name);
+      assertTrue(st.contains("permits: 0 free, 1 in use, 1 waiting"), st);
+
+      // a dlock waiter queued behind Curator's: Curator's gets the permit
+      // first (its node is there), dlock's when Curator's returns it
+      Proc w = dlockHold(name, "-N", "1", "-w", "60");
+      s1.returnLease(held);
+      Lease second = waiter.get(BOUND_MS, TimeUnit.MILLISECONDS);
+      assertNotNull(second, "Curator's waiter got the permit");
+      st = dlockOut("-N", "1", "--status", name);
+      assertTrue(st.contains("permits: 0 free, 1 in use") && !st.contains("waiting"), st);
+      assertTrue(w.alive(), "dlock's waiter still waits");
+      s2.returnLease(second);
+      w.awaitHeld(BOUND_MS);
+      w.closeStdin();
+      assertEquals(0, w.waitExit(BOUND_MS));
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  @Test
+  void curatorWaiterQueuedBehindDlock() throws Exception {
+    Proc d = dlockHold(name, "-N", "1");
+    d.awaitHeld(BOUND_MS);
+    InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(curator(), BASE + name, 1);
+    ExecutorService pool = Executors.newSingleThreadExecutor();
+    try {
+      Future<Lease> waiter = pool.submit(() -> s.acquire(60, TimeUnit.SECONDS));
+      CuratorFramework look = curator();
+      String leases = BASE + name + "/leases";
+      long end = System.nanoTime() + BOUND_MS * 1_000_000L;
+      while (look.getChildren().forPath(leases).size() < 2 && System.nanoTime() < end)
+        Thread.sleep(10);
+      assertEquals(2, look.getChildren().forPath(leases).size(), "Curator's waiter made its lease node");
+      String st = dlockOut("-N", "1", "--status", name);
+      assertTrue(st.contains("permits: 0 free, 1 in use, 1 waiting"), st);
+      assertEquals(1, dlockRun("-N", "1", "-n", name, "true"), "dlock -N 1 -n while dlock holds");
+      d.closeStdin(); // dlock's release hands the permit to Curator's waiter
+      assertEquals(0, d.waitExit(BOUND_MS));
+      Lease got = waiter.get(BOUND_MS, TimeUnit.MILLISECONDS);
+      assertNotNull(got, "Curator's waiter got the permit dlock released");
+      st = dlockOut("-N", "1", "--status", name);
+      assertTrue(st.contains("permits: 0 free, 1 in use") && !st.contains("waiting"), st);
+      s.returnLease(got);
+    } finally {
+      pool.shutdownNow();
+    }
   }
 }
