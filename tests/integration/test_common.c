@@ -301,8 +301,7 @@ static void count_lost(void *ud, const char *name, uint64_t tid,
 }
 
 /* A bounded wait on a held lock gives up with DLOCK_ETIMEDOUT, no sooner
- * than asked: a waiter gives up at its deadline while another client holds the lock.
- * Should the holder's lease or session run out meanwhile (a server or
+ * than asked. Should the holder's lease or session run out meanwhile (a server or
  * client starved of CPU for longer than LEASE_MS: seen once on ZooKeeper
  * under ASan on a machine with a load of 12), the waiter may be granted,
  * but only after the holder was told: the round is then not about
@@ -310,9 +309,9 @@ static void count_lost(void *ud, const char *name, uint64_t tid,
 static void t_wait_times_out(void) {
   start();
   atomic_int lost_a = 0;
-  dlock_client_t *a = client_for(th_backend_url(g_backend), count_lost,
-                                 &lost_a),
-                 *b = client();
+  dlock_client_t *a =
+      client_for(th_backend_url(g_backend), count_lost, &lost_a);
+  dlock_client_t *b = client();
   dlock_lock_t *la = handle(a, "common-timeout", DLOCK_REENTRANT);
   dlock_lock_t *lb = handle(b, "common-timeout", DLOCK_REENTRANT);
   int rc = DLOCK_OK;
