@@ -301,11 +301,11 @@ static void count_lost(void *ud, const char *name, uint64_t tid,
 }
 
 /* A bounded wait on a held lock gives up with DLOCK_ETIMEDOUT, no sooner
- * than asked. Should the holder's lease or session run out meanwhile (a server or
- * client starved of CPU for longer than LEASE_MS: seen once on ZooKeeper
- * under ASan on a machine with a load of 12), the waiter may be granted,
- * but only after the holder was told: the round is then not about
- * waiting, and runs again (at most 3 times). */
+ * than asked. Should the holder's lease or session run out meanwhile (a
+ * server or client starved of CPU for longer than LEASE_MS: seen once on
+ * ZooKeeper under ASan on a machine with a load of 12), the waiter may be
+ * granted, but only after the holder was told: the round is then not
+ * about waiting, and runs again (at most 3 times). */
 static void t_wait_times_out(void) {
   start();
   atomic_int lost_a = 0;
