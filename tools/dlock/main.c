@@ -160,12 +160,14 @@ static const char usage_text[] =
     "  than every earlier grant's of NAME (-v prints it). -s and -F holders\n"
     "  get no DLOCK_TOKEN (an inherited one is removed).\n"
     "\n"
-    "SIGINT, SIGTERM and SIGHUP are forwarded to the command; the lock is\n"
-    "released after it exits.\n"
+    "SIGINT, SIGTERM and SIGHUP are forwarded to the command's process\n"
+    "group; the lock is released after it exits. The command dies with dlock.\n"
     "\n"
     "Exit status: the command's (128+S if killed by signal S); 1 (or -E) when\n"
-    "-n/-w gave up; 64 usage error; 69 backend unreachable, auth refused or\n"
-    "timed out; 70 internal error; 75 lock lost and the command terminated.\n";
+    "-n/-w gave up; 64 usage error or a kind the backend does not offer;\n"
+    "69 backend unreachable, auth refused or timed out; 70 internal error;\n"
+    "75 the lock was lost while the command ran (whatever --on-lost), or the\n"
+    "grant lapsed before the command could start (dlock was stopped).\n";
 
 /* The TLS flags into the library's options; 0, or -1 after a message. */
 static int set_tls_options(struct cli_ctx *c, const struct cli_opts *o) {
