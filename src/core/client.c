@@ -487,8 +487,8 @@ int dlock_client_session_timeout(dlock_client_t *c, int64_t *ms) {
   if (ms == NULL)
     rc =
         dlock__seterr(DLOCK_EINVAL, "dlock_client_session_timeout: ms is NULL");
-  else if (!(rc = dlock__need_op(c, c->ops->session_length != NULL,
-                                 "dlock_client_session_timeout")))
+  else if (*ms = 0, !(rc = dlock__need_op(c, c->ops->session_length != NULL,
+                                          "dlock_client_session_timeout")))
     rc = c->ops->session_length(c->be, ms);
   dlock__call_end(c);
   return rc;

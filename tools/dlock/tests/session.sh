@@ -68,6 +68,15 @@ expect_grep "$backend: -v names the default ($want...)" "$want" \
   "$T/default.err"
 grep -o "acquired .*" "$T/default.err" | sed "s/^/measured: $backend: /"
 
+# ZooKeeper: -v says what the server negotiated, not what was asked (the
+# test server's minSessionTimeout is 400 ms).
+if [ "$backend" = zookeeper ]; then
+  "$DLOCK" -v --session 0.2 "$name" true 2>"$T/neg.err"
+  expect "zookeeper: --session 0.2: 0" 0 $?
+  expect_grep "zookeeper: --session 0.2: -v names the negotiated 0.4 s" \
+    "session timeout 0.400 s (negotiated; asked for 0.200 s)" "$T/neg.err"
+fi
+
 # -l stays a fixed lease (Redis), has no effect on etcd, is refused on
 # ZooKeeper; with --session it is a usage error everywhere.
 "$DLOCK" -l 1 --session 2 "$name" true 2>"$T/l.err"
