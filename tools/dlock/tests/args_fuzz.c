@@ -206,8 +206,7 @@ static void check_parse(int argc, char **argv) {
                   strcmp(a, "--wait") == 0 || strcmp(a, "--timeout") == 0 ||
                   strcmp(a, "--conflict-exit-code") == 0 ||
                   strcmp(a, "--lease") == 0 || strcmp(a, "--watchdog") == 0 ||
-                  strcmp(a, "--session") == 0 ||
-                  strcmp(a, "--on-lost") == 0 ||
+                  strcmp(a, "--session") == 0 || strcmp(a, "--on-lost") == 0 ||
                   strcmp(a, "--kill-after") == 0 ||
                   strcmp(a, "--command") == 0 ||
                   strcmp(a, "--password-file") == 0)) {
