@@ -28,7 +28,11 @@
  * --watchdog, Redisson's word) is the one length that says how long a
  * crashed or silent dlock keeps others out, on every backend: Redis's
  * renewed lease, ZooKeeper's session timeout, etcd's lease TTL; main.c
- * hands it to the library and picks the defaults (CLI_SESSION_*).
+ * hands it to the library and picks the defaults (CLI_SESSION_*). One
+ * option, not one per backend: it means the same thing everywhere (how
+ * long a crashed holder blocks others); not -l, which keeps its meaning of
+ * a fixed lease; not "watchdog" alone, a Redisson mechanism that ZooKeeper
+ * and etcd do not have, where the length is their session's.
  *
  * Messages are one line of printable ASCII: user text is passed through
  * cli_printable() before it is quoted back.
