@@ -380,6 +380,14 @@ DLOCK_EXTERN void dlock_client_free(dlock_client_t *client);
 DLOCK_EXTERN const char *dlock_client_id(const dlock_client_t *client);
 /* One round trip (PING) to the server. */
 DLOCK_EXTERN int dlock_client_ping(dlock_client_t *client);
+/* Backends whose holds live as long as a session (ZooKeeper, etcd): *ms
+ * is the session's length as the service granted it, without a round trip:
+ * ZooKeeper's negotiated session timeout (the server keeps it within
+ * [2, 20] ticks), etcd's granted lease TTL; until the service has granted
+ * one, the length asked for. DLOCK_ENOTSUP on Redis, whose holds have
+ * per-lock leases (dlock_options_set_watchdog_timeout). */
+DLOCK_EXTERN int dlock_client_session_timeout(dlock_client_t *client,
+                                              int64_t *ms);
 /* The calling thread's number, the "<thread-id>" part of an owner: a
  * decimal integer on the server, as Redisson's Java thread id. Assigned on
  * the thread's first call from a process-wide counter (1, 2, ...), the same

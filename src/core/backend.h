@@ -198,6 +198,11 @@ typedef struct dlock__backend_ops {
    * request the service confirmed it with, plus its timeout, less the 5%
    * margin); DLOCK_ELOST when it is known to be gone. No round trip, no
    * error detail. Backs dlock_lock_hold_valid. */
+  /* Optional, with session_until: the session's length as the service
+   * granted it (a ZooKeeper session's negotiated timeout, an etcd lease's
+   * granted TTL), or the length asked for while none is granted yet. No
+   * round trip, no error detail. Backs dlock_client_session_timeout. */
+  int (*session_length)(void *be, int64_t *ms);
   int (*session_until)(void *be, int64_t *until);
 
   /* Waiting (core/wait.h), from caller threads. wait_begin registers

@@ -480,6 +480,20 @@ int dlock_client_ping(dlock_client_t *c) {
   return rc;
 }
 
+int dlock_client_session_timeout(dlock_client_t *c, int64_t *ms) {
+  int rc = dlock__call_begin(c, "dlock_client_session_timeout");
+  if (rc)
+    return rc;
+  if (ms == NULL)
+    rc =
+        dlock__seterr(DLOCK_EINVAL, "dlock_client_session_timeout: ms is NULL");
+  else if (*ms = 0, !(rc = dlock__need_op(c, c->ops->session_length != NULL,
+                                          "dlock_client_session_timeout")))
+    rc = c->ops->session_length(c->be, ms);
+  dlock__call_end(c);
+  return rc;
+}
+
 unsigned dlock_version(void) { return DLOCK_VERSION_HEX; }
 
 const char *dlock_version_string(void) {

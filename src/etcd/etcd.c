@@ -322,6 +322,7 @@ const dlock__backend_ops dlock__etcd_backend = {
     .lock_query = dlock__etcd_lock_query,
     .lock_state = dlock__etcd_lock_state,
     .lock_hold_env = dlock__etcd_lock_hold_env,
+    .session_length = dlock__etcd_session_length,
     .session_until = dlock__etcd_session_until,
     .wait_begin = dlock__etcd_wait_begin,
     .wait_arm = dlock__etcd_wait_arm,

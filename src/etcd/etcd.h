@@ -169,6 +169,8 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                            dlock_lock_state_t **out);
 /* The session lease's vouching deadline (backend.h, session_until). */
 int dlock__etcd_session_until(void *be, int64_t *until);
+/* The lease's granted TTL (backend.h, session_length). */
+int dlock__etcd_session_length(void *be, int64_t *ms);
 int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               char ***out);

@@ -189,6 +189,15 @@ int dlock__etcd_session_until(void *be, int64_t *until) {
   return live ? 0 : DLOCK_ELOST;
 }
 
+/* backend.h, session_length: the TTL the latest grant gave. */
+int dlock__etcd_session_length(void *be, int64_t *ms) {
+  dlock__etcd *e = be;
+  pthread_mutex_lock(&e->mu);
+  *ms = e->lease_ttl_ms > 0 ? e->lease_ttl_ms : e->ttl_s * 1000;
+  pthread_mutex_unlock(&e->mu);
+  return 0;
+}
+
 /* --------------------------------------------------------------- buffers */
 
 static bool append(char **buf, size_t *n, const char *data, size_t len) {

@@ -596,6 +596,15 @@ static int zk_session_until(void *be, int64_t *until) {
   return gone ? DLOCK_ELOST : 0;
 }
 
+/* backend.h, session_length: what the server negotiated, once it has. */
+static int zk_session_length(void *be, int64_t *ms) {
+  dlock__zk *z = be;
+  pthread_mutex_lock(&z->mu);
+  *ms = z->negotiated > 0 ? z->negotiated : z->session_timeout;
+  pthread_mutex_unlock(&z->mu);
+  return 0;
+}
+
 static const char *const zk_schemes[] = {"zookeeper", "zk", NULL};
 
 #define ALL_LOCK_KINDS                                                         \
@@ -615,6 +624,7 @@ const dlock__backend_ops dlock__zookeeper_backend = {
     .handle_close = NULL,
     .lock_acquire = dlock__zk_lock_acquire,
     .lock_leave = dlock__zk_lock_leave,
+    .session_length = zk_session_length,
     .lock_release = dlock__zk_lock_release,
     .lock_force_release = dlock__zk_lock_force_release,
     .lock_renew = NULL,

@@ -402,6 +402,18 @@ static int t_client_id_null(tctx_t *x) {
 
 THUNK(t_ping_null, dlock_client_ping(NULL))
 THUNK(t_ping, dlock_client_ping(x->c))
+THUNK(t_client_session_null, dlock_client_session_timeout(NULL, NULL))
+static int t_client_session_null_ms(tctx_t *x) {
+  return dlock_client_session_timeout(x->c, NULL);
+}
+/* Redis has no session: DLOCK_ENOTSUP, and *ms is 0, not left as it was */
+static int t_client_session_redis(tctx_t *x) {
+  int64_t ms = 12345;
+  int rc = dlock_client_session_timeout(x->c, &ms);
+  if (ms != 0)
+    return wrong(x, "*ms is %lld, not 0", (long long)ms);
+  return rc;
+}
 
 /* lock handles */
 static int t_lock_new_null_client(tctx_t *x) {
@@ -890,6 +902,12 @@ static void g_null_args(void) {
           NULL),
       ROW("dlock_client_ping", "client NULL", t_ping_null, NULL, 0,
           DLOCK_EINVAL, "client is NULL"),
+      ROW("dlock_client_session_timeout", "client NULL", t_client_session_null,
+          NULL, 0, DLOCK_EINVAL, "client is NULL"),
+      ROW("dlock_client_session_timeout", "ms NULL", t_client_session_null_ms,
+          NULL, 0, DLOCK_EINVAL, "ms is NULL"),
+      ROW("dlock_client_session_timeout", "Redis (no session)",
+          t_client_session_redis, NULL, 0, DLOCK_ENOTSUP, "does not support"),
       ROW("dlock_lock_new", "client NULL", t_lock_new_null_client, NULL, 0,
           DLOCK_EINVAL, "client is NULL"),
       ROW("dlock_lock_new", "name NULL", t_lock_new_null_name, NULL, 0,

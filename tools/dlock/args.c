@@ -24,6 +24,16 @@
  * same options select which lock is shown or broken. What each kind takes
  * on the server is run.c's business (see its design note).
  *
+ * Leases. -l SECS is a fixed lease, never renewed. --session SECS (alias
+ * --watchdog, Redisson's word) is the one length that says how long a
+ * crashed or silent dlock keeps others out, on every backend: Redis's
+ * renewed lease, ZooKeeper's session timeout, etcd's lease TTL; main.c
+ * hands it to the library and picks the defaults (CLI_SESSION_*). One
+ * option, not one per backend: it means the same thing everywhere (how
+ * long a crashed holder blocks others); not -l, which keeps its meaning of
+ * a fixed lease; not "watchdog" alone, a Redisson mechanism that ZooKeeper
+ * and etcd do not have, where the length is their session's.
+ *
  * Messages are one line of printable ASCII: user text is passed through
  * cli_printable() before it is quoted back.
  */
@@ -89,6 +99,7 @@ static const struct optdef optdefs[] = {
     {"timeout", 0, true, O_WAIT},
     {"conflict-exit-code", 'E', true, O_CONFLICT},
     {"lease", 'l', true, O_LEASE},
+    {"session", 0, true, O_WATCHDOG},
     {"watchdog", 0, true, O_WATCHDOG},
     {"on-lost", 0, true, O_ON_LOST},
     {"kill-after", 0, true, O_KILL_AFTER},
@@ -330,7 +341,7 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
                     &o->lease_ms, err, errlen);
   case O_WATCHDOG:
     sn->watchdog = true;
-    return opt_secs(spelled, value, 3, "the watchdog needs at least 0.003 s",
+    return opt_secs(spelled, value, 3, "the session needs at least 0.003 s",
                     &o->watchdog_ms, err, errlen);
   case O_ON_LOST:
     if (strcmp(value, "term") == 0)
@@ -594,8 +605,8 @@ int cli_parse(int argc, char **argv, struct cli_opts *o, char *err,
     return fail(err, errlen, "-n and -w exclude each other");
   if (sn.lease && sn.watchdog)
     return fail(err, errlen,
-                "-l and --watchdog exclude each other (a fixed lease is "
-                "never renewed)");
+                "-l and --session (--watchdog) exclude each other (a fixed "
+                "lease is never renewed)");
   if (o->command != NULL && o->shell_command != NULL)
     return fail(err, errlen,
                 "give either -c 'SHELL COMMAND' or COMMAND [ARG...], not both");

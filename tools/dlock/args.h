@@ -72,7 +72,7 @@ struct cli_opts {
   const char *sentinel_password_file; /* --sentinel-password-file, or NULL */
   int64_t wait_ms;           /* -1 = forever, 0 = -n, else -w */
   int64_t lease_ms;          /* -1 = watchdog lease, else -l */
-  int64_t watchdog_ms;       /* 0 = the library's default */
+  int64_t watchdog_ms;       /* --session (--watchdog), 0 = default */
   int64_t kill_after_ms;     /* --kill-after, default 10000 */
   int conflict_exit;         /* -E, default 1 */
   enum cli_on_lost on_lost;  /* --on-lost, default term */
@@ -87,6 +87,13 @@ struct cli_opts {
   const char *tls_cert, *tls_key;         /* --cert, --key */
   const char *tls_sni;                    /* --sni */
 };
+
+/* --session's defaults: Redis's renewed lease is Redisson's watchdog
+ * (30 s, renewed every 10 s); a ZooKeeper session and an etcd lease are
+ * 10 s (etcdctl lock's --ttl), so a killed holder keeps others out for
+ * seconds, not the library's minute. */
+#define CLI_SESSION_REDIS_MS 30000
+#define CLI_SESSION_MS 10000
 
 /* Longest number of seconds any option accepts (about 31 years). */
 #define CLI_SECS_MAX 1000000000LL

@@ -73,8 +73,11 @@ static const char usage_text[] =
     "1)\n"
     "  -l, --lease SECS         fixed lease, never renewed: the lock expires\n"
     "                           after SECS even if the command still runs\n"
-    "      --watchdog SECS      renewed lease (default 30; renewed every "
-    "third)\n"
+    "      --session SECS       how long a crashed or silent dlock keeps the\n"
+    "      --watchdog SECS      lock from others (alias, Redisson's word):\n"
+    "                           Redis's renewed lease (default 30, renewed\n"
+    "                           every third); ZooKeeper's session timeout and\n"
+    "                           etcd's lease TTL (default 10)\n"
     "      --on-lost ACTION     if the lock is lost while the command runs:\n"
     "                           term (default: SIGTERM, then SIGKILL after\n"
     "                           --kill-after), kill, or ignore\n"
@@ -145,8 +148,9 @@ static const char usage_text[] =
     "      etcd (port 2379); the command also gets ETCD_LOCK_KEY and\n"
     "      ETCD_LOCK_REV; no -N, and -l has no effect\n"
     "Redis holds have leases that dlock renews; ZooKeeper and etcd holds\n"
-    "last as long as dlock's session, which ends 60 s after dlock falls\n"
-    "silent. man dlock says what each backend promises.\n"
+    "last as long as dlock's session, which ends --session SECS (default\n"
+    "10) after dlock falls silent. man dlock says what each backend\n"
+    "promises.\n"
     "A password is never printed and is hidden from ps.\n"
     "\n"
     "Environment:\n"
@@ -404,9 +408,12 @@ int main(int argc, char **argv) {
     rc = CLI_EX_SOFTWARE;
     goto out;
   }
-  if (o.watchdog_ms > 0 &&
-      dlock_options_set_watchdog_timeout(c.dopts, o.watchdog_ms) != 0) {
-    cli_msg(&c, "--watchdog: the library refused %lld ms",
+  /* --session: Redis's renewed lease, ZooKeeper's session, etcd's lease */
+  if (dlock_options_set_watchdog_timeout(
+          c.dopts, o.watchdog_ms > 0 ? o.watchdog_ms : CLI_SESSION_REDIS_MS) ||
+      dlock_options_set_session_timeout(
+          c.dopts, o.watchdog_ms > 0 ? o.watchdog_ms : CLI_SESSION_MS)) {
+    cli_msg(&c, "--session: the library refused %lld ms",
             (long long)o.watchdog_ms);
     rc = CLI_EX_USAGE;
     goto out;

@@ -105,6 +105,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -474,6 +475,32 @@ static const char *lost_reason(char b) {
 }
 
 static double secs(int64_t ms) { return (double)ms / 1000.0; }
+
+/* What keeps the hold alive, for -v: on ZooKeeper and etcd the client's
+ * session as the service granted it (a ZooKeeper server clamps the
+ * timeout to [2, 20] ticks, an etcd server raises a TTL below its
+ * minimum), on Redis the lease of -l or the renewed one of --session. */
+static void hold_terms(struct run *r, char *how, size_t n) {
+  const struct cli_opts *o = r->c->o;
+  int64_t asked = o->watchdog_ms > 0 ? o->watchdog_ms : CLI_SESSION_MS;
+  int64_t ms = 0;
+  if (dlock_client_session_timeout(r->client, &ms) == 0 && ms > 0) {
+    if (strncasecmp(r->c->url, "etcd", 4) == 0)
+      snprintf(how, n, "etcd lease TTL %.3f s, kept alive every %.3f s",
+               secs(ms), secs(ms / 3));
+    else
+      snprintf(how, n,
+               "ZooKeeper session timeout %.3f s (negotiated; "
+               "asked for %.3f s)",
+               secs(ms), secs(asked));
+  } else if (o->lease_ms > 0) {
+    snprintf(how, n, "fixed lease of %.3f s, never renewed", secs(o->lease_ms));
+  } else {
+    int64_t wd = o->watchdog_ms > 0 ? o->watchdog_ms : CLI_SESSION_REDIS_MS;
+    snprintf(how, n, "lease %.3f s, renewed every %.3f s", secs(wd),
+             secs(wd / 3));
+  }
+}
 
 /* Releases the hold and frees the client. Problems are reported, never
  * turned into the exit status: the command's outcome is what matters, and
@@ -1378,14 +1405,8 @@ int cli_run(struct cli_ctx *c) {
     return r.worker_rc;
   }
   if (c->o->verbose) {
-    char how[96];
-    int64_t wd = c->o->watchdog_ms > 0 ? c->o->watchdog_ms : 30000;
-    if (c->o->lease_ms > 0)
-      snprintf(how, sizeof how, "fixed lease of %.3f s, never renewed",
-               secs(c->o->lease_ms));
-    else
-      snprintf(how, sizeof how, "lease %.3f s, renewed every %.3f s", secs(wd),
-               secs(wd / 3));
+    char how[128];
+    hold_terms(&r, how, sizeof how);
     cli_msg(c, "acquired '%s' after %.3f s as %s:%llu (%s)", c->name_shown,
             secs(r.t_acquired - r.t_start), dlock_client_id(r.client),
             (unsigned long long)r.owner, how);

@@ -81,6 +81,8 @@ static const char *const vocab[] = {"-u",
                                     "--lease",
                                     "--watchdog",
                                     "--watchdog=0.003",
+                                    "--session",
+                                    "--session=2.5",
                                     "--on-lost",
                                     "term",
                                     "kill",
@@ -204,7 +206,7 @@ static void check_parse(int argc, char **argv) {
                   strcmp(a, "--wait") == 0 || strcmp(a, "--timeout") == 0 ||
                   strcmp(a, "--conflict-exit-code") == 0 ||
                   strcmp(a, "--lease") == 0 || strcmp(a, "--watchdog") == 0 ||
-                  strcmp(a, "--on-lost") == 0 ||
+                  strcmp(a, "--session") == 0 || strcmp(a, "--on-lost") == 0 ||
                   strcmp(a, "--kill-after") == 0 ||
                   strcmp(a, "--command") == 0 ||
                   strcmp(a, "--password-file") == 0)) {

@@ -49,8 +49,8 @@ echo "measured: $backend: dlock SIGKILLed -> command gone $((t1 - t0)) ms," \
 wait "$p" 2>/dev/null
 
 # The second command records whether anything of the first still ran when
-# it started. The lock comes back when the first holder's lease (Redis:
-# --watchdog 2) or session (ZooKeeper, etcd: the backend's default) ends.
+# it started. The lock comes back when the first holder's lease (Redis) or
+# session (ZooKeeper, etcd) ends: --watchdog 2 sets either.
 second='if "$1" "$(cat "$0.pid")" || "$1" "$(cat "$0.gc")"; then
   echo "start B overlap" >>"$0.log"; else echo "start B alone" >>"$0.log"; fi'
 t0=$(now_ms)

@@ -53,12 +53,16 @@ usage "-l 0" -l 0 NAME true
 usage "-l negative" -l -3 NAME true
 usage "--watchdog too small" --watchdog 0.002 NAME true
 usage "--watchdog not a number" --watchdog= NAME true
+usage "--session too small" --session 0.002 NAME true
+usage "--session not a number" --session x NAME true
+usage "--session missing value" --session
 usage "--kill-after negative" --kill-after -1 NAME true
 usage "--on-lost bad action" --on-lost stop NAME true
 usage "--on-lost missing value" --on-lost
 usage "flag with a value" --json=1 --status NAME
 usage "-n with -w" -n -w 1 NAME true
 usage "-l with --watchdog" -l 1 --watchdog 1 NAME true
+usage "-l with --session" --session 1 -l 1 NAME true
 usage "--json without --status" --json NAME
 usage "--status with a command" --status NAME true
 usage "--status with -c" --status NAME -c true
