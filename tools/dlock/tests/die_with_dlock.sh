@@ -31,7 +31,8 @@ first='echo "start A" >>"$0.log"; sleep 100 & echo $! >"$0.gc.tmp";
   while [ $i -lt 2000 ]; do sleep 0.05; i=$((i + 1)); done; echo "stop A" >>"$0.log"'
 f=$T/die
 run_bg p "$DLOCK" --watchdog 2 "$name" sh -c "$first" "$f" 2>"$f.err"
-expect_true "$backend: command and grandchild started" wait_until 20000 test -s "$f.gc"
+# the command writes $f.gc, then $f.pid: wait for the last of them
+expect_true "$backend: command and grandchild started" wait_until 20000 test -s "$f.pid"
 child=$(cat "$f.pid")
 gc=$(cat "$f.gc")
 expect_true "$backend: the command runs" "$T/alive" "$child"
