@@ -198,12 +198,13 @@ void dlock__etcd_rw_abandon(dlock__etcd *e, dlock_lock_kind_t kind,
 }
 
 int dlock__etcd_rw_acquire(dlock__etcd *e, const dlock__acquire *a,
-                           int64_t *pttl, int64_t *token) {
+                           int64_t *pttl, int64_t *token, int64_t *used) {
   *pttl = -1;
   int64_t lease = 0;
   int rc = dlock__etcd_session_lease(e, &lease);
   if (rc)
     return rc;
+  *used = lease;
   dlock_lock_kind_t other = a->kind == DLOCK_READ ? DLOCK_WRITE : DLOCK_READ;
   pthread_mutex_lock(&e->mu);
   etcd_rw *o = rw_find_locked(e, a->name, a->owner, other);
