@@ -975,6 +975,38 @@ static void t_rw(void) {
   th_etcd_stop(e);
 }
 
+static void t_rw_wait_lease_revoked(void) {
+  /* a writer waiting behind a reader, its lease revoked: it waits on
+   * under a new lease (with a new key) and gets the write side at the
+   * reader's release, holding a real key: another reader is refused */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *b = client(th_etcd_url(e));
+  dlock_lock_t *rb = lock_kind(b, "rwrev", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "rwrev", DLOCK_WRITE, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(rb) == 1, 10000);
+  CHECK(ok);
+  revoke_waiter_lease(e, rb);
+  CHECK_INT(nwaiters(rb), ==, 0);
+  CHECK_OK(dlock_lock_release(rb));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "the writer gave up: %d",
+         atomic_load(&w.rc));
+  dlock_lock_state_t *st = state(rb);
+  CHECK_STR(st->kind, "write");
+  CHECK_INT(st->nholders, ==, 1);
+  dlock_lock_state_free(st);
+  CHECK_RC(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(rb);
+  dlock_client_free(b);
+  th_etcd_stop(e);
+}
+
 static void t_rw_shared_command(void) {
   /* the dlock command: -s holders share, an exclusive holder waits */
 #ifndef DLOCK_CLI_PATH
@@ -1668,6 +1700,7 @@ static const check_case_t cases[] = {
     {"bad_url", t_bad_url},
     {"rw", t_rw},
     {"rw_shared_command", t_rw_shared_command},
+    {"rw_wait_lease_revoked", t_rw_wait_lease_revoked},
     {"etcdctl_holds", t_etcdctl_holds},
     {"dlock_holds", t_dlock_holds},
     {"auth", t_auth},
