@@ -726,8 +726,7 @@ static void t_waiter_session_expiry(void) {
     waitpid(pid, &st, 0);
   }
   CHECK(ok);
-  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the waiter's status %d",
-         st);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the waiter's status %d", st);
   CHECK_INT(holders(l), ==, 0);
   CHECK_INT(queued(l), ==, 0);
   dlock_lock_free(l);
