@@ -279,7 +279,8 @@ void dlock__client_poke(struct dlock_client *c);
 int dlock__client_run_dial(struct dlock_client *c, void (*fn)(void *),
                            void *arg);
 /* The backend's session (a ZooKeeper session, an etcd lease) ended: every
- * hold of the client is lost, reported once each by the event loop. */
+ * hold of the client is lost, reported once each by the event loop (an
+ * acquire still waiting holds nothing: it is not reported). */
 void dlock__holds_session_lost(struct dlock_client *c,
                                dlock_lost_reason_t reason);
 /* The user's log callback, if any, at `level` or below. Never call it with

@@ -387,7 +387,9 @@ void dlock__holds_session_lost(struct dlock_client *c,
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
     dlock__hold *h = e->value;
-    if (!h->lost && !h->releasing)
+    /* count 0: a record reserved by an acquire still waiting, which holds
+     * nothing to lose (the wait goes on under the next session) */
+    if (h->count > 0 && !h->lost && !h->releasing)
       note_lost(c, h, reason);
   }
   dlock__holds_schedule_locked(c);

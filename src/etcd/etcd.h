@@ -149,6 +149,13 @@ void dlock__etcd_session_poke(dlock__etcd *e);
 /* mu held: r's stream (if any) is no longer wanted; the thread closes
  * it. */
 void dlock__etcd_watch_detach_locked(etcd_reg *r);
+/* The lease `lease` is gone (etcd refused a request on it): as a loss
+ * seen by the keep-alive, when it is still the session's lease (holds
+ * reported lost, waits woken). Call without mu. */
+void dlock__etcd_session_lost(dlock__etcd *e, int64_t lease, const char *why);
+/* rc (with the thread's last error) is etcd's "requested lease not
+ * found": the lease the request wrote on is gone. */
+bool dlock__etcd_lease_refused(int rc);
 /* Best effort: revokes the lease (client close). */
 void dlock__etcd_session_revoke(dlock__etcd *e);
 
@@ -198,8 +205,9 @@ etcd_reg *dlock__etcd_reg_find_locked(dlock__etcd *e, const char *name,
                                       const char *owner);
 
 /* rw.c: read-write lock (etcd's recipes RWMutex layout) */
+/* *used: the lease the attempt was made under (0: none) */
 int dlock__etcd_rw_acquire(dlock__etcd *e, const dlock__acquire *a,
-                           int64_t *pttl, int64_t *token);
+                           int64_t *pttl, int64_t *token, int64_t *used);
 int dlock__etcd_rw_release(dlock__etcd *e, dlock_lock_kind_t kind,
                            const char *name, const char *owner);
 int dlock__etcd_rw_force_release(dlock__etcd *e, const char *name,

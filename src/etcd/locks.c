@@ -40,6 +40,11 @@
  * is still its own while the delete runs, so another thread of the client
  * cannot adopt the key meanwhile).
  *
+ * A lost lease (session.c) is found by the keep-alive or by the put of
+ * an attempt ("requested lease not found"): either way the holds on it
+ * are reported lost and every wait attempts again under a new lease,
+ * with a new key, so at the back of the queue.
+ *
  * Release deletes the key (never sent twice: a second "deleted 0" would
  * read as a lost lock; the core retries once and reads "not owner" on its
  * retry as done). "deleted 0" on the first try means the key was gone:
@@ -254,16 +259,16 @@ static void abandon(dlock__etcd *e, const char *name, const char *owner) {
 
 /* ---------------------------------------------------------------- acquire */
 
-int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
-                             int64_t *token) {
-  if (a->kind == DLOCK_READ || a->kind == DLOCK_WRITE)
-    return dlock__etcd_rw_acquire(be, a, pttl, token);
-  dlock__etcd *e = be;
+/* One attempt under the session's lease (*used: its id); *regrant: the
+ * lease was lost under it, attempt again. */
+static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
+                        int64_t *token, int64_t *used, bool *regrant) {
   *pttl = -1;
   int64_t lease = 0;
   int rc = dlock__etcd_session_lease(e, &lease);
   if (rc)
     return rc;
+  *used = lease;
 
   /* the name's local entry: reentry, or another thread of ours on it */
   pthread_mutex_lock(&e->mu);
@@ -410,12 +415,23 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   pthread_mutex_lock(&e->mu);
   x = entry_find_locked(e, a->name);
   bool still = x && strcmp(x->owner, a->owner) == 0 && x->lease == lease;
-  if (still) {
+  /* a lease lost meanwhile was reported before this hold was recorded:
+   * the grant is not used, and the caller attempts again */
+  bool live = e->lease_live && e->lease == lease;
+  if (still && live) {
     x->held = true;
     x->count = 1;
     x->rev = my_rev;
   }
   pthread_mutex_unlock(&e->mu);
+  if (still && !live) {
+    *used = 0;
+    *regrant = true;
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "%s: lock '%.200s': the session's lease was lost "
+                         "during the acquire",
+                         e->display, a->name);
+  }
   if (!still)
     return dlock__seterr(DLOCK_EUNAVAILABLE,
                          "%s: lock '%.200s': the session ended during the "
@@ -423,6 +439,34 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                          e->display, a->name);
   *token = my_rev;
   return 1;
+}
+
+int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                             int64_t *token) {
+  dlock__etcd *e = be;
+  /* a lease that etcd no longer has (revoked, expired before a keep-alive
+   * said so) refuses the put: that is the session's loss (holds reported
+   * lost), and the attempt is made again under a new lease, so that a
+   * wait goes on (its key went with the old lease: it queues at the back).
+   * Bounded: a lease refused as soon as it is granted is an error. */
+  for (int tries = 0;; tries++) {
+    int64_t used = 0;
+    bool regrant = false;
+    int rc = a->kind == DLOCK_READ || a->kind == DLOCK_WRITE
+                 ? dlock__etcd_rw_acquire(e, a, pttl, token, &used)
+                 : acquire_once(e, a, pttl, token, &used, &regrant);
+    if (rc >= 0 || tries == 2)
+      return rc;
+    if (regrant)
+      continue;
+    if (!used || !dlock__etcd_lease_refused(rc))
+      return rc;
+    dlock__log(e->core, DLOCK_LOG_INFO,
+               "etcd: lock '%.200s': the session's lease %llx is gone (%s); "
+               "attempting again under a new lease",
+               a->name, (unsigned long long)used, dlock_last_error());
+    dlock__etcd_session_lost(e, used, "etcd refused a request on it");
+  }
 }
 
 int dlock__etcd_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,

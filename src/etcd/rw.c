@@ -19,6 +19,12 @@
  * side and asks for the other is refused with DLOCK_EDEADLK: its new key
  * would wait for its own.
  *
+ * Every attempt puts its key if absent (a key found with our lease is
+ * kept, with its revision): a wait whose key went with a lost lease is
+ * refused ("requested lease not found") and attempted again under a new
+ * lease by locks.c, re-queued with a new key; it never takes a grant for
+ * a key that is gone.
+ *
  * A wait that ends without the lock deletes its key (wait_end); a try
  * that finds the lock taken deletes it at once. Release deletes the key
  * (never resent; "deleted 0" means the lease is gone: DLOCK_ELOST).
@@ -198,12 +204,13 @@ void dlock__etcd_rw_abandon(dlock__etcd *e, dlock_lock_kind_t kind,
 }
 
 int dlock__etcd_rw_acquire(dlock__etcd *e, const dlock__acquire *a,
-                           int64_t *pttl, int64_t *token) {
+                           int64_t *pttl, int64_t *token, int64_t *used) {
   *pttl = -1;
   int64_t lease = 0;
   int rc = dlock__etcd_session_lease(e, &lease);
   if (rc)
     return rc;
+  *used = lease;
   dlock_lock_kind_t other = a->kind == DLOCK_READ ? DLOCK_WRITE : DLOCK_READ;
   pthread_mutex_lock(&e->mu);
   etcd_rw *o = rw_find_locked(e, a->name, a->owner, other);
@@ -250,11 +257,18 @@ int dlock__etcd_rw_acquire(dlock__etcd *e, const dlock__acquire *a,
   if (!key)
     return DLOCK_ENOMEM;
 
-  for (int tries = 0; rev == 0 && tries < 5 && rc == 0; tries++) {
+  /* every attempt puts the key if absent: a wait's key may have gone with
+   * a lease lost since the last attempt (the put is then refused, "lease
+   * not found", and the caller attempts again under a new lease); a key
+   * still there is found as ours and keeps its revision */
+  bool placed = false;
+  for (int tries = 0; !placed && tries < 5 && rc == 0; tries++) {
     int put = put_new(e, key, a->owner, lease, &rev);
     if (put < 0) {
       rc = put;
-    } else if (put == 0) { /* the name is taken: another time */
+    } else if (put == 1) {
+      placed = true;
+    } else { /* the name is taken: another time */
       char *k = new_key(a->name, a->kind);
       if (!k) {
         rc = DLOCK_ENOMEM;
@@ -275,7 +289,7 @@ int dlock__etcd_rw_acquire(dlock__etcd *e, const dlock__acquire *a,
       pthread_mutex_unlock(&e->mu);
     }
   }
-  if (!rc && rev == 0)
+  if (!rc && !placed)
     rc = dlock__seterr(DLOCK_ESERVER, "lock '%.200s': no free key name",
                        a->name);
   if (!rc) {

@@ -18,7 +18,12 @@
  *   server can give the locks to anyone else, whatever request is stuck.
  *   A loss marks the lease dead, calls dlock__holds_session_lost (the core
  *   reports every hold lost), and wakes every wait: their keys went with
- *   the lease, so they attempt again under a new one.
+ *   the lease, so they attempt again under a new one (at the back of the
+ *   queue: a new key has a new create revision). A request that writes on
+ *   the lease and is refused with "requested lease not found" (revoked or
+ *   expired before a keep-alive told us) is the same loss
+ *   (dlock__etcd_session_lost), and the acquire that met it attempts again
+ *   under a new lease rather than failing the wait.
  * - watches: a waiting thread's attempt that finds an older key sets, in
  *   its registration (etcd_reg), the predecessor's key and the revision
  *   after the one its read saw; the thread opens one POST /v3/watch stream
@@ -178,6 +183,18 @@ static bool lose_lease_locked(dlock__etcd *e, const char *why) {
   dlock__log(e->core, DLOCK_LOG_WARN, "etcd: session lease %llx lost: %s",
              (unsigned long long)e->lease, why);
   return true;
+}
+
+void dlock__etcd_session_lost(dlock__etcd *e, int64_t lease, const char *why) {
+  pthread_mutex_lock(&e->mu);
+  bool lost = e->lease == lease && lose_lease_locked(e, why);
+  pthread_mutex_unlock(&e->mu);
+  if (lost)
+    dlock__holds_session_lost(e->core, DLOCK_LOST_SESSION);
+}
+
+bool dlock__etcd_lease_refused(int rc) {
+  return rc == DLOCK_ESERVER && strstr(dlock_last_error(), "lease not found");
 }
 
 int dlock__etcd_session_until(void *be, int64_t *until) {

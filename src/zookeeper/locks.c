@@ -40,6 +40,10 @@
  * written under z->mu, and requests are made without it. A session loss
  * marks every record lost (dlock__zk_nodes_forget_locked) without freeing it,
  * so that a thread in the middle of an attempt never touches freed memory.
+ * An attempt that was under way at the loss may create its node on the
+ * new session after the mark: that record is live again (node_made_locked),
+ * so that the wait goes on with that one node rather than starting over
+ * behind it (its own orphan would then block it and everyone else).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -80,6 +84,18 @@ typedef struct zk_node_ext {
 } zk_node_ext;
 
 static zk_node_ext *ext(zk_node *n) { return (zk_node_ext *)n; }
+
+/* mu held: n->path was just made (or found) by the server on the session
+ * in use. When that session is live and came after a loss (the loss was
+ * handled: lost_handled is cleared by the reset), the node is of the new
+ * session: a mark of the old session's loss, set while this attempt ran,
+ * no longer applies (else the next attempt would start over and queue a
+ * second node behind this one, which nobody would delete). */
+static void node_made_locked(dlock__zk *z, zk_node *n) {
+  if (ext(n)->lost && n->count == 0 && z->live && !z->expired &&
+      !z->lost_handled)
+    ext(n)->lost = false;
+}
 
 static zk_node *node_find_locked(dlock__zk *z, zk_side side,
                                  const char *name, const char *owner) {
@@ -302,6 +318,7 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
   n->path = copy;
   n->czxid = czxid;
   ext(n)->unsure = false;
+  node_made_locked(z, n);
   pthread_mutex_unlock(&z->mu);
   return 1;
 }
@@ -355,6 +372,7 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
       r.path = NULL;
       n->czxid = r.stat.czxid;
       ext(n)->unsure = false;
+      node_made_locked(z, n);
       pthread_mutex_unlock(&z->mu);
       dlock__zk_result_clear(&r);
       return 0;

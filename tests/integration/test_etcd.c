@@ -100,12 +100,16 @@ typedef struct waiter {
   atomic_llong token, got_at;
   atomic_int order; /* its place among the waiters that got the lock */
   atomic_int *counter;
+  struct lost_rec *lost; /* counts its losses (set before it starts) */
   pthread_t th;
 } waiter_t;
 
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason);
+
 static void *waiter_main(void *arg) {
   waiter_t *w = arg;
-  dlock_client_t *c = client(w->url);
+  dlock_client_t *c = client_ttl(w->url, 0, w->lost ? on_lost : NULL, w->lost);
   dlock_lock_t *l = lock_kind(c, w->name, w->kind);
   int64_t tok = 0;
   int rc = w->kind == DLOCK_FENCED
@@ -606,6 +610,141 @@ static void t_lease_revoked(void) {
   th_etcd_stop(e);
 }
 
+/* The lease (hex) in a state entry "<owner> key=... lease=<hex>". */
+static void revoke_lease_of(th_etcd_t *e, const char *entry) {
+  const char *lp = strstr(entry, "lease=");
+  CHECKF(lp, "no lease in '%s'", entry);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 " ETCDCTL " --endpoints=%s lease revoke %.40s "
+           ">/dev/null",
+           th_etcd_endpoints(e), lp + 6);
+  CHECK(system(cmd) == 0);
+}
+
+/* The lease of the first waiter of l, revoked. */
+static void revoke_waiter_lease(th_etcd_t *e, dlock_lock_t *l) {
+  dlock_lock_state_t *st = state(l);
+  CHECK_INT(st->nwaiters, ==, 1);
+  revoke_lease_of(e, st->waiters[0]);
+  dlock_lock_state_free(st);
+}
+
+static void t_wait_lease_revoked(void) {
+  /* a waiter's lease revoked while another client holds: the wait goes on
+   * (its key went with the lease; the next attempt is made under a new
+   * lease) and it gets the lock at the release; it held nothing, so no
+   * loss is reported */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *h = client(th_etcd_url(e));
+  dlock_lock_t *hl = lock_kind(h, "wrevoked", DLOCK_FENCED);
+  int64_t t1 = 0;
+  CHECK_OK(dlock_lock_acquire_fenced(hl, 0, DLOCK_LEASE_WATCHDOG, &t1));
+  lost_rec_t rec = {0};
+  waiter_t w;
+  memset(&w, 0, sizeof w);
+  w.url = th_etcd_url(e);
+  w.name = "wrevoked";
+  w.kind = DLOCK_FENCED;
+  w.wait_ms = WAIT_MS;
+  w.lost = &rec;
+  atomic_store(&w.rc, 1);
+  CHECK(pthread_create(&w.th, NULL, waiter_main, &w) == 0);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(hl) == 1, 10000);
+  CHECK(ok);
+  revoke_waiter_lease(e, hl);
+  /* its key went with its lease; it is still waiting */
+  CHECK_INT(nwaiters(hl), ==, 0);
+  CHECK_INT(atomic_load(&w.rc), ==, 1);
+  CHECK_OK(dlock_lock_release(hl));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "the waiter gave up: %d",
+         atomic_load(&w.rc));
+  CHECK_INT(atomic_load(&w.token), >, t1);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  dlock_lock_free(hl);
+  dlock_client_free(h);
+  th_etcd_stop(e);
+}
+
+/* Lost callback that counts the losses of "mine" and of any other name. */
+typedef struct names_lost {
+  atomic_int mine, other;
+} names_lost_t;
+
+static void on_lost_names(void *ud, const char *name, uint64_t tid,
+                          dlock_lost_reason_t reason) {
+  (void)tid;
+  (void)reason;
+  names_lost_t *r = ud;
+  atomic_fetch_add(strcmp(name, "mine") == 0 ? &r->mine : &r->other, 1);
+}
+
+typedef struct shared_waiter {
+  dlock_lock_t *l;
+  atomic_int rc; /* 1 while waiting */
+  int release_rc;
+  char err[256];
+} shared_waiter_t;
+
+static void *shared_waiter_main(void *arg) {
+  shared_waiter_t *w = arg;
+  int rc = dlock_lock_acquire(w->l, WAIT_MS, DLOCK_LEASE_WATCHDOG);
+  snprintf(w->err, sizeof w->err, "%s", rc ? dlock_last_error() : "");
+  if (rc == 0)
+    w->release_rc = dlock_lock_release(w->l);
+  atomic_store(&w->rc, rc);
+  return NULL;
+}
+
+static void t_hold_and_wait_lease_revoked(void) {
+  /* one client holds "mine" in one thread and waits for "theirs" (held by
+   * another client) in another, on the same lease; the lease revoked: the
+   * hold is reported lost (and its release says DLOCK_ELOST), the wait
+   * goes on under a new lease and gets "theirs" at its release */
+  th_etcd_t *e = cluster(1);
+  names_lost_t rec = {0};
+  dlock_client_t *c = client_ttl(th_etcd_url(e), 0, on_lost_names, &rec);
+  dlock_client_t *h = client(th_etcd_url(e));
+  dlock_lock_t *mine = lock_kind(c, "mine", DLOCK_FENCED);
+  dlock_lock_t *theirs = lock_kind(c, "theirs", DLOCK_FENCED);
+  dlock_lock_t *hl = lock_kind(h, "theirs", DLOCK_FENCED);
+  CHECK_OK(dlock_lock_acquire(mine, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_acquire(hl, 0, DLOCK_LEASE_WATCHDOG));
+  shared_waiter_t w = {.l = theirs};
+  atomic_store(&w.rc, 1);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, shared_waiter_main, &w) == 0);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(hl) == 1, 10000);
+  CHECK(ok);
+  dlock_lock_state_t *st = state(mine);
+  CHECK_INT(st->nholders, ==, 1);
+  revoke_lease_of(e, st->holders[0].owner);
+  dlock_lock_state_free(st);
+  CHECK_INT(nwaiters(hl), ==, 0);
+  CHECK_OK(dlock_lock_release(hl));
+  pthread_join(th, NULL);
+  CHECKF(atomic_load(&w.rc) == 0, "the wait ended with %d: %s",
+         atomic_load(&w.rc), w.err);
+  CHECK_INT(w.release_rc, ==, 0);
+  /* the attempt that met the revoked lease reported the hold lost */
+  TH_WAIT_FOR(ok, atomic_load(&rec.mine) > 0, 10000);
+  CHECK(ok);
+  CHECK_RC(dlock_lock_release(mine), DLOCK_ELOST);
+  CHECK_INT(atomic_load(&rec.other), ==, 0);
+  dlock_lock_free(mine);
+  dlock_lock_free(theirs);
+  dlock_lock_free(hl);
+  dlock_client_free(h);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
 /* ----------------------------------------------------------------- faults */
 
 static void t_leader_killed(void) {
@@ -832,6 +971,38 @@ static void t_rw(void) {
   dlock_lock_free(rb);
   dlock_lock_free(wa);
   dlock_client_free(a);
+  dlock_client_free(b);
+  th_etcd_stop(e);
+}
+
+static void t_rw_wait_lease_revoked(void) {
+  /* a writer waiting behind a reader, its lease revoked: it waits on
+   * under a new lease (with a new key) and gets the write side at the
+   * reader's release, holding a real key: another reader is refused */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *b = client(th_etcd_url(e));
+  dlock_lock_t *rb = lock_kind(b, "rwrev", DLOCK_READ);
+  CHECK_OK(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG));
+  waiter_t w;
+  waiter_start(&w, th_etcd_url(e), "rwrev", DLOCK_WRITE, WAIT_MS);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(rb) == 1, 10000);
+  CHECK(ok);
+  revoke_waiter_lease(e, rb);
+  CHECK_INT(nwaiters(rb), ==, 0);
+  CHECK_OK(dlock_lock_release(rb));
+  TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
+              WAIT_MS + 5000);
+  CHECK(ok);
+  CHECKF(atomic_load(&w.got_at) != 0, "the writer gave up: %d",
+         atomic_load(&w.rc));
+  dlock_lock_state_t *st = state(rb);
+  CHECK_STR(st->kind, "write");
+  CHECK_INT(st->nholders, ==, 1);
+  dlock_lock_state_free(st);
+  CHECK_RC(dlock_lock_acquire(rb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  CHECK_INT(waiter_join(&w), ==, 0);
+  dlock_lock_free(rb);
   dlock_client_free(b);
   th_etcd_stop(e);
 }
@@ -1253,6 +1424,45 @@ static void t_command_lost(void) {
 #endif
 }
 
+static void t_command_wait_lease_revoked(void) {
+  /* `dlock -w 30 NAME COMMAND` waiting behind a holder, its lease revoked
+   * with etcdctl: it waits on under a new lease, and at the release runs
+   * its command and exits with its status (0) */
+#ifndef DLOCK_CLI_PATH
+  printf("skipped: the dlock command is not built\n");
+#else
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *h = client(th_etcd_url(e));
+  dlock_lock_t *hl = lock_kind(h, "job", DLOCK_FENCED);
+  CHECK_OK(dlock_lock_acquire(hl, 0, DLOCK_LEASE_WATCHDOG));
+  int p[2];
+  CHECK(pipe2(p, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(p[1], 1);
+    execl(DLOCK_CLI_PATH, DLOCK_CLI_PATH, "-u", th_etcd_url(e), "-w", "30",
+          "job", "echo", "ran", (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  bool ok = false;
+  TH_WAIT_FOR(ok, nwaiters(hl) == 1, 20000);
+  CHECK(ok);
+  revoke_waiter_lease(e, hl);
+  CHECK_INT(nwaiters(hl), ==, 0);
+  CHECK_OK(dlock_lock_release(hl));
+  char line[64];
+  CHECK(read_line(p[0], line, sizeof line, 40000));
+  CHECK_STR(line, "ran");
+  CHECK_INT(reap_within(pid, 20000), ==, 0);
+  close(p[0]);
+  dlock_lock_free(hl);
+  dlock_client_free(h);
+  th_etcd_stop(e);
+#endif
+}
+
 /* ---------------------------------------------------------------- TLS */
 
 /* A cluster serving TLS with the test CA's certificate for localhost and
@@ -1480,6 +1690,8 @@ static const check_case_t cases[] = {
     {"fifo", t_fifo},
     {"lease_expiry", t_lease_expiry},
     {"lease_revoked", t_lease_revoked},
+    {"wait_lease_revoked", t_wait_lease_revoked},
+    {"hold_and_wait_lease_revoked", t_hold_and_wait_lease_revoked},
     {"session_kept_alive", t_session_kept_alive},
     {"leader_killed", t_leader_killed},
     {"member_killed", t_member_killed},
@@ -1488,6 +1700,7 @@ static const check_case_t cases[] = {
     {"bad_url", t_bad_url},
     {"rw", t_rw},
     {"rw_shared_command", t_rw_shared_command},
+    {"rw_wait_lease_revoked", t_rw_wait_lease_revoked},
     {"etcdctl_holds", t_etcdctl_holds},
     {"dlock_holds", t_dlock_holds},
     {"auth", t_auth},
@@ -1495,6 +1708,7 @@ static const check_case_t cases[] = {
     {"go_interop_rw", t_go_interop_rw},
     {"command", t_command},
     {"command_lost", t_command_lost},
+    {"command_wait_lease_revoked", t_command_wait_lease_revoked},
     {"tls", t_tls},
     {"tls_mutual", t_tls_mutual},
     {"tls_command", t_tls_command},

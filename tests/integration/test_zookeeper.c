@@ -671,6 +671,69 @@ static void t_session_expiry(void) {
   th_zk_stop(z);
 }
 
+/* `--wait-expiry-child URL`: waits (30 s) for "wexp" on a 2 s session;
+ * exit 0 when it got the lock (and released it), 3 when the wait ended
+ * otherwise. */
+static int child_wait_expiry(const char *url) {
+  zk_cfg_t cfg = {.session_ms = 2000};
+  dlock_client_t *c = zk_client_cfg(url, &cfg);
+  dlock_lock_t *l = zk_lock(c, "wexp", DLOCK_REENTRANT);
+  int rc = dlock_lock_acquire(l, 30000, DLOCK_LEASE_WATCHDOG);
+  if (rc)
+    fprintf(stderr, "child: the wait ended: %s\n", dlock_last_error());
+  else
+    CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  return rc ? 3 : 0;
+}
+
+/* A waiter whose session expires (its process stopped past the session
+ * timeout, until the server dropped its node): resumed, it waits on under
+ * a new session, with one node (re-queued), and gets the lock at the
+ * release; the lock is free after its own release (no node of it left). */
+static void t_waiter_session_expiry(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  dlock_client_t *c = zk_client(z);
+  dlock_lock_t *l = zk_lock(c, "wexp", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    char *argv[] = {"test_zookeeper", "--wait-expiry-child",
+                    (char *)th_zk_url(z), NULL};
+    execv("/proc/self/exe", argv);
+    _exit(127);
+  }
+  bool ok;
+  TH_WAIT_FOR(ok, queued(l) == 1, 20000);
+  CHECK(ok);
+  CHECK(kill(pid, SIGSTOP) == 0);
+  TH_WAIT_FOR(ok, queued(l) == 0, 30000); /* the server expired it */
+  CHECK(ok);
+  CHECK(kill(pid, SIGCONT) == 0);
+  TH_WAIT_FOR(ok, queued(l) >= 1, 20000); /* queued again */
+  CHECK(ok);
+  CHECK_INT(queued(l), ==, 1); /* with one node */
+  CHECK_OK(dlock_lock_release(l));
+  int st = 0;
+  TH_WAIT_FOR(ok, waitpid(pid, &st, WNOHANG) == pid, 60000);
+  if (!ok) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  CHECK(ok);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the waiter's status %d", st);
+  CHECK_INT(holders(l), ==, 0);
+  CHECK_INT(queued(l), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_zk_stop(z);
+}
+
 /* The leader dies while a lock is held: the holder keeps it (no loss is
  * reported), and the waiter is served after the release. */
 static atomic_int g_any_lost;
@@ -1413,6 +1476,7 @@ static const check_case_t cases[] = {
     {"read_write", t_read_write},
     {"curator_layout", t_curator_layout},
     {"session_expiry", t_session_expiry},
+    {"waiter_session_expiry", t_waiter_session_expiry},
     {"leader_killed", t_leader_killed},
     {"waiter_survives_outage", t_waiter_survives_outage},
     {"suspended_then_lost", t_suspended_then_lost},
@@ -1428,6 +1492,8 @@ static const check_case_t cases[] = {
 int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "--counter-child") == 0)
     return child_counter(argv[2], argv[3]);
+  if (argc == 3 && strcmp(argv[1], "--wait-expiry-child") == 0)
+    return child_wait_expiry(argv[2]);
   if (argc == 5 && strcmp(argv[1], "--expiry-child") == 0)
     return child_expiry(argv[2], atoi(argv[3]), atoi(argv[4]));
   return check_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
