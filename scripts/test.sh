@@ -20,16 +20,6 @@ run_suite() { # build-dir, cmake args...
 }
 CTEST_ARGS=("$@")
 
-# The Go interop program (tests/interop/go, etcd's clientv3) is built once
-# here, so its modules come from the Go module proxy and its build cache is
-# warm before the suites run: on a new machine the first build takes about
-# two minutes, longer than test_etcd.go_interop's timeout. Without Go the
-# cases say "skipped".
-if command -v go >/dev/null 2>&1; then
-  echo "== Go interop program (modules from the Go module proxy) =="
-  (cd tests/interop/go && GOFLAGS=-mod=mod go build -o /dev/null .)
-fi
-
 # The sanitizer stages run the soak for 20 s (the Release stage runs its
 # full 60 s): the same mix of operations, a third of the time, to keep the
 # whole run within its budget.
