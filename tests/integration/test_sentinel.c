@@ -377,8 +377,17 @@ static void t_redlock_node(void) {
   th_server_t *p1 = th_server_start(NULL), *p2 = th_server_start(NULL);
   CHECK(p1 && p2);
   const char *urls[] = {t->url, p1->url, p2->url};
+  /* The case checks the lock on every node, the Sentinel-managed one too:
+   * a node timeout long enough for its first resolution through the
+   * sentinels on a loaded machine (with the 50 ms default the acquire
+   * returned on the two plain nodes' majority before it, once under ASan
+   * at a load of 14). */
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_redlock_timing(o, 2000, 10, 2));
   dlock_client_t *c = NULL;
-  CHECK_OK(dlock_client_new_redlock(&c, urls, 3, NULL));
+  CHECK_OK(dlock_client_new_redlock(&c, urls, 3, o));
+  dlock_options_free(o);
   dlock_lock_t *l = it_lock(c, "sent-redlock");
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
   CHECK_INT(it_exists(t->master, "sent-redlock"), ==, 1);
