@@ -746,6 +746,10 @@ static void pause_holder(const kcase_t *k) {
   /* the new holder still owns it and can release it */
   CHECK(fproc_send(b, "release") == 0);
   rel = WANT(b, "RELEASED", &f1, BOUND(5000));
+  if (lost) {
+    fproc_dump(a);
+    fproc_dump(b);
+  }
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   CHECK(fproc_send(b, "quit") == 0);
   finish_worker(b);
@@ -1147,8 +1151,30 @@ static void t_pubsub_kill(void) {
  * first renewal run with a deadline already past; it timed out, the hold
  * was declared lost (unreachable) at once, and the release that followed
  * said DLOCK_ELOST although it released the lock (found by the soak).
+ *
+ * A stall (a loaded suite under ASan: one renewal through the relay got no
+ * answer for the 617 ms left of its lease) loses such a hold rightly, and
+ * the client says so (reason unreachable) with the hold dated right: a
+ * renewal had confirmed its lease after the grant (its debug log says
+ * "renewed"), or the grant's own confirmation had its time and got no
+ * answer ("lease not confirmed within"). The regression has neither: its
+ * first renewal had no time left. Such a try is set aside and the scenario
+ * runs again (at most LONGWAIT_TRIES tries); any other loss fails it.
  */
-static void t_long_wait_handoff(void) {
+#define LONGWAIT_TRIES 3
+
+/* Index of the first line of p from `from` on containing `needle` before
+ * line `to`, or -1. */
+static long line_between(const fproc_t *p, size_t from, size_t to,
+                         const char *needle) {
+  for (size_t i = from; i < to && i < p->nlines; i++)
+    if (strstr(p->lines[i], needle))
+      return (long)i;
+  return -1;
+}
+
+/* One try: false when the hold was lost to a stall (see above). */
+static bool long_wait_handoff_try(int try) {
   env_t e;
   env_start(&e, NULL);
   fnet_relay_t *relay = fnet_relay_start(e.lock->port, 10, 0.0, 0);
@@ -1161,13 +1187,15 @@ static void t_long_wait_handoff(void) {
                             "--name fault-longwait --watchdog 1000 "
                             "--hold-ms 1600");
   WANT(a, "ACQUIRED", &f0, BOUND(10000));
+  /* its debug log: the confirmation of the grant, the renewals */
   fproc_t *b = spawn_worker(&e, "h1", url, "hold",
                             "--name fault-longwait --watchdog 1000 "
-                            "--wait 20000");
+                            "--wait 20000 --log-level 3");
   wait_queued(&e, L, 1);
   const char *rel = WANT(a, "RELEASED", &f0, BOUND(5000));
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(3000));
+  size_t acq_i = f1 - 1;
   int64_t waited = fproc_field(acq, "waited_ms");
   /* hold it for one lease: three renewals are due */
   size_t fw = f1;
@@ -1185,6 +1213,20 @@ static void t_long_wait_handoff(void) {
   snprintf(rel_rc, sizeof rel_rc, "%s", str_field(rel, "rc"));
   snprintf(lost_why, sizeof lost_why, "%s",
            lost ? str_field(lost, "reason") : "");
+  /* a stall: the lease could not be confirmed in time although the hold
+   * was dated right: a renewal confirmed it after the grant, or the
+   * grant's own confirmation had its time and got no answer */
+  bool stall = false;
+  if (lost && strcmp(lost_why, "unreachable") == 0) {
+    long renewed = line_between(b, acq_i, fl - 1, "renewed ");
+    long unconfirmed = line_between(b, 0, acq_i, "lease not confirmed within");
+    stall = renewed >= 0 || unconfirmed >= 0;
+    if (stall)
+      printf("FIGURE long_wait_handoff.try%d: set aside: a stall (%s)\n", try,
+             renewed >= 0 ? b->lines[renewed] : b->lines[unconfirmed]);
+  }
+  if (lost)
+    fproc_dump(b);
   CHECK(fproc_send(b, "quit") == 0);
   finish_worker(b);
   finish_worker(a);
@@ -1195,13 +1237,25 @@ static void t_long_wait_handoff(void) {
   fnet_relay_stop(relay);
   env_stop(&e);
   CHECK_INT(waited, >, 1000);
+  CHECK_INT(r.overlaps + r.overlaps_lost + r.stale_accepted, ==, 0);
+  if (stall)
+    return false;
   if (lost_why[0])
     printf("REGRESSION: a hand-off after a wait longer than the lease was "
            "reported lost (%s) and its release said %s\n",
            lost_why, rel_rc);
   CHECKF(!lost_why[0], "the handed-over hold was reported lost (%s)", lost_why);
   CHECK_STR(rel_rc, "DLOCK_OK");
-  CHECK_INT(r.overlaps + r.overlaps_lost + r.stale_accepted, ==, 0);
+  return true;
+}
+
+static void t_long_wait_handoff(void) {
+  int try = 1;
+  while (!long_wait_handoff_try(try))
+    CHECKF(++try <= LONGWAIT_TRIES,
+           "%d tries in a row lost the hold to a stall: the machine is too "
+           "slow to run the scenario",
+           LONGWAIT_TRIES);
 }
 
 /*
