@@ -368,9 +368,23 @@ static void confirm_late_grant(wait_ctx *x) {
   int64_t deadline = x->since + x->lease - dlock__vouch_margin(x->lease);
   if (deadline < sent + x->lease / 10)
     deadline = sent + x->lease / 10;
-  if (c->ops->lock_renew(c->be, &it, 1, x->lease, deadline) == 0 &&
-      it.result == 1)
+  int rc = c->ops->lock_renew(c->be, &it, 1, x->lease, deadline);
+  if (rc == 0 && it.result == 1) {
+    dlock__log(c, DLOCK_LOG_DEBUG,
+               "lock '%.200s': a grant %lld ms after the last refused "
+               "attempt, its lease confirmed in %lld ms",
+               x->l->name, (long long)(sent - x->since),
+               (long long)(dlock__now_ms() - sent));
     x->since = sent;
+  } else {
+    dlock__log(c, DLOCK_LOG_DEBUG,
+               "lock '%.200s': a grant %lld ms after the last refused "
+               "attempt, its lease not confirmed within %lld ms (%s): dated "
+               "from that attempt",
+               x->l->name, (long long)(sent - x->since),
+               (long long)(deadline - sent),
+               rc ? dlock_last_error() : "the server no longer has it");
+  }
 }
 
 static int wait_and_acquire(wait_ctx *x) {

@@ -457,7 +457,10 @@ static void stop_fillers(fproc_t **f, int n) {
 
 /* Remaining lease (ms) of the hold that `acq` (an ACQUIRED line) reported:
  * the lock key's PTTL, or for a permit its expiry in the semaphore's
- * timeout set against the server's clock. */
+ * timeout set against the server's clock (-2: no such permit). The set's
+ * member is the 16 bytes the permit id's 32 hex digits spell, as Redisson
+ * stores it (docs/LAYOUT.md; earlier builds stored the digits: tried
+ * second). */
 static int64_t lease_left(env_t *e, const kcase_t *k, const char *lock,
                           const char *acq) {
   if (!e->lock) /* a session: it runs out in full once its client stops */
@@ -467,9 +470,11 @@ static int64_t lease_left(env_t *e, const kcase_t *k, const char *lock,
   char key[128], id[64];
   snprintf(key, sizeof key, "{%s}:timeout", lock);
   return th_redis_int(
-      e->lock,
-      "EVAL %s 1 %s %s",
-      "local s = redis.call('zscore', KEYS[1], ARGV[1]) "
+      e->lock, "EVAL %s 1 %s %s",
+      "local raw = string.gsub(ARGV[1], '%x%x', function(h) "
+      "return string.char(tonumber(h, 16)) end) "
+      "local s = redis.call('zscore', KEYS[1], raw) or "
+      "redis.call('zscore', KEYS[1], ARGV[1]) "
       "if not s then return -2 end "
       "local t = redis.call('time') "
       "return math.floor(tonumber(s) - (t[1] * 1000 + t[2] / 1000))",
@@ -518,8 +523,23 @@ static void wait_waiter(env_t *e, const char *lock, const char *kind,
  * lease (its PTTL when the kill landed), then the same again for the new
  * holder. A permit semaphore: the other permits are held by fillers, and
  * what is left of the killed holder's permit is read from the timeout set.
+ *
+ * The lease left is read just before the kill, while the holder writes. A
+ * machine stalled for a lease (a loaded suite under ASan) can let it run
+ * out before: the server says so (no lease left) and so does the holder
+ * (its lost callback: the lease could not be confirmed in time, or the
+ * server no longer had it); or the holder was told first, and the server
+ * agrees (a lock's PTTL is then a waiter's that took over) or the holder
+ * could not confirm its lease in time. Such a try is set aside and the
+ * scenario starts over (at most KILL_TRIES tries); a lease the server says
+ * ran out without the holder being told, or a holder told its lock is gone
+ * while the server still has its lease, fails the case.
  */
-static void kill_holder(const kcase_t *k) {
+#define KILL_TRIES 3
+
+/* One try of the scenario: false when a stall let the holder's lease run
+ * out before the kill (both the server and the holder say so). */
+static bool kill_holder_try(const kcase_t *k, int try) {
   env_t e;
   env_start_on(&e, NULL, k->backend);
   char sname[64], L[64], wopts[3][160];
@@ -545,7 +565,43 @@ static void kill_holder(const kcase_t *k) {
     /* the holder is writing */
     WANT(w[holder], "WRITE ok", &from[holder], BOUND(2000));
     int64_t pttl = lease_left(&e, k, L, acq_line[holder]);
-    CHECK(pttl > 0);
+    /* a stall of a lease: the server says the lease ran out, or the
+     * holder was told it lost the lock; then both must say so */
+    size_t fl = 0;
+    const char *lost =
+        fproc_expect(w[holder], "LOST ", &fl, pttl <= 0 ? BOUND(3000) : 0);
+    if (pttl <= 0 || lost) {
+      if (!lost)
+        fproc_dump(w[holder]);
+      CHECKF(lost,
+             "round %d: the server says the holder's lease ran out (%lld "
+             "ms left), the holder was not told",
+             round, (long long)pttl);
+      /* with a lease left: another holder's (a waiter took over), or the
+       * holder's own, which it could not confirm in time */
+      bool taken = false;
+      for (int i = 0; i < 3; i++) {
+        size_t f = from[i];
+        taken |= i != holder && w[i]->pid > 0 &&
+                 fproc_expect(w[i], "ACQUIRED", &f, 0) != NULL;
+      }
+      CHECKF(pttl <= 0 || taken ||
+                 strcmp(str_field(lost, "reason"), "unreachable") == 0,
+             "round %d: the holder was told its lock is gone (%s) while "
+             "the server still had its lease (%lld ms left)",
+             round, lost, (long long)pttl);
+      printf("FIGURE %s.try%d: set aside: a stall let the holder's lease "
+             "run out before the kill (round %d; lease left on the server "
+             "%lld ms%s; the holder's lost callback: %s)\n",
+             sname, try, round, (long long)pttl,
+             taken ? "; a waiter holds it now" : "", str_field(lost, "reason"));
+      for (int i = 0; i < 3; i++)
+        fproc_free(w[i]);
+      for (int i = 0; i < nfill; i++)
+        fproc_free(fill[i]);
+      env_stop(&e);
+      return false;
+    }
     int64_t t_kill = fproc_now_us();
     CHECK(fproc_signal(w[holder], SIGKILL) == 0);
     CHECK(fproc_wait_exit(w[holder], 5000));
@@ -600,6 +656,16 @@ static void kill_holder(const kcase_t *k) {
   for (int i = 0; i < 3; i++)
     fproc_free(w[i]);
   env_stop(&e);
+  return true;
+}
+
+static void kill_holder(const kcase_t *k) {
+  int try = 1;
+  while (!kill_holder_try(k, try))
+    CHECKF(++try <= KILL_TRIES,
+           "%d tries in a row stalled for a lease: the machine is too slow "
+           "to run the scenario",
+           KILL_TRIES);
 }
 
 /* -------------------------------------------------- holder paused */
@@ -680,6 +746,10 @@ static void pause_holder(const kcase_t *k) {
   /* the new holder still owns it and can release it */
   CHECK(fproc_send(b, "release") == 0);
   rel = WANT(b, "RELEASED", &f1, BOUND(5000));
+  if (lost) {
+    fproc_dump(a);
+    fproc_dump(b);
+  }
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   CHECK(fproc_send(b, "quit") == 0);
   finish_worker(b);
@@ -1081,8 +1151,30 @@ static void t_pubsub_kill(void) {
  * first renewal run with a deadline already past; it timed out, the hold
  * was declared lost (unreachable) at once, and the release that followed
  * said DLOCK_ELOST although it released the lock (found by the soak).
+ *
+ * A stall (a loaded suite under ASan: one renewal through the relay got no
+ * answer for the 617 ms left of its lease) loses such a hold rightly, and
+ * the client says so (reason unreachable) with the hold dated right: a
+ * renewal had confirmed its lease after the grant (its debug log says
+ * "renewed"), or the grant's own confirmation had its time and got no
+ * answer ("lease not confirmed within"). The regression has neither: its
+ * first renewal had no time left. Such a try is set aside and the scenario
+ * runs again (at most LONGWAIT_TRIES tries); any other loss fails it.
  */
-static void t_long_wait_handoff(void) {
+#define LONGWAIT_TRIES 3
+
+/* Index of the first line of p from `from` on containing `needle` before
+ * line `to`, or -1. */
+static long line_between(const fproc_t *p, size_t from, size_t to,
+                         const char *needle) {
+  for (size_t i = from; i < to && i < p->nlines; i++)
+    if (strstr(p->lines[i], needle))
+      return (long)i;
+  return -1;
+}
+
+/* One try: false when the hold was lost to a stall (see above). */
+static bool long_wait_handoff_try(int try) {
   env_t e;
   env_start(&e, NULL);
   fnet_relay_t *relay = fnet_relay_start(e.lock->port, 10, 0.0, 0);
@@ -1095,13 +1187,15 @@ static void t_long_wait_handoff(void) {
                             "--name fault-longwait --watchdog 1000 "
                             "--hold-ms 1600");
   WANT(a, "ACQUIRED", &f0, BOUND(10000));
+  /* its debug log: the confirmation of the grant, the renewals */
   fproc_t *b = spawn_worker(&e, "h1", url, "hold",
                             "--name fault-longwait --watchdog 1000 "
-                            "--wait 20000");
+                            "--wait 20000 --log-level 3");
   wait_queued(&e, L, 1);
   const char *rel = WANT(a, "RELEASED", &f0, BOUND(5000));
   CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
   const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(3000));
+  size_t acq_i = f1 - 1;
   int64_t waited = fproc_field(acq, "waited_ms");
   /* hold it for one lease: three renewals are due */
   size_t fw = f1;
@@ -1119,6 +1213,20 @@ static void t_long_wait_handoff(void) {
   snprintf(rel_rc, sizeof rel_rc, "%s", str_field(rel, "rc"));
   snprintf(lost_why, sizeof lost_why, "%s",
            lost ? str_field(lost, "reason") : "");
+  /* a stall: the lease could not be confirmed in time although the hold
+   * was dated right: a renewal confirmed it after the grant, or the
+   * grant's own confirmation had its time and got no answer */
+  bool stall = false;
+  if (lost && strcmp(lost_why, "unreachable") == 0) {
+    long renewed = line_between(b, acq_i, fl - 1, "renewed ");
+    long unconfirmed = line_between(b, 0, acq_i, "lease not confirmed within");
+    stall = renewed >= 0 || unconfirmed >= 0;
+    if (stall)
+      printf("FIGURE long_wait_handoff.try%d: set aside: a stall (%s)\n", try,
+             renewed >= 0 ? b->lines[renewed] : b->lines[unconfirmed]);
+  }
+  if (lost)
+    fproc_dump(b);
   CHECK(fproc_send(b, "quit") == 0);
   finish_worker(b);
   finish_worker(a);
@@ -1129,13 +1237,25 @@ static void t_long_wait_handoff(void) {
   fnet_relay_stop(relay);
   env_stop(&e);
   CHECK_INT(waited, >, 1000);
+  CHECK_INT(r.overlaps + r.overlaps_lost + r.stale_accepted, ==, 0);
+  if (stall)
+    return false;
   if (lost_why[0])
     printf("REGRESSION: a hand-off after a wait longer than the lease was "
            "reported lost (%s) and its release said %s\n",
            lost_why, rel_rc);
   CHECKF(!lost_why[0], "the handed-over hold was reported lost (%s)", lost_why);
   CHECK_STR(rel_rc, "DLOCK_OK");
-  CHECK_INT(r.overlaps + r.overlaps_lost + r.stale_accepted, ==, 0);
+  return true;
+}
+
+static void t_long_wait_handoff(void) {
+  int try = 1;
+  while (!long_wait_handoff_try(try))
+    CHECKF(++try <= LONGWAIT_TRIES,
+           "%d tries in a row lost the hold to a stall: the machine is too "
+           "slow to run the scenario",
+           LONGWAIT_TRIES);
 }
 
 /*
