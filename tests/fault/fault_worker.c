@@ -438,7 +438,10 @@ static void hold_acquire(hold_state_t *h) {
        h->l.permit[0] ? h->l.permit : "-");
 }
 
+/* WRITE's t is when the answer came, sent= when the write began (a
+ * process stopped in between reports it only when resumed) */
 static void hold_write(hold_state_t *h) {
+  int64_t sent = fence_now_us();
   int w = fence_write_as(h->f, cfg.locks[0], h->holder, h->token,
                          is_shared(&h->l));
   if (w == FENCE_ERROR)
@@ -447,8 +450,8 @@ static void hold_write(hold_state_t *h) {
     h->writes_ok++;
   else
     h->writes_refused++;
-  emit("WRITE %s token=%lld t=%lld", w ? "ok" : "refused", (long long)h->token,
-       (long long)fence_now_us());
+  emit("WRITE %s token=%lld t=%lld sent=%lld", w ? "ok" : "refused",
+       (long long)h->token, (long long)fence_now_us(), (long long)sent);
 }
 
 static void hold_release(hold_state_t *h) {
