@@ -136,6 +136,15 @@ is_free() {
   [ $? -eq 1 ]
 }
 
+# use_backend NAME: DLOCK_URL for the backend the test runs on (redis: the
+# harness's as it is; zookeeper, etcd: th_with_zk's / th_with_etcd's URL).
+use_backend() {
+  case $1 in
+  zookeeper) export DLOCK_URL=$DLOCK_ZK_URL ;;
+  etcd) export DLOCK_URL=$DLOCK_ETCD_URL ;;
+  esac
+}
+
 # require CMD WHAT: the test needs CMD (for WHAT); without it, says so and
 # exits 1, before any check reads a missing tool's silence as an answer.
 # scripts/deps.sh installs every command the tests use.

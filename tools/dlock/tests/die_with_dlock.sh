@@ -10,10 +10,7 @@
 . "$(dirname "$0")/common.bash"
 
 backend=${1:-redis}
-case $backend in
-zookeeper) export DLOCK_URL=$DLOCK_ZK_URL ;;
-etcd) export DLOCK_URL=$DLOCK_ETCD_URL ;;
-esac
+use_backend "$backend"
 name=cli-die-$$
 
 # $T/alive PID: the process exists and is not a zombie.
