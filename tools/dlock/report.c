@@ -36,13 +36,15 @@ int64_t cli_now_ms(void) {
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool muted;
 
-static void emit(const struct cli_ctx *c, const char *text, bool always) {
-  char line[2048];
-  size_t n;
+/* One line: "dlock: " and the formatted text made one line with its URLs'
+ * secrets masked (cli_one_line), written whole; dropped while muted unless
+ * `always`. */
+static void vemit(bool always, const char *fmt, va_list ap) {
+  char text[2048], line[2048];
+  vsnprintf(text, sizeof text, fmt, ap);
   memcpy(line, "dlock: ", 7);
-  (void)c;
   cli_one_line(text, line + 7, sizeof line - 8);
-  n = strlen(line);
+  size_t n = strlen(line);
   line[n] = '\n';
   line[n + 1] = '\0';
   pthread_mutex_lock(&out_mu);
@@ -58,21 +60,19 @@ void cli_mute(bool on) {
 }
 
 void cli_msg_final(const struct cli_ctx *c, const char *fmt, ...) {
-  char text[2048];
+  (void)c;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  vemit(true, fmt, ap);
   va_end(ap);
-  emit(c, text, true);
 }
 
 void cli_msg(const struct cli_ctx *c, const char *fmt, ...) {
-  char text[2048];
+  (void)c;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
+  vemit(false, fmt, ap);
   va_end(ap);
-  emit(c, text, false);
 }
 
 int cli_exit_for(int err) {
