@@ -199,6 +199,21 @@ DLOCK_EXTERN int dlock_options_set_watchdog_timeout(dlock_options_t *opts,
  * Redis, whose holds have per-lock leases, ignores it. */
 DLOCK_EXTERN int dlock_options_set_session_timeout(dlock_options_t *opts,
                                                    int64_t ms);
+/* How long a wait (an acquire with a wait other than 0) keeps trying
+ * through an outage: no server could be reached (a restart, a Sentinel or
+ * Cluster failover, a Redlock majority that did not answer), so the
+ * attempt sent nothing or was undone. It tries again (after 50 ms,
+ * doubling to 1 s, at once when the connection comes back) until the
+ * outage has lasted this long or its own deadline comes, and then returns
+ * the outage's error (DLOCK_EUNAVAILABLE or DLOCK_EIOTIMEOUT). An attempt
+ * that may have reached the server (no reply in time, the connection lost
+ * after the request went out) is tried again only where the server tells
+ * a repeated attempt from a new one (Redis reentrant and fenced locks,
+ * whose waits carry their queue entry); elsewhere (semaphores, latches,
+ * other kinds) it ends the wait at once, as its outcome is unknown. 0:
+ * every failure ends the wait; else 1 .. 86400000. Default 30000. */
+DLOCK_EXTERN int dlock_options_set_outage_grace(dlock_options_t *opts,
+                                                int64_t ms);
 /* Redis with replicas: after every script that writes (acquire, release,
  * semaphore and latch changes; not renewals), dlock sends
  * `WAIT <connected replicas> <ms>` in the same pipeline, as Redisson's

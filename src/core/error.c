@@ -9,6 +9,7 @@
 
 #define DLOCK__ERRBUF 512
 static _Thread_local char errbuf[DLOCK__ERRBUF];
+static _Thread_local bool err_unsent; /* the failure sent nothing */
 
 const char *dlock_strerror(int err) {
   switch (err) {
@@ -40,8 +41,12 @@ const char *dlock_err_name(int err) {
 
 const char *dlock_last_error(void) { return errbuf; }
 
+void dlock__err_set_unsent(bool unsent) { err_unsent = unsent; }
+bool dlock__err_unsent(void) { return err_unsent; }
+
 int dlock__seterr(int code, const char *fmt, ...) {
   va_list ap;
+  err_unsent = false;
   va_start(ap, fmt);
   vsnprintf(errbuf, sizeof errbuf, fmt, ap);
   va_end(ap);

@@ -10,10 +10,21 @@
 #ifndef DLOCK_CORE_ERROR_H
 #define DLOCK_CORE_ERROR_H
 
+#include <stdbool.h>
+
 #include "dlock/dlock.h"
 
 int dlock__seterr(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Marks the thread's current failure as one that sent nothing to the
+ * server (no connection could be had), whose effects the backend undid, or
+ * whose repetition the server tells apart (a lock wait's attempts carrying
+ * its queue entry): the same request can be made again as if it had never
+ * been tried. Every
+ * dlock__seterr clears the mark (a failure is taken as possibly sent
+ * unless its backend says otherwise); dlock__preferr keeps it. */
+void dlock__err_set_unsent(bool unsent);
+bool dlock__err_unsent(void);
 /* Prefixes the current detail with "<prefix>: " and returns code. */
 int dlock__preferr(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -115,8 +115,10 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
     return rc;
   int64_t deadline = dlock__deadline_after(wait_ms);
   int64_t bound;
+  dlock__err_set_unsent(false);
   rc = at_zero(h, &bound);
-  if (rc == 0 && wait_ms != 0)
+  /* an outage does not end a wait (dlock__wait_retry) */
+  if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
     rc = dlock__sync_wait(h, 0, deadline, at_zero, h);
   if (rc == 0)
     rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,

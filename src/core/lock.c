@@ -218,6 +218,7 @@ typedef struct wait_ctx {
   int64_t refused_at;  /* when the last attempt the server refused was
                           sent: a grant by message came after it */
   int64_t entry_until; /* the queue entry cannot outlive this */
+  dlock__outage outage; /* attempts failed in a row in an outage */
 } wait_ctx;
 
 /* A fair wait that must come back to keep its place in the queue. */
@@ -272,8 +273,51 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
   return rc;
 }
 
+/* Whether attempts of this wait may be repeated after one whose outcome is
+ * unknown (the connection lost after the request went out, no reply in
+ * time): a reentrant or fenced lock with a hand-off queue, whose every
+ * attempt after the first carries the wait's queue entry and the mark that
+ * it may have queued. The server then tells a hold this wait got (a
+ * grant, or the lost attempt's own) from a second one, and claims it with
+ * its count unchanged (lock_acquire.lua). A thread that held the lock
+ * when the wait began could not be told apart, so its waits are not. */
+static bool repeatable(const wait_ctx *x) {
+  return has_handoff(x->l) && !x->reentry &&
+         (x->l->kind == DLOCK_REENTRANT || x->l->kind == DLOCK_FENCED);
+}
+
+/* After a failed attempt: an outage of unknown outcome that a repeatable
+ * wait can ride out all the same (the next attempt carries the entry). */
+static void note_failure(wait_ctx *x, int rc) {
+  if ((rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT) && repeatable(x)) {
+    x->q.queued = true;
+    dlock__err_set_unsent(true);
+  }
+}
+
+/* An attempt within the wait that rides out an outage
+ * (dlock__wait_retry): 0 once an attempt was answered or a grant came
+ * meanwhile, else the error that ends the wait. */
+static int attempt_in_wait(wait_ctx *x, int64_t *pttl) {
+  for (;;) {
+    dlock__err_set_unsent(false);
+    int rc = attempt(x, dlock__wait_can_queue(&x->w), pttl);
+    if (rc != 0)
+      note_failure(x, rc);
+    if (rc == 0) {
+      dlock__wait_recovered(&x->w, &x->outage);
+      return 0;
+    }
+    if (!dlock__wait_retry(&x->w, rc, x->deadline, &x->outage))
+      return rc;
+    if (dlock__wait_granted(&x->w))
+      return 0;
+  }
+}
+
 /* `pttl` >= -1: an attempt was made already, before the wait was
- * registered (a cold lock); it refused with that bound. */
+ * registered (a cold lock); it refused with that bound, or failed in an
+ * outage (dlock__wait_retry). */
 static int wait_loop(wait_ctx *x, int64_t pttl) {
   struct dlock_client *c = x->l->client;
   bool armed = false;
@@ -283,7 +327,7 @@ static int wait_loop(wait_ctx *x, int64_t pttl) {
     /* already watching (a lingering subscription): this attempt can
      * queue */
     armed = dlock__wait_arm(&x->w, true);
-    if ((rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl)) != 0)
+    if ((rc = attempt_in_wait(x, &pttl)) != 0)
       return rc;
   }
   /* not armed by that call (the path was down or coming up): arm it now
@@ -297,7 +341,7 @@ static int wait_loop(wait_ctx *x, int64_t pttl) {
     dlock__wait_await_ready(&x->w, sub_deadline);
     if ((rc = dlock__wait_error(&x->w)) != 0)
       return rc;
-    if ((rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl)) != 0)
+    if ((rc = attempt_in_wait(x, &pttl)) != 0)
       return rc;
   }
   for (;;) {
@@ -318,7 +362,7 @@ static int wait_loop(wait_ctx *x, int64_t pttl) {
     dlock__wait_sleep(&x->w, until);
     if (dlock__wait_granted(&x->w))
       return 1;
-    if ((rc = attempt(x, dlock__wait_can_queue(&x->w), &pttl)) != 0)
+    if ((rc = attempt_in_wait(x, &pttl)) != 0)
       return rc;
   }
 }
@@ -407,7 +451,12 @@ static int wait_and_acquire(wait_ctx *x) {
   int rc;
   if (c->ops->wait_hot && !c->ops->wait_hot(c->be, &x->spec)) {
     pttl = -1;
+    dlock__err_set_unsent(false);
+    /* an outage does not end a wait: it goes on (and its first attempt
+     * waits for the wake-up path to come up) */
     if ((rc = attempt(x, false, &pttl)) != 0)
+      note_failure(x, rc);
+    if (rc != 0 && !(dlock__wait_outage(rc) && dlock__now_ms() < x->deadline))
       return rc;
   }
   rc = dlock__wait_begin(c, &x->w, &x->spec);

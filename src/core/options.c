@@ -11,6 +11,7 @@
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define DEFAULT_COMMAND_TIMEOUT_MS 5000
 #define DEFAULT_WATCHDOG_MS 30000
+#define DEFAULT_OUTAGE_GRACE_MS 30000
 #define DEFAULT_POOL_SIZE 8
 #define DEFAULT_FAIR_THREAD_WAIT_MS 300000
 #define DEFAULT_REPLICA_WAIT_MS 1000 /* Redisson's slavesSyncTimeout */
@@ -27,6 +28,7 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
   o->command_timeout_ms = DEFAULT_COMMAND_TIMEOUT_MS;
   o->watchdog_ms = DEFAULT_WATCHDOG_MS;
+  o->outage_grace_ms = DEFAULT_OUTAGE_GRACE_MS;
   o->pool_size = DEFAULT_POOL_SIZE;
   o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
   o->redlock_node_timeout_ms = DEFAULT_REDLOCK_NODE_TIMEOUT_MS;
@@ -152,6 +154,14 @@ int dlock_options_set_session_timeout(dlock_options_t *opts, int64_t ms) {
   int rc = check_ms("session timeout", ms, 1);
   if (!rc)
     opts->session_timeout_ms = ms;
+  return rc;
+}
+
+int dlock_options_set_outage_grace(dlock_options_t *opts, int64_t ms) {
+  NEED_OPTS("dlock_options_set_outage_grace");
+  int rc = ms == 0 ? 0 : check_ms("outage grace (0 turns it off)", ms, 1);
+  if (!rc)
+    opts->outage_grace_ms = ms;
   return rc;
 }
 

@@ -14,6 +14,7 @@ struct dlock_options {
   int64_t command_timeout_ms;
   int64_t watchdog_ms;
   int64_t session_timeout_ms; /* 0: the backend's default */
+  int64_t outage_grace_ms;    /* how long a wait rides out an outage */
   int64_t fair_thread_wait_ms;
   int64_t redlock_node_timeout_ms; /* Redlock: one node's answer, > 0 */
   int64_t redlock_drift_permille;  /* Redlock: drift per 1000 of a lease */

@@ -138,8 +138,10 @@ int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
   int64_t deadline = dlock__deadline_after(wait_ms);
   sem_try t = {h, permits};
   int64_t bound;
+  dlock__err_set_unsent(false);
   rc = sem_attempt(&t, &bound);
-  if (rc == 0 && wait_ms != 0)
+  /* an outage does not end a wait (dlock__wait_retry) */
+  if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
     rc = dlock__sync_wait(h, permits, deadline, sem_attempt,
                           &t);
   if (rc == 0)
@@ -272,8 +274,10 @@ int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
   int64_t deadline = dlock__deadline_after(wait_ms);
   psem_try t = {h, pid, watchdog ? c->opts.watchdog_ms : lease_ms, 0};
   int64_t bound;
+  dlock__err_set_unsent(false);
   rc = psem_attempt(&t, &bound);
-  if (rc == 0 && wait_ms != 0)
+  /* an outage does not end a wait (dlock__wait_retry) */
+  if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
     rc = dlock__sync_wait(h, 1, deadline, psem_attempt,
                           &t);
   if (rc == 0)

@@ -108,6 +108,10 @@ int dlock__sync_call_end(const dlock__sync *h, int rc) {
 
 static _Atomic uint64_t wait_seq; /* tells one wait from the next */
 
+bool dlock__sync_rides_out(int rc, int64_t deadline) {
+  return dlock__wait_outage(rc) && dlock__now_ms() < deadline;
+}
+
 int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
                      dlock__sync_attempt_fn attempt, void *ctx) {
   struct dlock_client *c = h->client;
@@ -130,14 +134,21 @@ int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
     dlock__wait_await_ready(&w, sub_deadline);
     rc = dlock__wait_error(&w);
   }
+  dlock__outage outage = {0, 0}; /* attempts failed in an outage */
   while (rc == 0) {
     if (dlock__client_stopping(c)) {
       rc = dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
       break;
     }
     int64_t bound = -1;
-    if ((rc = attempt(ctx, &bound)) != 0)
-      break;
+    dlock__err_set_unsent(false);
+    if ((rc = attempt(ctx, &bound)) != 0) {
+      if (!dlock__wait_retry(&w, rc, deadline, &outage))
+        break;
+      rc = 0; /* rode out: try again */
+      continue;
+    }
+    dlock__wait_recovered(&w, &outage);
     int64_t now = dlock__now_ms();
     if (now >= deadline)
       break;

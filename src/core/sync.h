@@ -31,11 +31,18 @@ int dlock__sync_call_end(const dlock__sync *h, int rc);
  * waiter may sleep before trying again, -1 for no bound), <0 error. */
 typedef int (*dlock__sync_attempt_fn)(void *ctx, int64_t *bound_ms);
 
+/* Whether a first attempt's failure rc (made before dlock__sync_wait,
+ * with the unsent mark cleared before it) should start the wait anyway:
+ * an outage, with the deadline ahead. */
+bool dlock__sync_rides_out(int rc, int64_t deadline);
+
 /* Waits for the attempt to succeed, after one that failed: registers a
  * wait with the backend (need: the permits a semaphore waiter asks for),
  * waits until its wake-up path is armed, attempts again, and then sleeps
  * until a wake-up, the bound or the deadline before each further attempt.
- * Never polls. 1 done, 0 the deadline passed, <0 error. */
+ * Never polls. An attempt that fails in an outage is made again while the
+ * deadline is ahead (dlock__wait_retry). 1 done, 0 the deadline passed,
+ * <0 error. */
 int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
                      dlock__sync_attempt_fn attempt, void *ctx);
 

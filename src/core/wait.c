@@ -107,6 +107,53 @@ bool dlock__wait_sleep(dlock__wait *w, int64_t until) {
   return woken;
 }
 
+bool dlock__wait_outage(int rc) {
+  return (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT) &&
+         dlock__err_unsent();
+}
+
+bool dlock__wait_retry(dlock__wait *w, int rc, int64_t deadline,
+                       dlock__outage *o) {
+  int64_t grace = w->c->opts.outage_grace_ms;
+  if (!dlock__wait_outage(rc) || grace <= 0 || dlock__client_stopping(w->c))
+    return false;
+  int64_t now = dlock__now_ms();
+  if (o->failures == 0)
+    o->since = now;
+  if (now - o->since >= grace) {
+    dlock__preferr(rc, "the backend unreachable for %lld ms",
+                   (long long)(now - o->since));
+    return false;
+  }
+  if (now >= deadline)
+    return false;
+  if (++o->failures == 1)
+    dlock__log(w->c, DLOCK_LOG_WARN,
+               "'%.200s': %s; trying again while the wait lasts (for up to "
+               "%lld ms of outage)",
+               w->spec->name, dlock_last_error(), (long long)grace);
+  int64_t backoff = 1000;
+  if (o->failures <= 5)
+    backoff = 50LL << (o->failures - 1); /* 50, 100, 200, 400, 800 */
+  int64_t until = now + backoff;
+  if (until > o->since + grace)
+    until = o->since + grace;
+  if (until > deadline)
+    until = deadline;
+  dlock__wait_sleep(w, until);
+  return true;
+}
+
+void dlock__wait_recovered(dlock__wait *w, dlock__outage *o) {
+  if (o->failures > 0)
+    dlock__log(w->c, DLOCK_LOG_INFO,
+               "'%.200s': the backend answers again after %lld ms (%d failed "
+               "attempts)",
+               w->spec->name, (long long)(dlock__now_ms() - o->since),
+               o->failures);
+  o->failures = 0;
+}
+
 void dlock__wait_end(dlock__wait *w) {
   struct dlock_client *c = w->c;
   pthread_mutex_lock(&c->mu);

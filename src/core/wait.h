@@ -87,6 +87,32 @@ bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline);
 bool dlock__wait_sleep(dlock__wait *w, int64_t until);
 void dlock__wait_end(dlock__wait *w);
 
+/* A streak of attempts failed in an outage (zero it at the wait's start). */
+typedef struct dlock__outage {
+  int failures;  /* in a row */
+  int64_t since; /* when the first of them failed (monotonic ms) */
+} dlock__outage;
+
+/* A wait rides out an outage: an attempt that failed with rc, where the
+ * failure sent nothing or left nothing behind (dlock__err_unsent: no
+ * connection could be had while a server restarts or a master fails
+ * over; a Redlock attempt undone on every node) and is one a service
+ * recovers from (unreachable, no answer), is made again while the
+ * deadline is ahead and the outage is younger than the client's outage
+ * grace (dlock_options_set_outage_grace): this sleeps until the next try
+ * (50 ms, doubling to 1 s; a wake such as a reconnect or a release cuts it
+ * short) and returns true; else false, and the wait ends with rc and its
+ * detail. A failure that may have reached the server ends the wait as
+ * ever: its outcome is unknown, and a second attempt could count twice.
+ * The first failure of a streak is logged (warning), and so is the
+ * recovery (info). */
+bool dlock__wait_retry(dlock__wait *w, int rc, int64_t deadline,
+                       dlock__outage *o);
+/* Whether rc is a failure dlock__wait_retry would ride out. */
+bool dlock__wait_outage(int rc);
+/* After a successful attempt: logs the end of a streak of failures. */
+void dlock__wait_recovered(dlock__wait *w, dlock__outage *o);
+
 /* Up-calls, from any backend thread. */
 void dlock__wait_wake(dlock__wait *w);
 void dlock__wait_grant(dlock__wait *w, int64_t token);

@@ -379,8 +379,10 @@ static int request(dlock__redis *r, bool may_share,
   if (asking && want + 1 > sizeof all / sizeof all[0])
     asking = false; /* never: requests are at most three commands */
   int rc = pool_get(r, &c);
-  if (rc)
+  if (rc) {
     tl_redirect.kind = DLOCK__RD_UNSENT; /* no connection: nothing sent */
+    dlock__err_set_unsent(true);
+  }
   if (!rc && asking) {
     const char *a[1] = {"ASKING"};
     rc = dlock__redis_append_cmd(c, 1, a);

@@ -722,11 +722,14 @@ static int rl_lock_acquire(void *be, const dlock__acquire *a0, int64_t *pttl,
   undo_attempt(rl, &a, counted);
   if (hard)
     return dlock__seterr(hard, "redlock: %s", why);
-  if (failed > rl->n - rl->quorum)
-    return dlock__seterr(DLOCK_EUNAVAILABLE,
-                         "redlock: %zu of %zu nodes answered, a majority is "
-                         "%zu (%s)",
-                         rl->n - failed, rl->n, rl->quorum, why);
+  if (failed > rl->n - rl->quorum) {
+    dlock__seterr(DLOCK_EUNAVAILABLE,
+                  "redlock: %zu of %zu nodes answered, a majority is %zu (%s)",
+                  rl->n - failed, rl->n, rl->quorum, why);
+    /* undone on every node: a wait tries again (dlock__wait_retry) */
+    dlock__err_set_unsent(true);
+    return DLOCK_EUNAVAILABLE;
+  }
   if (refused >= rl->quorum) {
     /* a majority has a holder: past the quorum-th shortest of their leases
      * fewer than a majority can still refuse (a safety net: a release on

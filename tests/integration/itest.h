@@ -31,6 +31,7 @@ typedef struct it_client_cfg {
   int64_t connect_ms;  /* 0 = 2000 */
   int64_t command_ms;  /* 0 = 2000 */
   int64_t watchdog_ms; /* 0 = library default (30000) */
+  int64_t outage_grace_ms; /* 0 = library default (30000); < 0: off */
   dlock_lost_fn lost;
   void *lost_ud;
   const char *url; /* NULL = the server's */
@@ -46,6 +47,9 @@ static inline dlock_client_t *it_client_cfg(th_server_t *s,
       o, cfg->command_ms ? cfg->command_ms : 2000));
   if (cfg->watchdog_ms)
     CHECK_OK(dlock_options_set_watchdog_timeout(o, cfg->watchdog_ms));
+  if (cfg->outage_grace_ms)
+    CHECK_OK(dlock_options_set_outage_grace(
+        o, cfg->outage_grace_ms < 0 ? 0 : cfg->outage_grace_ms));
   if (cfg->lost)
     CHECK_OK(dlock_options_set_lost_callback(o, cfg->lost, cfg->lost_ud));
   dlock_client_t *c = NULL;

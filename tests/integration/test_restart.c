@@ -6,6 +6,9 @@
  * call must come back within a small bound; each case asserts that bound
  * ("nothing hangs"), an error code from the documented set while the server
  * is away, and that the same client works again once the server is back.
+ * A wait rides out an outage within its deadline and the client's outage
+ * grace (the server back in time: the waiter gets the lock), and gives up
+ * with the outage's error after it.
  * The harness restarts the server on the same port; without persistence a
  * restart empties it (the lock is gone), with AOF (appendfsync always) the
  * lock survives. Restarts are done from the main thread (harness rule);
@@ -20,14 +23,20 @@
 #define WD DLOCK_LEASE_WATCHDOG
 #define SMALL_MS 500
 
-static dlock_client_t *small_client(th_server_t *s, int64_t watchdog_ms,
-                                    it_lost_t *lost) {
+static dlock_client_t *grace_client(th_server_t *s, int64_t watchdog_ms,
+                                    it_lost_t *lost, int64_t grace_ms) {
   it_client_cfg_t cfg = {.connect_ms = SMALL_MS,
                          .command_ms = SMALL_MS,
                          .watchdog_ms = watchdog_ms,
+                         .outage_grace_ms = grace_ms,
                          .lost = lost ? it_lost_cb : NULL,
                          .lost_ud = lost};
   return it_client_cfg(s, &cfg);
+}
+
+static dlock_client_t *small_client(th_server_t *s, int64_t watchdog_ms,
+                                    it_lost_t *lost) {
+  return grace_client(s, watchdog_ms, lost, 0);
 }
 
 /* The client works again: PING answers within 5 s (a few failures on stale
@@ -154,18 +163,93 @@ static void t_down_during_wait(void) {
   th_server_stop(s);
 }
 
+/* The server goes down for about a second under a waiter (a restart, a
+ * failover): the wait rides it out and gets the lock, which the restart
+ * emptied; the outage is no error to its caller. */
+static void t_wait_rides_out_outage(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  foreign_hold(s, "owait");
+  dlock_client_t *c = small_client(s, 0, NULL);
+  dlock_lock_t *l = it_lock(c, "owait");
+  it_async_t w;
+  it_async_start(&w, l, 20000, WD, false);
+  CHECK(it_wait_subscribers(s, "owait", 1, 5000));
+  int64_t t0 = th_now_ms();
+  CHECK_INT(th_server_down(s), ==, 0);
+  /* the waiter saw the outage (its pub/sub connection broke, its attempts
+   * were refused) and is still waiting */
+  th_sleep_ms(1000);
+  CHECKF(!atomic_load(&w.done), "the wait ended in the outage: %s (\"%s\")",
+         dlock_err_name(w.rc), w.err);
+  CHECK_INT(th_server_up(s), ==, 0); /* empty: the foreign hold is gone */
+  CHECKF(it_async_wait(&w, 20000), "waiter hung after the server came back");
+  printf("waiter returned %s %lld ms after the server went down (\"%s\")\n",
+         dlock_err_name(w.rc), (long long)(w.t_done - t0), w.err);
+  CHECK_RC(w.rc, DLOCK_OK);
+  CHECK_OK(it_async_finish(&w));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* A semaphore waiter rides out an outage in which its attempts are refused
+ * (it starts with the server down): it gets the permit added once the
+ * server is back. (An attempt whose connection broke after it went out
+ * would end the wait: a semaphore attempt cannot be repeated safely.) */
+typedef struct sem_waiter {
+  dlock_semaphore_t *sem;
+  atomic_int done;
+  int rc;
+  char err[256];
+} sem_waiter;
+
+static void *sem_wait_main(void *arg) {
+  sem_waiter *w = arg;
+  w->rc = dlock_semaphore_acquire(w->sem, 1, 20000);
+  snprintf(w->err, sizeof w->err, "%s", dlock_last_error());
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static void t_semaphore_wait_rides_out_outage(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = small_client(s, 0, NULL);
+  sem_waiter w = {0};
+  CHECK_OK(dlock_semaphore_new(c, "osem", &w.sem));
+  CHECK_INT(th_server_down(s), ==, 0);
+  pthread_t th;
+  CHECK_INT(pthread_create(&th, NULL, sem_wait_main, &w), ==, 0);
+  th_sleep_ms(1000);
+  CHECKF(!atomic_load(&w.done), "the wait ended in the outage: %s (\"%s\")",
+         dlock_err_name(w.rc), w.err);
+  CHECK_INT(th_server_up(s), ==, 0);
+  wait_client_back(c);
+  CHECK_OK(dlock_semaphore_add_permits(w.sem, 1));
+  pthread_join(th, NULL);
+  printf("semaphore waiter returned %s (\"%s\")\n", dlock_err_name(w.rc),
+         w.err);
+  CHECK_RC(w.rc, DLOCK_OK);
+  CHECK_OK(dlock_semaphore_release(w.sem, 1));
+  dlock_semaphore_free(w.sem);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static void t_kill9_during_wait(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
   foreign_hold(s, "kwait");
-  dlock_client_t *c = small_client(s, 0, NULL);
+  dlock_client_t *c = grace_client(s, 0, NULL, 1500);
   dlock_lock_t *l = it_lock(c, "kwait");
   it_async_t w;
   it_async_start(&w, l, DLOCK_WAIT_FOREVER, WD, false);
   CHECK(it_wait_subscribers(s, "kwait", 1, 5000));
   int64_t t0 = th_now_ms();
   CHECK_INT(th_server_kill9(s), ==, 0);
-  /* a wait without deadline does not hide a dead backend */
+  /* a wait without deadline does not hide a dead backend: it gives up
+   * when the outage outlasts the client's outage grace (1.5 s here) */
   CHECKF(it_async_wait(&w, 10000),
          "wait-forever acquire still blocked 10 s after kill -9");
   printf("waiter returned %s %lld ms after kill -9 (\"%s\")\n",
@@ -425,6 +509,8 @@ static const check_case_t cases[] = {
     {"restart_during_wait", t_restart_during_wait},
     {"down_during_wait", t_down_during_wait},
     {"kill9_during_wait", t_kill9_during_wait},
+    {"wait_rides_out_outage", t_wait_rides_out_outage},
+    {"semaphore_wait_rides_out_outage", t_semaphore_wait_rides_out_outage},
     {"restart_during_hold", t_restart_during_hold},
     {"down_during_hold", t_down_during_hold},
     {"hold_survives_aof_restart", t_hold_survives_aof_restart},
