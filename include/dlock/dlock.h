@@ -32,11 +32,15 @@
  * -------
  * Options objects are not thread-safe (build them on one thread). A client
  * and its lock handles may be used from any number of threads at once.
- * Callbacks run on the client's background thread with no library mutex
- * held. That thread also delivers wake-ups and reports losses, so a callback
- * must return quickly: it may call non-blocking dlock functions (a try-once
- * acquire, a release, a query) but must not wait for a lock, and must not
- * call dlock_client_free() or dlock_lock_free() of its client.
+ * Callbacks run on the client's own threads with no library mutex held.
+ * The lost callback runs on a thread of its own (one call at a time, in
+ * the order the losses were found), off the event loop: it may call any
+ * dlock function of its client, a release or an acquire with a wait
+ * included, while the client keeps renewing, waking waiters and reporting
+ * losses by their deadlines; losses found meanwhile are reported after it
+ * returns. The log callback runs on whichever library thread logs, the
+ * event loop included, so it must return quickly. Neither may call
+ * dlock_client_free() or dlock_lock_free() of its client.
  *
  * Durations are int64_t milliseconds.
  */
@@ -157,8 +161,8 @@ typedef enum dlock_lost_reason {
   DLOCK_LOST_SESSION = 3
 } dlock_lost_reason_t;
 
-/* Called once per lost hold, on the background thread, with no library
- * mutex held. `name` is valid only during the call. For a permit of a
+/* Called once per lost hold, on the client's notifying thread (not its
+ * event loop; see "Threads" above), with no library mutex held. `name` is valid only during the call. For a permit of a
  * permit semaphore, thread_id is 0. */
 typedef void (*dlock_lost_fn)(void *userdata, const char *name,
                               uint64_t thread_id, dlock_lost_reason_t reason);

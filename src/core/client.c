@@ -6,10 +6,12 @@
  * sleeps in poll() on the wake pipe, the backend's descriptors and the next
  * deadline (a lease to renew, a hold's vouching deadline, an unresolved
  * wait to settle, whatever the backend asked for), and each turn:
- *   1. marks lost every hold it can no longer vouch for and reports the
- *      losses (lost callbacks run here, with no mutex held);
+ *   1. marks lost every hold it can no longer vouch for;
  *   2. hands due chores to the workers (worker.h): a renewal pass, a
- *      settling pass; the backend may hand the dialling worker a connect;
+ *      settling pass, the report of losses (the lost callbacks run on the
+ *      notifying worker, one at a time and in order, with no mutex held,
+ *      so that a callback that releases or acquires never stalls the
+ *      loop); the backend may hand the dialling worker a connect;
  *   3. lets the backend prepare (loop_prepare) and, after poll(), handle
  *      what its descriptors reported (loop_dispatch); neither blocks.
  * It never waits on the network, so a loss is reported by its deadline
@@ -192,6 +194,19 @@ int dlock__client_run_dial(struct dlock_client *c, void (*fn)(void *),
 static void renew_job(void *arg) { dlock__renewer_run(arg); }
 static void settle_job(void *arg) { dlock__unresolved_run(arg); }
 
+/* Reports the losses marked so far; a loss marked after its last look
+ * pokes the loop, which hands it another report. */
+static void report_job(void *arg) {
+  struct dlock_client *c = arg;
+  dlock__holds_report_lost(c);
+  pthread_mutex_lock(&c->mu);
+  c->report_busy = false;
+  bool again = c->lost_pending;
+  pthread_mutex_unlock(&c->mu);
+  if (again)
+    dlock__client_poke(c);
+}
+
 /* Hands the due chores to their workers; returns when the loop must look
  * again. mu held. */
 static int64_t chores_locked(struct dlock_client *c, int64_t now) {
@@ -233,7 +248,14 @@ static void *bg_main(void *arg) {
     pthread_mutex_lock(&c->mu);
     bool stop = dlock__client_stopping(c);
     int64_t until = stop ? 0 : chores_locked(c, now);
-    bool lost = c->lost_pending;
+    bool lost = false;
+    if (!stop && c->lost_pending && !c->report_busy) {
+      c->report_busy = true;
+      if (dlock__worker_submit(&c->notify_worker, report_job, c) != 0) {
+        c->report_busy = false;
+        lost = true; /* no thread for it: reported here, as a last resort */
+      }
+    }
     pthread_mutex_unlock(&c->mu);
     if (stop)
       break;
@@ -270,10 +292,12 @@ static void client_destroy(struct dlock_client *c, bool forked) {
     dlock__worker_forget(&c->renew_worker);
     dlock__worker_forget(&c->settle_worker);
     dlock__worker_forget(&c->dial_worker);
+    dlock__worker_forget(&c->notify_worker);
   } else { /* each waits for its job in progress, bounded by deadlines */
     dlock__worker_stop(&c->renew_worker);
     dlock__worker_stop(&c->settle_worker);
     dlock__worker_stop(&c->dial_worker);
+    dlock__worker_stop(&c->notify_worker);
   }
   if (c->be)
     c->ops->close(c->be);
@@ -330,6 +354,7 @@ static int client_open(dlock_client_t **out, const dlock__backend_ops *ops,
   dlock__worker_init(&c->renew_worker, "renewal");
   dlock__worker_init(&c->settle_worker, "settling");
   dlock__worker_init(&c->dial_worker, "dialling");
+  dlock__worker_init(&c->notify_worker, "notifying");
   pthread_mutex_init(&c->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);

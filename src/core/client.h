@@ -68,8 +68,10 @@ struct dlock_client {
   pthread_t bg;
   int wake_rd, wake_wr; /* pipe that interrupts the background poll() */
   /* blocking chores, off the event loop (worker.h): lease renewals,
-   * settling unresolved waits, dialling the wake-up connection */
-  dlock__worker renew_worker, settle_worker, dial_worker;
+   * settling unresolved waits, dialling the wake-up connection, and
+   * telling the application of losses (its lost callback may call back
+   * into the library, round trips included) */
+  dlock__worker renew_worker, settle_worker, dial_worker, notify_worker;
 
   /* Public calls in progress x 2, plus 1 once dlock_client_free has begun
    * (the "stopping" bit, set under mu too). One atomic word, read and
@@ -92,6 +94,7 @@ struct dlock_client {
   int64_t vouch_due;        /* earliest vouching deadline of a hold */
   bool renew_busy;          /* a renewal pass is on the renewal worker */
   bool lost_pending;        /* holds marked lost wait to be reported */
+  bool report_busy;         /* a report is on the notifying worker */
   struct dlock__wait *waits; /* live waits, for dlock_client_free */
   dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */

@@ -221,6 +221,65 @@ static void t_lost_callback_calls_library(void) {
   th_server_stop(s);
 }
 
+/* The lost callback runs off the event loop: it may wait for a lock. Here
+ * it waits (up to 10 s) for a lock another client holds on a 30 s
+ * watchdog and releases once the callback is waiting: the release's
+ * message, which this client's loop must read, wakes it at once. A loop
+ * busy running the callback would leave the wait to its 10 s deadline. */
+typedef struct waiting_cb {
+  it_lost_t rec;
+  dlock_lock_t *other;
+  atomic_int waiting;
+  int rc;
+  int64_t waited_ms;
+} waiting_cb_t;
+
+static void waiting_cb(void *ud, const char *name, uint64_t tid,
+                       dlock_lost_reason_t reason) {
+  waiting_cb_t *r = ud;
+  atomic_store(&r->waiting, 1);
+  int64_t t0 = th_now_ms();
+  r->rc = dlock_lock_acquire(r->other, 10000, WD);
+  r->waited_ms = th_now_ms() - t0;
+  if (r->rc == DLOCK_OK)
+    dlock_lock_release(r->other);
+  it_lost_cb(&r->rec, name, tid, reason);
+}
+
+static void t_lost_callback_waits(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  waiting_cb_t r = {0};
+  it_lost_init(&r.rec);
+  it_client_cfg_t cfg = {
+      .watchdog_ms = WATCHDOG_MS, .lost = waiting_cb, .lost_ud = &r};
+  dlock_client_t *c = it_client_cfg(s, &cfg);
+  dlock_client_t *c2 = it_client(s);
+  dlock_lock_t *victim = it_lock(c, "cbwait-victim");
+  r.other = it_lock(c, "cbwait-other");
+  dlock_lock_t *held = it_lock(c2, "cbwait-other");
+  CHECK_OK(dlock_lock_acquire(held, 0, WD));
+  CHECK_OK(dlock_lock_acquire(victim, 0, WD));
+  CHECK_INT(th_redis_int(s, "DEL cbwait-victim"), ==, 1);
+  bool waiting;
+  TH_WAIT_FOR(waiting, atomic_load(&r.waiting) == 1, 5000);
+  CHECKF(waiting, "no lost callback within 5 s");
+  /* the callback's wait is subscribed (by this client's loop) */
+  CHECK(it_wait_subscribers(s, "cbwait-other", 1, 5000));
+  CHECK_OK(dlock_lock_release(held));
+  CHECKF(it_lost_wait(&r.rec, 1, 15000), "the callback did not return");
+  printf("the callback's acquire: %s after %lld ms of waiting\n",
+         dlock_err_name(r.rc), (long long)r.waited_ms);
+  CHECK_RC(r.rc, DLOCK_OK);
+  CHECK_RC(dlock_lock_release(victim), DLOCK_ELOST);
+  dlock_lock_free(held);
+  dlock_lock_free(victim);
+  dlock_lock_free(r.other);
+  dlock_client_free(c2);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* dlock_client_free frees handles left over; their holds expire. */
 static void t_free_client_with_live_handles(void) {
   th_server_t *s = th_server_start(NULL);
@@ -290,6 +349,7 @@ static const check_case_t cases[] = {
     {"free_client_stops_renewal", t_free_client_stops_renewal},
     {"fixed_lease_not_renewed", t_fixed_lease_not_renewed},
     {"lost_callback_calls_library", t_lost_callback_calls_library},
+    {"lost_callback_waits", t_lost_callback_waits},
     {"many_locks_renewed", t_many_locks_renewed},
     {"free_client_with_live_handles", t_free_client_with_live_handles},
 };
