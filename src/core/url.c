@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "alloc.h"
 #include "error.h"
@@ -262,11 +263,12 @@ int dlock__url_parse(const char *url, dlock__endpoint *ep) {
                            "bad URL: contains a space or control character");
   }
   int rc;
-  if (strncmp(url, "redis://", 8) == 0) {
+  /* schemes are case-insensitive (RFC 3986 3.1), as the registry reads them */
+  if (strncasecmp(url, "redis://", 8) == 0) {
     rc = parse_tcp(url + 8, ep);
-  } else if (strncmp(url, "unix://", 7) == 0) {
+  } else if (strncasecmp(url, "unix://", 7) == 0) {
     rc = parse_unix(url + 7, ep);
-  } else if (strncmp(url, "rediss://", 9) == 0) {
+  } else if (strncasecmp(url, "rediss://", 9) == 0) {
     ep->tls = true;
     rc = parse_tcp(url + 9, ep);
   } else { /* the registry sent another scheme here: a programming error */

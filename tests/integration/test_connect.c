@@ -61,6 +61,9 @@ static void t_unix_socket(void) {
   lock_lands_in(s, url, 0, "unixlock");
   snprintf(url, sizeof url, "unix://%s/redis.sock?db=2", s->dir);
   lock_lands_in(s, url, 2, "unixlock-db2");
+  /* the scheme in any case */
+  snprintf(url, sizeof url, "UNIX://%s/redis.sock", s->dir);
+  lock_lands_in(s, url, 0, "unixlock-upper");
   /* a socket path that does not exist */
   snprintf(url, sizeof url, "unix://%s/no-such.sock", s->dir);
   dlock_client_t *c = NULL;
@@ -77,6 +80,11 @@ static void t_redis_db(void) {
   lock_lands_in(s, url, 3, "dblock");
   snprintf(url, sizeof url, "redis://127.0.0.1:%d/0", s->port);
   lock_lands_in(s, url, 0, "dblock0");
+  /* the scheme in any case, as every backend reads it (RFC 3986 3.1) */
+  snprintf(url, sizeof url, "REDIS://127.0.0.1:%d/1", s->port);
+  lock_lands_in(s, url, 1, "dblock-upper");
+  snprintf(url, sizeof url, "Redis://127.0.0.1:%d", s->port);
+  lock_lands_in(s, url, 0, "dblock-mixed");
   /* a database the server does not have */
   snprintf(url, sizeof url, "redis://127.0.0.1:%d/99", s->port);
   dlock_client_t *c = NULL;
