@@ -1344,6 +1344,50 @@ static void t_go_interop_rw(void) {
   rmdir(dir);
 }
 
+static void t_go_conformance(void) {
+  /* the layout, step by step: concurrency.Mutex driven by Go on one fresh
+   * etcd and dlock (the interop helper) on a twin, their keyspaces dumped,
+   * normalised and compared by the Go program (tests/interop/go/conform.go,
+   * docs/ETCD.md "Conformance with clientv3"); it prints both dumps of
+   * every step and the differences, and exits 0 only when there are none
+   * beyond docs/ETCD.md's deliberate ones */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  CHECKF(access(DLOCK_INTEROP_HELPER, X_OK) == 0,
+         "%s was not built (target dlock_interop)", DLOCK_INTEROP_HELPER);
+  th_etcd_t *a = cluster(1), *b = cluster(1);
+  char epa[300], epb[300], urlb[300];
+  snprintf(epa, sizeof epa, "%s", th_etcd_endpoints(a));
+  snprintf(epb, sizeof epb, "%s", th_etcd_endpoints(b));
+  snprintf(urlb, sizeof urlb, "%s", th_etcd_url(b));
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    execl(exe, exe, "conform", epa, epb, urlb, DLOCK_INTEROP_HELPER,
+          DLOCK_ETCD_MD, (char *)NULL);
+    _exit(127);
+  }
+  /* bounded: every wait of the program is bounded (20 s) too */
+  int rc = reap_within(pid, 90000);
+  CHECKF(rc == 0,
+         "the Go and dlock states differ (exit status %d; the dumps and the "
+         "differences are printed above)",
+         rc);
+  th_etcd_stop(a);
+  th_etcd_stop(b);
+  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
+    unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static void t_command(void) {
@@ -1713,6 +1757,7 @@ static const check_case_t cases[] = {
     {"auth", t_auth},
     {"go_interop", t_go_interop},
     {"go_interop_rw", t_go_interop_rw},
+    {"go_conformance", t_go_conformance},
     {"command", t_command},
     {"command_lost", t_command_lost},
     {"command_wait_lease_revoked", t_command_wait_lease_revoked},

@@ -40,6 +40,11 @@
  *                            answers "ok COUNT" (acquisitions)
  *   id                       the client id
  *
+ * DLOCK_INTEROP_SESSION_MS in the environment, when set, is the client's
+ * session timeout (dlock_options_set_session_timeout: the etcd lease's
+ * TTL, the ZooKeeper session's), for the conformance steps where a holder's
+ * session runs out.
+ *
  * WAIT_MS: 0 = try once. Leases are the watchdog's. Answers: "ok [VALUE]"
  * or "err <DLOCK_E...> <message>". EOF on stdin releases nothing
  * explicitly: the client is freed, so holds expire with their lease.
@@ -232,10 +237,17 @@ int main(int argc, char **argv) {
     return 64;
   }
   dlock_client_t *c = NULL;
-  if (dlock_client_new(&c, argv[1], NULL) != 0) {
+  dlock_options_t *o = NULL;
+  const char *session = getenv("DLOCK_INTEROP_SESSION_MS");
+  if (dlock_options_new(&o) != 0 ||
+      (session &&
+       dlock_options_set_session_timeout(o, strtoll(session, NULL, 10)) != 0) ||
+      dlock_client_new(&c, argv[1], o) != 0) {
     fprintf(stderr, "dlock_interop: %s\n", dlock_last_error());
+    dlock_options_free(o);
     return 69;
   }
+  dlock_options_free(o);
   char line[1024];
   while (fgets(line, sizeof line, stdin) != NULL) {
     char verb[32] = "", name[256] = "";

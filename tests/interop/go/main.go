@@ -6,6 +6,8 @@
 // a line (or EOF) arrives on stdin, unlocks and prints "released".
 //
 //	etcd-go-locker ENDPOINT[,ENDPOINT...] NAME [mutex|read|write]
+//
+// With "conform" first it is the layout conformance check of conform.go.
 package main
 
 import (
@@ -22,6 +24,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "conform" {
+		os.Exit(conform(os.Args[2:]))
+	}
 	mode := "mutex"
 	if len(os.Args) == 4 {
 		mode = os.Args[3]
