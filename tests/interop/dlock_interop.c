@@ -15,8 +15,10 @@
  *   read NAME WAIT_MS        acquire the read side of NAME (DLOCK_READ)
  *   write NAME WAIT_MS       acquire the write side of NAME (DLOCK_WRITE)
  *   fair NAME WAIT_MS        acquire the fair lock NAME (DLOCK_FAIR)
- *   unlock NAME | unread NAME | unwrite NAME | unfair NAME   release one
- *                            hold
+ *   fenced NAME WAIT_MS      acquire the fenced lock NAME (DLOCK_FENCED);
+ *                            answers "ok TOKEN"
+ *   unlock NAME | unread NAME | unwrite NAME | unfair NAME | unfenced NAME
+ *                            release one hold
  *   latch-set NAME N         try_set_count
  *   latch-down NAME          count_down
  *   latch-await NAME WAIT_MS await
@@ -274,6 +276,8 @@ int main(int argc, char **argv) {
       kind = DLOCK_WRITE;
     else if (strcmp(verb, "fair") == 0 || strcmp(verb, "unfair") == 0)
       kind = DLOCK_FAIR;
+    else if (strcmp(verb, "fenced") == 0 || strcmp(verb, "unfenced") == 0)
+      kind = DLOCK_FENCED;
     else
       is_lock = false;
     if (is_lock) {
@@ -281,6 +285,13 @@ int main(int argc, char **argv) {
       dlock_lock_t *l = get_lock(c, name, kind);
       if (l == NULL) {
         answer(DLOCK_EINVAL, NULL);
+        continue;
+      }
+      if (kind == DLOCK_FENCED && !release) {
+        int64_t token = 0;
+        rc = dlock_lock_acquire_fenced(l, n, DLOCK_LEASE_WATCHDOG, &token);
+        snprintf(buf, sizeof buf, "%lld", (long long)token);
+        answer(rc, rc == 0 ? buf : NULL);
         continue;
       }
       rc = release ? dlock_lock_release(l)
