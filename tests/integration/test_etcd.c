@@ -1388,6 +1388,41 @@ static void t_go_conformance(void) {
   rmdir(dir);
 }
 
+static void t_go_race(void) {
+  /* a mixed race: two Go goroutines (concurrency.Mutex) and two dlock
+   * processes add 1 to one counter file 50 times each under one lock
+   * (tests/interop/go/race.go): exactly 200, tokens (create revisions)
+   * growing in increment order */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  CHECKF(access(DLOCK_INTEROP_HELPER, X_OK) == 0,
+         "%s was not built (target dlock_interop)", DLOCK_INTEROP_HELPER);
+  th_etcd_t *e = cluster(1);
+  char ep[300], url[300];
+  snprintf(ep, sizeof ep, "%s", th_etcd_endpoints(e));
+  snprintf(url, sizeof url, "%s", th_etcd_url(e));
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    execl(exe, exe, "race", ep, url, DLOCK_INTEROP_HELPER, (char *)NULL);
+    _exit(127);
+  }
+  int rc = reap_within(pid, 90000);
+  CHECKF(rc == 0, "the race failed (exit status %d; printed above)", rc);
+  th_etcd_stop(e);
+  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
+    unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
 /* ---------------------------------------------------------------- command */
 
 static void t_command(void) {
@@ -1758,6 +1793,7 @@ static const check_case_t cases[] = {
     {"go_interop", t_go_interop},
     {"go_interop_rw", t_go_interop_rw},
     {"go_conformance", t_go_conformance},
+    {"go_race", t_go_race},
     {"command", t_command},
     {"command_lost", t_command_lost},
     {"command_wait_lease_revoked", t_command_wait_lease_revoked},
