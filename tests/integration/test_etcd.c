@@ -1227,6 +1227,17 @@ static void t_go_interop(void) {
   CHECK(read_line(out, line, sizeof line, 30000));
   CHECKF(sscanf(line, "held %199s %lld", key, &rev) == 2, "Go said '%s'", line);
   CHECK(strncmp(key, "gomutex/", 8) == 0);
+  /* the state (`dlock --status`) names Go's holder by its key and create
+   * revision, the token dlock would see */
+  dlock_lock_state_t *st = state(l);
+  CHECK_INT(st->nholders, ==, 1);
+  char want[300];
+  snprintf(want, sizeof want, "(no owner recorded) key=%s rev=%lld lease=", key,
+           rev);
+  CHECKF(strncmp(st->holders[0].owner, want, strlen(want)) == 0,
+         "the holder is '%s', not '%s...'", st->holders[0].owner, want);
+  CHECK_INT(st->token, ==, rev);
+  dlock_lock_state_free(st);
   CHECK_RC(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t),
            DLOCK_EBUSY);
   waiter_t w;
