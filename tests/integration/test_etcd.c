@@ -1356,8 +1356,9 @@ static void t_go_interop_rw(void) {
 }
 
 static void t_go_conformance(void) {
-  /* the layout, step by step: concurrency.Mutex driven by Go on one fresh
-   * etcd and dlock (the interop helper) on a twin, their keyspaces dumped,
+  /* the layout, step by step: concurrency.Mutex driven by Go (and `etcdctl
+   * lock`) on one fresh etcd and dlock (the interop helper) on a twin, their
+   * keyspaces dumped,
    * normalised and compared by the Go program (tests/interop/go/conform.go,
    * docs/ETCD.md "Conformance with clientv3"); it prints both dumps of
    * every step and the differences, and exits 0 only when there are none
@@ -1379,6 +1380,7 @@ static void t_go_conformance(void) {
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
+    setenv("DLOCK_ETCDCTL", ETCDCTL, 1);
     execl(exe, exe, "conform", epa, epb, urlb, DLOCK_INTEROP_HELPER,
           DLOCK_ETCD_MD, (char *)NULL);
     _exit(127);

@@ -4,8 +4,9 @@
 //
 //	etcd-go-locker conform ENDPOINTS_A ENDPOINTS_B URL_B HELPER ETCD_MD
 //
-// One scripted sequence of steps runs twice, on twin fresh etcd servers:
-// on A driven by this Go client (concurrency.Mutex of client/v3), on B
+// One scripted sequence of steps per anchor runs twice, on twin fresh etcd
+// servers: on A driven by the anchor (this Go client's concurrency.Mutex of
+// client/v3; `etcdctl lock`, $DLOCK_ETCDCTL or etcdctl on PATH), on B
 // driven by dlock (HELPER, tests/interop/dlock_interop, on URL_B, one
 // process per contender, as Go has one session per contender). After each
 // twin's side of a step the whole keyspace of that twin is dumped with
@@ -73,11 +74,7 @@ type twin struct {
 }
 
 func newTwin(side, endpoints string) *twin {
-	var eps []string
-	for _, e := range strings.Split(endpoints, ",") {
-		eps = append(eps, strings.TrimPrefix(e, "http://"))
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: splitEndpoints(endpoints), DialTimeout: 5 * time.Second})
 	must(err, side+": connect")
 	return &twin{side: side, cli: cli, leases: map[int64]string{}, owners: map[string]string{}}
 }
@@ -251,11 +248,7 @@ type goer struct {
 }
 
 func newGoer(t *twin, endpoints, name string, ttl int) *goer {
-	var eps []string
-	for _, e := range strings.Split(endpoints, ",") {
-		eps = append(eps, strings.TrimPrefix(e, "http://"))
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: splitEndpoints(endpoints), DialTimeout: 5 * time.Second})
 	must(err, "Go client")
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
 	must(err, "Go session")
@@ -335,7 +328,7 @@ func fields(line string) (string, map[string]string) {
 
 // diff compares the dumps line by line (by head), field by field; a field
 // listed in ext may differ.
-func diff(a, b []string, ext map[string]bool) []string {
+func diff(anchor string, a, b []string, ext map[string]bool) []string {
 	var d []string
 	if len(a) != len(b) {
 		d = append(d, fmt.Sprintf("%d lines against %d", len(a), len(b)))
@@ -346,18 +339,18 @@ func diff(a, b []string, ext map[string]bool) []string {
 			continue
 		}
 		if i >= len(b) {
-			d = append(d, "Go only:    "+a[i])
+			d = append(d, anchor+" only: "+a[i])
 			continue
 		}
 		ha, fa := fields(a[i])
 		hb, fb := fields(b[i])
 		if ha != hb || len(fa) != len(fb) {
-			d = append(d, "Go:    "+a[i], "dlock: "+b[i])
+			d = append(d, anchor+": "+a[i], "dlock: "+b[i])
 			continue
 		}
 		for k, v := range fa {
 			if fb[k] != v && !ext[k] {
-				d = append(d, fmt.Sprintf("%s: %s=%s (Go) against %s=%s (dlock)", ha, k, v, k, fb[k]))
+				d = append(d, fmt.Sprintf("%s: %s=%s (%s) against %s=%s (dlock)", ha, k, v, anchor, k, fb[k]))
 			}
 		}
 	}
@@ -367,6 +360,7 @@ func diff(a, b []string, ext map[string]bool) []string {
 // script runs steps on both twins and collects the differences.
 type script struct {
 	kind   string
+	anchor string // who drives twin a: "Go", "etcdctl"
 	a, b   *twin
 	ext    map[string]bool
 	nsteps int
@@ -381,12 +375,12 @@ func (s *script) step(what string, goSide, dlockSide func()) {
 	db := s.b.dump()
 	fmt.Printf("%s step %d: %s\n", s.kind, s.nsteps, what)
 	for _, l := range da {
-		fmt.Println("  Go:    " + l)
+		fmt.Println("  " + s.anchor + ": " + l)
 	}
 	for _, l := range db {
 		fmt.Println("  dlock: " + l)
 	}
-	for _, d := range diff(da, db, s.ext) {
+	for _, d := range diff(s.anchor, da, db, s.ext) {
 		s.diffs = append(s.diffs, fmt.Sprintf("step %d (%s): %s", s.nsteps, what, d))
 	}
 }
@@ -473,6 +467,100 @@ func mutex(s *script, epA, urlB, helperPath string) {
 	dA.close()
 }
 
+// ctl is one `etcdctl lock NAME` process (it holds until SIGINT).
+type ctl struct {
+	cmd *exec.Cmd
+	out chan string
+}
+
+func startCtl(endpoints, name string, ttl int) *ctl {
+	path := os.Getenv("DLOCK_ETCDCTL")
+	if path == "" {
+		path = "etcdctl"
+	}
+	c := exec.Command(path, "--endpoints="+strings.Join(splitEndpoints(endpoints), ","),
+		"lock", fmt.Sprintf("--ttl=%d", ttl), name)
+	c.Env = append(os.Environ(), "ETCDCTL_API=3")
+	c.Stderr = os.Stderr
+	outp, err := c.StdoutPipe()
+	must(err, "etcdctl stdout")
+	must(c.Start(), "start "+path)
+	e := &ctl{cmd: c, out: make(chan string, 4)}
+	go func() {
+		s := bufio.NewScanner(outp)
+		for s.Scan() {
+			e.out <- s.Text()
+		}
+		close(e.out)
+	}()
+	return e
+}
+
+// held waits (bounded) for the key etcdctl prints once it holds the lock.
+func (e *ctl) held(name string) {
+	select {
+	case l, ok := <-e.out:
+		check(ok && strings.HasPrefix(l, name+"/"), "etcdctl lock printed %q", l)
+	case <-time.After(bound):
+		panic(failure{fmt.Sprintf("etcdctl lock: not held within %v", bound)})
+	}
+}
+
+// interrupt sends SIGINT (etcdctl's way to let go) and waits for the exit.
+func (e *ctl) interrupt() {
+	must(e.cmd.Process.Signal(os.Interrupt), "signal etcdctl")
+	done := make(chan error, 1)
+	go func() { done <- e.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		e.cmd.Process.Kill()
+		panic(failure{fmt.Sprintf("etcdctl lock: still running %v after SIGINT", bound)})
+	}
+}
+
+// etcdctlLock: `etcdctl lock NAME` (client 3.4's concurrency.Mutex, a
+// session of --ttl 10 s) against dlock's DLOCK_REENTRANT with a 10 s
+// session.
+func etcdctlLock(s *script, epA, urlB, helperPath string) {
+	n := "conf-etcdctl"
+	const ttl = 10
+	var cA, cB *ctl
+	var dA, dB *helper
+	s.step("A locks (etcdctl lock NAME)", func() {
+		cA = startCtl(epA, n, ttl)
+		cA.held(n)
+	}, func() {
+		dA = startHelper(helperPath, urlB, ttl*1000)
+		dA.ok("lock " + n + " 0")
+	})
+	s.step("B waits", func() {
+		cB = startCtl(epA, n, ttl)
+		s.a.awaitKeys(2)
+	}, func() {
+		dB = startHelper(helperPath, urlB, ttl*1000)
+		dB.send("lock " + n + " 30000")
+		s.b.awaitKeys(2)
+	})
+	// etcdctl 3.4 on SIGINT unlocks and exits without revoking its
+	// session's lease, which runs out --ttl later; a freed dlock client
+	// revokes its lease, so the dlock side releases and then dies (SIGKILL)
+	// to leave the same state
+	s.step("A is interrupted (it unlocks and exits, its lease left to run out): B gets it", func() {
+		cA.interrupt()
+		cB.held(n)
+	}, func() {
+		dA.ok("unlock " + n)
+		dA.crash()
+		a := dB.answer("lock (waited)")
+		check(strings.HasPrefix(a, "ok"), "dlock wait: %s", a)
+	})
+	s.step("B is interrupted the same way: free", func() { cB.interrupt() }, func() {
+		dB.ok("unlock " + n)
+		dB.crash()
+	})
+}
+
 func conform(args []string) int {
 	if len(args) != 5 {
 		fmt.Fprintln(os.Stderr, "usage: etcd-go-locker conform ENDPOINTS_A ENDPOINTS_B URL_B HELPER ETCD_MD")
@@ -491,19 +579,28 @@ func conform(args []string) int {
 				rc = 2
 			}
 		}()
-		kind := "concurrency.Mutex"
-		s := &script{kind: kind, a: newTwin("Go", epA), b: newTwin("dlock", epB),
-			ext: extensions(doc, kind)}
-		mutex(s, epA, urlB, helperPath)
-		if len(s.diffs) > 0 {
-			fmt.Printf("%s: the states differ where docs/ETCD.md lists no deliberate difference:\n", kind)
-			for _, d := range s.diffs {
-				fmt.Println("  " + d)
+		kinds := []struct {
+			kind, anchor string
+			run          func(*script, string, string, string)
+		}{{"concurrency.Mutex", "Go", mutex}, {"etcdctl lock", "etcdctl", etcdctlLock}}
+		a, b := newTwin("Go", epA), newTwin("dlock", epB)
+		for _, k := range kinds {
+			// each kind starts from the state the last one left: empty
+			// keyspaces, leases labelled afresh
+			a.leases, a.owners = map[int64]string{}, map[string]string{}
+			b.leases, b.owners = map[int64]string{}, map[string]string{}
+			s := &script{kind: k.kind, anchor: k.anchor, a: a, b: b, ext: extensions(doc, k.kind)}
+			k.run(s, epA, urlB, helperPath)
+			if len(s.diffs) > 0 {
+				fmt.Printf("%s: the states differ where docs/ETCD.md lists no deliberate difference:\n", k.kind)
+				for _, d := range s.diffs {
+					fmt.Println("  " + d)
+				}
+				rc = 1
+				continue
 			}
-			rc = 1
-			return
+			fmt.Printf("%s: %d steps, identical but for %v\n", k.kind, s.nsteps, keysOf(s.ext))
 		}
-		fmt.Printf("%s: %d steps, identical but for %v\n", kind, s.nsteps, keysOf(s.ext))
 	}()
 	return rc
 }
