@@ -74,12 +74,14 @@ class ConformanceTest extends Env {
   }
 
   @Test
+  @SuppressWarnings("unchecked")
   void mutex() throws Exception {
     String root = "/conf-" + System.nanoTime();
     String cp = root + "-curator/mutex", dp = root + "-dlock/mutex";
     CuratorFramework c = curator();
     InterProcessMutex m = new InterProcessMutex(c, cp);
-    InterProcessMutex other = new InterProcessMutex(curator(), cp);
+    CuratorFramework[] otherClient = {curator()};
+    InterProcessMutex other = new InterProcessMutex(otherClient[0], cp);
     Proc d = helper();
     Proc d2 = helper();
     Script k = new Script("InterProcessMutex", c, cp, dp);
@@ -89,8 +91,58 @@ class ConformanceTest extends Env {
     k.step("another client's try fails", () -> assertTrue(!other.acquire(0, TimeUnit.MILLISECONDS)),
         () -> assertTrue(d2.cmd("lock " + dp + " 0", BOUND_MS).startsWith("err DLOCK_EBUSY")));
     k.step("release (held once more)", () -> m.release(), () -> ok(d, "unlock " + dp));
-    k.step("release (free)", () -> m.release(), () -> ok(d, "unlock " + dp));
+    // a waiter, the hand-off, and a holder whose session ends
+    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor();
+    try {
+      java.util.concurrent.Future<Boolean>[] w = new java.util.concurrent.Future[1];
+      k.step("another client waits (its node queues behind)", () -> {
+        w[0] = pool.submit(() -> other.acquire(30, TimeUnit.SECONDS));
+        awaitChildren(c, cp, 2);
+      }, () -> {
+        d2.send("lock " + dp + " 30000");
+        awaitChildren(c, dp, 2);
+      });
+      k.step("release: the waiter gets it", () -> {
+        m.release();
+        assertTrue(w[0].get(BOUND_MS, TimeUnit.MILLISECONDS));
+      }, () -> {
+        ok(d, "unlock " + dp);
+        assertTrue(d2.line(BOUND_MS).startsWith("ok"), "dlock's waiter");
+      });
+      CuratorFramework c3 = curator();
+      InterProcessMutex third = new InterProcessMutex(c3, cp);
+      Proc d3 = helper();
+      k.step("a third client waits", () -> {
+        w[0] = pool.submit(() -> third.acquire(30, TimeUnit.SECONDS));
+        awaitChildren(c, cp, 2);
+      }, () -> {
+        d3.send("lock " + dp + " 30000");
+        awaitChildren(c, dp, 2);
+      });
+      k.step("the holder's session ends (client closed): the third gets it", () -> {
+        otherClient[0].close();
+        assertTrue(w[0].get(BOUND_MS, TimeUnit.MILLISECONDS));
+      }, () -> {
+        d2.closeStdin(); // the helper frees its client: the session closes
+        assertEquals(0, d2.waitExit(BOUND_MS));
+        assertTrue(d3.line(BOUND_MS).startsWith("ok"), "dlock's third client");
+      });
+      // Curator's locks are per thread: the pool's thread took it
+      k.step("release (free)", () -> pool.submit(() -> { third.release(); return null; })
+          .get(BOUND_MS, TimeUnit.MILLISECONDS), () -> ok(d3, "unlock " + dp));
+    } finally {
+      pool.shutdownNow();
+    }
     k.check();
+  }
+
+  /** Waits (bounded) until path has n children. */
+  static void awaitChildren(CuratorFramework c, String path, int n) throws Exception {
+    long end = System.nanoTime() + BOUND_MS * 1_000_000L;
+    while (c.getChildren().forPath(path).size() != n) {
+      assertTrue(System.nanoTime() < end, path + ": not " + n + " children within " + BOUND_MS + " ms");
+      Thread.sleep(10);
+    }
   }
 
   @Test
