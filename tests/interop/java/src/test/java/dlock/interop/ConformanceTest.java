@@ -162,6 +162,62 @@ class ConformanceTest extends Env {
   }
 
   @Test
+  void reentrantLockHandOff() throws Exception {
+    // a waiter each: Redisson's subscribes to the lock's channel and writes
+    // nothing; dlock's queues in its own keys (docs/LAYOUT.md, "Keys and
+    // channels") and is handed the lock on its grant channel
+    String n = "conf-handoff";
+    RLock l = redissonAt(TWINS[0]).getLock(n);
+    RLock other = redissonAt(TWINS[0]).getLock(n);
+    Proc d = start(HELPER, TWINS[1]);
+    Proc d2 = start(HELPER, TWINS[1]);
+    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor();
+    try {
+      Script k = new Script("RLock hand-off", n);
+      java.util.concurrent.Future<?>[] w = new java.util.concurrent.Future<?>[1];
+      k.step("lock (watchdog lease)", () -> l.lock(), () -> ok(d, "lock " + n + " 0"));
+      k.step("another client waits", () -> {
+        w[0] = pool.submit(() -> other.lock());
+        awaitTrue("Redisson's waiter subscribed", () -> numsub(rs, "redisson_lock__channel:{" + n + "}") >= 1);
+      }, () -> {
+        d2.send("lock " + n + " 30000");
+        awaitTrue("dlock's waiter queued", () -> (Long) dl.cmd.call("EXISTS", "dlock_lock_queue:{" + n + "}") == 1);
+      });
+      k.step("unlock: the waiter gets it", () -> {
+        l.unlock();
+        w[0].get(15, TimeUnit.SECONDS);
+      }, () -> {
+        ok(d, "unlock " + n);
+        String a = d2.line(15_000);
+        assertTrue(a.startsWith("ok"), "dlock's waiter: " + a);
+      });
+      // Redisson's lock is per thread: the pool's thread unlocks
+      k.step("the new holder unlocks (free)",
+          () -> pool.submit(() -> other.unlock()).get(15, TimeUnit.SECONDS), () -> ok(d2, "unlock " + n));
+      k.check();
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  private static long numsub(Twin t, String channel) throws Exception {
+    @SuppressWarnings("unchecked")
+    List<Object> r = (List<Object>) t.cmd.call("PUBSUB", "NUMSUB", channel);
+    return (Long) r.get(1);
+  }
+
+  interface Cond { boolean ok() throws Exception; }
+
+  /** Waits (bounded: 10 s) for a condition. */
+  private static void awaitTrue(String what, Cond c) throws Exception {
+    long end = System.nanoTime() + 10_000_000_000L;
+    while (!c.ok()) {
+      if (System.nanoTime() > end) fail(what + ": not within 10 s");
+      Thread.sleep(10);
+    }
+  }
+
+  @Test
   void readWriteLock() throws Exception {
     String n = "conf-rw";
     org.redisson.api.RReadWriteLock rw = redissonAt(TWINS[0]).getReadWriteLock(n);
@@ -342,8 +398,9 @@ class ConformanceTest extends Env {
   /**
    * The deliberate extensions docs/LAYOUT.md lists for a kind: rows of its
    * table "Deliberate extensions" (`| kind | `key or channel` | why |`),
-   * NAME standing for the name (each of a multilock's names, comma-separated); a dump line about that key or channel is
-   * not a difference.
+   * NAME standing for the name (each of a multilock's names, comma-separated)
+   * and `<client-id>` for any client's label; a dump line about that key or
+   * channel is not a difference.
    */
   static List<Pattern> extensions(String kind, String names) throws IOException {
     Path doc = Path.of(System.getProperty("dlock.layout", "../../../docs/LAYOUT.md"));
@@ -358,8 +415,12 @@ class ConformanceTest extends Env {
       if (m.find() && (List.of(m.group(1).split(",\\s*")).contains(kind)
           || m.group(1).equals("every kind"))) {
         for (String name : names.split(",")) { // a multilock's members
-          String k = m.group(2).replace("NAME", name);
-          out.add(Pattern.compile("^(key|pub) " + Pattern.quote(k) + "( |$)"));
+          // <client-id> stands for any client's label
+          String[] parts = m.group(2).replace("NAME", name).split("<client-id>", -1);
+          StringBuilder k = new StringBuilder();
+          for (int i = 0; i < parts.length; i++)
+            k.append(i > 0 ? "CLIENT[0-9]+" : "").append(Pattern.quote(parts[i]));
+          out.add(Pattern.compile("^(key|pub) " + k + "( |$)"));
         }
       }
     }
