@@ -225,6 +225,7 @@ static void count_verb(dlock_client_t *c, const char *line) {
       rc = DLOCK_EINVAL;
   }
   long long done = 0;
+  bool torn = false;
   for (; rc == 0 && done < n; done++) {
     int64_t token = 0;
     char id[DLOCK_PERMIT_ID_LEN + 1];
@@ -238,19 +239,25 @@ static void count_verb(dlock_client_t *c, const char *line) {
       rc = dlock_lock_acquire(l, 10000, DLOCK_LEASE_WATCHDOG);
     if (rc != 0)
       break;
-    if (!bump(file) || !append_token(file, token)) {
-      fprintf(stderr, "dlock_interop: cannot update %s\n", file);
-      rc = DLOCK_EINVAL;
-    }
+    torn = !bump(file) || !append_token(file, token);
     int rel = sem    ? dlock_semaphore_release(sem, 1)
               : psem ? dlock_permit_sem_release(psem, id)
                      : dlock_lock_release(l);
-    if (rc == 0)
-      rc = rel;
+    if (torn) {
+      /* a count that is not a number was being rewritten by another
+       * holder: two at once */
+      printf("err DLOCK_EINVAL increment %lld: cannot read or rewrite the "
+             "count in %s (another holder writing it at the same time?)\n",
+             done + 1, file);
+      fflush(stdout);
+      break;
+    }
+    rc = rel;
   }
   char buf[32];
   snprintf(buf, sizeof buf, "%lld", done);
-  answer(rc, buf);
+  if (!torn)
+    answer(rc, buf);
   if (sem)
     dlock_semaphore_free(sem);
   if (psem)
