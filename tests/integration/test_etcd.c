@@ -1227,6 +1227,17 @@ static void t_go_interop(void) {
   CHECK(read_line(out, line, sizeof line, 30000));
   CHECKF(sscanf(line, "held %199s %lld", key, &rev) == 2, "Go said '%s'", line);
   CHECK(strncmp(key, "gomutex/", 8) == 0);
+  /* the state (`dlock --status`) names Go's holder by its key and create
+   * revision, the token dlock would see */
+  dlock_lock_state_t *st = state(l);
+  CHECK_INT(st->nholders, ==, 1);
+  char want[300];
+  snprintf(want, sizeof want, "(no owner recorded) key=%s rev=%lld lease=", key,
+           rev);
+  CHECKF(strncmp(st->holders[0].owner, want, strlen(want)) == 0,
+         "the holder is '%s', not '%s...'", st->holders[0].owner, want);
+  CHECK_INT(st->token, ==, rev);
+  dlock_lock_state_free(st);
   CHECK_RC(dlock_lock_acquire_fenced(l, 0, DLOCK_LEASE_WATCHDOG, &t),
            DLOCK_EBUSY);
   waiter_t w;
@@ -1335,6 +1346,87 @@ static void t_go_interop_rw(void) {
   close(out2);
   dlock_lock_free(r);
   dlock_client_free(c);
+  th_etcd_stop(e);
+  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
+    unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
+static void t_go_conformance(void) {
+  /* the layout, step by step: concurrency.Mutex driven by Go (and `etcdctl
+   * lock`) on one fresh etcd and dlock (the interop helper) on a twin, their
+   * keyspaces dumped,
+   * normalised and compared by the Go program (tests/interop/go/conform.go,
+   * docs/ETCD.md "Conformance with clientv3"); it prints both dumps of
+   * every step and the differences, and exits 0 only when there are none
+   * beyond docs/ETCD.md's deliberate ones */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  CHECKF(access(DLOCK_INTEROP_HELPER, X_OK) == 0,
+         "%s was not built (target dlock_interop)", DLOCK_INTEROP_HELPER);
+  th_etcd_t *a = cluster(1), *b = cluster(1);
+  char epa[300], epb[300], urlb[300];
+  snprintf(epa, sizeof epa, "%s", th_etcd_endpoints(a));
+  snprintf(epb, sizeof epb, "%s", th_etcd_endpoints(b));
+  snprintf(urlb, sizeof urlb, "%s", th_etcd_url(b));
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    setenv("DLOCK_ETCDCTL", ETCDCTL, 1);
+    execl(exe, exe, "conform", epa, epb, urlb, DLOCK_INTEROP_HELPER,
+          DLOCK_ETCD_MD, (char *)NULL);
+    _exit(127);
+  }
+  /* bounded: every wait of the program is bounded (20 s) too */
+  int rc = reap_within(pid, 90000);
+  CHECKF(rc == 0,
+         "the Go and dlock states differ (exit status %d; the dumps and the "
+         "differences are printed above)",
+         rc);
+  th_etcd_stop(a);
+  th_etcd_stop(b);
+  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
+    unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
+static void t_go_race(void) {
+  /* a mixed race: two Go goroutines (concurrency.Mutex) and two dlock
+   * processes add 1 to one counter file 50 times each under one lock
+   * (tests/interop/go/race.go): exactly 200, tokens (create revisions)
+   * growing in increment order */
+  char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
+  CHECK(mkdtemp(dir));
+  if (!build_go_locker(dir, exe, sizeof exe)) {
+    rmdir(dir);
+    return;
+  }
+  CHECKF(access(DLOCK_INTEROP_HELPER, X_OK) == 0,
+         "%s was not built (target dlock_interop)", DLOCK_INTEROP_HELPER);
+  th_etcd_t *e = cluster(1);
+  char ep[300], url[300];
+  snprintf(ep, sizeof ep, "%s", th_etcd_endpoints(e));
+  snprintf(url, sizeof url, "%s", th_etcd_url(e));
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    execl(exe, exe, "race", ep, url, DLOCK_INTEROP_HELPER, (char *)NULL);
+    _exit(127);
+  }
+  int rc = reap_within(pid, 90000);
+  CHECKF(rc == 0, "the race failed (exit status %d; printed above)", rc);
   th_etcd_stop(e);
   if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
     unlink(exe);
@@ -1713,6 +1805,8 @@ static const check_case_t cases[] = {
     {"auth", t_auth},
     {"go_interop", t_go_interop},
     {"go_interop_rw", t_go_interop_rw},
+    {"go_conformance", t_go_conformance},
+    {"go_race", t_go_race},
     {"command", t_command},
     {"command_lost", t_command_lost},
     {"command_wait_lease_revoked", t_command_wait_lease_revoked},

@@ -15,8 +15,10 @@
  *   read NAME WAIT_MS        acquire the read side of NAME (DLOCK_READ)
  *   write NAME WAIT_MS       acquire the write side of NAME (DLOCK_WRITE)
  *   fair NAME WAIT_MS        acquire the fair lock NAME (DLOCK_FAIR)
- *   unlock NAME | unread NAME | unwrite NAME | unfair NAME   release one
- *                            hold
+ *   fenced NAME WAIT_MS      acquire the fenced lock NAME (DLOCK_FENCED);
+ *                            answers "ok TOKEN"
+ *   unlock NAME | unread NAME | unwrite NAME | unfair NAME | unfenced NAME
+ *                            release one hold
  *   latch-set NAME N         try_set_count
  *   latch-down NAME          count_down
  *   latch-await NAME WAIT_MS await
@@ -38,7 +40,21 @@
  *   hammer NAME MS           the reentrant lock NAME: acquire (waiting up
  *                            to 10 s) and release back to back for MS ms;
  *                            answers "ok COUNT" (acquisitions)
+ *   count KIND NAME N FILE   a mixed race: N times take KIND on NAME
+ *                            (lock, fair, fenced, write: that lock; sem:
+ *                            one permit of the semaphore; psem: one permit
+ *                            of the permit semaphore; each waiting up to
+ *                            10 s), add 1 to the decimal count in FILE
+ *                            (read, then rewrite) and append the line
+ *                            "dlock TOKEN" (0 for kinds without tokens) to
+ *                            FILE.log, then give it back; answers "ok N"
+ *                            or the first error
  *   id                       the client id
+ *
+ * DLOCK_INTEROP_SESSION_MS in the environment, when set, is the client's
+ * session timeout (dlock_options_set_session_timeout: the etcd lease's
+ * TTL, the ZooKeeper session's), for the conformance steps where a holder's
+ * session runs out.
  *
  * WAIT_MS: 0 = try once. Leases are the watchdog's. Answers: "ok [VALUE]"
  * or "err <DLOCK_E...> <message>". EOF on stdin releases nothing
@@ -158,6 +174,96 @@ static void hammer(dlock_client_t *c, const char *name, long long ms) {
   answer(rc, buf);
 }
 
+/* FILE's count plus one, rewritten; false when it cannot be read or
+ * written. Only under the kind raced on, so no other writer meanwhile. */
+static bool bump(const char *file) {
+  FILE *f = fopen(file, "r+");
+  if (f == NULL)
+    return false;
+  long long v = 0;
+  bool ok = fscanf(f, "%lld", &v) == 1 && fseek(f, 0, SEEK_SET) == 0 &&
+            fprintf(f, "%lld\n", v + 1) > 0;
+  return fclose(f) == 0 && ok;
+}
+
+static bool append_token(const char *file, int64_t token) {
+  char path[600];
+  snprintf(path, sizeof path, "%s.log", file);
+  FILE *f = fopen(path, "a");
+  if (f == NULL)
+    return false;
+  bool ok = fprintf(f, "dlock %lld\n", (long long)token) > 0;
+  return fclose(f) == 0 && ok;
+}
+
+/* count KIND NAME N FILE: the mixed race's dlock side. */
+static void count_verb(dlock_client_t *c, const char *line) {
+  char kind_s[16] = "", name[256] = "", file[512] = "";
+  long long n = 0;
+  if (sscanf(line, "count %15s %255s %lld %511s", kind_s, name, &n, file) !=
+          4 ||
+      n < 0 || n > 100000) {
+    printf("err usage %s", line);
+    fflush(stdout);
+    return;
+  }
+  dlock_lock_t *l = NULL;
+  dlock_semaphore_t *sem = NULL;
+  dlock_permit_sem_t *psem = NULL;
+  int rc = 0;
+  if (strcmp(kind_s, "sem") == 0)
+    rc = dlock_semaphore_new(c, name, &sem);
+  else if (strcmp(kind_s, "psem") == 0)
+    rc = dlock_permit_sem_new(c, name, &psem);
+  else {
+    dlock_lock_kind_t kind = strcmp(kind_s, "lock") == 0     ? DLOCK_REENTRANT
+                             : strcmp(kind_s, "fair") == 0   ? DLOCK_FAIR
+                             : strcmp(kind_s, "fenced") == 0 ? DLOCK_FENCED
+                             : strcmp(kind_s, "write") == 0  ? DLOCK_WRITE
+                                                             : DLOCK_READ;
+    if (kind == DLOCK_READ || (l = get_lock(c, name, kind)) == NULL)
+      rc = DLOCK_EINVAL;
+  }
+  long long done = 0;
+  bool torn = false;
+  for (; rc == 0 && done < n; done++) {
+    int64_t token = 0;
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    if (sem)
+      rc = dlock_semaphore_acquire(sem, 1, 10000);
+    else if (psem)
+      rc = dlock_permit_sem_acquire(psem, 10000, DLOCK_LEASE_WATCHDOG, id);
+    else if (strcmp(kind_s, "fenced") == 0)
+      rc = dlock_lock_acquire_fenced(l, 10000, DLOCK_LEASE_WATCHDOG, &token);
+    else
+      rc = dlock_lock_acquire(l, 10000, DLOCK_LEASE_WATCHDOG);
+    if (rc != 0)
+      break;
+    torn = !bump(file) || !append_token(file, token);
+    int rel = sem    ? dlock_semaphore_release(sem, 1)
+              : psem ? dlock_permit_sem_release(psem, id)
+                     : dlock_lock_release(l);
+    if (torn) {
+      /* a count that is not a number was being rewritten by another
+       * holder: two at once */
+      printf("err DLOCK_EINVAL increment %lld: cannot read or rewrite the "
+             "count in %s (another holder writing it at the same time?)\n",
+             done + 1, file);
+      fflush(stdout);
+      break;
+    }
+    rc = rel;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, "%lld", done);
+  if (!torn)
+    answer(rc, buf);
+  if (sem)
+    dlock_semaphore_free(sem);
+  if (psem)
+    dlock_permit_sem_free(psem);
+}
+
 /* The plain semaphore (RSemaphore): one permit per acquire and release. */
 static void semaphore_verb(dlock_client_t *c, const char *verb,
                            const char *name, long long n, const char *line) {
@@ -232,10 +338,17 @@ int main(int argc, char **argv) {
     return 64;
   }
   dlock_client_t *c = NULL;
-  if (dlock_client_new(&c, argv[1], NULL) != 0) {
+  dlock_options_t *o = NULL;
+  const char *session = getenv("DLOCK_INTEROP_SESSION_MS");
+  if (dlock_options_new(&o) != 0 ||
+      (session &&
+       dlock_options_set_session_timeout(o, strtoll(session, NULL, 10)) != 0) ||
+      dlock_client_new(&c, argv[1], o) != 0) {
     fprintf(stderr, "dlock_interop: %s\n", dlock_last_error());
+    dlock_options_free(o);
     return 69;
   }
+  dlock_options_free(o);
   char line[1024];
   while (fgets(line, sizeof line, stdin) != NULL) {
     char verb[32] = "", name[256] = "";
@@ -245,6 +358,10 @@ int main(int argc, char **argv) {
     int rc = DLOCK_EINVAL;
     if (fields >= 1 && strcmp(verb, "id") == 0) {
       answer(0, dlock_client_id(c));
+      continue;
+    }
+    if (fields >= 1 && strcmp(verb, "count") == 0) {
+      count_verb(c, line);
       continue;
     }
     if (fields < 2) {
@@ -262,6 +379,8 @@ int main(int argc, char **argv) {
       kind = DLOCK_WRITE;
     else if (strcmp(verb, "fair") == 0 || strcmp(verb, "unfair") == 0)
       kind = DLOCK_FAIR;
+    else if (strcmp(verb, "fenced") == 0 || strcmp(verb, "unfenced") == 0)
+      kind = DLOCK_FENCED;
     else
       is_lock = false;
     if (is_lock) {
@@ -269,6 +388,13 @@ int main(int argc, char **argv) {
       dlock_lock_t *l = get_lock(c, name, kind);
       if (l == NULL) {
         answer(DLOCK_EINVAL, NULL);
+        continue;
+      }
+      if (kind == DLOCK_FENCED && !release) {
+        int64_t token = 0;
+        rc = dlock_lock_acquire_fenced(l, n, DLOCK_LEASE_WATCHDOG, &token);
+        snprintf(buf, sizeof buf, "%lld", (long long)token);
+        answer(rc, rc == 0 ? buf : NULL);
         continue;
       }
       rc = release ? dlock_lock_release(l)

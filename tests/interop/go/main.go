@@ -6,6 +6,9 @@
 // a line (or EOF) arrives on stdin, unlocks and prints "released".
 //
 //	etcd-go-locker ENDPOINT[,ENDPOINT...] NAME [mutex|read|write]
+//
+// With "conform" first it is the layout conformance check of conform.go,
+// with "race" the mixed race of race.go.
 package main
 
 import (
@@ -22,6 +25,12 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "conform" {
+		os.Exit(conform(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "race" {
+		os.Exit(race(os.Args[2:]))
+	}
 	mode := "mutex"
 	if len(os.Args) == 4 {
 		mode = os.Args[3]

@@ -162,6 +162,62 @@ class ConformanceTest extends Env {
   }
 
   @Test
+  void reentrantLockHandOff() throws Exception {
+    // a waiter each: Redisson's subscribes to the lock's channel and writes
+    // nothing; dlock's queues in its own keys (docs/LAYOUT.md, "Keys and
+    // channels") and is handed the lock on its grant channel
+    String n = "conf-handoff";
+    RLock l = redissonAt(TWINS[0]).getLock(n);
+    RLock other = redissonAt(TWINS[0]).getLock(n);
+    Proc d = start(HELPER, TWINS[1]);
+    Proc d2 = start(HELPER, TWINS[1]);
+    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor();
+    try {
+      Script k = new Script("RLock hand-off", n);
+      java.util.concurrent.Future<?>[] w = new java.util.concurrent.Future<?>[1];
+      k.step("lock (watchdog lease)", () -> l.lock(), () -> ok(d, "lock " + n + " 0"));
+      k.step("another client waits", () -> {
+        w[0] = pool.submit(() -> other.lock());
+        awaitTrue("Redisson's waiter subscribed", () -> numsub(rs, "redisson_lock__channel:{" + n + "}") >= 1);
+      }, () -> {
+        d2.send("lock " + n + " 30000");
+        awaitTrue("dlock's waiter queued", () -> (Long) dl.cmd.call("EXISTS", "dlock_lock_queue:{" + n + "}") == 1);
+      });
+      k.step("unlock: the waiter gets it", () -> {
+        l.unlock();
+        w[0].get(15, TimeUnit.SECONDS);
+      }, () -> {
+        ok(d, "unlock " + n);
+        String a = d2.line(15_000);
+        assertTrue(a.startsWith("ok"), "dlock's waiter: " + a);
+      });
+      // Redisson's lock is per thread: the pool's thread unlocks
+      k.step("the new holder unlocks (free)",
+          () -> pool.submit(() -> other.unlock()).get(15, TimeUnit.SECONDS), () -> ok(d2, "unlock " + n));
+      k.check();
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  private static long numsub(Twin t, String channel) throws Exception {
+    @SuppressWarnings("unchecked")
+    List<Object> r = (List<Object>) t.cmd.call("PUBSUB", "NUMSUB", channel);
+    return (Long) r.get(1);
+  }
+
+  interface Cond { boolean ok() throws Exception; }
+
+  /** Waits (bounded: 10 s) for a condition. */
+  private static void awaitTrue(String what, Cond c) throws Exception {
+    long end = System.nanoTime() + 10_000_000_000L;
+    while (!c.ok()) {
+      if (System.nanoTime() > end) fail(what + ": not within 10 s");
+      Thread.sleep(10);
+    }
+  }
+
+  @Test
   void readWriteLock() throws Exception {
     String n = "conf-rw";
     org.redisson.api.RReadWriteLock rw = redissonAt(TWINS[0]).getReadWriteLock(n);
@@ -235,6 +291,58 @@ class ConformanceTest extends Env {
     k.check();
   }
 
+  @Test
+  void fencedLock() throws Exception {
+    String n = "conf-fenced";
+    org.redisson.api.RFencedLock l = redissonAt(TWINS[0]).getFencedLock(n);
+    org.redisson.api.RFencedLock other = redissonAt(TWINS[0]).getFencedLock(n);
+    Proc d = start(HELPER, TWINS[1]);
+    Proc d2 = start(HELPER, TWINS[1]);
+    Script k = new Script("RFencedLock", n);
+    long[] tok = new long[2];
+    k.step("lock (token 1)", () -> tok[0] = l.lockAndGetToken(),
+        () -> tok[1] = Long.parseLong(ok(d, "fenced " + n + " 0")));
+    assertEquals(tok[0], tok[1], "the first token");
+    k.step("lock again (re-enter: token 2)", () -> tok[0] = l.lockAndGetToken(),
+        () -> tok[1] = Long.parseLong(ok(d, "fenced " + n + " 0")));
+    assertEquals(tok[0], tok[1], "the re-entry's token");
+    // tryLock(), not tryLockAndGetToken(): in Redisson 3.52.0 the latter
+    // never returns while the lock is held (FencedLockTest)
+    k.step("another client's try fails", () -> assertFalse(other.tryLock()),
+        () -> assertTrue(d2.cmd("fenced " + n + " 0", 15_000).startsWith("err DLOCK_EBUSY")));
+    k.step("unlock (count 1 left)", () -> l.unlock(), () -> ok(d, "unfenced " + n));
+    k.step("unlock (free)", () -> l.unlock(), () -> ok(d, "unfenced " + n));
+    k.step("the other client locks (token 3)", () -> tok[0] = other.lockAndGetToken(),
+        () -> tok[1] = Long.parseLong(ok(d2, "fenced " + n + " 0")));
+    assertEquals(tok[0], tok[1], "the other client's token");
+    k.step("it unlocks (free; the token stays)", () -> other.unlock(), () -> ok(d2, "unfenced " + n));
+    k.check();
+  }
+
+  @Test
+  void multiLock() throws Exception {
+    // RedissonMultiLock over RLocks on one server; dlock's multilock over
+    // reentrant locks (dlock_multilock_*)
+    String a = "conf-multi-a", b = "conf-multi-b";
+    RedissonClient r = redissonAt(TWINS[0]), r2 = redissonAt(TWINS[0]);
+    RLock m = r.getMultiLock(r.getLock(a), r.getLock(b));
+    RLock other = r2.getMultiLock(r2.getLock(a), r2.getLock(b));
+    RLock otherB = r2.getLock(b);
+    Proc d = start(HELPER, TWINS[1]);
+    Proc d2 = start(HELPER, TWINS[1]);
+    String dm = a + "," + b;
+    Script k = new Script("RedissonMultiLock", a + "," + b);
+    k.step("lock a and b (watchdog lease)", () -> m.lock(), () -> ok(d, "multi " + dm + " 0"));
+    k.step("another client's try fails", () -> assertFalse(other.tryLock()),
+        () -> assertTrue(d2.cmd("multi " + dm + " 0", 15_000).startsWith("err DLOCK_EBUSY")));
+    k.step("unlock both", () -> m.unlock(), () -> ok(d, "unmulti " + dm));
+    k.step("the other client locks b alone", () -> otherB.lock(), () -> ok(d2, "lock " + b + " 0"));
+    k.step("the try fails at b and gives a back", () -> assertFalse(m.tryLock()),
+        () -> assertTrue(d.cmd("multi " + dm + " 0", 15_000).startsWith("err DLOCK_EBUSY")));
+    k.step("the other client unlocks b", () -> otherB.unlock(), () -> ok(d2, "unlock " + b));
+    k.check();
+  }
+
   // ---------------------------------------------------------------- script
 
   interface Action { void run() throws Exception; }
@@ -290,10 +398,11 @@ class ConformanceTest extends Env {
   /**
    * The deliberate extensions docs/LAYOUT.md lists for a kind: rows of its
    * table "Deliberate extensions" (`| kind | `key or channel` | why |`),
-   * NAME standing for the name; a dump line about that key or channel is
-   * not a difference.
+   * NAME standing for the name (each of a multilock's names, comma-separated)
+   * and `<client-id>` for any client's label; a dump line about that key or
+   * channel is not a difference.
    */
-  static List<Pattern> extensions(String kind, String name) throws IOException {
+  static List<Pattern> extensions(String kind, String names) throws IOException {
     Path doc = Path.of(System.getProperty("dlock.layout", "../../../docs/LAYOUT.md"));
     List<String> lines = Files.readAllLines(doc);
     List<Pattern> out = new ArrayList<>();
@@ -305,8 +414,14 @@ class ConformanceTest extends Env {
       Matcher m = row.matcher(l);
       if (m.find() && (List.of(m.group(1).split(",\\s*")).contains(kind)
           || m.group(1).equals("every kind"))) {
-        String k = m.group(2).replace("NAME", name);
-        out.add(Pattern.compile("^(key|pub) " + Pattern.quote(k) + "( |$)"));
+        for (String name : names.split(",")) { // a multilock's members
+          // <client-id> stands for any client's label
+          String[] parts = m.group(2).replace("NAME", name).split("<client-id>", -1);
+          StringBuilder k = new StringBuilder();
+          for (int i = 0; i < parts.length; i++)
+            k.append(i > 0 ? "CLIENT[0-9]+" : "").append(Pattern.quote(parts[i]));
+          out.add(Pattern.compile("^(key|pub) " + k + "( |$)"));
+        }
       }
     }
     return out;
@@ -469,8 +584,12 @@ class ConformanceTest extends Env {
       Matcher m = OWNER.matcher(s);
       StringBuilder b = new StringBuilder();
       while (m.find()) {
-        String who = labels.computeIfAbsent(m.group(),
-            x -> (x.indexOf(':') >= 0 ? "OWNER" : "CLIENT") + (labels.size() + 1));
+        // numbered per kind of label, so that no other label shifts it
+        String who = labels.computeIfAbsent(m.group(), x -> {
+          String kind = x.indexOf(':') >= 0 ? "OWNER" : "CLIENT";
+          return kind + (labels.values().stream()
+              .filter(v -> v.matches(kind + "[0-9]+")).count() + 1);
+        });
         m.appendReplacement(b, who);
       }
       m.appendTail(b);

@@ -117,4 +117,34 @@ class FairLockTest extends Env {
     l.unlock();
     assertEquals(0, dlockRun(15_000, "-F", "-w", "5", name, "true").status());
   }
+
+  @Test
+  void redissonQueueInDlockStatus() throws Exception {
+    // `dlock --status` shows Redisson's fair holder and its queued waiter by
+    // their own owners (<client-id>:<java thread id>), the waiter with its
+    // place's deadline
+    RLock l = redisson().getFairLock(name);
+    RLock other = redisson().getFairLock(name);
+    l.lock();
+    long[] tid = new long[1];
+    Future<Boolean> f = pool.submit(() -> {
+      tid[0] = Thread.currentThread().getId();
+      boolean ok = other.tryLock(20, TimeUnit.SECONDS);
+      if (ok) other.unlock();
+      return ok;
+    });
+    waitFor("Redisson's waiter queued", 10_000, io(() -> queued() == 1));
+    Status st = status("-F", name); // -F: the fair lock NAME
+    assertTrue(st.held(), "--status: held");
+    assertEquals("fair", st.kind(), st.raw());
+    assertEquals(1, st.owners().size(), st.raw());
+    assertTrue(st.owners().get(0).endsWith(":" + Thread.currentThread().getId()), st.raw());
+    java.util.regex.Matcher w = java.util.regex.Pattern
+        .compile("\"waiters\":\\[\"([^\"]*)\"\\]").matcher(st.raw());
+    assertTrue(w.find(), "one waiter in " + st.raw());
+    assertTrue(w.group(1).endsWith(":" + tid[0]), "the waiter " + w.group(1) + " is Redisson's thread " + tid[0]);
+    assertTrue(st.raw().matches("(?s).*\"waiter_deadlines_ms\":\\[\\d+\\].*"), "its deadline: " + st.raw());
+    l.unlock();
+    assertTrue(f.get(20, TimeUnit.SECONDS), "Redisson's waiter got it");
+  }
 }

@@ -1,6 +1,7 @@
 package dlock.interop;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -74,5 +75,21 @@ class FencedLockTest extends Env {
     assertNotNull(t4);
     assertTrue(t4 > t3, "Redisson's token " + t4 + " after dlock's " + t3);
     l.unlock();
+  }
+
+  @Test
+  void redissonHoldInDlockStatus() throws Exception {
+    // `dlock --status` names Redisson's fenced holder by its own owner
+    // (<client-id>:<java thread id>), with Redisson's token
+    RFencedLock l = redisson().getFencedLock(name);
+    Long t = l.lockAndGetToken();
+    Status st = status(name);
+    assertTrue(st.held(), "--status: held");
+    assertEquals(1, st.owners().size(), st.raw());
+    assertTrue(st.owners().get(0).endsWith(":" + Thread.currentThread().getId()),
+        "owner " + st.owners().get(0) + " is <client-id>:<java thread id>");
+    assertTrue(st.raw().contains("\"token\":" + t), "--status shows Redisson's token " + t + ": " + st.raw());
+    l.unlock();
+    assertFalse(status(name).held(), "--status: free after Redisson's unlock");
   }
 }

@@ -18,7 +18,10 @@ import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.recipes.locks.InterProcessMultiLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.zookeeper.data.Stat;
@@ -29,12 +32,14 @@ import org.junit.jupiter.api.Test;
  * runs twice on the suite's ZooKeeper, in two fresh subtrees (the twins):
  * once driven by Curator, once by dlock (dlock_interop, on a full path).
  * After every step the recipe's whole subtree is dumped: each node's path
- * under the recipe (protected ids and owners as labels in order of
- * appearance, sequence numbers as they are) with its kind (persistent,
- * container, or ephemeral with the session as a label), and on a line of
- * its own its data (null and empty alike). The
- * dumps must be identical, except for paths docs/ZOOKEEPER.md's
- * "Deliberate differences" table lists for the recipe.
+ * under the recipe (protected ids, owners and sessions as labels in order
+ * of appearance, each kind numbered on its own, so that a label never
+ * depends on what the data held; sequence numbers as they are) with its
+ * kind (persistent, container, or ephemeral with the session as a label),
+ * and on a line of its own its data (null and empty alike). The dumps must
+ * be identical, except for lines docs/ZOOKEEPER.md's "Deliberate
+ * differences" table lists for the recipe (by their start, or `seq P`:
+ * lines under P that differ only in their sequence numbers).
  */
 class ConformanceTest extends Env {
   private String ok(Proc helper, String line) throws Exception {
@@ -69,12 +74,14 @@ class ConformanceTest extends Env {
   }
 
   @Test
+  @SuppressWarnings("unchecked")
   void mutex() throws Exception {
     String root = "/conf-" + System.nanoTime();
     String cp = root + "-curator/mutex", dp = root + "-dlock/mutex";
     CuratorFramework c = curator();
     InterProcessMutex m = new InterProcessMutex(c, cp);
-    InterProcessMutex other = new InterProcessMutex(curator(), cp);
+    CuratorFramework[] otherClient = {curator()};
+    InterProcessMutex other = new InterProcessMutex(otherClient[0], cp);
     Proc d = helper();
     Proc d2 = helper();
     Script k = new Script("InterProcessMutex", c, cp, dp);
@@ -84,7 +91,146 @@ class ConformanceTest extends Env {
     k.step("another client's try fails", () -> assertTrue(!other.acquire(0, TimeUnit.MILLISECONDS)),
         () -> assertTrue(d2.cmd("lock " + dp + " 0", BOUND_MS).startsWith("err DLOCK_EBUSY")));
     k.step("release (held once more)", () -> m.release(), () -> ok(d, "unlock " + dp));
-    k.step("release (free)", () -> m.release(), () -> ok(d, "unlock " + dp));
+    // a waiter, the hand-off, and a holder whose session ends
+    java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newSingleThreadExecutor();
+    try {
+      java.util.concurrent.Future<Boolean>[] w = new java.util.concurrent.Future[1];
+      k.step("another client waits (its node queues behind)", () -> {
+        w[0] = pool.submit(() -> other.acquire(30, TimeUnit.SECONDS));
+        awaitChildren(c, cp, 2);
+      }, () -> {
+        d2.send("lock " + dp + " 30000");
+        awaitChildren(c, dp, 2);
+      });
+      k.step("release: the waiter gets it", () -> {
+        m.release();
+        assertTrue(w[0].get(BOUND_MS, TimeUnit.MILLISECONDS));
+      }, () -> {
+        ok(d, "unlock " + dp);
+        assertTrue(d2.line(BOUND_MS).startsWith("ok"), "dlock's waiter");
+      });
+      CuratorFramework c3 = curator();
+      InterProcessMutex third = new InterProcessMutex(c3, cp);
+      Proc d3 = helper();
+      k.step("a third client waits", () -> {
+        w[0] = pool.submit(() -> third.acquire(30, TimeUnit.SECONDS));
+        awaitChildren(c, cp, 2);
+      }, () -> {
+        d3.send("lock " + dp + " 30000");
+        awaitChildren(c, dp, 2);
+      });
+      k.step("the holder's session ends (client closed): the third gets it", () -> {
+        otherClient[0].close();
+        assertTrue(w[0].get(BOUND_MS, TimeUnit.MILLISECONDS));
+      }, () -> {
+        d2.closeStdin(); // the helper frees its client: the session closes
+        assertEquals(0, d2.waitExit(BOUND_MS));
+        assertTrue(d3.line(BOUND_MS).startsWith("ok"), "dlock's third client");
+      });
+      // Curator's locks are per thread: the pool's thread took it
+      k.step("release (free)", () -> pool.submit(() -> { third.release(); return null; })
+          .get(BOUND_MS, TimeUnit.MILLISECONDS), () -> ok(d3, "unlock " + dp));
+    } finally {
+      pool.shutdownNow();
+    }
+    k.check();
+  }
+
+  /** Waits (bounded) until path has n children. */
+  static void awaitChildren(CuratorFramework c, String path, int n) throws Exception {
+    long end = System.nanoTime() + BOUND_MS * 1_000_000L;
+    while (c.getChildren().forPath(path).size() != n) {
+      assertTrue(System.nanoTime() < end, path + ": not " + n + " children within " + BOUND_MS + " ms");
+      Thread.sleep(10);
+    }
+  }
+
+  @Test
+  void semaphoreMutex() throws Exception {
+    // InterProcessSemaphoreMutex is InterProcessSemaphoreV2 with maxLeases
+    // 1: dlock's counterpart is the permit semaphore of 1 permit
+    String root = "/conf-" + System.nanoTime();
+    String cp = root + "-curator/smutex", dp = root + "-dlock/smutex";
+    CuratorFramework c = curator();
+    InterProcessSemaphoreMutex m = new InterProcessSemaphoreMutex(c, cp);
+    InterProcessSemaphoreMutex other = new InterProcessSemaphoreMutex(curator(), cp);
+    Proc d = helper();
+    Proc d2 = helper();
+    Script k = new Script("InterProcessSemaphoreMutex", c, cp, dp);
+    String[] dl = new String[1];
+    k.step("the count: none for Curator, try_set_permits(1) for dlock", () -> {},
+        () -> assertEquals("set", ok(d, "psem-set " + dp + " 1")));
+    k.step("acquire", () -> assertTrue(m.acquire(5, TimeUnit.SECONDS)),
+        () -> dl[0] = ok(d, "psem-acquire " + dp + " -1"));
+    k.step("another client's try fails", () -> assertTrue(!other.acquire(0, TimeUnit.MILLISECONDS)),
+        () -> assertTrue(d2.cmd("psem-acquire " + dp + " -1", BOUND_MS).startsWith("err DLOCK_EBUSY")));
+    k.step("release", () -> m.release(), () -> ok(d, "psem-release " + dp + " " + dl[0]));
+    k.step("the other client acquires", () -> assertTrue(other.acquire(5, TimeUnit.SECONDS)),
+        () -> dl[0] = ok(d2, "psem-acquire " + dp + " -1"));
+    k.step("the other client releases", () -> other.release(),
+        () -> ok(d2, "psem-release " + dp + " " + dl[0]));
+    k.check();
+  }
+
+  @Test
+  void readWriteLock() throws Exception {
+    String root = "/conf-" + System.nanoTime();
+    String cp = root + "-curator/rw", dp = root + "-dlock/rw";
+    CuratorFramework c = curator();
+    InterProcessReadWriteLock rw = new InterProcessReadWriteLock(c, cp);
+    InterProcessReadWriteLock rw2 = new InterProcessReadWriteLock(curator(), cp);
+    InterProcessReadWriteLock rw3 = new InterProcessReadWriteLock(curator(), cp);
+    Proc d = helper();
+    Proc d2 = helper();
+    Proc d3 = helper();
+    Script k = new Script("InterProcessReadWriteLock", c, cp, dp);
+    k.step("write lock", () -> assertTrue(rw.writeLock().acquire(5, TimeUnit.SECONDS)),
+        () -> ok(d, "write " + dp + " 0"));
+    k.step("another client's read try fails", () -> assertTrue(!rw2.readLock().acquire(0, TimeUnit.MILLISECONDS)),
+        () -> assertTrue(d2.cmd("read " + dp + " 0", BOUND_MS).startsWith("err DLOCK_EBUSY")));
+    k.step("the writer takes the read side too (downgrade)",
+        () -> assertTrue(rw.readLock().acquire(5, TimeUnit.SECONDS)), () -> ok(d, "read " + dp + " 0"));
+    k.step("the writer releases the write side: it reads", () -> rw.writeLock().release(),
+        () -> ok(d, "unwrite " + dp));
+    k.step("another client reads beside it", () -> assertTrue(rw2.readLock().acquire(5, TimeUnit.SECONDS)),
+        () -> ok(d2, "read " + dp + " 0"));
+    k.step("a third client's write try fails", () -> assertTrue(!rw3.writeLock().acquire(0, TimeUnit.MILLISECONDS)),
+        () -> assertTrue(d3.cmd("write " + dp + " 0", BOUND_MS).startsWith("err DLOCK_EBUSY")));
+    k.step("the first reader releases", () -> rw.readLock().release(), () -> ok(d, "unread " + dp));
+    k.step("the other reader releases (free)", () -> rw2.readLock().release(), () -> ok(d2, "unread " + dp));
+    k.step("the third client writes", () -> assertTrue(rw3.writeLock().acquire(5, TimeUnit.SECONDS)),
+        () -> ok(d3, "write " + dp + " 0"));
+    k.step("it releases (free)", () -> rw3.writeLock().release(), () -> ok(d3, "unwrite " + dp));
+    k.check();
+  }
+
+  @Test
+  void multiLock() throws Exception {
+    // InterProcessMultiLock is InterProcessMutex on each path, taken in
+    // order, all or nothing; dlock's multilock of reentrant locks on the
+    // same paths (dlock_multilock_*)
+    String root = "/conf-" + System.nanoTime();
+    String cp = root + "-curator/multi", dp = root + "-dlock/multi";
+    CuratorFramework c = curator();
+    CuratorFramework c2 = curator();
+    InterProcessMultiLock m = new InterProcessMultiLock(c, List.of(cp + "/a", cp + "/b"));
+    InterProcessMultiLock other = new InterProcessMultiLock(c2, List.of(cp + "/a", cp + "/b"));
+    InterProcessMutex otherB = new InterProcessMutex(c2, cp + "/b");
+    Proc d = helper();
+    Proc d2 = helper();
+    String dm = dp + "/a," + dp + "/b";
+    Script k = new Script("InterProcessMultiLock", c, cp, dp);
+    k.step("acquire a and b", () -> assertTrue(m.acquire(5, TimeUnit.SECONDS)), () -> ok(d, "multi " + dm + " 0"));
+    k.step("another client's try fails (at a)", () -> assertTrue(!other.acquire(0, TimeUnit.MILLISECONDS)),
+        () -> assertTrue(d2.cmd("multi " + dm + " 0", BOUND_MS).startsWith("err DLOCK_EBUSY")));
+    k.step("release both", () -> m.release(), () -> ok(d, "unmulti " + dm));
+    k.step("the other client holds b alone", () -> assertTrue(otherB.acquire(5, TimeUnit.SECONDS)),
+        () -> ok(d2, "lock " + dp + "/b 0"));
+    k.step("the try fails at b and gives a back", () -> assertTrue(!m.acquire(0, TimeUnit.MILLISECONDS)),
+        () -> assertTrue(d.cmd("multi " + dm + " 0", BOUND_MS).startsWith("err DLOCK_EBUSY")));
+    k.step("the other client releases b", () -> otherB.release(), () -> ok(d2, "unlock " + dp + "/b"));
+    k.step("acquire a and b", () -> assertTrue(m.acquire(5, TimeUnit.SECONDS)), () -> ok(d, "multi " + dm + " 0"));
+    k.step("release both", () -> m.release(), () -> ok(d, "unmulti " + dm));
     k.check();
   }
 
@@ -113,10 +259,17 @@ class ConformanceTest extends Env {
       onlyC.removeAll(b);
       onlyD.removeAll(a);
       List<Pattern> ext = differences(kind);
-      for (String x : onlyC)
-        if (!listed(ext, x)) diffs.add(what + ": Curator only: " + x);
-      for (String x : onlyD)
-        if (!listed(ext, x)) diffs.add(what + ": dlock only:   " + x);
+      // a `seq P` row: lines under P that differ only in their sequence
+      // numbers pair up
+      List<String> seqC = new ArrayList<>(), seqD = new ArrayList<>();
+      for (String x : onlyC) seqC.add(seqFree(kind, x));
+      for (String x : onlyD) seqD.add(seqFree(kind, x));
+      for (int i = 0; i < onlyC.size(); i++)
+        if (!listed(ext, onlyC.get(i)) && (seqC.get(i) == null || !seqD.contains(seqC.get(i))))
+          diffs.add(what + ": Curator only: " + onlyC.get(i));
+      for (int i = 0; i < onlyD.size(); i++)
+        if (!listed(ext, onlyD.get(i)) && (seqD.get(i) == null || !seqC.contains(seqD.get(i))))
+          diffs.add(what + ": dlock only:   " + onlyD.get(i));
       for (String x : a) log.add("  " + (onlyC.contains(x) ? "C " : "  ") + x);
       for (String x : onlyD) log.add("  D " + x);
     }
@@ -132,8 +285,10 @@ class ConformanceTest extends Env {
     private final Pattern uuid =
         Pattern.compile("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}");
 
+    /** id's label: prefix and its rank among the ids of that prefix. */
     private String label(Map<String, String> labels, String prefix, String id) {
-      return labels.computeIfAbsent(prefix + id, x -> prefix + (labels.size() + 1));
+      return labels.computeIfAbsent(prefix + ":" + id, x -> prefix
+          + (labels.keySet().stream().filter(k -> k.startsWith(prefix + ":")).count() + 1));
     }
 
     /** The subtree at path (path itself shown as "."), one line per fact. */
@@ -173,6 +328,26 @@ class ConformanceTest extends Env {
         walk(path + "/" + kid, shown.equals(".") ? name : shown + "/" + name, labels, out);
       }
     }
+  }
+
+  /**
+   * line with its 10-digit sequence numbers blanked, when docs/ZOOKEEPER.md
+   * has a row `seq P` for the kind and the line is about a node under P;
+   * else null.
+   */
+  static String seqFree(String kind, String line) {
+    try {
+      for (Pattern p : differences(kind)) {
+        String q = p.pattern();
+        if (!q.startsWith("^\\Qseq ")) continue;
+        String under = q.substring("^\\Qseq ".length(), q.length() - "\\E".length());
+        Matcher m = Pattern.compile("^(node|data) " + Pattern.quote(under)).matcher(line);
+        if (m.find()) return line.replaceAll("[0-9]{10}", "##########");
+      }
+    } catch (Exception e) {
+      throw new RuntimeException(e);
+    }
+    return null;
   }
 
   private static boolean listed(List<Pattern> ps, String line) {

@@ -20,7 +20,9 @@ import org.junit.jupiter.api.Test;
  * against `dlock -N 2 NAME`: leases of either count against the other,
  * and a dlock holder waiting for a permit is woken by Curator's return.
  * A queued Curator waiter (its lease node kept while it waits) is a
- * waiter for dlock too, not a holder.
+ * waiter for dlock too, not a holder. A Curator lease is a dlock permit:
+ * `--status` lists it by the UUID of its node, and dlock releases it by
+ * that id.
  */
 class SemaphoreTest extends Env {
   @Test
@@ -111,5 +113,34 @@ class SemaphoreTest extends Env {
     } finally {
       pool.shutdownNow();
     }
+  }
+
+  @Test
+  void curatorLeaseReleasedByDlock() throws Exception {
+    String path = BASE + name;
+    Proc d = helper();
+    assertEquals("ok set", d.cmd("psem-set " + path + " 2", BOUND_MS));
+    InterProcessSemaphoreV2 s = new InterProcessSemaphoreV2(curator(), path, 2);
+    Lease lease = s.acquire(5, TimeUnit.SECONDS);
+    assertNotNull(lease);
+    // the permit id is the UUID of the protected node's name, as 32 hex
+    // digits (docs/ZOOKEEPER.md)
+    java.util.regex.Matcher m = java.util.regex.Pattern
+        .compile("^_c_([0-9a-f-]{36})-lease-[0-9]{10}$").matcher(lease.getNodeName());
+    assertTrue(m.matches(), "Curator's lease node " + lease.getNodeName());
+    String id = m.group(1).replace("-", "");
+    String st = dlockOut("-N", "2", "--status", name);
+    assertTrue(st.contains("1 free, 1 in use"), st);
+    assertTrue(st.contains("permit " + id), "--status lists Curator's lease by its UUID " + id + ":\n" + st);
+    assertEquals("ok", d.cmd("psem-release " + path + " " + id, BOUND_MS),
+        "dlock releases Curator's lease by its id");
+    CuratorFramework look = curator();
+    assertEquals(0, look.getChildren().forPath(path + "/leases").size(), "the lease node is gone");
+    st = dlockOut("-N", "2", "--status", name);
+    assertTrue(st.contains("2 free, 0 in use"), st);
+    s.returnLease(lease); // Curator's return of a lease already gone is quiet
+    Lease again = s.acquire(5, TimeUnit.SECONDS);
+    assertNotNull(again, "the permit came back for Curator");
+    s.returnLease(again);
   }
 }
