@@ -109,6 +109,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -162,9 +163,15 @@ struct run {
   _Atomic int64_t continued_at; /* when SIGCONT last came (0: never) */
   int64_t lapsed_ms; /* the worker found NAME's grant lapsed that long ago
                         (before taking the second lock); -1: not */
-  bool lost;  /* the library reported the hold lost */
+  /* -v while waiting (watch_main): a thread that reads the lock's state
+   * and says who holds it; watch_stop (under mu, cv) ends it */
+  pthread_t watcher;
+  bool watching; /* started, not yet joined */
+  bool watch_stop;
+  pthread_cond_t cv;
+  bool lost;        /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
-  bool acted; /* --on-lost signalled the child */
+  bool acted;       /* --on-lost signalled the child */
 };
 
 enum ev_kind { EV_SIGNAL, EV_DONE, EV_LOST, EV_TIMEOUT, EV_ERROR };
@@ -269,6 +276,124 @@ static int group_open(struct run *r) {
   return rc;
 }
 
+/* -v while waiting: one line on stderr saying who holds the lock, for how
+ * long, its lease and how many wait ahead, read with a handle of its own
+ * on the worker's client: first 1 s into the wait, then every 10 s on a
+ * terminal, or, when stderr is not one, when what it says changes (read
+ * every 2 s). A thread apart, so that a slow read never delays the grant:
+ * the worker stops it when its acquire returns, and it is joined before
+ * the client is freed (watch_join). */
+static bool watch_sleep(struct run *r, int64_t until) {
+  bool stop;
+  pthread_mutex_lock(&r->mu);
+  while (!r->watch_stop) {
+    int64_t left = until - cli_now_ms();
+    struct timespec ts;
+    if (left <= 0)
+      break;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += left / 1000;
+    ts.tv_nsec += (left % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+  }
+  stop = r->watch_stop;
+  pthread_mutex_unlock(&r->mu);
+  return !stop;
+}
+
+/* The number of waiters queued before `me` ("<client-id>:<tid>"), all of
+ * them when it is not queued (yet). */
+static size_t ahead_of(const dlock_lock_state_t *st, const char *me) {
+  size_t n = strlen(me);
+  for (size_t i = 0; i < st->nwaiters; i++) {
+    const char *w = st->waiters[i];
+    if (w != NULL && strncmp(w, me, n) == 0 && (w[n] == '\0' || w[n] == ' '))
+      return i;
+  }
+  return st->nwaiters;
+}
+
+static void *watch_main(void *arg) {
+  struct run *r = arg;
+  const struct cli_ctx *c = r->c;
+  bool tty = isatty(STDERR_FILENO) == 1;
+  int64_t next = cli_now_ms() + 1000;
+  char last[1024] = "", me[128];
+  dlock_lock_t *lock = NULL;
+  bool shared = c->o->kind == CLI_KIND_SHARED;
+  snprintf(me, sizeof me, "%s:%llu", dlock_client_id(r->client),
+           (unsigned long long)r->owner);
+  if (dlock_lock_new_kind(r->client, shared ? c->shared_name : c->o->name,
+                          shared ? DLOCK_READ : cli_main_kind(c), &lock) != 0)
+    return NULL;
+  while (watch_sleep(r, next)) {
+    dlock_lock_state_t *st = NULL;
+    char who[1024], line[1400], lease[64] = "";
+    next = cli_now_ms() + (tty ? 10000 : 2000);
+    if (dlock_lock_state(lock, &st) != 0)
+      continue; /* the wait itself reports what matters */
+    size_t ahead = ahead_of(st, me);
+    bool held = st->nholders > 0 && strcmp(st->kind, "free") != 0;
+    if (held) {
+      cli_who_line(st->holders[0].owner,
+                   st->holder_infos ? st->holder_infos[0] : NULL, who,
+                   sizeof who);
+      if (st->ttl_ms >= 0)
+        snprintf(lease, sizeof lease, "; lease %.1f s left",
+                 (double)st->ttl_ms / 1000.0);
+      snprintf(line, sizeof line, "'%s' is held by %s%s%s; %zu waiting ahead",
+               c->name_shown, who, st->nholders > 1 ? " and others" : "", lease,
+               ahead);
+    } else {
+      snprintf(line, sizeof line, "'%s' is free; %zu waiting ahead",
+               c->name_shown, ahead);
+    }
+    /* what changes the picture: the holder and the queue before us */
+    snprintf(who, sizeof who, "%s|%zu",
+             held && st->holders[0].owner ? st->holders[0].owner : "", ahead);
+    dlock_lock_state_free(st);
+    if (!tty && strcmp(who, last) == 0)
+      continue;
+    snprintf(last, sizeof last, "%s", who);
+    pthread_mutex_lock(&r->mu);
+    bool stop = r->watch_stop;
+    pthread_mutex_unlock(&r->mu);
+    if (stop)
+      break;
+    cli_msg(c, "%s", line);
+  }
+  dlock_lock_free(lock);
+  return NULL;
+}
+
+static void watch_start(struct run *r) {
+  const struct cli_opts *o = r->c->o;
+  if (!o->verbose || r->multi != NULL || r->sem != NULL || r->lock == NULL ||
+      o->wait_ms == 0)
+    return;
+  r->watching = pthread_create(&r->watcher, NULL, watch_main, r) == 0;
+}
+
+static void watch_stop(struct run *r) {
+  pthread_mutex_lock(&r->mu);
+  r->watch_stop = true;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Before the client is freed. */
+static void watch_join(struct run *r) {
+  if (!r->watching)
+    return;
+  watch_stop(r);
+  pthread_join(r->watcher, NULL);
+  r->watching = false;
+}
+
 /* Acquires the lock(s) of the selected kind as r->owner (see the design
  * note); 0 or a library error, with everything released on an error. */
 static int acquire_all(struct run *r) {
@@ -370,7 +495,9 @@ static void *worker(void *arg) {
               : o->kind == CLI_KIND_LIMIT ? "one of the semaphore's permits"
                                           : "exclusive, fenced");
     atomic_store(&r->stage, 1);
+    watch_start(r);
     r->acquire_err = acquire_all(r);
+    watch_stop(r);
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
       r->worker_rc = o->conflict_exit;
@@ -611,6 +738,7 @@ static void release_and_close(struct run *r) {
     release_one(r, r->side);
   release_one(r, r->lock);
 close:
+  watch_join(r);
   if (r->clients != NULL) {
     group_free(r);
     return;
@@ -1345,6 +1473,15 @@ int cli_run(struct cli_ctx *c) {
     return CLI_EX_SOFTWARE;
   }
   pthread_mutex_init(&r.mu, NULL);
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r.cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  /* who holds it, for others' --status and -v (before any thread) */
+  cli_who_set(c);
   r.owner = dlock_thread_id();
   r.t_start = cli_now_ms();
   /* -w bounds everything (connect, TLS, session and lease set-up, and the
@@ -1394,6 +1531,7 @@ int cli_run(struct cli_ctx *c) {
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
               c->name_shown, secs(r.t_acquired - r.t_start));
+    watch_join(&r);
     if (r.clients != NULL) {
       group_free(&r);
       return r.worker_rc;
