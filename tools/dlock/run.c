@@ -171,6 +171,7 @@ struct run {
   pthread_cond_t cv;
   bool lost;        /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
+  int64_t lost_lapsed_ms; /* 'P': its lease ran out that long ago; -1 */
   bool acted;       /* --on-lost signalled the child */
 };
 
@@ -642,6 +643,47 @@ static void lost_at_release(struct run *r) {
   r->lost_reason = 'G';
 }
 
+/* After a loss the server still answers (the key was removed or taken, or
+ * the lease ran out while this process was stopped): who holds the lock
+ * now, as "; another owner holds it now: WHO" or "; it is free now", for
+ * the end of the loss line, read after the command was told (a slow
+ * server must not delay that). "" when the state cannot be read or the
+ * lock NAME is still this owner's (an exclusive kind's other lock was the
+ * one lost). */
+static void holder_now(struct run *r, char *out, size_t n) {
+  const struct cli_ctx *c = r->c;
+  dlock_lock_t *l = NULL;
+  dlock_lock_state_t *st = NULL;
+  char me[128], who[1024];
+  out[0] = '\0';
+  if (r->client == NULL || r->lock == NULL || r->multi != NULL ||
+      r->sem != NULL)
+    return;
+  if (dlock_lock_new_kind(r->client,
+                          c->o->kind == CLI_KIND_SHARED ? c->shared_name
+                                                        : c->o->name,
+                          c->o->kind == CLI_KIND_SHARED ? DLOCK_READ
+                                                        : cli_main_kind(c),
+                          &l) != 0)
+    return;
+  snprintf(me, sizeof me, "%s:%llu", dlock_client_id(r->client),
+           (unsigned long long)r->owner);
+  if (dlock_lock_state(l, &st) == 0) {
+    bool held = st->nholders > 0 && strcmp(st->kind, "free") != 0;
+    if (!held) {
+      snprintf(out, n, "; it is free now");
+    } else if (st->holders[0].owner == NULL ||
+               strncmp(st->holders[0].owner, me, strlen(me)) != 0) {
+      cli_who_line(st->holders[0].owner,
+                   st->holder_infos ? st->holder_infos[0] : NULL, who,
+                   sizeof who);
+      snprintf(out, n, "; another owner holds it now: %s", who);
+    }
+    dlock_lock_state_free(st);
+  }
+  dlock_lock_free(l);
+}
+
 static void release_one(struct run *r, dlock_lock_t *lock) {
   const struct cli_ctx *c = r->c;
   int err = dlock_lock_release_as(lock, r->owner);
@@ -652,10 +694,14 @@ static void release_one(struct run *r, dlock_lock_t *lock) {
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
     /* Expected after a fixed lease ran out: worth a line with -v only; a
      * loss already reported is not reported again. */
+    char now[1200] = "";
+    if (c->o->lease_ms <= 0 && !r->lost)
+      holder_now(r, now, sizeof now);
     if ((c->o->lease_ms <= 0 && !r->lost) || c->o->verbose > 0)
-      cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
+      cli_msg(c, "'%s' was no longer ours at release (%s%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
-                                 : "the lock was lost");
+                                 : "the lock was lost",
+              now);
     lost_at_release(r);
   } else {
     char subject[256];
@@ -1135,40 +1181,47 @@ static bool reap(struct run *r, int *status) {
 static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
   const struct cli_ctx *c = r->c;
   const struct cli_opts *o = c->o;
+  char why[160], act[160], now[1200] = "";
   /* An exclusive hold is two locks: their losses are one event. */
   if (r->lost)
     return;
   r->lost = true;
   r->lost_reason = reason;
+  if (reason == 'P' && r->lost_lapsed_ms >= 0)
+    snprintf(why, sizeof why,
+             "its lease ran out %.1f s ago, while this process was stopped",
+             secs(r->lost_lapsed_ms));
+  else
+    snprintf(why, sizeof why, "%s", lost_reason(reason));
+  /* the command is told first; then one line says it all */
   if (r->child <= 0) {
-    cli_msg(c, "lost lock '%s': %s%s", c->name_shown, lost_reason(reason),
-            o->on_lost == CLI_LOST_IGNORE ? "; --on-lost ignore: still waiting"
-                                          : "");
-    return;
+    snprintf(act, sizeof act, "%s",
+             o->on_lost == CLI_LOST_IGNORE ? "; --on-lost ignore: still waiting"
+                                           : "");
+  } else {
+    switch (o->on_lost) {
+    case CLI_LOST_TERM:
+      signal_command(r, SIGTERM, true);
+      r->acted = true;
+      *kill_deadline = cli_now_ms() + o->kill_after_ms;
+      snprintf(act, sizeof act,
+               "; sending SIGTERM to the command (SIGKILL in %.3g s)",
+               secs(o->kill_after_ms));
+      break;
+    case CLI_LOST_KILL:
+      signal_command(r, SIGKILL, true);
+      r->acted = true;
+      snprintf(act, sizeof act, "; killing the command");
+      break;
+    case CLI_LOST_IGNORE:
+      snprintf(act, sizeof act, "; --on-lost ignore: the command keeps "
+                                "running without the lock");
+      break;
+    }
   }
-  switch (o->on_lost) {
-  case CLI_LOST_TERM:
-    cli_msg(c,
-            "lost lock '%s': %s; sending SIGTERM to the command (SIGKILL in "
-            "%.3g s)",
-            c->name_shown, lost_reason(reason), secs(o->kill_after_ms));
-    signal_command(r, SIGTERM, true);
-    r->acted = true;
-    *kill_deadline = cli_now_ms() + o->kill_after_ms;
-    break;
-  case CLI_LOST_KILL:
-    cli_msg(c, "lost lock '%s': %s; killing the command", c->name_shown,
-            lost_reason(reason));
-    signal_command(r, SIGKILL, true);
-    r->acted = true;
-    break;
-  case CLI_LOST_IGNORE:
-    cli_msg(c,
-            "lost lock '%s': %s; --on-lost ignore: the command keeps running "
-            "without the lock",
-            c->name_shown, lost_reason(reason));
-    break;
-  }
+  if (reason != 'U')
+    holder_now(r, now, sizeof now);
+  cli_msg(c, "lost lock '%s': %s%s%s", c->name_shown, why, act, now);
 }
 
 /*
@@ -1333,8 +1386,10 @@ static int supervise(struct run *r) {
       /* dlock was stopped: a lease that ran out meanwhile is a loss now,
        * not at the library's next turn (a fixed lease -l runs out by
        * design: the command goes on without the lock) */
-      if (!r->lost && o->lease_ms <= 0 && grant_lapsed(r, true, &lapsed))
+      if (!r->lost && o->lease_ms <= 0 && grant_lapsed(r, true, &lapsed)) {
+        r->lost_lapsed_ms = lapsed;
         handle_lost(r, 'P', &kill_deadline);
+      }
     } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
       bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();
       if (!from_tty)
@@ -1441,6 +1496,7 @@ int cli_run(struct cli_ctx *c) {
   r.c = c;
   r.sigfd = r.evr = r.evw = r.guard_fd = -1;
   r.lapsed_ms = -1;
+  r.lost_lapsed_ms = -1;
 
   /* The environment is changed before any thread exists. The token of an
    * outer dlock would be wrong for this lock, so it does not leak in. */

@@ -133,4 +133,39 @@ etcd)
 *) "$DLOCK" --force-unlock "$foreign" >/dev/null ;;
 esac
 
+# A loss says what happened and who holds the lock now, on one line: the holder's
+# lock is removed (--force-unlock) while a waiter is queued. On Redis the
+# holder's renewal finds it gone while the command runs (the waiter has
+# taken it by then, or not yet: either line is right); ZooKeeper and etcd
+# watch no holder's own node or key, so there it is found at the release,
+# when the command ends (the waiter has it then, or is queueing again).
+lost=$name-lost
+run_bg lp "$DLOCK" --session 1.5 "$lost" "$T/waitfor" "$T/lost.end" \
+  2>"$T/lost.err"
+expect_true "$backend: loss: the holder holds" wait_until 20000 \
+  sh -c '"$1" --status --json "$2" | jq -e ".holders[0].who.pid == $3" \
+    >/dev/null' sh "$DLOCK" "$lost" "$lp"
+run_bg lw "$DLOCK" -w 30 "$lost" true 2>"$T/lostw.err"
+expect_true "$backend: loss: the waiter is queued" wait_until 20000 \
+  sh -c '"$1" --status --json "$2" | jq -e ".queue[0].who.pid == $3" \
+    >/dev/null' sh "$DLOCK" "$lost" "$lw"
+"$DLOCK" --force-unlock "$lost" >/dev/null
+now="another owner holds it now: pid $lw on $host ("
+if [ "$backend" = redis ]; then
+  wait_exit "$lp" 30000
+  expect "$backend: loss: the holder exits 75" 75 "$ST"
+  said="lost lock '$lost': its key was removed or taken by another owner;"
+else
+  touch "$T/lost.end"
+  wait_exit "$lp" 30000
+  expect "$backend: loss: the holder exits 75 (lost at release)" 75 "$ST"
+  said="'$lost' was no longer ours at release (the lock was lost;"
+fi
+expect_true "$backend: loss: one line says so" one_line "$T/lost.err"
+expect_grep "$backend: loss: it says what happened" "$said" "$T/lost.err"
+expect_true "$backend: loss: it says who holds it now (the waiter) or that it is free" \
+  grep -q -F -e "$now" -e "; it is free now" "$T/lost.err"
+wait_exit "$lw" 30000
+expect "$backend: loss: the waiter gets it and exits 0" 0 "$ST"
+
 finish
