@@ -330,17 +330,29 @@ static int write_field(char *buf, size_t len, const char *owner) {
 }
 
 /* The holder-info key of owner's hold of name, dlock_holder:{name}:<owner>
- * (same slot as the lock), or NULL when the client records no info (or
- * out of memory: the info is a courtesy, never a reason to fail). */
-static char *info_key(const dlock__redis *r, const char *name,
-                      const char *owner) {
+ * (own_key's rule: the lock's slot), built in buf[n]; NULL when the client
+ * records no info (or it does not fit: the info is a courtesy, never a
+ * reason to fail). */
+static const char *info_key(const dlock__redis *r, const char *name,
+                            const char *owner, char *buf, size_t n) {
   if (!r->holder_info)
     return NULL;
-  char *base = dlock__redis_own_key(HOLDER_PREFIX, name);
-  char *key =
-      base ? dlock__concat(3, (const char *[]){base, ":", owner}) : NULL;
-  dlock__free(base);
-  return key;
+  bool brace = strchr(name, '{') != NULL;
+  size_t pl = sizeof HOLDER_PREFIX - 1, nl = strlen(name), ol = strlen(owner);
+  if (pl + nl + ol + 5 > n)
+    return NULL;
+  char *p = buf;
+  memcpy(p, HOLDER_PREFIX, pl);
+  p += pl;
+  memcpy(p, brace ? ":=" : ":{", 2);
+  p += 2;
+  memcpy(p, name, nl);
+  p += nl;
+  if (!brace)
+    *p++ = '}';
+  *p++ = ':';
+  memcpy(p, owner, ol + 1);
+  return buf;
 }
 
 /* ------------------------------------------------------------ channels */
@@ -398,7 +410,9 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
     return rc;
   /* holder info: reentrant, fenced and fair locks (not the read-write
    * lock's sides) */
-  char *ikey = is_rw(a->kind) ? NULL : info_key(be, a->name, a->owner);
+  char ibuf[DLOCK_NAME_MAX + 160];
+  const char *ikey =
+      is_rw(a->kind) ? NULL : info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
   redisReply *rep = NULL;
   switch (a->kind) {
   case DLOCK_FAIR: {
@@ -493,7 +507,6 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
   }
   }
   keys_clear(&k);
-  dlock__free(ikey);
   if (rc)
     return rc;
   if (a->kind == DLOCK_FENCED && rep->type != REDIS_REPLY_INTEGER) {
@@ -670,7 +683,9 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   if (!h)
     dlock__free(latch_prefix);
   redisReply *rep = NULL;
-  char *ikey = is_rw(kind) ? NULL : info_key(r, name, owner);
+  char ibuf[DLOCK_NAME_MAX + 160];
+  const char *ikey =
+      is_rw(kind) ? NULL : info_key(r, name, owner, ibuf, sizeof ibuf);
   if (!latch_key) {
     rc = DLOCK_ENOMEM;
   } else if (kind == DLOCK_READ) {
@@ -760,7 +775,6 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
       rc = release_outcome(rep, false);
   }
   keys_clear(&k);
-  dlock__free(ikey);
   if (latch_key != latch_buf)
     dlock__free(latch_key);
   return rc;
