@@ -15,6 +15,17 @@
 
 require jq "reads --json output"
 backend=${1:-redis}
+case $backend in
+etcd) require etcdctl "a holder that records no identity (etcdctl lock)" ;;
+zookeeper)
+  zkcli=/usr/share/zookeeper/bin/zkCli.sh
+  [ -x "$zkcli" ] || {
+    echo "FAIL: this test needs $zkcli (Debian package zookeeper):" \
+      "./scripts/deps.sh installs it" >&2
+    exit 1
+  }
+  ;;
+esac
 use_backend "$backend"
 name=cli-who-$$
 [ "$backend" = zookeeper ] && name=/cli-who-$$
@@ -89,7 +100,7 @@ redis)
 zookeeper)
   # a protected node as Curator makes it, holding the client's address
   "$DLOCK" -n "$foreign" true # makes the lock's parent node
-  /usr/share/zookeeper/bin/zkCli.sh -server "${DLOCK_URL#zookeeper://}" \
+  "$zkcli" -server "${DLOCK_URL#zookeeper://}" \
     create -s "$foreign/_c_0f0f0f0f-0000-4000-8000-000000000000-lock-" \
     10.1.2.3 >"$T/zk.out" 2>&1
   fowner="session 0x0"
