@@ -7,8 +7,9 @@
  * the key range NAME/ ... ; a contender's key is NAME/<its lease id in
  * lower-case hex>, on its session's lease. One transaction: if the key's
  * create revision is 0 (absent) put it (dlock writes the owner string,
- * "<client-id>:<thread>", as the value, which Go and etcdctl leave empty
- * and never read) and read the oldest key of the range (by create
+ * "<client-id>:<thread>", as the value, and after a newline the client's
+ * holder info when it has one; Go and etcdctl leave the value empty and
+ * never read it) and read the oldest key of the range (by create
  * revision), else read the key and the oldest key. The contender owns the
  * lock when the oldest key is its own. Otherwise it reads the newest key
  * created before its own (max_create_revision = own - 1) and watches it,

@@ -16,6 +16,12 @@
  *                      dlock_lock_rw_* keys) and waiting-reader registry.
  * Every kind renews through one batched call per kind, all pipelined in
  * one round trip (lock_renew, rw_read_renew, permit_renew).
+ * Holder info (dlock_options_set_holder_info): a client that has it passes
+ * the key dlock_holder:{name}:<owner> and its text as extra arguments of
+ * the reentrant, fenced and fair scripts (acquire writes it with the lease
+ * or beside the queue entry, renewal extends it, the full release deletes
+ * it); a client without it sends exactly the arguments it sent before, and
+ * nothing is written. lock_state reads it for every holder and waiter.
  *
  * Retrying: only idempotent scripts are re-sent after a broken connection
  * (leave, state). Acquire is never re-sent (a second HINCRBY would count a

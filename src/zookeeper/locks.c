@@ -10,7 +10,8 @@
  *     P/_c_<uuid>-lock-<10 digits>        mutex
  *     P/_c_<uuid>-__READ__<10 digits>     read side
  *     P/_c_<uuid>-__WRIT__<10 digits>     write side
- * with the owner "<client-id>:<tid>" as data (Curator writes the host's
+ * with the owner "<client-id>:<tid>" as data, followed by a newline and
+ * the client's holder info when it has one (Curator writes the host's
  * address; only __REVOKE__ means anything to it). Children sort by the
  * digits after the last marker. A mutex or write node holds when it is
  * first, and otherwise watches the node just before it; a read node holds

@@ -53,6 +53,16 @@
  * - The library reports a lost lock on its background thread; the callback
  *   only writes one byte to the event pipe (non-blocking, never stalls the
  *   library). The worker announces the end of its acquire the same way.
+ *   A loss is said in one line: what happened, what was done to the
+ *   command, and (unless the backend is unreachable) who holds the lock
+ *   now, read after the command was signalled (handle_lost, holder_now).
+ * - -v while waiting: a watcher thread (watch_main) started by the worker
+ *   says who holds the lock and how many wait ahead, from its own state
+ *   reads (1 s in, then every 10 s on a terminal, else on change); the
+ *   worker stops it without waiting when its acquire returns, and it is
+ *   joined before the client is freed, so it never delays the grant.
+ *   Who this dlock is (host, pid, user, command line, start) is recorded
+ *   beside the lock for others' --status and -v (who.c).
  * - Signals are forwarded to the child, except one the terminal sent to our
  *   whole process group (si_code SI_KERNEL) while the child is in that group:
  *   it has already received it, and a second copy would make a program that

@@ -9,6 +9,9 @@
  * unprintable, the JSON output escapes per RFC 8259 and turns bytes that are
  * not UTF-8 into U+FFFD, so the output is always one valid JSON object.
  * Which locks a view reads, per kind, is described above cli_status().
+ * Each holder and waiter that recorded an identity (who.c) gets a "who:"
+ * line, and in JSON "info" and "who" fields (and the "queue" array of
+ * waiters): fields are only added, never renamed.
  * With several -u (a Redlock, or --all) --status shows each server's own
  * view, one client per server (status_nodes), and --force-unlock breaks
  * the lock on each server in turn.
