@@ -417,8 +417,9 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
   /* holder info: reentrant, fenced and fair locks (not the read-write
    * lock's sides) */
   char ibuf[DLOCK_NAME_MAX + 160];
-  const char *ikey =
-      is_rw(a->kind) ? NULL : info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
+  const char *ikey = is_rw(a->kind)
+                         ? NULL
+                         : info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
   redisReply *rep = NULL;
   switch (a->kind) {
   case DLOCK_FAIR: {

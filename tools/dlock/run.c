@@ -182,7 +182,7 @@ struct run {
   bool lost;        /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
   int64_t lost_lapsed_ms; /* 'P': its lease ran out that long ago; -1 */
-  bool acted;       /* --on-lost signalled the child */
+  bool acted;             /* --on-lost signalled the child */
 };
 
 enum ev_kind { EV_SIGNAL, EV_DONE, EV_LOST, EV_TIMEOUT, EV_ERROR };
@@ -669,12 +669,11 @@ static void holder_now(struct run *r, char *out, size_t n) {
   if (r->client == NULL || r->lock == NULL || r->multi != NULL ||
       r->sem != NULL)
     return;
-  if (dlock_lock_new_kind(r->client,
-                          c->o->kind == CLI_KIND_SHARED ? c->shared_name
-                                                        : c->o->name,
-                          c->o->kind == CLI_KIND_SHARED ? DLOCK_READ
-                                                        : cli_main_kind(c),
-                          &l) != 0)
+  if (dlock_lock_new_kind(
+          r->client,
+          c->o->kind == CLI_KIND_SHARED ? c->shared_name : c->o->name,
+          c->o->kind == CLI_KIND_SHARED ? DLOCK_READ : cli_main_kind(c),
+          &l) != 0)
     return;
   snprintf(me, sizeof me, "%s:%llu", dlock_client_id(r->client),
            (unsigned long long)r->owner);
@@ -1224,8 +1223,9 @@ static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
       snprintf(act, sizeof act, "; killing the command");
       break;
     case CLI_LOST_IGNORE:
-      snprintf(act, sizeof act, "; --on-lost ignore: the command keeps "
-                                "running without the lock");
+      snprintf(act, sizeof act,
+               "; --on-lost ignore: the command keeps "
+               "running without the lock");
       break;
     }
   }
