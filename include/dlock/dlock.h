@@ -588,8 +588,9 @@ typedef struct dlock_lock_state {
    * each waiter recorded with dlock_options_set_holder_info(), parallel to
    * holders and waiters; an entry is NULL where nothing was recorded (a
    * client without it, Redisson, Curator, etcdctl). The arrays may be NULL
-   * when no entry has any. Stale queue entries (a waiter whose entry
-   * expired without its leaving) are not listed in waiters. */
+   * when no entry has any. On Redis a queue entry whose waiter went away
+   * without leaving (its entry expired, or its client has no subscriber on
+   * its grant channel: the process died) is not listed in waiters. */
   const char **holder_infos;
   const char **waiter_infos;
 } dlock_lock_state_t;

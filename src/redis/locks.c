@@ -1163,7 +1163,8 @@ static int state_holders(dlock_lock_state_t *st, const redisReply *fields,
 int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                             dlock_lock_state_t **out) {
   lock_keys k;
-  int rc = keys_make(&k, kind, name, NULL, KM_QUEUE | KM_TOKEN);
+  int rc = keys_make(&k, kind, name, NULL,
+                     KM_QUEUE | KM_TOKEN | (kind == DLOCK_FAIR ? 0 : KM_HANDOFF));
   if (rc)
     return rc;
   redisReply *rep = NULL;
@@ -1177,17 +1178,27 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
     keys_clear(&k);
     return DLOCK_ENOMEM;
   }
-  const char *argv[MAX_ARGS] = {
-      0,     0,       0,
-      name,  k.queue, third,
-      label, iprefix, kind == DLOCK_FAIR ? "" : k.timeouts};
+  bool fair = kind == DLOCK_FAIR;
+  const char *argv[MAX_ARGS] = {0,
+                                0,
+                                0,
+                                name,
+                                k.queue,
+                                third,
+                                label,
+                                iprefix,
+                                fair ? "" : k.timeouts,
+                                fair ? "" : k.grant,
+                                fair ? "" : ((dlock__redis *)be)->publish};
   int nkeys = is_rw(kind) ? 2 : 3; /* read-write: its queued writers */
   if (is_rw(kind)) {
     argv[5] = label;
     argv[6] = iprefix;
     argv[7] = k.timeouts;
+    argv[8] = k.grant;
+    argv[9] = ((dlock__redis *)be)->publish;
   }
-  rc = dlock__redis_script(be, &dlock__script_lock_state, nkeys, 6 + nkeys,
+  rc = dlock__redis_script(be, &dlock__script_lock_state, nkeys, 8 + nkeys,
                            argv, true, &rep);
   keys_clear(&k);
   dlock__free(iprefix);

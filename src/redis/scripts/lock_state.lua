@@ -5,13 +5,17 @@
 -- ARGV[1] kind: 'lock', 'fair', 'fenced' or 'rw'; ARGV[2] the holder-info
 -- keys' prefix dlock_holder:{name} (":<owner>" appended); ARGV[3] the
 -- queue's deadlines (dlock_lock_queue_timeout:{name} or the read-write
--- lock's), '' for a fair lock.
+-- lock's), '' for a fair lock; ARGV[4] the grant channels' prefix
+-- (dlock_lock_grant:{name}, or the read-write lock's; ":<client-id>" is
+-- appended) and ARGV[5] the publish command, '' for a fair lock.
 -- Returns {type, pttl, {field1, value1, ...}, {waiter, ...},
 -- {ms until each waiter's deadline, ...}, token, {info per field pair},
 -- {info per waiter}} (fields only for a hash; waiters oldest first, at
--- most 100, a queue entry past its deadline left out (its waiter went
--- away without leaving); deadlines for a fair lock only; an info is false
--- (nil) where none is recorded).
+-- most 100, a queue entry left out when its waiter went away without
+-- leaving: past its deadline, or its client has no subscriber on its grant
+-- channel (a process that died: the hand-off would drop it too); deadlines
+-- for a fair lock only; an info is false (nil) where none is recorded).
+-- #include grant.lua
 local t = redis.call('type', KEYS[1]).ok
 local ttl = redis.call('pttl', KEYS[1])
 local fields = {}
@@ -37,7 +41,10 @@ elseif KEYS[2] and redis.call('type', KEYS[2]).ok == 'zset' then
   now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   for _, m in ipairs(all) do
     local d = live and tonumber(redis.call('zscore', ARGV[3], m) or '0')
-    if not live or d > now then
+    local cid = string.match(m, '^([^:]+):')
+    local heard = not ARGV[4] or ARGV[4] == '' or not cid or
+                      grant_listened(ARGV[5], ARGV[4] .. ':' .. cid)
+    if (not live or d > now) and heard then
       queue[#queue + 1] = m
     end
   end

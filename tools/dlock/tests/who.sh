@@ -82,6 +82,23 @@ expect_grep "$backend: -v counts the waiter ahead" "; 1 waiting ahead" \
 expect "$backend: -v says it once while nothing changes (not a terminal)" 1 \
   "$(grep -c 'is held by pid' "$T/w2.err")"
 
+# A waiter that dies without leaving the queue (SIGKILL) is not listed
+# once its connection is gone (Redis: its client has no grant channel
+# subscriber; its entry would otherwise stay for its -w plus 2 s). On
+# ZooKeeper and etcd its node or key goes with its session or lease.
+if [ "$backend" = redis ]; then
+  run_bg wk "$DLOCK" -w 30 "$name" true 2>/dev/null
+  expect_true "$backend: a second waiter is queued" wait_until 20000 \
+    sh -c '"$1" --status --json "$2" | jq -e ".queue[1].who.pid == $3" \
+      >/dev/null' sh "$DLOCK" "$name" "$wk"
+  kill -KILL "$wk"
+  wait_exit "$wk" 10000
+  expect_true "$backend: the killed waiter is no longer listed" \
+    wait_until 5000 sh -c '"$1" --status --json "$2" |
+      jq -e "(.queue | length) == 1 and (.waiters | length) == 1" \
+      >/dev/null' sh "$DLOCK" "$name"
+fi
+
 touch "$T/release"
 wait_exit "$hp" 20000
 expect "$backend: the holder exits 0" 0 "$ST"
