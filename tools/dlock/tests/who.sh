@@ -161,6 +161,25 @@ etcd)
 *) "$DLOCK" --force-unlock "$foreign" >/dev/null ;;
 esac
 
+# A library user's holder info that is not dlock's JSON: shown as it is.
+if [ "$backend" = redis ]; then
+  lib=$name-lib
+  $REDIS_CLI HSET "$lib" 0f0f0f0f-0000-4000-8000-000000000000:9 1 >/dev/null
+  $REDIS_CLI PEXPIRE "$lib" 20000 >/dev/null
+  $REDIS_CLI SET "dlock_holder:{$lib}:0f0f0f0f-0000-4000-8000-000000000000:9" \
+    'batch job "nightly"' PX 20000 >/dev/null
+  "$DLOCK" --status "$lib" >"$T/lib.out"
+  expect_grep "$backend: free-text info: shown as it is" \
+    '  who:   0f0f0f0f-0000-4000-8000-000000000000:9 (batch job "nightly")' \
+    "$T/lib.out"
+  "$DLOCK" --status --json "$lib" >"$T/lib.json"
+  expect "$backend: free-text info: json info" 'batch job "nightly"' \
+    "$(json_get "$T/lib.json" '.holders[0].info')"
+  expect "$backend: free-text info: json who is null" null \
+    "$(json_get "$T/lib.json" '.holders[0].who')"
+  "$DLOCK" --force-unlock "$lib" >/dev/null
+fi
+
 # A loss says what happened and who holds the lock now, on one line: the holder's
 # lock is removed (--force-unlock) while a waiter is queued. On Redis the
 # holder's renewal finds it gone while the command runs (the waiter has
