@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# callgrind-pair.sh [DLOCK_BENCH] - client instructions per uncontended
+# callgrind-pair.sh [DLOCK_BENCH [OPTION...]] - client instructions per uncontended
 # acquire+release pair, counted by callgrind (exact and repeatable, unlike
 # any timing on a shared machine).
 #
@@ -12,7 +12,9 @@
 # The event loop's work is not counted (an uncontended pair gives it none).
 # Needs valgrind (apt-get install valgrind) and a dlock-bench built with
 # symbols visible to callgrind (any CMake build of this tree).
-# Prints one line: "instructions per pair: N (acquire A, release R, P pairs)".
+# OPTIONs go to dlock-bench (e.g. --holder-info TEXT: the cost of recording
+# an identity beside each hold). Prints one line: "instructions per pair: N
+# (acquire A, release R, P pairs)".
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bench=${1:-$here/../build/bench/dlock-bench}
@@ -22,7 +24,7 @@ out=$(mktemp "${TMPDIR:-/tmp}/callgrind-pair-XXXXXX")
 trap 'rm -f -- "$out"' EXIT
 timeout 600 "$here/../tests/harness/with-redis.sh" -- \
   valgrind --tool=callgrind --callgrind-out-file="$out" \
-  "$bench" uncontended --seconds 2 >/dev/null 2>&1
+  "$bench" uncontended --seconds 2 "${@:2}" >/dev/null 2>&1
 python3 - "$out" <<'PY'
 import re, sys
 names, calls, incl = {}, {}, {}

@@ -127,6 +127,7 @@ typedef struct config {
   const char *tls_url;    /* tls: --tls-url URL */
   const char *cacert;     /* --cacert FILE for TLS URLs */
   bool insecure;          /* --insecure: no TLS verification */
+  const char *holder_info; /* --holder-info TEXT, or NULL */
 } config_t;
 
 static const char *const KIND_NAMES[] = {"reentrant", "fair", "fenced",
@@ -167,7 +168,8 @@ static void usage(FILE *f) {
       "         --records FILE (merged records)  --csv FILE (append\n"
       "         scenario,case,metric,value rows)\n"
       "         --cacert FILE (CA for TLS URLs)  --insecure (no TLS\n"
-      "         verification; tests only)\n",
+      "         verification; tests only)\n"
+      "         --holder-info TEXT (dlock_options_set_holder_info)\n",
       f);
 }
 
@@ -245,6 +247,7 @@ static int parse_args(int argc, char **argv, config_t *c) {
     O_TLS_URL,
     O_CACERT,
     O_INSECURE,
+    O_HOLDER_INFO,
     O_HELP
   };
   static const struct option opts[] = {
@@ -270,6 +273,7 @@ static int parse_args(int argc, char **argv, config_t *c) {
       {"tls-url", required_argument, NULL, O_TLS_URL},
       {"cacert", required_argument, NULL, O_CACERT},
       {"insecure", no_argument, NULL, O_INSECURE},
+      {"holder-info", required_argument, NULL, O_HOLDER_INFO},
       {"help", no_argument, NULL, O_HELP},
       {NULL, 0, NULL, 0}};
   optind = first;
@@ -359,6 +363,9 @@ static int parse_args(int argc, char **argv, config_t *c) {
       break;
     case O_INSECURE:
       c->insecure = true;
+      break;
+    case O_HOLDER_INFO:
+      c->holder_info = optarg;
       break;
     case O_KIND: {
       int k = -1;
@@ -613,6 +620,8 @@ static int new_client_at(const config_t *c, const char *url,
     rc = dlock_options_set_tls_ca(o, c->cacert, NULL);
   if (!rc && c->insecure)
     rc = dlock_options_set_tls_insecure(o, true);
+  if (!rc && c->holder_info)
+    rc = dlock_options_set_holder_info(o, c->holder_info);
   if (!rc)
     rc = dlock_client_new(out, url, o);
   dlock_options_free(o);

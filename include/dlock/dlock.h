@@ -247,6 +247,22 @@ DLOCK_EXTERN int dlock_options_set_redlock_timing(dlock_options_t *opts,
 /* CLIENT SETNAME on every connection (no spaces; NULL clears). Copied. */
 DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
                                                const char *name);
+/* Who this client is, for status displays of other processes: a text
+ * (1 to DLOCK_HOLDER_INFO_MAX bytes of printable UTF-8, no control
+ * characters; NULL clears; copied) that the client records on the server
+ * beside each lock it holds and each wait it queues, and that
+ * dlock_lock_state() of any client reads back (holder_infos,
+ * waiter_infos). Stored where the lock's anchor layout leaves room
+ * (docs/LAYOUT.md): Redis, a key dlock_holder:{NAME}:<owner> that lives
+ * with the hold's lease (reentrant, fenced and fair locks; removed at the
+ * full release); ZooKeeper, the lock node's data after the owner line;
+ * etcd, the key's value after the owner line. It is readable by anyone
+ * who can read the lock: put no secret in it. Unset (the default), nothing
+ * beyond the anchors' layout is written. DLOCK_EINVAL for a text too long,
+ * empty or not printable UTF-8. */
+#define DLOCK_HOLDER_INFO_MAX 512
+DLOCK_EXTERN int dlock_options_set_holder_info(dlock_options_t *opts,
+                                               const char *text);
 /* ACL user and password, overriding those in the URL. Either may be NULL
  * (user NULL = the default user). Copied. */
 DLOCK_EXTERN int dlock_options_set_credentials(dlock_options_t *opts,
@@ -587,6 +603,15 @@ typedef struct dlock_lock_state {
    * back (its deadline in the queue); NULL for other kinds */
   int64_t *waiter_deadlines_ms;
   int64_t token; /* fenced lock: the last token granted (0: none); else 0 */
+  /* Added later (the struct only grows at its end). What each holder and
+   * each waiter recorded with dlock_options_set_holder_info(), parallel to
+   * holders and waiters; an entry is NULL where nothing was recorded (a
+   * client without it, Redisson, Curator, etcdctl). The arrays may be NULL
+   * when no entry has any. On Redis a queue entry whose waiter went away
+   * without leaving (its entry expired, or its client has no subscriber on
+   * its grant channel: the process died) is not listed in waiters. */
+  const char **holder_infos;
+  const char **waiter_infos;
 } dlock_lock_state_t;
 
 /* Reads the state; *out is freed with dlock_lock_state_free(). */

@@ -903,6 +903,12 @@ void dlock_lock_state_free(dlock_lock_state_t *st) {
     dlock__free((void *)st->waiters[i]);
   dlock__free((void *)st->waiters);
   dlock__free(st->waiter_deadlines_ms);
+  for (size_t i = 0; st->holder_infos && i < st->nholders; i++)
+    dlock__free((void *)st->holder_infos[i]);
+  dlock__free((void *)st->holder_infos);
+  for (size_t i = 0; st->waiter_infos && i < st->nwaiters; i++)
+    dlock__free((void *)st->waiter_infos[i]);
+  dlock__free((void *)st->waiter_infos);
   dlock__free((void *)st->name);
   dlock__free(st);
 }

@@ -56,6 +56,7 @@ void dlock__options_clear(struct dlock_options *o) {
   dlock__free(o->tls_cert_file);
   dlock__free(o->tls_key_file);
   dlock__free(o->tls_sni);
+  dlock__free(o->holder_info);
   dlock__options_defaults(o);
 }
 
@@ -78,6 +79,7 @@ int dlock__options_copy(struct dlock_options *dst,
   dst->sentinel_user = dst->sentinel_password = NULL;
   dst->tls_ca_file = dst->tls_ca_dir = NULL;
   dst->tls_cert_file = dst->tls_key_file = dst->tls_sni = NULL;
+  dst->holder_info = NULL;
   if (dup_opt(&dst->client_name, src->client_name) ||
       dup_opt(&dst->user, src->user) ||
       dup_opt(&dst->password, src->password) ||
@@ -87,7 +89,8 @@ int dlock__options_copy(struct dlock_options *dst,
       dup_opt(&dst->tls_ca_dir, src->tls_ca_dir) ||
       dup_opt(&dst->tls_cert_file, src->tls_cert_file) ||
       dup_opt(&dst->tls_key_file, src->tls_key_file) ||
-      dup_opt(&dst->tls_sni, src->tls_sni)) {
+      dup_opt(&dst->tls_sni, src->tls_sni) ||
+      dup_opt(&dst->holder_info, src->holder_info)) {
     dlock__options_clear(dst);
     return DLOCK_ENOMEM;
   }
@@ -224,6 +227,59 @@ int dlock_options_set_client_name(dlock_options_t *opts, const char *name) {
   }
   dlock__free(opts->client_name);
   opts->client_name = copy;
+  return 0;
+}
+
+/* Printable UTF-8 (no control characters, no bytes that are not UTF-8):
+ * what a status display can show as it is. */
+static bool printable_utf8(const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    unsigned char c = p[i];
+    size_t need = 0;
+    if (c < 0x20 || c == 0x7f)
+      return false;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    if (c >= 0xc2 && c <= 0xdf)
+      need = 1;
+    else if (c >= 0xe0 && c <= 0xef)
+      need = 2;
+    else if (c >= 0xf0 && c <= 0xf4)
+      need = 3;
+    else
+      return false;
+    for (size_t k = 1; k <= need; k++)
+      if (i + k >= n || (p[i + k] & 0xc0) != 0x80)
+        return false;
+    if ((c == 0xe0 && p[i + 1] < 0xa0) || (c == 0xed && p[i + 1] >= 0xa0) ||
+        (c == 0xf0 && p[i + 1] < 0x90) || (c == 0xf4 && p[i + 1] >= 0x90))
+      return false;
+    i += need + 1;
+  }
+  return true;
+}
+
+int dlock_options_set_holder_info(dlock_options_t *opts, const char *text) {
+  NEED_OPTS("dlock_options_set_holder_info");
+  char *copy = NULL;
+  if (text) {
+    size_t n = strlen(text);
+    if (n == 0 || n > DLOCK_HOLDER_INFO_MAX)
+      return dlock__seterr(DLOCK_EINVAL,
+                           "holder info must be 1 to %d bytes (got %zu)",
+                           DLOCK_HOLDER_INFO_MAX, n);
+    if (!printable_utf8(text, n))
+      return dlock__seterr(DLOCK_EINVAL,
+                           "holder info must be printable UTF-8 (no control "
+                           "characters, no newline)");
+    if (!(copy = dlock__strdup(text)))
+      return DLOCK_ENOMEM;
+  }
+  dlock__free(opts->holder_info);
+  opts->holder_info = copy;
   return 0;
 }
 

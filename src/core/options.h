@@ -38,6 +38,9 @@ struct dlock_options {
   char *tls_cert_file, *tls_key_file;
   char *tls_sni;
   int64_t replica_wait_ms; /* WAIT after write scripts; 0: off */
+  /* recorded beside each hold and queued wait (docs/LAYOUT.md); NULL:
+   * nothing extra is written */
+  char *holder_info;
 };
 
 void dlock__options_defaults(struct dlock_options *o);

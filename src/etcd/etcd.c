@@ -260,6 +260,8 @@ static int etcd_open(void **be, const char *url, const struct dlock_options *o,
   e->core = core;
   e->connect_timeout_ms = o->connect_timeout_ms;
   e->command_timeout_ms = o->command_timeout_ms;
+  if (o->holder_info)
+    snprintf(e->holder_info, sizeof e->holder_info, "%s", o->holder_info);
   e->ttl_s = o->session_timeout_ms > 0 ? (o->session_timeout_ms + 999) / 1000
                                        : ETCD_DEFAULT_TTL_S;
   char *user = NULL, *password = NULL;

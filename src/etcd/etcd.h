@@ -35,6 +35,9 @@ typedef struct dlock__etcd {
   int64_t connect_timeout_ms;
   int64_t command_timeout_ms;
   int64_t ttl_s; /* the lease TTL asked for (seconds) */
+  /* dlock_options_set_holder_info: after the owner line of each lock
+   * key's value; "" none */
+  char holder_info[DLOCK_HOLDER_INFO_MAX + 1];
   char *user, *password;
   /* TLS (etcds:// or dlock_options_set_tls): read-only after open */
   bool tls;
@@ -198,8 +201,10 @@ int dlock__etcd_delete(dlock__etcd *e, const char *key_b64, bool resend,
                        int64_t *deleted);
 /* ms left on a lease; -1 when none or unknown (one round trip). */
 int64_t dlock__etcd_lease_left(dlock__etcd *e, int64_t lease);
-/* "<owner> key=<key> rev=<create revision> lease=<hex>" of a kv. */
-char *dlock__etcd_describe(json_object *kv);
+/* "<owner> key=<key> rev=<create revision> lease=<hex>" of a kv (the
+ * value's first line is the owner); *info (info may be NULL) gets what
+ * follows that line (a dlock client's holder info), or NULL. */
+char *dlock__etcd_describe(json_object *kv, char **info);
 /* mu held: the live wait of owner on name, or NULL. */
 etcd_reg *dlock__etcd_reg_find_locked(dlock__etcd *e, const char *name,
                                       const char *owner);

@@ -7,8 +7,9 @@
  * the key range NAME/ ... ; a contender's key is NAME/<its lease id in
  * lower-case hex>, on its session's lease. One transaction: if the key's
  * create revision is 0 (absent) put it (dlock writes the owner string,
- * "<client-id>:<thread>", as the value, which Go and etcdctl leave empty
- * and never read) and read the oldest key of the range (by create
+ * "<client-id>:<thread>", as the value, and after a newline the client's
+ * holder info when it has one; Go and etcdctl leave the value empty and
+ * never read it) and read the oldest key of the range (by create
  * revision), else read the key and the oldest key. The contender owns the
  * lock when the oldest key is its own. Otherwise it reads the newest key
  * created before its own (max_create_revision = own - 1) and watches it,
@@ -315,7 +316,11 @@ static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
   json_object *cmps = json_object_new_array();
   json_object_array_add(cmps, cmp);
   json_object_object_add(txn, "compare", cmps);
-  char *val = dlock__etcd_b64(a->owner, strlen(a->owner));
+  /* the value: the owner, and the holder info on a line after it */
+  char data[256 + DLOCK_HOLDER_INFO_MAX];
+  int dlen = snprintf(data, sizeof data, "%s%s%s", a->owner,
+                      e->holder_info[0] ? "\n" : "", e->holder_info);
+  char *val = dlock__etcd_b64(data, dlen > 0 ? (size_t)dlen : 0);
   json_object *put = json_object_new_object();
   dlock__etcd_set_str(put, "key", n.key_b64);
   dlock__etcd_set_str(put, "value", val ? val : "");
@@ -595,16 +600,24 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
 }
 
 /* "<owner> key=<key> rev=<create revision> lease=<hex>" */
-char *dlock__etcd_describe(json_object *kv) {
+char *dlock__etcd_describe(json_object *kv, char **info) {
   const char *k64 = json_object_get_string(dlock__etcd_get(kv, "key"));
   const char *v64 = json_object_get_string(dlock__etcd_get(kv, "value"));
   char *key = k64 ? dlock__etcd_unb64(k64, NULL) : NULL;
   char *val = v64 ? dlock__etcd_unb64(v64, NULL) : NULL;
-  char *s = dlock__asprintf(
-      "%s key=%s rev=%" PRId64 " lease=%" PRIx64,
-      val && *val ? val : "(no owner recorded)", key ? key : "?",
-      dlock__etcd_i64(kv, "create_revision"),
-      (uint64_t)dlock__etcd_i64(kv, "lease"));
+  char *nl = val ? strchr(val, '\n') : NULL;
+  if (info)
+    *info = NULL;
+  if (nl) {
+    *nl = '\0';
+    if (info && nl[1] && strlen(nl + 1) <= DLOCK_HOLDER_INFO_MAX)
+      *info = dlock__strdup(nl + 1);
+  }
+  char *s =
+      dlock__asprintf("%s key=%s rev=%" PRId64 " lease=%" PRIx64,
+                      val && *val ? val : "(no owner recorded)",
+                      key ? key : "?", dlock__etcd_i64(kv, "create_revision"),
+                      (uint64_t)dlock__etcd_i64(kv, "lease"));
   dlock__free(key);
   dlock__free(val);
   return s;
@@ -624,6 +637,8 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
   if (!st || !(st->holders = dlock__calloc(1, sizeof *st->holders)) ||
       !(st->waiters = dlock__calloc(n ? n : 1, sizeof *st->waiters)) ||
+      !(st->holder_infos = dlock__calloc(1, sizeof(char *))) ||
+      !(st->waiter_infos = dlock__calloc(n ? n : 1, sizeof(char *))) ||
       !(st->name = dlock__strdup(name))) {
     json_object_put(rep);
     dlock_lock_state_free(st);
@@ -636,9 +651,16 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   st->ttl_ms = -2;
   for (size_t i = 0; i < n; i++) {
     json_object *k = json_object_array_get_idx(kvs, i);
-    char *d = dlock__etcd_describe(k);
-    if (!d)
+    char *info = NULL;
+    char *d = dlock__etcd_describe(k, &info);
+    if (!d) {
+      dlock__free(info);
       continue;
+    }
+    if (i == 0)
+      st->holder_infos[0] = info;
+    else
+      st->waiter_infos[st->nwaiters] = info;
     if (i == 0) {
       st->holders[0].owner = d;
       st->holders[0].count = 1;

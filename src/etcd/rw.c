@@ -450,7 +450,7 @@ int dlock__etcd_rw_state(dlock__etcd *e, const char *name,
   st->kind = v.nholders == 0 ? "free" : v.is_write[0] ? "write" : "read";
   st->ttl_ms = -2;
   for (size_t i = 0; i < v.n; i++) {
-    char *d = dlock__etcd_describe(v.kvs[i]);
+    char *d = dlock__etcd_describe(v.kvs[i], NULL);
     if (!d)
       continue;
     if (i < v.nholders) {

@@ -16,6 +16,12 @@
  *                      dlock_lock_rw_* keys) and waiting-reader registry.
  * Every kind renews through one batched call per kind, all pipelined in
  * one round trip (lock_renew, rw_read_renew, permit_renew).
+ * Holder info (dlock_options_set_holder_info): a client that has it passes
+ * the key dlock_holder:{name}:<owner> and its text as extra arguments of
+ * the reentrant, fenced and fair scripts (acquire writes it with the lease
+ * or beside the queue entry, renewal extends it, the full release deletes
+ * it); a client without it sends exactly the arguments it sent before, and
+ * nothing is written. lock_state reads it for every holder and waiter.
  *
  * Retrying: only idempotent scripts are re-sent after a broken connection
  * (leave, state). Acquire is never re-sent (a second HINCRBY would count a
@@ -50,6 +56,8 @@
 #define RW_YIELD_PREFIX "dlock_lock_rw_yield"
 #define RW_READERS_PREFIX "dlock_lock_rw_readers"
 #define RW_READTURN_PREFIX "dlock_lock_rw_readturn"
+/* holder info (dlock_options_set_holder_info): HOLDER_PREFIX:{name}:<owner> */
+#define HOLDER_PREFIX "dlock_holder"
 /* How long dlock writers let registered readers in first after a write
  * release woke them (rw_write_acquire.lua). */
 #define READTURN_MS "1000"
@@ -327,6 +335,32 @@ static int write_field(char *buf, size_t len, const char *owner) {
   return 0;
 }
 
+/* The holder-info key of owner's hold of name, dlock_holder:{name}:<owner>
+ * (own_key's rule: the lock's slot), built in buf[n]; NULL when the client
+ * records no info (or it does not fit: the info is a courtesy, never a
+ * reason to fail). */
+static const char *info_key(const dlock__redis *r, const char *name,
+                            const char *owner, char *buf, size_t n) {
+  if (!r->holder_info)
+    return NULL;
+  bool brace = strchr(name, '{') != NULL;
+  size_t pl = sizeof HOLDER_PREFIX - 1, nl = strlen(name), ol = strlen(owner);
+  if (pl + nl + ol + 5 > n)
+    return NULL;
+  char *p = buf;
+  memcpy(p, HOLDER_PREFIX, pl);
+  p += pl;
+  memcpy(p, brace ? ":=" : ":{", 2);
+  p += 2;
+  memcpy(p, name, nl);
+  p += nl;
+  if (!brace)
+    *p++ = '}';
+  *p++ = ':';
+  memcpy(p, owner, ol + 1);
+  return buf;
+}
+
 /* ------------------------------------------------------------ channels */
 
 char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
@@ -380,15 +414,32 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                      KM_QUEUE | km_token | KM_READERS | KM_MINE | km_grant);
   if (rc)
     return rc;
+  /* holder info: reentrant, fenced and fair locks (not the read-write
+   * lock's sides) */
+  char ibuf[DLOCK_NAME_MAX + 160];
+  const char *ikey = is_rw(a->kind)
+                         ? NULL
+                         : info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
   redisReply *rep = NULL;
   switch (a->kind) {
   case DLOCK_FAIR: {
     dlock__fmt_i64(tw, a->thread_wait_ms);
-    const char *argv[MAX_ARGS] = {
-        0,     0,        0,  a->name, k.queue, k.timeouts,
-        lease, a->owner, tw, "1",     a->try_once ? "1" : "0"};
-    rc = dlock__redis_script_synced(be, &dlock__script_fair_acquire, 3, 11,
-                                    argv, false, &rep, unsynced);
+    const char *argv[MAX_ARGS] = {0,
+                                  0,
+                                  0,
+                                  a->name,
+                                  k.queue,
+                                  k.timeouts,
+                                  lease,
+                                  a->owner,
+                                  tw,
+                                  "1",
+                                  a->try_once ? "1" : "0",
+                                  ikey,
+                                  ((dlock__redis *)be)->holder_info};
+    rc =
+        dlock__redis_script_synced(be, &dlock__script_fair_acquire, 3,
+                                   ikey ? 13 : 11, argv, false, &rep, unsynced);
     break;
   }
   case DLOCK_READ: {
@@ -453,9 +504,12 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   member,
                                   ttl,
                                   a->q && a->q->queued ? "1" : "0",
-                                  a->kind == DLOCK_FENCED ? k.token : ""};
-    rc = dlock__redis_script_synced(be, &dlock__script_lock_acquire, 3, 12,
-                                    argv, false, &rep, unsynced);
+                                  a->kind == DLOCK_FENCED ? k.token : "",
+                                  ikey,
+                                  ((dlock__redis *)be)->holder_info};
+    rc =
+        dlock__redis_script_synced(be, &dlock__script_lock_acquire, 3,
+                                   ikey ? 14 : 12, argv, false, &rep, unsynced);
     break;
   }
   }
@@ -636,6 +690,9 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   if (!h)
     dlock__free(latch_prefix);
   redisReply *rep = NULL;
+  char ibuf[DLOCK_NAME_MAX + 160];
+  const char *ikey =
+      is_rw(kind) ? NULL : info_key(r, name, owner, ibuf, sizeof ibuf);
   if (!latch_key) {
     rc = DLOCK_ENOMEM;
   } else if (kind == DLOCK_READ) {
@@ -690,12 +747,11 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
         rc = release_outcome(rep, false);
     }
   } else if (kind == DLOCK_FAIR) {
-    const char *argv[MAX_ARGS] = {0,         0,         0,         name,
-                                  k.queue,   k.timeouts, k.channel, latch_key,
-                                  "0",       lease,     owner,     r->publish,
-                                  latch};
-    rc = dlock__redis_script(r, &dlock__script_fair_release, 5, 13, argv,
-                             false, &rep);
+    const char *argv[MAX_ARGS] = {
+        0,         0,   0,     name,  k.queue,    k.timeouts, k.channel,
+        latch_key, "0", lease, owner, r->publish, latch,      ikey};
+    rc = dlock__redis_script(r, &dlock__script_fair_release, 5, ikey ? 14 : 13,
+                             argv, false, &rep);
     if (!rc)
       rc = release_outcome(rep, false);
   } else {
@@ -716,11 +772,12 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                                   latch,
                                   k.grant,
                                   YIELD_PERIOD_MS,
-                                  watching ? "1" : "0"};
+                                  watching ? "1" : "0",
+                                  ikey};
     /* no resend here: the core retries with the same request id, knowing
      * that a retry answered "not owner" means the first one released */
-    rc = dlock__redis_script(r, &dlock__script_lock_release, 7, 18, argv,
-                             false, &rep);
+    rc = dlock__redis_script(r, &dlock__script_lock_release, 7, ikey ? 19 : 18,
+                             argv, false, &rep);
     if (!rc)
       rc = release_outcome(rep, false);
   }
@@ -798,7 +855,7 @@ static char *own(renew_batch *b, char *s) {
  *   read:       KEYS (name, prefix)...,  ARGV lease, owner...
  *   permit:     KEYS {name}:timeout...,  ARGV lease, permit id... */
 static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
-                        bool body, const char **argv, size_t *lens) {
+                        bool info, bool body, const char **argv, size_t *lens) {
   size_t n = b->n, nk = b->script == &dlock__script_rw_read_renew ? 2 * n : n;
   if (!b->nowned) {
     for (size_t i = 0; i < n; i++) {
@@ -826,6 +883,9 @@ static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
     argv[3 + nk] = lease;
   }
   size_t argc = 3 + nk + 1 + n;
+  /* a client with holder info renews its info keys with the locks */
+  if (info && b->script == &dlock__script_lock_renew)
+    argv[argc++] = "1";
   for (size_t i = 3; i < argc; i++)
     lens[i] = strlen(argv[i]);
   return dlock__redis_append_script(c, b->script, body, (int)nk, (int)argc,
@@ -910,7 +970,8 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
                ? DLOCK_ENOMEM
                : dlock__redis_pool_get_until(r, deadline, &c);
   for (size_t i = 0; !rc && i < nb; i++)
-    rc = renew_append(c, &b[i], lease, false, argv + i * args, lens);
+    rc = renew_append(c, &b[i], lease, r->holder_info != NULL, false,
+                      argv + i * args, lens);
   if (!rc)
     rc = dlock__conn_exec(c, deadline, nb, rep);
   if (!rc)
@@ -919,7 +980,8 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
     if (dlock__redis_is_noscript(rep[i])) {
       freeReplyObject(rep[i]);
       rep[i] = NULL;
-      rc = renew_append(c, &b[i], lease, true, argv + i * args, lens);
+      rc = renew_append(c, &b[i], lease, r->holder_info != NULL, true,
+                        argv + i * args, lens);
       if (!rc)
         rc = dlock__conn_exec(c, deadline, 1, &rep[i]);
     }
@@ -1065,7 +1127,7 @@ static const char *kind_label(dlock_lock_kind_t kind) {
 /* Adds the holders in a hash's fields; a read-write lock's "mode" field is
  * not a holder, and its writer's field loses its ":write". */
 static int state_holders(dlock_lock_state_t *st, const redisReply *fields,
-                         bool rw) {
+                         const redisReply *infos, bool rw) {
   size_t nh = fields->elements / 2;
   for (size_t i = 0; i < nh; i++) {
     const redisReply *f = fields->element[2 * i],
@@ -1084,6 +1146,12 @@ static int state_holders(dlock_lock_state_t *st, const redisReply *fields,
     char *owner = dlock__strndup(f->str, len);
     if (!owner)
       return DLOCK_ENOMEM;
+    if (i < infos->elements && infos->element[i]->type == REDIS_REPLY_STRING &&
+        !(st->holder_infos[st->nholders] =
+              dlock__strndup(infos->element[i]->str, infos->element[i]->len))) {
+      dlock__free(owner);
+      return DLOCK_ENOMEM;
+    }
     dlock_holder_t *h = &st->holders[st->nholders++];
     h->owner = owner;
     h->side = side;
@@ -1095,7 +1163,8 @@ static int state_holders(dlock_lock_state_t *st, const redisReply *fields,
 int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                             dlock_lock_state_t **out) {
   lock_keys k;
-  int rc = keys_make(&k, kind, name, NULL, KM_QUEUE | KM_TOKEN);
+  int rc = keys_make(&k, kind, name, NULL,
+                     KM_QUEUE | KM_TOKEN | (kind == DLOCK_FAIR ? 0 : KM_HANDOFF));
   if (rc)
     return rc;
   redisReply *rep = NULL;
@@ -1104,23 +1173,47 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                       : kind == DLOCK_FENCED ? "fenced"
                                              : "lock";
   const char *third = kind == DLOCK_FAIR ? k.timeouts : k.token;
-  const char *argv[MAX_ARGS] = {0, 0, 0, name, k.queue, third, label};
+  char *iprefix = dlock__redis_own_key(HOLDER_PREFIX, name);
+  if (!iprefix) {
+    keys_clear(&k);
+    return DLOCK_ENOMEM;
+  }
+  bool fair = kind == DLOCK_FAIR;
+  const char *argv[MAX_ARGS] = {0,
+                                0,
+                                0,
+                                name,
+                                k.queue,
+                                third,
+                                label,
+                                iprefix,
+                                fair ? "" : k.timeouts,
+                                fair ? "" : k.grant,
+                                fair ? "" : ((dlock__redis *)be)->publish};
   int nkeys = is_rw(kind) ? 2 : 3; /* read-write: its queued writers */
-  if (is_rw(kind))
+  if (is_rw(kind)) {
     argv[5] = label;
-  rc = dlock__redis_script(be, &dlock__script_lock_state, nkeys, 4 + nkeys,
+    argv[6] = iprefix;
+    argv[7] = k.timeouts;
+    argv[8] = k.grant;
+    argv[9] = ((dlock__redis *)be)->publish;
+  }
+  rc = dlock__redis_script(be, &dlock__script_lock_state, nkeys, 8 + nkeys,
                            argv, true, &rep);
   keys_clear(&k);
+  dlock__free(iprefix);
   if (rc)
     return rc;
-  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6 ||
+  if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 8 ||
       rep->element[0]->type != REDIS_REPLY_STRING ||
       rep->element[1]->type != REDIS_REPLY_INTEGER ||
       rep->element[2]->type != REDIS_REPLY_ARRAY ||
       rep->element[2]->elements % 2 != 0 ||
       rep->element[3]->type != REDIS_REPLY_ARRAY ||
       rep->element[4]->type != REDIS_REPLY_ARRAY ||
-      rep->element[5]->type != REDIS_REPLY_INTEGER)
+      rep->element[5]->type != REDIS_REPLY_INTEGER ||
+      rep->element[6]->type != REDIS_REPLY_ARRAY ||
+      rep->element[7]->type != REDIS_REPLY_ARRAY)
     return dlock__redis_unexpected(rep, "lock state");
   const char *type = rep->element[0]->str;
   if (strcmp(type, "none") != 0 && strcmp(type, "hash") != 0) {
@@ -1136,6 +1229,8 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
   if (!st || !(st->holders = dlock__calloc(nh ? nh : 1, sizeof *st->holders)) ||
       !(st->waiters = dlock__calloc(nq ? nq : 1, sizeof *st->waiters)) ||
+      !(st->holder_infos = dlock__calloc(nh ? nh : 1, sizeof(char *))) ||
+      !(st->waiter_infos = dlock__calloc(nq ? nq : 1, sizeof(char *))) ||
       !(st->name = dlock__strdup(name)) ||
       (kind == DLOCK_FAIR &&
        !(st->waiter_deadlines_ms =
@@ -1156,8 +1251,9 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   } else {
     st->kind = kind_label(kind);
   }
-  if ((rc = state_holders(st, fields, is_rw(kind))))
+  if ((rc = state_holders(st, fields, rep->element[6], is_rw(kind))))
     return state_fail(st, rep, rc);
+  const redisReply *winfo = rep->element[7];
   for (size_t i = 0; i < nq; i++) {
     const redisReply *m = queue->element[i];
     if (m->type != REDIS_REPLY_STRING)
@@ -1174,6 +1270,12 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
     char *owner = dlock__strndup(m->str, olen);
     if (!owner)
       return state_fail(st, rep, DLOCK_ENOMEM);
+    if (i < winfo->elements && winfo->element[i]->type == REDIS_REPLY_STRING &&
+        !(st->waiter_infos[st->nwaiters] =
+              dlock__strndup(winfo->element[i]->str, winfo->element[i]->len))) {
+      dlock__free(owner);
+      return state_fail(st, rep, DLOCK_ENOMEM);
+    }
     if (st->waiter_deadlines_ms)
       st->waiter_deadlines_ms[st->nwaiters] =
           i < dl->elements && dl->element[i]->type == REDIS_REPLY_INTEGER

@@ -712,6 +712,7 @@ static void redis_close(void *be) {
     dlock__free(r->password);
   }
   dlock__free(r->client_name);
+  dlock__free(r->holder_info);
   dlock__tls_free(r->tls); /* after every conn above */
   dlock__endpoint_clear(&r->ep_parsed);
   dlock__free(r);
@@ -850,6 +851,7 @@ static int open_backend(void **be, const char *url,
   if ((user && !(r->user = dlock__strdup(user))) ||
       (pass && !(r->password = dlock__strdup(pass))) ||
       (o->client_name && !(r->client_name = dlock__strdup(o->client_name))) ||
+      (o->holder_info && !(r->holder_info = dlock__strdup(o->holder_info))) ||
       !(r->idle = dlock__calloc((size_t)r->pool_size, sizeof *r->idle)) ||
       dlock__redis_mux_new(&r->mux))
     rc = DLOCK_ENOMEM;

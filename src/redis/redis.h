@@ -47,6 +47,7 @@ typedef struct dlock__redis {
   char *user;        /* AUTH user, or NULL */
   char *password;    /* AUTH password, or NULL */
   char *client_name; /* CLIENT SETNAME, or NULL */
+  char *holder_info; /* dlock_options_set_holder_info, or NULL */
   int db;
   int pool_size;
   const char *publish; /* "publish" (or "spublish" for sharded pub/sub) */

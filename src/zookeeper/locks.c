@@ -10,7 +10,8 @@
  *     P/_c_<uuid>-lock-<10 digits>        mutex
  *     P/_c_<uuid>-__READ__<10 digits>     read side
  *     P/_c_<uuid>-__WRIT__<10 digits>     write side
- * with the owner "<client-id>:<tid>" as data (Curator writes the host's
+ * with the owner "<client-id>:<tid>" as data, followed by a newline and
+ * the client's holder info when it has one (Curator writes the host's
  * address; only __REVOKE__ means anything to it). Children sort by the
  * digits after the last marker. A mutex or write node holds when it is
  * first, and otherwise watches the node just before it; a read node holds
@@ -337,6 +338,13 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
   if (len < 0 || (size_t)len >= sizeof path)
     return dlock__seterr(DLOCK_EINVAL, "lock path too long: %.200s", dir);
   int flags = suffix ? ZOO_EPHEMERAL : ZOO_EPHEMERAL_SEQUENTIAL;
+  /* the data: the owner, and the holder info on a line after it */
+  char data[256 + DLOCK_HOLDER_INFO_MAX];
+  const char *d = n->owner;
+  if (z->holder_info[0]) {
+    snprintf(data, sizeof data, "%s\n%s", n->owner, z->holder_info);
+    d = data;
+  }
   for (int round = 0; round < 4; round++) {
     pthread_mutex_lock(&z->mu);
     bool unsure = ext(n)->unsure;
@@ -349,13 +357,13 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
     zk_result r;
     int rc;
     if (kids) {
-      rc = dlock__zk_create_and_list(z, path, n->owner, flags, dir, &r, kids);
+      rc = dlock__zk_create_and_list(z, path, d, flags, dir, &r, kids);
       if (!rc && r.rc == ZOK && kids->rc == ZOK)
         *listed = true;
       else if (!rc)
         dlock__zk_result_clear(kids);
     } else {
-      rc = dlock__zk_create(z, path, n->owner, flags, &r);
+      rc = dlock__zk_create(z, path, d, flags, &r);
     }
     if (rc == DLOCK_EIOTIMEOUT) { /* sent; the answer did not come */
       pthread_mutex_lock(&z->mu);
@@ -825,28 +833,38 @@ int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   return 0;
 }
 
-/* The owner shown for a node: its data when it is a dlock owner, else its
- * session (a Curator node holds the host's address). */
+/* The owner shown for a node: its data's first line when it is a dlock
+ * owner, else its session (a Curator node holds the host's address); and
+ * in *info what follows that line (a dlock client's holder info), or NULL.
+ */
 static char *node_owner(dlock__zk *z, const char *dir, const char *child,
-                        int64_t *czxid) {
+                        int64_t *czxid, char **info) {
   char path[PATH_MAX_ZK];
   dlock__zk_join(path, sizeof path, dir, child);
   zk_result r;
   *czxid = 0;
+  *info = NULL;
   if (dlock__zk_get(z, path, NULL, NULL, &r) != 0)
     return dlock__strdup("?");
   char *s;
-  bool printable = r.rc == ZOK && r.data_len > 0 && r.data_len < 200;
-  for (int i = 0; printable && i < r.data_len; i++)
+  const char *nl = r.rc == ZOK && r.data_len > 0
+                       ? memchr(r.data, '\n', (size_t)r.data_len)
+                       : NULL;
+  int olen = nl ? (int)(nl - r.data) : r.data_len;
+  bool printable = r.rc == ZOK && olen > 0 && olen < 200;
+  for (int i = 0; printable && i < olen; i++)
     if ((unsigned char)r.data[i] < 0x20 || (unsigned char)r.data[i] > 0x7e)
       printable = false;
   if (r.rc != ZOK)
     s = dlock__strdup("(gone)");
-  else if (printable && strchr(r.data, ':'))
-    s = dlock__asprintf("%s", r.data);
+  else if (printable && memchr(r.data, ':', (size_t)olen))
+    s = dlock__asprintf("%.*s", olen, r.data);
   else
     s = dlock__asprintf("session 0x%llx",
                         (unsigned long long)r.stat.ephemeralOwner);
+  if (printable && nl && r.data_len - olen - 1 > 0 &&
+      r.data_len - olen - 1 <= DLOCK_HOLDER_INFO_MAX)
+    *info = dlock__strndup(nl + 1, (size_t)(r.data_len - olen - 1));
   if (r.rc == ZOK)
     *czxid = r.stat.czxid;
   dlock__zk_result_clear(&r);
@@ -880,11 +898,23 @@ int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   if (n > nh &&
       !(st->waiters = dlock__calloc((size_t)(n - nh), sizeof(char *))))
     goto oom;
+  if (!(st->holder_infos =
+            dlock__calloc(nh ? (size_t)nh : 1, sizeof(char *))) ||
+      !(st->waiter_infos =
+            dlock__calloc(n > nh ? (size_t)(n - nh) : 1, sizeof(char *))))
+    goto oom;
   for (int i = 0; i < n; i++) {
     int64_t czxid = 0;
-    char *who = node_owner(z, dir, kids.children[i], &czxid);
-    if (!who)
+    char *info = NULL;
+    char *who = node_owner(z, dir, kids.children[i], &czxid, &info);
+    if (!who) {
+      dlock__free(info);
       goto oom;
+    }
+    if (i < nh)
+      st->holder_infos[st->nholders] = info;
+    else
+      st->waiter_infos[st->nwaiters] = info;
     if (i < nh) {
       st->holders[st->nholders].owner = who;
       st->holders[st->nholders].count = 1;

@@ -542,6 +542,8 @@ static int zk_open(void **be, const char *url,
   z->connect_timeout = opts->connect_timeout_ms;
   z->command_timeout = opts->command_timeout_ms;
   z->watchdog_ms = opts->watchdog_ms;
+  if (opts->holder_info)
+    snprintf(z->holder_info, sizeof z->holder_info, "%s", opts->holder_info);
   z->state = ZOO_CONNECTING_STATE;
   z->log_slot = log_slot_take(z);
   pthread_rwlock_wrlock(&z->zh_lock);

@@ -65,6 +65,9 @@ typedef struct dlock__zk {
   char base[512];     /* where relative names live */
   int session_timeout; /* ms asked for */
   int64_t connect_timeout, command_timeout, watchdog_ms;
+  /* dlock_options_set_holder_info: written after the owner line of each
+   * lock node's data; "" none */
+  char holder_info[DLOCK_HOLDER_INFO_MAX + 1];
   int log_slot; /* the log trampoline of this backend, -1: none */
 
   pthread_rwlock_t zh_lock;

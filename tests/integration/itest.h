@@ -35,6 +35,7 @@ typedef struct it_client_cfg {
   dlock_lost_fn lost;
   void *lost_ud;
   const char *url; /* NULL = the server's */
+  const char *holder_info; /* dlock_options_set_holder_info, or NULL */
 } it_client_cfg_t;
 
 static inline dlock_client_t *it_client_cfg(th_server_t *s,
@@ -52,6 +53,8 @@ static inline dlock_client_t *it_client_cfg(th_server_t *s,
         o, cfg->outage_grace_ms < 0 ? 0 : cfg->outage_grace_ms));
   if (cfg->lost)
     CHECK_OK(dlock_options_set_lost_callback(o, cfg->lost, cfg->lost_ud));
+  if (cfg->holder_info)
+    CHECK_OK(dlock_options_set_holder_info(o, cfg->holder_info));
   dlock_client_t *c = NULL;
   CHECK_OK(dlock_client_new(&c, cfg->url ? cfg->url : s->url, o));
   CHECK(c != NULL);

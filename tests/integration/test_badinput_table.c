@@ -261,6 +261,8 @@ THUNK(t_pool_n, dlock_options_set_pool_size(x->o, (int)x->num))
 THUNK(t_log_level, dlock_options_set_log_callback(x->o, NULL, NULL,
                                                   (dlock_log_level_t)x->num))
 THUNK(t_client_name, dlock_options_set_client_name(x->o, x->arg))
+THUNK(t_holder_info_null_opts, dlock_options_set_holder_info(NULL, "i"))
+THUNK(t_holder_info, dlock_options_set_holder_info(x->o, x->arg))
 THUNK(t_credentials_user, dlock_options_set_credentials(x->o, x->arg, "pw"))
 THUNK(t_credentials_pw, dlock_options_set_credentials(x->o, NULL, x->arg))
 THUNK(t_credentials_user_only,
@@ -333,6 +335,13 @@ static int t_options_free_null(tctx_t *x) {
   (void)x;
   dlock_options_free(NULL);
   return 0;
+}
+
+static int t_holder_info_long(tctx_t *x) {
+  char info[600];
+  memset(info, 'i', sizeof info);
+  info[x->num] = '\0';
+  return dlock_options_set_holder_info(x->o, info);
 }
 
 static int t_client_name_long(tctx_t *x) {
@@ -1405,6 +1414,22 @@ static void g_options(void) {
           NULL, 257, DLOCK_EINVAL, "client name must be 1 to 256 bytes"),
       ROW("dlock_options_set_client_name", "256 bytes", t_client_name_long,
           NULL, 256, DLOCK_OK, NULL),
+      ROW("dlock_options_set_holder_info", "opts NULL", t_holder_info_null_opts,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_holder_info", "NULL (clears)", t_holder_info, NULL,
+          0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_holder_info", "\"\"", t_holder_info, "", 0,
+          DLOCK_EINVAL, "holder info must be 1 to 512 bytes"),
+      ROW("dlock_options_set_holder_info", "513 bytes", t_holder_info_long,
+          NULL, 513, DLOCK_EINVAL, "holder info must be 1 to 512 bytes"),
+      ROW("dlock_options_set_holder_info", "512 bytes", t_holder_info_long,
+          NULL, 512, DLOCK_OK, NULL),
+      ROW("dlock_options_set_holder_info", "a newline", t_holder_info, "a\nb",
+          0, DLOCK_EINVAL, "printable UTF-8"),
+      ROW("dlock_options_set_holder_info", "not UTF-8 \\xff", t_holder_info,
+          "a\xff", 0, DLOCK_EINVAL, "printable UTF-8"),
+      ROW("dlock_options_set_holder_info", "UTF-8 \\xc3\\xa9", t_holder_info,
+          "caf\xc3\xa9", 0, DLOCK_OK, NULL),
       ROW("dlock_options_set_client_name", "with a space", t_client_name, "a b",
           0, DLOCK_EINVAL, "printable ASCII without spaces"),
       ROW("dlock_options_set_client_name", "non-ASCII \\xc3\\xa9",

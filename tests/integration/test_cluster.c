@@ -215,6 +215,50 @@ static void t_single_master(void) {
   CHECK(it_exists(s, "cl-single"));
   CHECK_OK(dlock_lock_release(l));
   dlock_lock_free(l);
+
+  /* holder info on a cluster node: its key is in the lock's slot (a plain
+   * name and one with its own hash tag), written by the acquire, read by
+   * the state script, renewed, deleted by the release */
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_holder_info(o, "who"));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 600));
+  dlock_client_t *ci = NULL;
+  CHECK_OK(dlock_client_new(&ci, url, o));
+  dlock_options_free(o);
+  const char *names[] = {"cl-info", "{cl}info"};
+  for (int i = 0; i < 2; i++) {
+    dlock_lock_t *li = it_lock(ci, names[i]);
+    CHECK_OK(dlock_lock_acquire(li, 0, DLOCK_LEASE_WATCHDOG));
+    dlock_lock_state_t *st = NULL;
+    CHECK_OK(dlock_lock_state(li, &st));
+    CHECK_INT(st->nholders, ==, 1);
+    CHECK(st->holder_infos != NULL);
+    CHECK_STR(st->holder_infos[0], "who");
+    dlock_lock_state_free(st);
+    /* past two 600 ms leases: renewed with the lock */
+    int64_t last = th_redis_int(s, "PTTL %s", names[i]);
+    int renewals = 0;
+    for (int k = 0; k < 500 && renewals < 3; k++) {
+      th_sleep_ms(10);
+      int64_t now = th_redis_int(s, "PTTL %s", names[i]);
+      if (now > last)
+        renewals++;
+      last = now;
+    }
+    CHECK_INT(renewals, ==, 3);
+    st = NULL;
+    CHECK_OK(dlock_lock_state(li, &st));
+    CHECK(st->holder_infos != NULL);
+    CHECK_STR(st->holder_infos[0], "who");
+    dlock_lock_state_free(st);
+    CHECK_OK(dlock_lock_release(li));
+    CHECK_INT(th_redis_int(s, "EVAL %s 0",
+                           "return #redis.call('keys', 'dlock_holder*')"),
+              ==, 0);
+    dlock_lock_free(li);
+  }
+  dlock_client_free(ci);
   dlock_client_free(c);
   th_server_stop(s);
 }

@@ -704,6 +704,146 @@ static void t_dead_thread_id_not_reused(void) {
   th_server_stop(s);
 }
 
+/* Holder info (dlock_options_set_holder_info) on Redis: a client without it
+ * writes nothing beyond Redisson's layout; with it, its text lives in
+ * dlock_holder:{NAME}:<owner> with the lease, is read back for the holder
+ * and for a queued waiter (whose text the hand-off makes the holder's), is
+ * renewed by the watchdog and deleted by the full release; a fair lock's
+ * too. */
+typedef struct hi_wait {
+  dlock_lock_t *l;
+  uint64_t tid;
+  int rc;
+} hi_wait_t;
+
+static void *hi_waiter(void *arg) {
+  hi_wait_t *w = arg;
+  w->rc = dlock_lock_acquire_as(w->l, w->tid, 20000, WD);
+  return NULL;
+}
+
+static int64_t holder_keys(th_server_t *s) {
+  return th_redis_int(s, "EVAL %s 0",
+                      "return #redis.call('keys', 'dlock_holder:*')");
+}
+
+static void t_holder_info(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  it_client_cfg_t ca = {.holder_info = "A: pid 1 on h"};
+  it_client_cfg_t cc = {.holder_info = "C: caf\xc3\xa9"};
+  dlock_client_t *a = it_client_cfg(s, &ca), *b = it_client(s),
+                 *c = it_client_cfg(s, &cc);
+  dlock_lock_t *la = it_lock(a, "hi"), *lb = it_lock(b, "hi"),
+               *lc = it_lock(c, "hi");
+  dlock_lock_state_t *st = NULL;
+  char owner[128], key[256];
+
+  /* without it, nothing is written beyond the anchor's layout */
+  CHECK_OK(dlock_lock_acquire(lb, 0, WD));
+  CHECK_INT(holder_keys(s), ==, 0);
+  CHECK_OK(dlock_lock_state(lb, &st));
+  CHECK_INT(st->nholders, ==, 1);
+  CHECK(st->holder_infos == NULL || st->holder_infos[0] == NULL);
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(lb));
+
+  /* with it: beside the lock, with the lease */
+  CHECK_OK(dlock_lock_acquire(la, 0, WD));
+  it_owner(a, dlock_thread_id(), owner, sizeof owner);
+  snprintf(key, sizeof key, "dlock_holder:{hi}:%s", owner);
+  char *v = th_redis_str(s, "GET %s", key);
+  CHECK_STR(v, "A: pid 1 on h");
+  free(v);
+  CHECK_INT(th_redis_int(s, "PTTL %s", key), >, 0);
+  CHECK_INT(th_redis_int(s, "PTTL %s", key), <=, 30000);
+  st = NULL;
+  CHECK_OK(dlock_lock_state(lb, &st));
+  CHECK(st->holder_infos != NULL);
+  CHECK_STR(st->holder_infos[0], "A: pid 1 on h");
+  dlock_lock_state_free(st);
+
+  /* a queued waiter's text; the hand-off makes it the holder's */
+  hi_wait_t w = {lc, 4242, 1};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, hi_waiter, &w) == 0);
+  size_t nw = 0;
+  for (int i = 0; i < 1000 && nw == 0; i++) {
+    st = NULL;
+    CHECK_OK(dlock_lock_state(lb, &st));
+    nw = st->nwaiters;
+    if (nw == 0) {
+      dlock_lock_state_free(st);
+      th_sleep_ms(10);
+    }
+  }
+  CHECK_INT(nw, ==, 1);
+  CHECK(st->waiter_infos != NULL);
+  CHECK_STR(st->waiter_infos[0], "C: caf\xc3\xa9");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 0);
+  pthread_join(th, NULL);
+  CHECK_OK(w.rc);
+  st = NULL;
+  CHECK_OK(dlock_lock_state(lb, &st));
+  CHECK_INT(st->nholders, ==, 1);
+  CHECK(st->holder_infos != NULL);
+  CHECK_STR(st->holder_infos[0], "C: caf\xc3\xa9");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release_as(lc, 4242));
+  CHECK_INT(holder_keys(s), ==, 0);
+
+  /* a fair lock's: written at the grant, deleted by the release */
+  dlock_lock_t *fa = NULL;
+  CHECK_OK(dlock_lock_new_kind(a, "hf", DLOCK_FAIR, &fa));
+  CHECK_OK(dlock_lock_acquire(fa, 0, WD));
+  snprintf(key, sizeof key, "dlock_holder:{hf}:%s", owner);
+  v = th_redis_str(s, "GET %s", key);
+  CHECK_STR(v, "A: pid 1 on h");
+  free(v);
+  st = NULL;
+  CHECK_OK(dlock_lock_state(fa, &st));
+  CHECK(st->holder_infos != NULL);
+  CHECK_STR(st->holder_infos[0], "A: pid 1 on h");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(fa));
+  CHECK_INT(holder_keys(s), ==, 0);
+  dlock_lock_free(fa);
+
+  /* renewed with the lock: after three renewals of a 600 ms lease the
+   * text is still there */
+  it_client_cfg_t cd = {.holder_info = "D", .watchdog_ms = 600};
+  dlock_client_t *d = it_client_cfg(s, &cd);
+  dlock_lock_t *ld = it_lock(d, "hr");
+  CHECK_OK(dlock_lock_acquire(ld, 0, WD));
+  it_owner(d, dlock_thread_id(), owner, sizeof owner);
+  snprintf(key, sizeof key, "dlock_holder:{hr}:%s", owner);
+  int renewals = 0;
+  int64_t last = th_redis_int(s, "PTTL hr");
+  for (int i = 0; i < 1000 && renewals < 3; i++) {
+    th_sleep_ms(10);
+    int64_t now = th_redis_int(s, "PTTL hr");
+    if (now > last)
+      renewals++;
+    last = now;
+  }
+  CHECK_INT(renewals, ==, 3);
+  CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 1);
+  CHECK_OK(dlock_lock_release(ld));
+  CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 0);
+  dlock_lock_free(ld);
+  dlock_client_free(d);
+
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_lock_free(lc);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"reentry", t_reentry},
     {"reentry_resets_lease", t_reentry_resets_lease},
@@ -716,6 +856,7 @@ static const check_case_t cases[] = {
     {"acquire_as_handoff", t_acquire_as_handoff},
     {"force_release_wakes_waiter", t_force_release_wakes_waiter},
     {"state", t_state},
+    {"holder_info", t_holder_info},
     {"client_identity", t_client_identity},
     {"handles_share_state", t_handles_share_state},
     {"remaining_lease_values", t_remaining_lease_values},

@@ -63,6 +63,7 @@ enum opt_id {
   O_COMMAND,
   O_VERBOSE,
   O_JSON,
+  O_NO_CMDLINE,
   O_STATUS,
   O_FORCE_UNLOCK,
   O_PASSWORD_FILE,
@@ -106,6 +107,7 @@ static const struct optdef optdefs[] = {
     {"command", 'c', true, O_COMMAND},
     {"verbose", 'v', false, O_VERBOSE},
     {"json", 0, false, O_JSON},
+    {"no-cmdline", 0, false, O_NO_CMDLINE},
     {"status", 0, false, O_STATUS},
     {"force-unlock", 0, false, O_FORCE_UNLOCK},
     {"password-file", 0, true, O_PASSWORD_FILE},
@@ -369,6 +371,9 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
     return 0;
   case O_JSON:
     sn->json = true;
+    return 0;
+  case O_NO_CMDLINE:
+    o->no_cmdline = true;
     return 0;
   case O_STATUS:
     sn->status = true;

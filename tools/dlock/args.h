@@ -80,6 +80,7 @@ struct cli_opts {
   long limit;                /* -N */
   int verbose;               /* number of -v */
   bool json;                 /* --json */
+  bool no_cmdline;           /* --no-cmdline: no command in the identity */
   /* TLS, redis-cli's names (point into argv, or NULL / false) */
   bool tls;              /* --tls: TLS for redis:// and etcd:// too */
   bool tls_insecure;     /* --insecure */

@@ -103,4 +103,27 @@ int cli_limit_open(const struct cli_ctx *c, dlock_client_t *client,
 int cli_limit_status(struct cli_ctx *c);
 int cli_limit_force_unlock(struct cli_ctx *c);
 
+/* who.c: the holder identity (see its design note). */
+#define CLI_WHO_CMD_MAX 200
+struct cli_who {
+  char host[72];
+  char user[40];
+  char cmd[CLI_WHO_CMD_MAX + 8];
+  long long pid;      /* -1: none */
+  long long since_ms; /* wall clock, ms since the epoch; -1: none */
+};
+/* Wall-clock ms since the epoch. */
+int64_t cli_wall_ms(void);
+/* Builds this dlock's identity and sets it on c->dopts (RUN and HOLD
+ * modes, before any thread); 0, or -1 after a line (dlock runs anyway). */
+int cli_who_set(struct cli_ctx *c);
+/* Parses an info dlock wrote; false for anything else (NULL included). */
+bool cli_who_parse(const char *info, struct cli_who *w);
+/* One printable phrase for a holder or waiter: "pid P on HOST (user U,
+ * command 'C', started N s ago)", or the owner id with the raw info or
+ * "(no identity recorded)". */
+void cli_who_line(const char *owner, const char *info, char *out, size_t cap);
+/* The parsed identity as a JSON object, or null. */
+void cli_who_json(FILE *f, const char *info);
+
 #endif /* DLOCK_CLI_H */

@@ -53,6 +53,16 @@
  * - The library reports a lost lock on its background thread; the callback
  *   only writes one byte to the event pipe (non-blocking, never stalls the
  *   library). The worker announces the end of its acquire the same way.
+ *   A loss is said in one line: what happened, what was done to the
+ *   command, and (unless the backend is unreachable) who holds the lock
+ *   now, read after the command was signalled (handle_lost, holder_now).
+ * - -v while waiting: a watcher thread (watch_main) started by the worker
+ *   says who holds the lock and how many wait ahead, from its own state
+ *   reads (1 s in, then every 10 s on a terminal, else on change); the
+ *   worker stops it without waiting when its acquire returns, and it is
+ *   joined before the client is freed, so it never delays the grant.
+ *   Who this dlock is (host, pid, user, command line, start) is recorded
+ *   beside the lock for others' --status and -v (who.c).
  * - Signals are forwarded to the child, except one the terminal sent to our
  *   whole process group (si_code SI_KERNEL) while the child is in that group:
  *   it has already received it, and a second copy would make a program that
@@ -109,6 +119,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -162,9 +173,16 @@ struct run {
   _Atomic int64_t continued_at; /* when SIGCONT last came (0: never) */
   int64_t lapsed_ms; /* the worker found NAME's grant lapsed that long ago
                         (before taking the second lock); -1: not */
-  bool lost;  /* the library reported the hold lost */
+  /* -v while waiting (watch_main): a thread that reads the lock's state
+   * and says who holds it; watch_stop (under mu, cv) ends it */
+  pthread_t watcher;
+  bool watching; /* started, not yet joined */
+  bool watch_stop;
+  pthread_cond_t cv;
+  bool lost;        /* the library reported the hold lost */
   char lost_reason; /* 'G' gone, 'U' unreachable */
-  bool acted; /* --on-lost signalled the child */
+  int64_t lost_lapsed_ms; /* 'P': its lease ran out that long ago; -1 */
+  bool acted;             /* --on-lost signalled the child */
 };
 
 enum ev_kind { EV_SIGNAL, EV_DONE, EV_LOST, EV_TIMEOUT, EV_ERROR };
@@ -269,6 +287,124 @@ static int group_open(struct run *r) {
   return rc;
 }
 
+/* -v while waiting: one line on stderr saying who holds the lock, for how
+ * long, its lease and how many wait ahead, read with a handle of its own
+ * on the worker's client: first 1 s into the wait, then every 10 s on a
+ * terminal, or, when stderr is not one, when what it says changes (read
+ * every 2 s). A thread apart, so that a slow read never delays the grant:
+ * the worker stops it when its acquire returns, and it is joined before
+ * the client is freed (watch_join). */
+static bool watch_sleep(struct run *r, int64_t until) {
+  bool stop;
+  pthread_mutex_lock(&r->mu);
+  while (!r->watch_stop) {
+    int64_t left = until - cli_now_ms();
+    struct timespec ts;
+    if (left <= 0)
+      break;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += left / 1000;
+    ts.tv_nsec += (left % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+  }
+  stop = r->watch_stop;
+  pthread_mutex_unlock(&r->mu);
+  return !stop;
+}
+
+/* The number of waiters queued before `me` ("<client-id>:<tid>"), all of
+ * them when it is not queued (yet). */
+static size_t ahead_of(const dlock_lock_state_t *st, const char *me) {
+  size_t n = strlen(me);
+  for (size_t i = 0; i < st->nwaiters; i++) {
+    const char *w = st->waiters[i];
+    if (w != NULL && strncmp(w, me, n) == 0 && (w[n] == '\0' || w[n] == ' '))
+      return i;
+  }
+  return st->nwaiters;
+}
+
+static void *watch_main(void *arg) {
+  struct run *r = arg;
+  const struct cli_ctx *c = r->c;
+  bool tty = isatty(STDERR_FILENO) == 1;
+  int64_t next = cli_now_ms() + 1000;
+  char last[1024] = "", me[128];
+  dlock_lock_t *lock = NULL;
+  bool shared = c->o->kind == CLI_KIND_SHARED;
+  snprintf(me, sizeof me, "%s:%llu", dlock_client_id(r->client),
+           (unsigned long long)r->owner);
+  if (dlock_lock_new_kind(r->client, shared ? c->shared_name : c->o->name,
+                          shared ? DLOCK_READ : cli_main_kind(c), &lock) != 0)
+    return NULL;
+  while (watch_sleep(r, next)) {
+    dlock_lock_state_t *st = NULL;
+    char who[1024], line[1400], lease[64] = "";
+    next = cli_now_ms() + (tty ? 10000 : 2000);
+    if (dlock_lock_state(lock, &st) != 0)
+      continue; /* the wait itself reports what matters */
+    size_t ahead = ahead_of(st, me);
+    bool held = st->nholders > 0 && strcmp(st->kind, "free") != 0;
+    if (held) {
+      cli_who_line(st->holders[0].owner,
+                   st->holder_infos ? st->holder_infos[0] : NULL, who,
+                   sizeof who);
+      if (st->ttl_ms >= 0)
+        snprintf(lease, sizeof lease, "; lease %.1f s left",
+                 (double)st->ttl_ms / 1000.0);
+      snprintf(line, sizeof line, "'%s' is held by %s%s%s; %zu waiting ahead",
+               c->name_shown, who, st->nholders > 1 ? " and others" : "", lease,
+               ahead);
+    } else {
+      snprintf(line, sizeof line, "'%s' is free; %zu waiting ahead",
+               c->name_shown, ahead);
+    }
+    /* what changes the picture: the holder and the queue before us */
+    snprintf(who, sizeof who, "%s|%zu",
+             held && st->holders[0].owner ? st->holders[0].owner : "", ahead);
+    dlock_lock_state_free(st);
+    if (!tty && strcmp(who, last) == 0)
+      continue;
+    snprintf(last, sizeof last, "%s", who);
+    pthread_mutex_lock(&r->mu);
+    bool stop = r->watch_stop;
+    pthread_mutex_unlock(&r->mu);
+    if (stop)
+      break;
+    cli_msg(c, "%s", line);
+  }
+  dlock_lock_free(lock);
+  return NULL;
+}
+
+static void watch_start(struct run *r) {
+  const struct cli_opts *o = r->c->o;
+  if (!o->verbose || r->multi != NULL || r->sem != NULL || r->lock == NULL ||
+      o->wait_ms == 0)
+    return;
+  r->watching = pthread_create(&r->watcher, NULL, watch_main, r) == 0;
+}
+
+static void watch_stop(struct run *r) {
+  pthread_mutex_lock(&r->mu);
+  r->watch_stop = true;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Before the client is freed. */
+static void watch_join(struct run *r) {
+  if (!r->watching)
+    return;
+  watch_stop(r);
+  pthread_join(r->watcher, NULL);
+  r->watching = false;
+}
+
 /* Acquires the lock(s) of the selected kind as r->owner (see the design
  * note); 0 or a library error, with everything released on an error. */
 static int acquire_all(struct run *r) {
@@ -370,7 +506,9 @@ static void *worker(void *arg) {
               : o->kind == CLI_KIND_LIMIT ? "one of the semaphore's permits"
                                           : "exclusive, fenced");
     atomic_store(&r->stage, 1);
+    watch_start(r);
     r->acquire_err = acquire_all(r);
+    watch_stop(r);
     r->failed = r->acquire_err != 0;
     if (r->acquire_err == DLOCK_EBUSY || r->acquire_err == DLOCK_ETIMEDOUT)
       r->worker_rc = o->conflict_exit;
@@ -515,6 +653,46 @@ static void lost_at_release(struct run *r) {
   r->lost_reason = 'G';
 }
 
+/* After a loss the server still answers (the key was removed or taken, or
+ * the lease ran out while this process was stopped): who holds the lock
+ * now, as "; another owner holds it now: WHO" or "; it is free now", for
+ * the end of the loss line, read after the command was told (a slow
+ * server must not delay that). "" when the state cannot be read or the
+ * lock NAME is still this owner's (an exclusive kind's other lock was the
+ * one lost). */
+static void holder_now(struct run *r, char *out, size_t n) {
+  const struct cli_ctx *c = r->c;
+  dlock_lock_t *l = NULL;
+  dlock_lock_state_t *st = NULL;
+  char me[128], who[1024];
+  out[0] = '\0';
+  if (r->client == NULL || r->lock == NULL || r->multi != NULL ||
+      r->sem != NULL)
+    return;
+  if (dlock_lock_new_kind(
+          r->client,
+          c->o->kind == CLI_KIND_SHARED ? c->shared_name : c->o->name,
+          c->o->kind == CLI_KIND_SHARED ? DLOCK_READ : cli_main_kind(c),
+          &l) != 0)
+    return;
+  snprintf(me, sizeof me, "%s:%llu", dlock_client_id(r->client),
+           (unsigned long long)r->owner);
+  if (dlock_lock_state(l, &st) == 0) {
+    bool held = st->nholders > 0 && strcmp(st->kind, "free") != 0;
+    if (!held) {
+      snprintf(out, n, "; it is free now");
+    } else if (st->holders[0].owner == NULL ||
+               strncmp(st->holders[0].owner, me, strlen(me)) != 0) {
+      cli_who_line(st->holders[0].owner,
+                   st->holder_infos ? st->holder_infos[0] : NULL, who,
+                   sizeof who);
+      snprintf(out, n, "; another owner holds it now: %s", who);
+    }
+    dlock_lock_state_free(st);
+  }
+  dlock_lock_free(l);
+}
+
 static void release_one(struct run *r, dlock_lock_t *lock) {
   const struct cli_ctx *c = r->c;
   int err = dlock_lock_release_as(lock, r->owner);
@@ -525,10 +703,14 @@ static void release_one(struct run *r, dlock_lock_t *lock) {
   } else if (err == DLOCK_ELOST || err == DLOCK_ENOTOWNER) {
     /* Expected after a fixed lease ran out: worth a line with -v only; a
      * loss already reported is not reported again. */
+    char now[1200] = "";
+    if (c->o->lease_ms <= 0 && !r->lost)
+      holder_now(r, now, sizeof now);
     if ((c->o->lease_ms <= 0 && !r->lost) || c->o->verbose > 0)
-      cli_msg(c, "'%s' was no longer ours at release (%s)", c->name_shown,
+      cli_msg(c, "'%s' was no longer ours at release (%s%s)", c->name_shown,
               c->o->lease_ms > 0 ? "its fixed lease had run out"
-                                 : "the lock was lost");
+                                 : "the lock was lost",
+              now);
     lost_at_release(r);
   } else {
     char subject[256];
@@ -611,6 +793,7 @@ static void release_and_close(struct run *r) {
     release_one(r, r->side);
   release_one(r, r->lock);
 close:
+  watch_join(r);
   if (r->clients != NULL) {
     group_free(r);
     return;
@@ -1007,40 +1190,48 @@ static bool reap(struct run *r, int *status) {
 static void handle_lost(struct run *r, char reason, int64_t *kill_deadline) {
   const struct cli_ctx *c = r->c;
   const struct cli_opts *o = c->o;
+  char why[160], act[160], now[1200] = "";
   /* An exclusive hold is two locks: their losses are one event. */
   if (r->lost)
     return;
   r->lost = true;
   r->lost_reason = reason;
+  if (reason == 'P' && r->lost_lapsed_ms >= 0)
+    snprintf(why, sizeof why,
+             "its lease ran out %.1f s ago, while this process was stopped",
+             secs(r->lost_lapsed_ms));
+  else
+    snprintf(why, sizeof why, "%s", lost_reason(reason));
+  /* the command is told first; then one line says it all */
   if (r->child <= 0) {
-    cli_msg(c, "lost lock '%s': %s%s", c->name_shown, lost_reason(reason),
-            o->on_lost == CLI_LOST_IGNORE ? "; --on-lost ignore: still waiting"
-                                          : "");
-    return;
+    snprintf(act, sizeof act, "%s",
+             o->on_lost == CLI_LOST_IGNORE ? "; --on-lost ignore: still waiting"
+                                           : "");
+  } else {
+    switch (o->on_lost) {
+    case CLI_LOST_TERM:
+      signal_command(r, SIGTERM, true);
+      r->acted = true;
+      *kill_deadline = cli_now_ms() + o->kill_after_ms;
+      snprintf(act, sizeof act,
+               "; sending SIGTERM to the command (SIGKILL in %.3g s)",
+               secs(o->kill_after_ms));
+      break;
+    case CLI_LOST_KILL:
+      signal_command(r, SIGKILL, true);
+      r->acted = true;
+      snprintf(act, sizeof act, "; killing the command");
+      break;
+    case CLI_LOST_IGNORE:
+      snprintf(act, sizeof act,
+               "; --on-lost ignore: the command keeps "
+               "running without the lock");
+      break;
+    }
   }
-  switch (o->on_lost) {
-  case CLI_LOST_TERM:
-    cli_msg(c,
-            "lost lock '%s': %s; sending SIGTERM to the command (SIGKILL in "
-            "%.3g s)",
-            c->name_shown, lost_reason(reason), secs(o->kill_after_ms));
-    signal_command(r, SIGTERM, true);
-    r->acted = true;
-    *kill_deadline = cli_now_ms() + o->kill_after_ms;
-    break;
-  case CLI_LOST_KILL:
-    cli_msg(c, "lost lock '%s': %s; killing the command", c->name_shown,
-            lost_reason(reason));
-    signal_command(r, SIGKILL, true);
-    r->acted = true;
-    break;
-  case CLI_LOST_IGNORE:
-    cli_msg(c,
-            "lost lock '%s': %s; --on-lost ignore: the command keeps running "
-            "without the lock",
-            c->name_shown, lost_reason(reason));
-    break;
-  }
+  if (reason != 'U')
+    holder_now(r, now, sizeof now);
+  cli_msg(c, "lost lock '%s': %s%s%s", c->name_shown, why, act, now);
 }
 
 /*
@@ -1205,8 +1396,10 @@ static int supervise(struct run *r) {
       /* dlock was stopped: a lease that ran out meanwhile is a loss now,
        * not at the library's next turn (a fixed lease -l runs out by
        * design: the command goes on without the lock) */
-      if (!r->lost && o->lease_ms <= 0 && grant_lapsed(r, true, &lapsed))
+      if (!r->lost && o->lease_ms <= 0 && grant_lapsed(r, true, &lapsed)) {
+        r->lost_lapsed_ms = lapsed;
         handle_lost(r, 'P', &kill_deadline);
+      }
     } else if (ev.kind == EV_SIGNAL && is_stop_signal(ev.signo)) {
       bool from_tty = ev.code == SI_KERNEL && getpgid(r->child) == getpgrp();
       if (!from_tty)
@@ -1313,6 +1506,7 @@ int cli_run(struct cli_ctx *c) {
   r.c = c;
   r.sigfd = r.evr = r.evw = r.guard_fd = -1;
   r.lapsed_ms = -1;
+  r.lost_lapsed_ms = -1;
 
   /* The environment is changed before any thread exists. The token of an
    * outer dlock would be wrong for this lock, so it does not leak in. */
@@ -1345,6 +1539,15 @@ int cli_run(struct cli_ctx *c) {
     return CLI_EX_SOFTWARE;
   }
   pthread_mutex_init(&r.mu, NULL);
+  {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r.cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  /* who holds it, for others' --status and -v (before any thread) */
+  cli_who_set(c);
   r.owner = dlock_thread_id();
   r.t_start = cli_now_ms();
   /* -w bounds everything (connect, TLS, session and lease set-up, and the
@@ -1394,6 +1597,7 @@ int cli_run(struct cli_ctx *c) {
         (r.acquire_err == DLOCK_EBUSY || r.acquire_err == DLOCK_ETIMEDOUT))
       cli_msg(c, "'%s' is held by another owner; gave up after %.3f s",
               c->name_shown, secs(r.t_acquired - r.t_start));
+    watch_join(&r);
     if (r.clients != NULL) {
       group_free(&r);
       return r.worker_rc;

@@ -9,6 +9,9 @@
  * unprintable, the JSON output escapes per RFC 8259 and turns bytes that are
  * not UTF-8 into U+FFFD, so the output is always one valid JSON object.
  * Which locks a view reads, per kind, is described above cli_status().
+ * Each holder and waiter that recorded an identity (who.c) gets a "who:"
+ * line, and in JSON "info" and "who" fields (and the "queue" array of
+ * waiters): fields are only added, never renamed.
  * With several -u (a Redlock, or --all) --status shows each server's own
  * view, one client per server (status_nodes), and --force-unlock breaks
  * the lock on each server in turn.
@@ -73,6 +76,16 @@ struct view {
   bool held;
 };
 
+/* The identity a holder or waiter recorded (who.c), on a line of its own
+ * under it; nothing when none was recorded (the owner line says it all). */
+static void print_who(const char *owner, const char *info) {
+  char line[2048];
+  if (info == NULL)
+    return;
+  cli_who_line(owner, info, line, sizeof line);
+  printf("  who:   %s\n", line);
+}
+
 static void print_plain(const struct cli_ctx *c, const struct view *v) {
   const dlock_lock_state_t *st = v->st;
   char *buf;
@@ -96,6 +109,8 @@ static void print_plain(const struct cli_ctx *c, const struct view *v) {
     else
       printf("holder:  %s (count %lld)\n", buf,
              (long long)st->holders[i].count);
+    print_who(st->holders[i].owner,
+              st->holder_infos ? st->holder_infos[i] : NULL);
   }
   if (v->held) {
     if (st->ttl_ms >= 0)
@@ -111,11 +126,24 @@ static void print_plain(const struct cli_ctx *c, const struct view *v) {
              i + 1, (long long)st->waiter_deadlines_ms[i]);
     else
       printf("waiter:  %s (queued %zu)\n", buf, i + 1);
+    print_who(st->waiters[i], st->waiter_infos ? st->waiter_infos[i] : NULL);
   }
   if (st->token > 0)
     printf("token:   %lld (the last fencing token granted)\n",
            (long long)st->token);
   free(buf);
+}
+
+/* ,"info":..,"who":.. of a holder or waiter: the text it recorded (or
+ * null) and, when dlock recorded it, its parsed identity (or null). */
+static void print_json_who(const char *info) {
+  fputs(",\"info\":", stdout);
+  if (info != NULL)
+    cli_json_string(stdout, info);
+  else
+    fputs("null", stdout);
+  fputs(",\"who\":", stdout);
+  cli_who_json(stdout, info);
 }
 
 /* Field names of the first version (name, kind, held, lease_ms, holders
@@ -146,6 +174,7 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
       cli_json_string(stdout, st->holders[i].side);
     else
       fputs("null", stdout);
+    print_json_who(st->holder_infos ? st->holder_infos[i] : NULL);
     fputc('}', stdout);
   }
   fputs("],\"waiters\":[", stdout);
@@ -168,7 +197,16 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
     printf("%lld", (long long)st->token);
   else
     fputs("null", stdout);
-  fputs("}\n", stdout);
+  /* added with holder identities: each waiter with its position */
+  fputs(",\"queue\":[", stdout);
+  for (i = 0; i < st->nwaiters; i++) {
+    fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
+    cli_json_string(stdout, st->waiters[i] ? st->waiters[i] : "");
+    printf(",\"position\":%zu", i + 1);
+    print_json_who(st->waiter_infos ? st->waiter_infos[i] : NULL);
+    fputc('}', stdout);
+  }
+  fputs("]}\n", stdout);
 }
 
 /* Reads one view: `shared_rw` selects NAME:dlock-rw. 0 or an exit status. */

@@ -4,7 +4,10 @@
 -- deadline ms: the waiter loses its place if it has not come back by then).
 -- ARGV[1] lease ms; ARGV[2] owner; ARGV[3] thread-wait ms; ARGV[4] '1' when
 -- this waiter is alive and wants its place kept (dlock's refresh);
--- ARGV[5] '1' to try once without queuing.
+-- ARGV[5] '1' to try once without queuing; ARGV[6] (only from a client
+-- with holder info) its key dlock_holder:{name}:<owner>, ARGV[7] the info:
+-- written at every attempt, living for the longer of the lease and the
+-- thread-wait (the holder's renewals and the waiter's refreshes keep it).
 -- Returns nil when acquired (or re-entered), else ms to wait before trying
 -- again: the holder's lease when this waiter is the head, else its
 -- estimated turn (never 0 for a live waiter behind others: it sleeps until
@@ -19,6 +22,9 @@
 -- Time is the server's (TIME), so clients' clocks do not matter.
 -- #include fair_purge.lua
 local tw = tonumber(ARGV[3])
+if ARGV[6] and ARGV[6] ~= '' then
+  redis.call('set', ARGV[6], ARGV[7], 'px', math.max(tonumber(ARGV[1]), tw))
+end
 -- A waiter behind others sleeps until woken on its own channel, its
 -- estimated turn, the head's deadline (a dead head is dropped then, and
 -- nobody would tell this waiter), or the holder's lease (a holder that

@@ -5,7 +5,9 @@
 -- KEYS[4] redisson_lock__channel:{name} (":<owner>" appended for the head);
 -- KEYS[5] latch redisson_unlock_latch:{name}:<request-id>.
 -- ARGV[1] message ("0"); ARGV[2] lease ms; ARGV[3] owner;
--- ARGV[4] publish command; ARGV[5] latch lifetime ms.
+-- ARGV[4] publish command; ARGV[5] latch lifetime ms; ARGV[6] (only from
+-- a client with holder info) the owner's dlock_holder:{name}:<owner> key,
+-- deleted at the full release.
 -- Returns nil (not the owner), 0 (count went down) or 1 (released).
 local done = redis.call('get', KEYS[5])
 if done ~= false then
@@ -32,5 +34,8 @@ if left > 0 then
   return 0
 end
 redis.call('del', KEYS[1])
+if ARGV[6] and ARGV[6] ~= '' then
+  redis.call('del', ARGV[6])
+end
 wake_head()
 return 1

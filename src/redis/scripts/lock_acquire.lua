@@ -6,13 +6,23 @@
 -- ARGV[3] queue member "<client-id>:<tid>:<seq>:<lease>" or '' (no queue);
 -- ARGV[4] entry lifetime ms; ARGV[5] '1' when this wait may have queued;
 -- ARGV[6] fenced lock: its token key redisson_lock_token:{name}, else ''.
+-- ARGV[7] (only from a client with holder info) its key
+-- dlock_holder:{name}:<owner>, ARGV[8] the info: written with the lease
+-- when granted, and beside a queue entry for as long as the entry lives.
 -- Returns nil when acquired (or handed over while queued), else the PTTL;
 -- a fenced lock returns {-1, token} when acquired (Redisson RFencedLock).
 -- The token grows with every grant: here, or in the release that hands
 -- the lock to a queued fenced waiter.
 -- With ARGV[3] = '' this is exactly Redisson's acquire.
 local token_key = ARGV[6] or ''
+local info_key = ARGV[7] or ''
+local function note(ttl)
+  if info_key ~= '' then
+    redis.call('set', info_key, ARGV[8], 'px', ttl)
+  end
+end
 local function granted(claimed)
+  note(ARGV[1])
   if token_key == '' then
     return nil
   end
@@ -53,5 +63,6 @@ if member ~= '' then
     redis.call('pexpire', KEYS[2], ttl)
     redis.call('pexpire', KEYS[3], ttl)
   end
+  note(ttl)
 end
 return redis.call('pttl', KEYS[1])

@@ -9,7 +9,9 @@
 -- ARGV[4] publish command; ARGV[5] latch lifetime ms;
 -- ARGV[6] grant channel prefix dlock_lock_grant:{name} (":<client-id>" is
 -- appended per waiter); ARGV[7] yield period ms; ARGV[8] '1' when the
--- releasing client is itself subscribed to Redisson's channel.
+-- releasing client is itself subscribed to Redisson's channel; ARGV[9]
+-- (only from a client with holder info) the owner's holder-info key
+-- dlock_holder:{name}:<owner>, deleted at the full release.
 -- Returns nil (not the owner), 0 (count went down) or 1 (released).
 -- One HGET reads the owner's count (Redisson: HEXISTS, then HINCRBY -1):
 -- the last count is deleted without counting it down first.
@@ -53,6 +55,9 @@ if count > 1 then
   return 0
 end
 redis.call('del', KEYS[1])
+if ARGV[9] and ARGV[9] ~= '' then
+  redis.call('del', ARGV[9])
+end
 if redis.call('exists', KEYS[4]) == 1 then
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -336,7 +336,10 @@ abstract class Env {
     assertTrue(held.find(), "no held in " + j);
     Matcher kind = Pattern.compile("\"kind\"\\s*:\\s*\"([^\"]*)\"").matcher(j);
     Matcher lease = Pattern.compile("\"lease_ms\"\\s*:\\s*(-?\\d+)").matcher(j);
-    Matcher owner = Pattern.compile("\"owner\"\\s*:\\s*\"([^\"]*)\"").matcher(j);
+    // owners: the holders array only (the "queue" array has owners too)
+    int hs = j.indexOf("\"holders\""), he = j.indexOf("\"waiters\"");
+    String hj = hs >= 0 && he > hs ? j.substring(hs, he) : j;
+    Matcher owner = Pattern.compile("\"owner\"\\s*:\\s*\"([^\"]*)\"").matcher(hj);
     Matcher count = Pattern.compile("\"count\"\\s*:\\s*(\\d+)").matcher(j);
     List<String> owners = new ArrayList<>();
     while (owner.find()) owners.add(owner.group(1));

@@ -109,6 +109,10 @@ class RLockTest extends Env {
     List<Object> fields = (List<Object>) redis().call("HKEYS", name);
     assertEquals(fields, st.owners(), "--status holders are the hash's fields");
     assertEquals(List.of(1L), st.counts());
+    assertTrue(st.raw().contains("\"who\":{\"host\":"), "--status --json: the dlock holder's identity in " + st.raw());
+    // Redisson never reads dlock's holder key, and the lock hash holds the owner alone
+    assertEquals(1L, redis().call("EXISTS", "dlock_holder:{" + name + "}:" + fields.get(0)),
+        "dlock's holder identity beside the lock");
     assertTrue(l.isLocked(), "Redisson: isLocked");
     assertFalse(l.isHeldByCurrentThread(), "Redisson: not held by this thread");
     assertEquals(0, l.getHoldCount(), "Redisson: hold count of this thread");
@@ -133,6 +137,8 @@ class RLockTest extends Env {
     assertTrue(st.owners().get(0).endsWith(":" + Thread.currentThread().getId()),
         "owner " + st.owners().get(0) + " is <client-id>:<java thread id>");
     assertEquals(List.of(2L), st.counts(), "--status: Redisson's hold count");
+    assertTrue(st.raw().contains("\"info\":null,\"who\":null"),
+        "--status --json: a Redisson holder records no identity: " + st.raw());
     assertTrue(st.leaseMs() > 0 && st.leaseMs() <= 30_000, "--status: lease " + st.leaseMs());
     Result fu = dlockRun(10_000, "--force-unlock", name);
     assertEquals(0, fu.status());

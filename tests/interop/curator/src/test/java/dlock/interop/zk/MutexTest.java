@@ -24,6 +24,9 @@ class MutexTest extends Env {
     assertTrue(m.acquire(5, TimeUnit.SECONDS));
     assertEquals(1, dlockRun("-n", name, "true"), "dlock -n while Curator holds");
     assertEquals(0, dlockRun("--status", name), "--status sees Curator's holder");
+    String js = dlockOut("--status", "--json", name);
+    assertTrue(js.contains("\"owner\":\"session 0x") && js.contains("\"info\":null,\"who\":null"),
+        "--status --json: Curator's holder by its session, with no identity: " + js);
     m.release();
     assertEquals(0, dlockRun("-n", name, "true"));
     assertEquals(1, dlockRun("--status", name));
@@ -33,6 +36,10 @@ class MutexTest extends Env {
   void dlockHoldsCuratorWaitsAndIsWoken() throws Exception {
     Proc d = dlockHold(name);
     d.awaitHeld(BOUND_MS);
+    // the node's data is the owner, then dlock's identity: Curator reads
+    // none of it (it waits and is woken all the same)
+    String js = dlockOut("--status", "--json", name);
+    assertTrue(js.contains("\"who\":{\"host\":"), "--status --json: dlock's identity: " + js);
     InterProcessMutex m = new InterProcessMutex(curator(), BASE + name);
     assertFalse(m.acquire(0, TimeUnit.MILLISECONDS), "Curator got a lock dlock holds");
     CompletableFuture<Boolean> got = CompletableFuture.supplyAsync(() -> {
