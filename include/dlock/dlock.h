@@ -762,6 +762,19 @@ DLOCK_EXTERN int dlock_permit_sem_acquire(dlock_permit_sem_t *sem,
  * a thread or a client). */
 DLOCK_EXTERN int dlock_permit_sem_release(dlock_permit_sem_t *sem,
                                           const char *id);
+/* Whether the permit `id`, which this client acquired, is still good by
+ * the client's own clock, with no round trip: as dlock_lock_hold_valid
+ * for a lock (a renewed permit: its lease confirmed within the lease,
+ * timed from before the request was sent; a fixed lease: from its
+ * acquire; ZooKeeper: the client's session). 0 with *valid_ms > 0;
+ * DLOCK_ELOST when it lapsed (*valid_ms <= 0: that long ago) or was lost
+ * otherwise (*valid_ms > 0); DLOCK_ENOTOWNER when this client holds no
+ * such permit; DLOCK_EINVAL for a malformed id. For acting on a permit
+ * that may have aged (a process stopped between the grant and its use).
+ * Thread-safe. */
+DLOCK_EXTERN int dlock_permit_sem_permit_valid(dlock_permit_sem_t *sem,
+                                               const char *id,
+                                               int64_t *valid_ms);
 /* Permits available now, counting expired ones as available. */
 DLOCK_EXTERN int dlock_permit_sem_available(dlock_permit_sem_t *sem,
                                             int64_t *out);

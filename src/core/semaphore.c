@@ -307,6 +307,58 @@ static bool valid_id(const char *id) {
   return id[DLOCK__HEX_ID_LEN] == '\0';
 }
 
+int dlock_permit_sem_permit_valid(dlock_permit_sem_t *s, const char *id,
+                                  int64_t *valid_ms) {
+  const char *fn = "dlock_permit_sem_permit_valid";
+  if (!valid_ms)
+    return dlock__seterr(DLOCK_EINVAL, "%s: valid_ms is NULL", fn);
+  *valid_ms = 0;
+  if (!id)
+    return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
+  if (!valid_id(id))
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: a permit id is %d lowercase hex digits", fn,
+                         DLOCK__HEX_ID_LEN);
+  dlock__sync *h = psem_h(s);
+  int rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore", fn);
+  if (rc)
+    return rc;
+  struct dlock_client *c = h->client;
+  int64_t until = 0;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *hd =
+      dlock__hold_find_locked(c, DLOCK__HK_PERMIT, h->name, 0, id);
+  bool held = hd != NULL;
+  bool lost = hd && hd->lost;
+  if (held && c->ops->lock_renew)
+    until = dlock__hold_vouch_until_locked(c, hd);
+  pthread_mutex_unlock(&c->mu);
+  if (!held)
+    return dlock__sync_call_end(
+        h, dlock__seterr(DLOCK_ENOTOWNER,
+                         "permit %s of '%.200s' is not held by this client",
+                         id, h->name));
+  if (!c->ops->lock_renew) {
+    if (!c->ops->session_until)
+      return dlock__sync_call_end(h,
+                                  dlock__need_op(c, false, "permit validity"));
+    if (c->ops->session_until(c->be, &until) != 0)
+      lost = true;
+  }
+  *valid_ms = until - dlock__now_ms();
+  if (lost && *valid_ms > 0)
+    rc = dlock__seterr(DLOCK_ELOST,
+                       "permit %s of '%.200s' was lost (%lld ms before its "
+                       "lease would have run out)",
+                       id, h->name, (long long)*valid_ms);
+  else if (*valid_ms <= 0)
+    rc = dlock__seterr(DLOCK_ELOST,
+                       "permit %s of '%.200s': its lease was last confirmed "
+                       "too long ago (lapsed %lld ms ago)",
+                       id, h->name, (long long)-*valid_ms);
+  return dlock__sync_call_end(h, rc);
+}
+
 int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
   const char *fn = "dlock_permit_sem_release";
   if (!id)

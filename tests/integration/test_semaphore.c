@@ -537,6 +537,11 @@ static void t_psem_watchdog_renewed(void) {
     CHECK_INT(st->available, ==, 0);
     dlock_sem_state_free(st);
     CHECK_RC(dlock_permit_sem_acquire(q, 0, 5000, id2), DLOCK_EBUSY);
+    /* vouched for by the client's clock: within one lease */
+    int64_t valid = 0;
+    CHECK_OK(dlock_permit_sem_permit_valid(p, id, &valid));
+    CHECK_INT(valid, >, 0);
+    CHECK_INT(valid, <=, 300);
     checks++;
     th_sleep_ms(50);
   }
@@ -571,7 +576,41 @@ static void t_psem_watchdog_lost(void) {
   CHECK_STR(lost.name, "plost");
   CHECK_INT(lost.tid, ==, 0);
   CHECK_INT(lost.reason, ==, DLOCK_LOST_GONE);
+  int64_t valid = 0;
+  CHECK_RC(dlock_permit_sem_permit_valid(p, id, &valid), DLOCK_ELOST);
   CHECK_RC(dlock_permit_sem_release(p, id), DLOCK_ELOST);
+  dlock_permit_sem_free(p);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+/* dlock_permit_sem_permit_valid answers by the client's clock: a fixed
+ * lease's permit is good until its lease has run, then lapsed (ELOST,
+ * *valid_ms <= 0); an id this client does not hold, a malformed id and a
+ * NULL out-pointer are refused. */
+static void t_psem_permit_valid(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = it_client(s);
+  dlock_permit_sem_t *p = it_psem(c, "pvalid");
+  CHECK_OK(dlock_permit_sem_try_set_permits(p, 2, NULL));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(p, 0, 400, id));
+  int64_t valid = 0;
+  CHECK_OK(dlock_permit_sem_permit_valid(p, id, &valid));
+  CHECK_INT(valid, >, 0);
+  CHECK_INT(valid, <=, 400);
+  int rc = 0;
+  TH_WAIT_FOR(rc, dlock_permit_sem_permit_valid(p, id, &valid) == DLOCK_ELOST,
+              3000);
+  CHECKF(rc, "a 400 ms permit still vouched for after 3 s");
+  CHECK_INT(valid, <=, 0);
+  CHECK_RC(dlock_permit_sem_permit_valid(p, "0123456789abcdef0123456789abcdef",
+                                         &valid),
+           DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_permit_sem_permit_valid(p, "xyz", &valid), DLOCK_EINVAL);
+  CHECK_RC(dlock_permit_sem_permit_valid(p, id, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_permit_sem_permit_valid(NULL, id, &valid), DLOCK_EINVAL);
   dlock_permit_sem_free(p);
   dlock_client_free(c);
   th_server_stop(s);
@@ -941,6 +980,7 @@ static const check_case_t cases[] = {
     {"psem_killed_holder", t_psem_killed_holder},
     {"psem_watchdog_renewed", t_psem_watchdog_renewed},
     {"psem_watchdog_lost", t_psem_watchdog_lost},
+    {"psem_permit_valid", t_psem_permit_valid},
     {"psem_release_outcomes", t_psem_release_outcomes},
     {"psem_state", t_psem_state},
     {"psem_redisson", t_psem_redisson},

@@ -1117,16 +1117,40 @@ static size_t held_locks(const struct run *r, dlock_lock_t **out, size_t max) {
  * some lock's lease not confirmed within the lease, or its session
  * unconfirmed for longer than its timeout)? False when every lock is
  * good, or lost for another reason (the lost callback tells that), or the
- * backend cannot say (a -N permit has no such check). True with
+ * backend cannot say. A -N permit is checked the same way
+ * (dlock_permit_sem_permit_valid; confirmed by the permits the server
+ * lists). True with
  * *lapsed_ms = how long ago it lapsed. `confirm`: a lapse by the clock is
  * checked against the server first (one round trip): a ZooKeeper
  * session's bound counts only requests, not its pings, so it can lapse by
  * the clock while the session lives.
  */
+/* Whether the server lists the permit `id` as in use (false when it
+ * cannot be read). */
+static bool permit_listed(struct run *r, const char *id) {
+  dlock_sem_state_t *st = NULL;
+  bool found = false;
+  if (dlock_permit_sem_state(r->sem, &st) != 0)
+    return false;
+  for (size_t i = 0; i < st->npermits && !found; i++)
+    found = st->permits[i].id && strcmp(st->permits[i].id, id) == 0;
+  dlock_sem_state_free(st);
+  return found;
+}
+
 static bool grant_lapsed(struct run *r, bool confirm, int64_t *lapsed_ms) {
   dlock_lock_t *locks[64];
   size_t n = held_locks(r, locks, 64);
   *lapsed_ms = 0;
+  if (r->sem != NULL && r->permit[0]) {
+    int64_t valid = 0;
+    int err = dlock_permit_sem_permit_valid(r->sem, r->permit, &valid);
+    if (err == DLOCK_ELOST && valid <= 0 &&
+        !(confirm && permit_listed(r, r->permit))) {
+      *lapsed_ms = -valid;
+      return true;
+    }
+  }
   for (size_t i = 0; i < n; i++) {
     int64_t valid = 0;
     bool held = false;
