@@ -799,6 +799,10 @@ typedef struct dlock_sem_state {
    * nodes beyond the permits (a Curator InterProcessSemaphoreV2 waiter keeps
    * its node while it waits); 0 on Redis, whose waiters leave no key. */
   int64_t waiting;
+  /* For each of permits[0..npermits): the holder info its client recorded
+   * (dlock_options_set_holder_info), or NULL (none recorded, e.g. a
+   * Redisson or Curator holder). */
+  const char **permit_infos;
 } dlock_sem_state_t;
 
 DLOCK_EXTERN int dlock_permit_sem_state(dlock_permit_sem_t *sem,

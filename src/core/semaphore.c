@@ -447,6 +447,9 @@ void dlock_sem_state_free(dlock_sem_state_t *st) {
     return;
   for (size_t i = 0; st->permits && i < st->npermits; i++)
     dlock__free((void *)st->permits[i].id);
+  for (size_t i = 0; st->permit_infos && i < st->npermits; i++)
+    dlock__free((void *)st->permit_infos[i]);
+  dlock__free(st->permit_infos);
   dlock__free(st->permits);
   dlock__free((void *)st->name);
   dlock__free(st);

@@ -335,14 +335,10 @@ static int write_field(char *buf, size_t len, const char *owner) {
   return 0;
 }
 
-/* The holder-info key of owner's hold of name, dlock_holder:{name}:<owner>
- * (own_key's rule: the lock's slot), built in buf[n]; NULL when the client
- * records no info (or it does not fit: the info is a courtesy, never a
- * reason to fail). */
-static const char *info_key(const dlock__redis *r, const char *name,
-                            const char *owner, char *buf, size_t n) {
-  if (!r->holder_info)
-    return NULL;
+/* The holder-info key of owner's hold of name (redis.h), own_key's rule:
+ * the lock's slot. */
+const char *dlock__redis_holder_key(const char *name, const char *owner,
+                                    char *buf, size_t n) {
   bool brace = strchr(name, '{') != NULL;
   size_t pl = sizeof HOLDER_PREFIX - 1, nl = strlen(name), ol = strlen(owner);
   if (pl + nl + ol + 5 > n)
@@ -359,6 +355,11 @@ static const char *info_key(const dlock__redis *r, const char *name,
   *p++ = ':';
   memcpy(p, owner, ol + 1);
   return buf;
+}
+
+const char *dlock__redis_info_key(const dlock__redis *r, const char *name,
+                                  const char *owner, char *buf, size_t n) {
+  return r->holder_info ? dlock__redis_holder_key(name, owner, buf, n) : NULL;
 }
 
 /* ------------------------------------------------------------ channels */
@@ -419,7 +420,7 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
   char ibuf[DLOCK_NAME_MAX + 160];
   const char *ikey = is_rw(a->kind)
                          ? NULL
-                         : info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
+                         : dlock__redis_info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
   redisReply *rep = NULL;
   switch (a->kind) {
   case DLOCK_FAIR: {
@@ -692,7 +693,7 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   redisReply *rep = NULL;
   char ibuf[DLOCK_NAME_MAX + 160];
   const char *ikey =
-      is_rw(kind) ? NULL : info_key(r, name, owner, ibuf, sizeof ibuf);
+      is_rw(kind) ? NULL : dlock__redis_info_key(r, name, owner, ibuf, sizeof ibuf);
   if (!latch_key) {
     rc = DLOCK_ENOMEM;
   } else if (kind == DLOCK_READ) {
@@ -853,7 +854,8 @@ static char *own(renew_batch *b, char *s) {
 /* Formats one batch's EVALSHA (or EVAL). Layouts:
  *   lock/write: KEYS name...,            ARGV lease, field...
  *   read:       KEYS (name, prefix)...,  ARGV lease, owner...
- *   permit:     KEYS {name}:timeout...,  ARGV lease, permit id... */
+ *   permit:     KEYS {name}:timeout...,  ARGV lease, permit id...
+ *               (with holder info: then each permit's info key) */
 static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
                         bool info, bool body, const char **argv, size_t *lens) {
   size_t n = b->n, nk = b->script == &dlock__script_rw_read_renew ? 2 * n : n;
@@ -872,6 +874,12 @@ static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
       }
       if (!key || !arg)
         return DLOCK_ENOMEM;
+      if (info && it->kind == DLOCK__HK_PERMIT) {
+        char buf[DLOCK_NAME_MAX + 160];
+        const char *ik = dlock__redis_holder_key(it->name, it->owner, buf, sizeof buf);
+        if (!(argv[3 + nk + 1 + n + i] = own(b, dlock__strdup(ik ? ik : ""))))
+          return DLOCK_ENOMEM;
+      }
       if (key2) {
         argv[3 + 2 * i] = key;
         argv[3 + 2 * i + 1] = key2;
@@ -883,9 +891,12 @@ static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
     argv[3 + nk] = lease;
   }
   size_t argc = 3 + nk + 1 + n;
-  /* a client with holder info renews its info keys with the locks */
+  /* a client with holder info renews its info keys with the locks and
+   * permits (a permit's key named here: the script has only the ZSET) */
   if (info && b->script == &dlock__script_lock_renew)
     argv[argc++] = "1";
+  if (info && b->script == &dlock__script_permit_renew)
+    argc += n; /* the permits' info keys, built with the batch */
   for (size_t i = 3; i < argc; i++)
     lens[i] = strlen(argv[i]);
   return dlock__redis_append_script(c, b->script, body, (int)nk, (int)argc,

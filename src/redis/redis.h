@@ -97,6 +97,14 @@ char *dlock__redis_suffixed(const char *name, const char *suffix);
 /* dlock's own keys and channels: `prefix:{name}`, or `prefix:=name` when
  * name has a '{' (one-to-one, same cluster slot as the lock). */
 char *dlock__redis_own_key(const char *prefix, const char *name);
+/* The holder-info key dlock_holder:{name}:<owner> (for a permit, its id),
+ * built in buf[n]; NULL when it does not fit (the info is a courtesy,
+ * never a reason to fail). dlock__redis_info_key: the same, NULL too when
+ * the client records no info. */
+const char *dlock__redis_holder_key(const char *name, const char *owner,
+                                    char *buf, size_t n);
+const char *dlock__redis_info_key(const dlock__redis *r, const char *name,
+                                  const char *owner, char *buf, size_t n);
 
 /* What a cluster node answered instead of running a call (cluster.c
  * follows it): MOVED or ASK <slot> <host:port>, TRYAGAIN (a slot being

@@ -260,9 +260,14 @@ int dlock__redis_psem_acquire(void *be, const char *name, const char *id,
   if (!tk || !ch) {
     rc = DLOCK_ENOMEM;
   } else {
-    const char *argv[MAX_ARGS] = {0, 0, 0, name, tk, ch, id, lease, r->publish};
-    rc = dlock__redis_script_synced(r, &dlock__script_psem_acquire, 3, 9,
-                                    argv, false, &rep, &unsynced);
+    char ibuf[DLOCK_NAME_MAX + 160];
+    const char *ik = dlock__redis_info_key(r, name, id, ibuf, sizeof ibuf);
+    const char *argv[MAX_ARGS] = {0,  0,     0,          name, tk,
+                                  ch, id,    lease,      r->publish,
+                                  ik, ik ? r->holder_info : NULL};
+    rc = dlock__redis_script_synced(r, &dlock__script_psem_acquire, 3,
+                                    ik ? 11 : 9, argv, false, &rep,
+                                    &unsynced);
   }
   dlock__free(tk);
   dlock__free(ch);
@@ -293,9 +298,11 @@ int dlock__redis_psem_release(void *be, const char *name, const char *id) {
   if (!tk || !ch) {
     rc = DLOCK_ENOMEM;
   } else {
-    const char *argv[MAX_ARGS] = {0, 0, 0, name, tk, ch, id, r->publish};
-    rc = dlock__redis_script(r, &dlock__script_psem_release, 3, 8, argv, false,
-                             &rep);
+    char ibuf[DLOCK_NAME_MAX + 160];
+    const char *ik = dlock__redis_info_key(r, name, id, ibuf, sizeof ibuf);
+    const char *argv[MAX_ARGS] = {0, 0, 0, name, tk, ch, id, r->publish, ik};
+    rc = dlock__redis_script(r, &dlock__script_psem_release, 3, ik ? 9 : 8,
+                             argv, false, &rep);
   }
   dlock__free(tk);
   dlock__free(ch);
@@ -303,6 +310,50 @@ int dlock__redis_psem_release(void *be, const char *name, const char *id) {
   if (!rc)
     rc = flag_reply(rep, "permit semaphore release", &released);
   return rc ? rc : released;
+}
+
+/* The holder info recorded beside each listed permit (one MGET: the keys
+ * share the semaphore's slot). Best effort: a status display does without
+ * it when it cannot be read. */
+static void read_permit_infos(dlock__redis *r, dlock_sem_state_t *st) {
+  size_t n = st->npermits;
+  if (n == 0)
+    return;
+  const char **argv = dlock__calloc(n + 1, sizeof *argv);
+  char **keys = dlock__calloc(n, sizeof *keys);
+  const char **infos = dlock__calloc(n, sizeof *infos);
+  redisReply *rep = NULL;
+  bool ok = argv && keys && infos;
+  for (size_t i = 0; ok && i < n; i++) {
+    char buf[DLOCK_NAME_MAX + 160];
+    const char *k = dlock__redis_holder_key(st->name, st->permits[i].id, buf, sizeof buf);
+    ok = k && (keys[i] = dlock__strdup(k)) != NULL;
+    argv[i + 1] = keys[i];
+  }
+  if (ok) {
+    argv[0] = "MGET";
+    ok = dlock__redis_command(r, (int)n + 1, argv, &rep) == 0 &&
+         rep->type == REDIS_REPLY_ARRAY && rep->elements == n;
+  }
+  for (size_t i = 0; ok && i < n; i++) {
+    const redisReply *e = rep->element[i];
+    if (e->type == REDIS_REPLY_STRING &&
+        !(infos[i] = dlock__strndup(e->str, e->len)))
+      ok = false;
+  }
+  if (ok) {
+    st->permit_infos = infos;
+    infos = NULL;
+  }
+  for (size_t i = 0; infos && i < n; i++)
+    dlock__free((void *)infos[i]);
+  dlock__free(infos);
+  for (size_t i = 0; keys && i < n; i++)
+    dlock__free(keys[i]);
+  dlock__free(keys);
+  dlock__free(argv);
+  if (rep)
+    freeReplyObject(rep);
 }
 
 int dlock__redis_psem_state(void *be, const char *name,
@@ -334,6 +385,7 @@ int dlock__redis_psem_state(void *be, const char *name,
     st->npermits++;
   }
   freeReplyObject(rep);
+  read_permit_infos(be, st);
   *out = st;
   return 0;
 }

@@ -360,6 +360,13 @@ static int create_lease(dlock__zk *z, const char *leases, const char *uuid,
   if (len < 0 || (size_t)len >= sizeof want)
     return dlock__seterr(DLOCK_EINVAL, "semaphore path too long: %.200s",
                          leases);
+  /* the data: the owner, and the holder info on a line after it */
+  char data[256 + DLOCK_HOLDER_INFO_MAX];
+  const char *d = owner;
+  if (z->holder_info[0]) {
+    snprintf(data, sizeof data, "%s\n%s", owner, z->holder_info);
+    d = data;
+  }
   bool unsure = false;
   for (int round = 0; round < ROUNDS; round++) {
     if (unsure) {
@@ -368,7 +375,7 @@ static int create_lease(dlock__zk *z, const char *leases, const char *uuid,
         return found < 0 ? found : 0;
     }
     zk_result r;
-    int rc = dlock__zk_create(z, want, owner, ZOO_EPHEMERAL_SEQUENTIAL, &r);
+    int rc = dlock__zk_create(z, want, d, ZOO_EPHEMERAL_SEQUENTIAL, &r);
     if (rc == DLOCK_EIOTIMEOUT) { /* it may be there: look once more */
       int found = find_lease(z, leases, uuid, path);
       if (found > 0 && delete_lease(z, path) < 0)
@@ -467,6 +474,29 @@ int dlock__zk_psem_release(void *be, const char *name, const char *id) {
   return delete_lease(z, path);
 }
 
+/* The holder info after the owner line of each listed lease node's data
+ * (one getData each; best effort: a status display does without it). */
+static void read_lease_infos(dlock__zk *z, const char *leases,
+                             const zk_result *kids, dlock_sem_state_t *st) {
+  if (st->npermits == 0 ||
+      !(st->permit_infos = dlock__calloc(st->npermits, sizeof(char *))))
+    return;
+  for (size_t i = 0; i < st->npermits; i++) {
+    char path[ZK_PATH_MAX];
+    dlock__zk_join(path, sizeof path, leases, kids->children[i]);
+    zk_result g;
+    if (dlock__zk_get(z, path, NULL, NULL, &g) != 0)
+      continue;
+    const char *nl = g.rc == ZOK && g.data_len > 0
+                         ? memchr(g.data, '\n', (size_t)g.data_len)
+                         : NULL;
+    size_t rest = nl ? (size_t)(g.data_len - (nl - g.data) - 1) : 0;
+    if (rest > 0 && rest <= DLOCK_HOLDER_INFO_MAX)
+      st->permit_infos[i] = dlock__strndup(nl + 1, rest);
+    dlock__zk_result_clear(&g);
+  }
+}
+
 int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
   dlock__zk *z = be;
   char p[ZK_PATH_MAX], leases[ZK_PATH_MAX];
@@ -505,6 +535,7 @@ int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
     st->permits[i].expires_in_ms = -1;
     st->npermits = i + 1;
   }
+  read_lease_infos(z, leases, &r, st);
   dlock__zk_result_clear(&r);
   *out = st;
   return 0;

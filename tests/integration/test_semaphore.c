@@ -616,6 +616,59 @@ static void t_psem_permit_valid(void) {
   th_server_stop(s);
 }
 
+/* Holder info of permits: a client with it writes dlock_holder:{name}:<id>
+ * beside each permit, with the permit's lease, renewed with it and deleted
+ * at the release; the state returns it per permit. A client without it
+ * writes nothing, and its permits have none. */
+static void t_psem_holder_info(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 600));
+  CHECK_OK(dlock_options_set_holder_info(o, "{\"who\":\"permit-test\"}"));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, s->url, o));
+  dlock_options_free(o);
+  dlock_client_t *plain = it_client(s);
+  dlock_permit_sem_t *p = it_psem(c, "pinfo");
+  dlock_permit_sem_t *q = it_psem(plain, "pinfo");
+  CHECK_OK(dlock_permit_sem_try_set_permits(p, 2, NULL));
+  char id[DLOCK_PERMIT_ID_LEN + 1], id2[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(p, 0, WD, id));
+  CHECK_OK(dlock_permit_sem_acquire(q, 0, WD, id2));
+  char key[128], key2[128];
+  snprintf(key, sizeof key, "dlock_holder:{pinfo}:%s", id);
+  snprintf(key2, sizeof key2, "dlock_holder:{pinfo}:%s", id2);
+  CHECK(it_exists(s, key));
+  CHECK(!it_exists(s, key2));
+  /* renewed with the permit: a TTL set far out by hand comes back to the
+   * lease at the next renewal */
+  CHECK_INT(th_redis_int(s, "PEXPIRE %s 100000", key), ==, 1);
+  bool renewed;
+  TH_WAIT_FOR(renewed, th_redis_int(s, "PTTL %s", key) <= 600, 5000);
+  CHECKF(renewed, "the permit's info key was not renewed with it");
+  dlock_sem_state_t *st = NULL;
+  CHECK_OK(dlock_permit_sem_state(q, &st));
+  CHECK_INT(st->npermits, ==, 2);
+  CHECK(st->permit_infos != NULL);
+  for (size_t i = 0; i < st->npermits; i++) {
+    if (strcmp(st->permits[i].id, id) == 0)
+      CHECK_STR(st->permit_infos[i], "{\"who\":\"permit-test\"}");
+    else
+      CHECK(st->permit_infos[i] == NULL);
+  }
+  dlock_sem_state_free(st);
+  CHECK_OK(dlock_permit_sem_release(p, id));
+  CHECK(!it_exists(s, key));
+  CHECK_OK(dlock_permit_sem_release(q, id2));
+  dlock_permit_sem_free(q);
+  dlock_permit_sem_free(p);
+  dlock_client_free(plain);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static void t_psem_release_outcomes(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
@@ -981,6 +1034,7 @@ static const check_case_t cases[] = {
     {"psem_watchdog_renewed", t_psem_watchdog_renewed},
     {"psem_watchdog_lost", t_psem_watchdog_lost},
     {"psem_permit_valid", t_psem_permit_valid},
+    {"psem_holder_info", t_psem_holder_info},
     {"psem_release_outcomes", t_psem_release_outcomes},
     {"psem_state", t_psem_state},
     {"psem_redisson", t_psem_redisson},

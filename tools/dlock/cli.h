@@ -125,5 +125,11 @@ bool cli_who_parse(const char *info, struct cli_who *w);
 void cli_who_line(const char *owner, const char *info, char *out, size_t cap);
 /* The parsed identity as a JSON object, or null. */
 void cli_who_json(FILE *f, const char *info);
+/* --status: the identity a holder or waiter recorded, on a "  who:" line
+ * of its own under it (nothing when none was recorded: the owner line says
+ * it all); --json: its ,"info":..,"who":.. fields (the text or null, and
+ * the parsed identity when dlock recorded it, or null). */
+void cli_who_print(const char *owner, const char *info);
+void cli_who_print_json(const char *info);
 
 #endif /* DLOCK_CLI_H */

@@ -106,6 +106,8 @@ static void print_plain(const struct cli_ctx *c, const dlock_sem_state_t *st) {
              (long long)st->permits[i].expires_in_ms);
     else
       printf("holder:  permit %s (no lease)\n", st->permits[i].id);
+    cli_who_print(st->permits[i].id,
+                  st->permit_infos ? st->permit_infos[i] : NULL);
   }
   free(buf);
 }
@@ -124,7 +126,9 @@ static void print_json(const struct cli_ctx *c, const dlock_sem_state_t *st) {
   for (i = 0; i < st->npermits; i++) {
     fputs(i ? ",{\"id\":" : "{\"id\":", stdout);
     cli_json_string(stdout, st->permits[i].id);
-    printf(",\"lease_ms\":%lld}", (long long)st->permits[i].expires_in_ms);
+    printf(",\"lease_ms\":%lld", (long long)st->permits[i].expires_in_ms);
+    cli_who_print_json(st->permit_infos ? st->permit_infos[i] : NULL);
+    fputs("}", stdout);
   }
   fputs("]}\n", stdout);
 }

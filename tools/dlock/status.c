@@ -76,16 +76,6 @@ struct view {
   bool held;
 };
 
-/* The identity a holder or waiter recorded (who.c), on a line of its own
- * under it; nothing when none was recorded (the owner line says it all). */
-static void print_who(const char *owner, const char *info) {
-  char line[2048];
-  if (info == NULL)
-    return;
-  cli_who_line(owner, info, line, sizeof line);
-  printf("  who:   %s\n", line);
-}
-
 static void print_plain(const struct cli_ctx *c, const struct view *v) {
   const dlock_lock_state_t *st = v->st;
   char *buf;
@@ -109,7 +99,7 @@ static void print_plain(const struct cli_ctx *c, const struct view *v) {
     else
       printf("holder:  %s (count %lld)\n", buf,
              (long long)st->holders[i].count);
-    print_who(st->holders[i].owner,
+    cli_who_print(st->holders[i].owner,
               st->holder_infos ? st->holder_infos[i] : NULL);
   }
   if (v->held) {
@@ -126,24 +116,12 @@ static void print_plain(const struct cli_ctx *c, const struct view *v) {
              i + 1, (long long)st->waiter_deadlines_ms[i]);
     else
       printf("waiter:  %s (queued %zu)\n", buf, i + 1);
-    print_who(st->waiters[i], st->waiter_infos ? st->waiter_infos[i] : NULL);
+    cli_who_print(st->waiters[i], st->waiter_infos ? st->waiter_infos[i] : NULL);
   }
   if (st->token > 0)
     printf("token:   %lld (the last fencing token granted)\n",
            (long long)st->token);
   free(buf);
-}
-
-/* ,"info":..,"who":.. of a holder or waiter: the text it recorded (or
- * null) and, when dlock recorded it, its parsed identity (or null). */
-static void print_json_who(const char *info) {
-  fputs(",\"info\":", stdout);
-  if (info != NULL)
-    cli_json_string(stdout, info);
-  else
-    fputs("null", stdout);
-  fputs(",\"who\":", stdout);
-  cli_who_json(stdout, info);
 }
 
 /* Field names of the first version (name, kind, held, lease_ms, holders
@@ -174,7 +152,7 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
       cli_json_string(stdout, st->holders[i].side);
     else
       fputs("null", stdout);
-    print_json_who(st->holder_infos ? st->holder_infos[i] : NULL);
+    cli_who_print_json(st->holder_infos ? st->holder_infos[i] : NULL);
     fputc('}', stdout);
   }
   fputs("],\"waiters\":[", stdout);
@@ -203,7 +181,7 @@ static void print_json(const struct cli_ctx *c, const struct view *v) {
     fputs(i ? ",{\"owner\":" : "{\"owner\":", stdout);
     cli_json_string(stdout, st->waiters[i] ? st->waiters[i] : "");
     printf(",\"position\":%zu", i + 1);
-    print_json_who(st->waiter_infos ? st->waiter_infos[i] : NULL);
+    cli_who_print_json(st->waiter_infos ? st->waiter_infos[i] : NULL);
     fputc('}', stdout);
   }
   fputs("]}\n", stdout);

@@ -287,3 +287,21 @@ void cli_who_json(FILE *f, const char *info) {
     fputs("null", f);
   fputc('}', f);
 }
+
+void cli_who_print(const char *owner, const char *info) {
+  char line[2048];
+  if (info == NULL)
+    return;
+  cli_who_line(owner, info, line, sizeof line);
+  printf("  who:   %s\n", line);
+}
+
+void cli_who_print_json(const char *info) {
+  fputs(",\"info\":", stdout);
+  if (info != NULL)
+    cli_json_string(stdout, info);
+  else
+    fputs("null", stdout);
+  fputs(",\"who\":", stdout);
+  cli_who_json(stdout, info);
+}

@@ -2,7 +2,9 @@
 -- KEYS[1] semaphore name (available count); KEYS[2] {name}:timeout (ZSET
 -- permit id -> expiry, server ms); KEYS[3] channel redisson_sc:{name}.
 -- ARGV[1] permit id (32 hex digits; the member is the 16 bytes they spell,
--- as Redisson stores it); ARGV[2] lease ms; ARGV[3] publish command.
+-- as Redisson stores it); ARGV[2] lease ms; ARGV[3] publish command;
+-- ARGV[4] (only from a client with holder info) the permit's key
+-- dlock_holder:{name}:<id>, ARGV[5] the info: written with the lease.
 -- Returns {1, 0} when taken; {0, ms until the earliest expiry among the
 -- permits in use} when none is free; {0, -1} when none is in use or the
 -- earliest has no lease (Redisson's no-expiry score).
@@ -18,6 +20,9 @@ local value = redis.call('get', KEYS[1])
 if value ~= false and tonumber(value) >= 1 then
   redis.call('decrby', KEYS[1], 1)
   redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), raw_id(ARGV[1]))
+  if ARGV[4] and ARGV[4] ~= '' then
+    redis.call('set', ARGV[4], ARGV[5], 'px', ARGV[2])
+  end
   local ttl = redis.call('pttl', KEYS[1])
   if ttl > 0 then
     redis.call('pexpire', KEYS[2], ttl)

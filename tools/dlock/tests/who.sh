@@ -215,4 +215,25 @@ expect_true "$backend: loss: it says who holds it now (the waiter) or that it is
 wait_exit "$lw" 30000
 expect "$backend: loss: the waiter gets it and exits 0" 0 "$ST"
 
+# -N permits (Redis and ZooKeeper; etcd has no permit semaphore): each
+# permit's holder is named in --status and --json.
+if [ "$backend" != etcd ]; then
+  sem=$name-sem
+  run_bg np "$DLOCK" -N 2 "$sem" sh -c '"$1" "$2"; : "$3"' sh "$T/waitfor" \
+    "$T/sem.end" "$marker" 2>"$T/sem.err"
+  expect_true "$backend: -N: the permit holder holds" wait_until 20000 \
+    sh -c '"$1" -N 2 --status --json "$2" |
+      jq -e ".permits[0].who.pid == $3" >/dev/null' sh "$DLOCK" "$sem" "$np"
+  "$DLOCK" -N 2 --status "$sem" >"$T/sem.out"
+  expect_grep "$backend: -N: --status names the permit's holder" \
+    "  who:   pid $np on $host (user " "$T/sem.out"
+  expect_grep "$backend: -N: with its command line" "$marker'" "$T/sem.out"
+  touch "$T/sem.end"
+  wait_exit "$np" 20000
+  expect "$backend: -N: the permit holder exits 0" 0 "$ST"
+  "$DLOCK" -N 2 --status --json "$sem" >"$T/sem.json"
+  expect "$backend: -N: released, no permit listed" 0 \
+    "$(json_get "$T/sem.json" '.permits | length')"
+fi
+
 finish
