@@ -415,12 +415,17 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                      KM_QUEUE | km_token | KM_READERS | KM_MINE | km_grant);
   if (rc)
     return rc;
-  /* holder info: reentrant, fenced and fair locks (not the read-write
-   * lock's sides) */
+  /* holder info: the key of the hold's field (a write hold's field is
+   * "<owner>:write", so its key is too) */
   char ibuf[DLOCK_NAME_MAX + 160];
-  const char *ikey = is_rw(a->kind)
-                         ? NULL
-                         : dlock__redis_info_key(be, a->name, a->owner, ibuf, sizeof ibuf);
+  if (a->kind == DLOCK_WRITE &&
+      (rc = write_field(wfield, sizeof wfield, a->owner))) {
+    keys_clear(&k);
+    return rc;
+  }
+  const char *ikey = dlock__redis_info_key(
+      be, a->name, a->kind == DLOCK_WRITE ? wfield : a->owner, ibuf,
+      sizeof ibuf);
   redisReply *rep = NULL;
   switch (a->kind) {
   case DLOCK_FAIR: {
@@ -464,9 +469,12 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   ttl,
                                   k.grant,
                                   RW_HELD_BACK_RECHECK_MS,
-                                  ((dlock__redis *)be)->publish};
-    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6, 17,
-                                    argv, false, &rep, unsynced);
+                                  ((dlock__redis *)be)->publish,
+                                  ikey,
+                                  ((dlock__redis *)be)->holder_info};
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_read_acquire, 6,
+                                    ikey ? 19 : 17, argv, false, &rep,
+                                    unsynced);
     break;
   }
   case DLOCK_WRITE: {
@@ -487,9 +495,12 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                                   a->owner,
                                   member,
                                   ttl,
-                                  a->q && a->q->queued ? "1" : "0"};
-    rc = dlock__redis_script_synced(be, &dlock__script_rw_write_acquire, 6, 15,
-                                    argv, false, &rep, unsynced);
+                                  a->q && a->q->queued ? "1" : "0",
+                                  ikey,
+                                  ((dlock__redis *)be)->holder_info};
+    rc = dlock__redis_script_synced(be, &dlock__script_rw_write_acquire, 6,
+                                    ikey ? 17 : 15, argv, false, &rep,
+                                    unsynced);
     break;
   }
   default: {
@@ -692,9 +703,13 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
     dlock__free(latch_prefix);
   redisReply *rep = NULL;
   char ibuf[DLOCK_NAME_MAX + 160];
-  const char *ikey =
-      is_rw(kind) ? NULL : dlock__redis_info_key(r, name, owner, ibuf, sizeof ibuf);
-  if (!latch_key) {
+  /* a write hold's info key is its field's, "<owner>:write" */
+  if (kind == DLOCK_WRITE && !rc)
+    rc = write_field(wfield, sizeof wfield, owner);
+  const char *ikey = dlock__redis_info_key(
+      r, name, kind == DLOCK_WRITE ? wfield : owner, ibuf, sizeof ibuf);
+  if (rc) {
+  } else if (!latch_key) {
     rc = DLOCK_ENOMEM;
   } else if (kind == DLOCK_READ) {
     const char *argv[MAX_ARGS] = {0,
@@ -715,13 +730,14 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                                   latch,
                                   k.grant,
                                   YIELD_PERIOD_MS,
-                                  watching ? "1" : "0"};
-    rc = dlock__redis_script(r, &dlock__script_rw_read_release, 9, 19, argv,
-                             false, &rep);
+                                  watching ? "1" : "0",
+                                  ikey};
+    rc = dlock__redis_script(r, &dlock__script_rw_read_release, 9,
+                             ikey ? 20 : 19, argv, false, &rep);
     if (!rc)
       rc = release_outcome(rep, true);
   } else if (kind == DLOCK_WRITE) {
-    if (!(rc = write_field(wfield, sizeof wfield, owner))) {
+    {
       const char *argv[MAX_ARGS] = {0,
                                     0,
                                     0,
@@ -741,9 +757,10 @@ int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                                     k.grant,
                                     YIELD_PERIOD_MS,
                                     watching ? "1" : "0",
-                                    READTURN_MS};
-      rc = dlock__redis_script(r, &dlock__script_rw_write_release, 8, 20, argv,
-                               false, &rep);
+                                    READTURN_MS,
+                                    ikey};
+      rc = dlock__redis_script(r, &dlock__script_rw_write_release, 8,
+                               ikey ? 21 : 20, argv, false, &rep);
       if (!rc)
         rc = release_outcome(rep, false);
     }
@@ -893,7 +910,8 @@ static int renew_append(dlock__conn *c, renew_batch *b, const char *lease,
   size_t argc = 3 + nk + 1 + n;
   /* a client with holder info renews its info keys with the locks and
    * permits (a permit's key named here: the script has only the ZSET) */
-  if (info && b->script == &dlock__script_lock_renew)
+  if (info && (b->script == &dlock__script_lock_renew ||
+               b->script == &dlock__script_rw_read_renew))
     argv[argc++] = "1";
   if (info && b->script == &dlock__script_permit_renew)
     argc += n; /* the permits' info keys, built with the batch */

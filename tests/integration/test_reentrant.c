@@ -811,6 +811,51 @@ static void t_holder_info(void) {
   CHECK_INT(holder_keys(s), ==, 0);
   dlock_lock_free(fa);
 
+  /* a read-write lock's sides: a write hold's text under its field's name
+   * (<owner>:write), a read hold's under the owner; each read back for its
+   * holder, deleted when the owner's last hold of that side ends (their
+   * renewal is checked below) */
+  dlock_lock_t *wa = NULL, *ra = NULL, *rc_ = NULL;
+  CHECK_OK(dlock_lock_new_kind(a, "hrw", DLOCK_WRITE, &wa));
+  CHECK_OK(dlock_lock_new_kind(a, "hrw", DLOCK_READ, &ra));
+  CHECK_OK(dlock_lock_new_kind(c, "hrw", DLOCK_READ, &rc_));
+  CHECK_OK(dlock_lock_acquire(wa, 0, WD));
+  snprintf(key, sizeof key, "dlock_holder:{hrw}:%s:write", owner);
+  v = th_redis_str(s, "GET %s", key);
+  CHECK_STR(v, "A: pid 1 on h");
+  free(v);
+  st = NULL;
+  CHECK_OK(dlock_lock_state(wa, &st));
+  CHECK_INT(st->nholders, ==, 1);
+  CHECK(st->holder_infos != NULL);
+  CHECK_STR(st->holder_infos[0], "A: pid 1 on h");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(wa));
+  CHECK_INT(holder_keys(s), ==, 0);
+  CHECK_OK(dlock_lock_acquire(ra, 0, WD));
+  CHECK_OK(dlock_lock_acquire_as(rc_, 4343, 0, WD));
+  char cowner[128], ckey[256];
+  it_owner(c, 4343, cowner, sizeof cowner);
+  snprintf(key, sizeof key, "dlock_holder:{hrw}:%s", owner);
+  snprintf(ckey, sizeof ckey, "dlock_holder:{hrw}:%s", cowner);
+  st = NULL;
+  CHECK_OK(dlock_lock_state(ra, &st));
+  CHECK_INT(st->nholders, ==, 2);
+  CHECK(st->holder_infos != NULL);
+  for (size_t i = 0; i < st->nholders; i++)
+    CHECK_STR(st->holder_infos[i], strcmp(st->holders[i].owner, owner) == 0
+                                       ? "A: pid 1 on h"
+                                       : "C: caf\xc3\xa9");
+  dlock_lock_state_free(st);
+  CHECK_OK(dlock_lock_release(ra));
+  CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 0);
+  CHECK_INT(th_redis_int(s, "EXISTS %s", ckey), ==, 1);
+  CHECK_OK(dlock_lock_release_as(rc_, 4343));
+  CHECK_INT(holder_keys(s), ==, 0);
+  dlock_lock_free(wa);
+  dlock_lock_free(ra);
+  dlock_lock_free(rc_);
+
   /* renewed with the lock: after three renewals of a 600 ms lease the
    * text is still there */
   it_client_cfg_t cd = {.holder_info = "D", .watchdog_ms = 600};
@@ -833,6 +878,24 @@ static void t_holder_info(void) {
   CHECK_OK(dlock_lock_release(ld));
   CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 0);
   dlock_lock_free(ld);
+  /* both sides' texts are renewed with their holds: a TTL set far out by
+   * hand comes back to the lease at the next renewal */
+  const dlock_lock_kind_t sides[2] = {DLOCK_READ, DLOCK_WRITE};
+  for (int i = 0; i < 2; i++) {
+    dlock_lock_t *lr = NULL;
+    CHECK_OK(dlock_lock_new_kind(d, "hrr", sides[i], &lr));
+    CHECK_OK(dlock_lock_acquire(lr, 0, WD));
+    snprintf(key, sizeof key, "dlock_holder:{hrr}:%s%s", owner,
+             sides[i] == DLOCK_WRITE ? ":write" : "");
+    CHECK_INT(th_redis_int(s, "PEXPIRE %s 100000", key), ==, 1);
+    bool renewed;
+    TH_WAIT_FOR(renewed, th_redis_int(s, "PTTL %s", key) <= 600, 5000);
+    CHECKF(renewed, "the %s side's text was not renewed with its hold",
+           sides[i] == DLOCK_WRITE ? "write" : "read");
+    CHECK_OK(dlock_lock_release(lr));
+    CHECK_INT(th_redis_int(s, "EXISTS %s", key), ==, 0);
+    dlock_lock_free(lr);
+  }
   dlock_client_free(d);
 
   dlock_lock_free(la);

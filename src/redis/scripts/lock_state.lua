@@ -63,7 +63,7 @@ end
 for i = 1, #fields, 2 do
   local f = fields[i]
   if f ~= 'mode' then
-    f = string.gsub(f, ':write$', '')
+    -- a write hold's text is under its field's name, <owner>:write
     hinfos[(i + 1) / 2] = info(f)
   else
     hinfos[(i + 1) / 2] = false
@@ -73,7 +73,11 @@ for i, w in ipairs(queue) do
   if ARGV[1] == 'fair' then
     winfos[i] = info(w)
   else
-    winfos[i] = info(string.match(w, '^([^:]*:[^:]*)'))
+    local owner = string.match(w, '^([^:]*:[^:]*)')
+    if owner and ARGV[1] == 'rw' then
+      owner = owner .. ':write' -- a queued writer's
+    end
+    winfos[i] = info(owner)
   end
 end
 if ARGV[1] == 'fenced' then

@@ -13,7 +13,9 @@
 -- prefix own(dlock_lock_rw_grant) (":<client-id>" appended); ARGV[7] the
 -- longest a reader held back for a writer sleeps before it looks again, ms;
 -- ARGV[8] the publish command ('spublish': a cluster's sharded channels,
--- counted by PUBSUB SHARDNUMSUB).
+-- counted by PUBSUB SHARDNUMSUB); ARGV[9] (only from a client with holder
+-- info) its key dlock_holder:{name}:<owner> and ARGV[10] the info, written
+-- with the lease when granted.
 -- 'OTHERKIND' when the key is a lock of another kind.
 -- Returns nil when acquired, else the PTTL of the lock, at most ARGV[7] for
 -- a reader held back for a writer (and the waiter is registered, or its
@@ -29,6 +31,9 @@
 local function registered()
   if ARGV[4] ~= '' then
     redis.call('zrem', KEYS[3], ARGV[4])
+  end
+  if ARGV[9] and ARGV[9] ~= '' then
+    redis.call('set', ARGV[9], ARGV[10], 'px', ARGV[1])
   end
   return nil
 end

@@ -9,7 +9,9 @@
 -- ARGV[1] message ("0"); ARGV[2] owner; ARGV[3] publish command;
 -- ARGV[4] latch lifetime ms; ARGV[5] grant channel prefix
 -- own(dlock_lock_rw_grant); ARGV[6] yield period ms; ARGV[7] '1' when the
--- releasing client is itself subscribed to Redisson's channel.
+-- releasing client is itself subscribed to Redisson's channel; ARGV[8]
+-- (only from a client with holder info) the owner's read key
+-- dlock_holder:{name}:<owner>, deleted with its last read hold.
 -- Returns nil (this owner holds no live read hold: none, or its newest
 -- hold's lease ran out), else this owner's read holds left (0: its last
 -- one is gone).
@@ -52,6 +54,9 @@ alive = redis.call('exists', KEYS[3] .. ':' .. n) == 1
 local mine = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if mine <= 0 then
   redis.call('hdel', KEYS[1], ARGV[2])
+  if ARGV[8] and ARGV[8] ~= '' then
+    redis.call('del', ARGV[8])
+  end
 else
   redis.call('set', KEYS[5], alive and mine or -1, 'px', ARGV[4])
 end

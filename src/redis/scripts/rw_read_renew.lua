@@ -4,7 +4,16 @@
 -- per item. Only the owner's own hold keys are extended (Redisson extends
 -- every reader's, which lets one live reader keep a dead one's hold alive),
 -- and a hold whose newest key already expired counts as gone.
+-- ARGV[#KEYS / 2 + 2] '1' (only from a client with holder info): each
+-- renewed owner's dlock_holder:{name}:<owner> key gets the lease too.
 local out = {}
+local info = ARGV[#KEYS / 2 + 2] == '1'
+local function info_key(name, owner)
+  if string.find(name, '{', 1, true) then
+    return 'dlock_holder:=' .. name .. ':' .. owner
+  end
+  return 'dlock_holder:{' .. name .. '}:' .. owner
+end
 for i = 1, #KEYS / 2 do
   local name, prefix, owner = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
   local n = tonumber(redis.pcall('hget', name, owner))
@@ -15,6 +24,9 @@ for i = 1, #KEYS / 2 do
     end
     if redis.call('pttl', name) < tonumber(ARGV[1]) then
       redis.call('pexpire', name, ARGV[1])
+    end
+    if info then
+      redis.call('pexpire', info_key(name, owner), ARGV[1])
     end
     out[i] = 1
   else

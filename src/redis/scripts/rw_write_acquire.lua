@@ -9,7 +9,10 @@
 -- ARGV[1] lease ms; ARGV[2] owner .. ':write'; ARGV[3] owner (its read
 -- holds, to refuse an upgrade); ARGV[4] queue member
 -- "<client-id>:<tid>:<seq>:<lease>" or '' (no queue); ARGV[5] entry
--- lifetime ms; ARGV[6] '1' when this wait may have queued.
+-- lifetime ms; ARGV[6] '1' when this wait may have queued; ARGV[7] (only
+-- from a client with holder info) its key dlock_holder:{name}:<owner>:write
+-- and ARGV[8] the info, written with the lease when granted (and beside a
+-- queue entry, for the entry's lifetime: a hand-off finds it).
 -- 'OTHERKIND' when the key is a lock of another kind.
 -- Returns nil when acquired (or re-entered, or handed over while queued),
 -- the PTTL when held by others (or, during the readers' turn, how long it
@@ -19,6 +22,12 @@
 -- the way. With ARGV[4] = '' and no readers' turn this is exactly the
 -- Redisson acquire.
 local member = ARGV[4]
+local function granted()
+  if ARGV[7] and ARGV[7] ~= '' then
+    redis.call('set', ARGV[7], ARGV[8], 'px', ARGV[1])
+  end
+  return nil
+end
 local function now_ms()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -37,6 +46,10 @@ local function enqueue()
     redis.call('pexpire', KEYS[3], ttl)
     redis.call('pexpire', KEYS[4], ttl)
   end
+  -- the info waits with the entry, so that a hand-off finds it
+  if ARGV[7] and ARGV[7] ~= '' then
+    redis.call('set', ARGV[7], ARGV[8], 'px', ttl)
+  end
 end
 local function dequeue()
   if member ~= '' then
@@ -52,7 +65,7 @@ if member ~= '' and ARGV[6] == '1'
   -- it (count stays 1) and start the lease now, whenever the grant was
   redis.call('zrem', KEYS[4], member)
   redis.call('pexpire', KEYS[1], ARGV[1])
-  return nil
+  return granted()
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 1 then
@@ -72,14 +85,14 @@ if mode == false then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   dequeue()
-  return nil
+  return granted()
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   local ttl = redis.call('pttl', KEYS[1])
   redis.call('pexpire', KEYS[1], math.max(ttl, 0) + tonumber(ARGV[1]))
   dequeue()
-  return nil
+  return granted()
 end
 if mode == 'read' then
   local mine = tonumber(redis.call('hget', KEYS[1], ARGV[3]) or '0')

@@ -9,7 +9,9 @@
 -- ARGV[3] owner .. ':write'; ARGV[4] publish command; ARGV[5] latch ms;
 -- ARGV[6] grant channel prefix own(dlock_lock_rw_grant) (":<client-id>"
 -- appended); ARGV[7] yield period ms; ARGV[8] '1' when the releasing client
--- is itself subscribed to Redisson's channel; ARGV[9] readers' turn ms.
+-- is itself subscribed to Redisson's channel; ARGV[9] readers' turn ms;
+-- ARGV[10] (only from a client with holder info) the write hold's key
+-- dlock_holder:{name}:<owner>:write, deleted when the hold ends.
 -- Returns nil (not the writer), 0 (count went down) or 1 (released).
 -- When the writer's own read holds remain (downgrade) the mode becomes
 -- read and waiting readers are woken too, in a readers' turn when some are
@@ -35,6 +37,9 @@ if left > 0 then
   return 0
 end
 redis.call('hdel', KEYS[1], ARGV[3])
+if ARGV[10] and ARGV[10] ~= '' then
+  redis.call('del', ARGV[10])
+end
 if redis.call('hlen', KEYS[1]) ~= 1 then
   -- downgrade: the writer's read holds remain; waiting readers join them,
   -- in a readers' turn, so that queued writers do not hold them back
