@@ -74,9 +74,9 @@ typedef struct env {
   th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
   th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
   char url[300];         /* the URL the workers lock on */
-  char resource[64]; /* "127.0.0.1:PORT" of the resource server */
-  fence_t *fence;    /* the test's own resource connection */
-  const char *net;   /* "netns+iptables", or the fallback used */
+  char resource[64];     /* "127.0.0.1:PORT" of the resource server */
+  fence_t *fence;        /* the test's own resource connection */
+  const char *net;       /* "netns+iptables", or the fallback used */
 } env_t;
 
 static char worker_exe[PATH_MAX];
@@ -103,8 +103,7 @@ typedef enum backend { B_REDIS, B_CLUSTER, B_ZK, B_ETCD } backend_t;
 /* The lock servers: one redis-server (with lock_conf), a 3-master Redis
  * Cluster, a 3-node ZooKeeper ensemble or a 3-member etcd cluster; then
  * the resource server. e->lock is NULL for ZooKeeper and etcd. */
-static void env_start_on(env_t *e, const char *const *lock_conf,
-                         backend_t b) {
+static void env_start_on(env_t *e, const char *const *lock_conf, backend_t b) {
   memset(e, 0, sizeof *e);
   find_worker();
   CHECKF(access(worker_exe, X_OK) == 0, "no worker at %s", worker_exe);
@@ -379,19 +378,27 @@ static const kcase_t K_REENTRANT = {
 /* Fair waiters wait as the others do: a waiter behind the head never
  * sleeps past the holder's lease, so when a holder that took the lock by
  * expiry is killed in turn, the next one still learns it in time. */
-static const kcase_t K_FAIR = {"_fair", {"fair", "fair", "fair"}, WAIT20, 0, 0, B_REDIS, 0};
-static const kcase_t K_FENCED = {"_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_REDIS, 0};
-static const kcase_t K_WRITE = {"_write", {"write", "write", "write"}, WAIT20, 0, 0, B_REDIS, 0};
-static const kcase_t K_RW_KILL = {"_rw", {"write", "read", "write"}, WAIT20, 0, 0, B_REDIS, 0};
-static const kcase_t K_RW_PAUSE = {"_rw", {"read", "write", "write"}, WAIT20, 0, 0, B_REDIS, 0};
-static const kcase_t K_RW_CONTEND = {"_rw", {"rw", "rw", "rw"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_FAIR = {
+    "_fair", {"fair", "fair", "fair"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_FENCED = {
+    "_fenced", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_WRITE = {
+    "_write", {"write", "write", "write"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_RW_KILL = {
+    "_rw", {"write", "read", "write"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_RW_PAUSE = {
+    "_rw", {"read", "write", "write"}, WAIT20, 0, 0, B_REDIS, 0};
+static const kcase_t K_RW_CONTEND = {
+    "_rw", {"rw", "rw", "rw"}, WAIT20, 0, 0, B_REDIS, 0};
 static const kcase_t K_PERMIT = {
     "_permit", {"permit", "permit", "permit"}, WAIT20, 0, 2, B_REDIS, 0};
 /* The reentrant lock's scenarios on a Redis Cluster: the lock's master is
  * one of three, found by its slot, and the tokens' INCR goes there. */
 static const kcase_t K_CLUSTER = {
-    "_cluster", {"reentrant", "reentrant", "reentrant"}, WAIT20, 0, 0,
-    B_CLUSTER, 0};
+    "_cluster", {"reentrant", "reentrant", "reentrant"},
+    WAIT20,     0,
+    0,          B_CLUSTER,
+    0};
 /* ZooKeeper (3 nodes) and etcd (3 members): the fenced lock (its token is
  * the consensus one: a zxid, a create revision), sessions of 2 s. */
 static const kcase_t K_ZK = {
@@ -500,10 +507,9 @@ static void wait_waiter(env_t *e, const char *lock, const char *kind,
     th_sleep_ms(200); /* scenario pace: its node or key is in place */
   } else if (strcmp(kind, "fair") == 0) {
     bool ok;
-    TH_WAIT_FOR(ok,
-                th_redis_int(e->lock, "LLEN redisson_lock_queue:{%s}", lock) >=
-                    n,
-                BOUND(10000));
+    TH_WAIT_FOR(
+        ok, th_redis_int(e->lock, "LLEN redisson_lock_queue:{%s}", lock) >= n,
+        BOUND(10000));
     CHECKF(ok, "%lld waiters expected in the fair queue of %s", (long long)n,
            lock);
   } else if (strcmp(kind, "read") == 0 || strcmp(kind, "write") == 0 ||
@@ -625,9 +631,8 @@ static bool kill_holder_try(const kcase_t *k, int try) {
     printf("FIGURE %s.round%d: %lld ms from SIGKILL of the holder (%s) "
            "to the next grant (%s; %s %lld ms; the %s at the kill was %lld "
            "ms)\n",
-           sname, round, (long long)delay_ms, k->kinds[holder],
-           k->kinds[next], k->session_ms ? "session" : "watchdog lease",
-           (long long)lease_of(k),
+           sname, round, (long long)delay_ms, k->kinds[holder], k->kinds[next],
+           k->session_ms ? "session" : "watchdog lease", (long long)lease_of(k),
            k->session_ms ? "session timeout"
            : k->limit    ? "permit's remaining lease"
                          : "lock's PTTL",
@@ -690,8 +695,7 @@ static void pause_holder(const kcase_t *k) {
   char sname[64], L[64], o0[160], o1[160];
   kname(k, "pause_holder", "fault-pause", sname, L);
   env_route(&e, L);
-  snprintf(o0, sizeof o0, "--name %s --watchdog 1000 %s", L,
-           kind_opts(k, 0));
+  snprintf(o0, sizeof o0, "--name %s --watchdog 1000 %s", L, kind_opts(k, 0));
   snprintf(o1, sizeof o1, "--name %s --watchdog 1000 --wait 20000 %s", L,
            kind_opts(k, 1));
   size_t f0 = 0, f1 = 0;
@@ -2029,6 +2033,213 @@ static void t_pause_holder_zk(void) { pause_holder(&K_ZK); }
 static void t_kill_holder_etcd(void) { kill_holder(&K_ETCD); }
 static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
 
+/* ------------------------------------------- leader killed or paused */
+
+/*
+ * The service's own faults on a ZooKeeper ensemble or an etcd cluster (3
+ * members): while one process holds a fenced lock and three wait (sessions
+ * of 2000 ms, the library's default timeouts, as the dlock command has
+ * them), the leader is
+ *   kill:  killed with SIGKILL, and the holder releases at once (its
+ *          release meets the election);
+ *   pause: stopped with SIGSTOP, and the holder releases at once; resumed
+ *          once the next grant came;
+ *   both:  killed with SIGKILL together with the holder (the holder's
+ *          session must end on the new leader).
+ * A killed member is started again before the next fault. Asserted: no
+ * waiter gives up (no acquire returns an error, no worker dies), every
+ * waiter is served in turn at the end, no overlap, no stale write accepted.
+ * Reported, not asserted: the time from each fault to the next grant
+ * (FIGURE <scenario>.<fault>), and what the holder's release said.
+ */
+typedef enum lfault { LF_KILL, LF_PAUSE, LF_BOTH } lfault_t;
+
+static int svc_leader(env_t *e) {
+#ifdef TH_HAVE_ZOOKEEPER
+  if (e->zk)
+    return th_zk_leader(e->zk);
+#endif
+#ifdef TH_HAVE_ETCD
+  if (e->etcd)
+    return th_etcd_leader(e->etcd);
+#endif
+  return -1;
+}
+
+/* what: 'k' SIGKILL, 'u' start again, 's' SIGSTOP, 'c' SIGCONT */
+static int svc_member(env_t *e, int i, char what) {
+#ifdef TH_HAVE_ZOOKEEPER
+  if (e->zk)
+    return what == 'k'   ? th_zk_kill9(e->zk, i)
+           : what == 'u' ? th_zk_up(e->zk, i)
+           : what == 's' ? th_zk_pause(e->zk, i)
+                         : th_zk_resume(e->zk, i);
+#endif
+#ifdef TH_HAVE_ETCD
+  if (e->etcd)
+    return what == 'k'   ? th_etcd_kill9(e->etcd, i)
+           : what == 'u' ? th_etcd_up(e->etcd, i)
+           : what == 's' ? th_etcd_pause(e->etcd, i)
+                         : th_etcd_resume(e->etcd, i);
+#endif
+  (void)i;
+  (void)what;
+  return -1;
+}
+
+/* Waiters that gave up so far: an acquire that returned an error, a worker
+ * that died (each counted once). */
+static int gave_up(fproc_t **w, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    if (!w[i])
+      continue;
+    fproc_pump(w[i], 0);
+    bool failed =
+        fproc_count(w[i], " ACQFAIL ") > 0 || fproc_count(w[i], " FATAL ") > 0;
+    if (!failed && w[i]->pid > 0 && fproc_wait_exit(w[i], 0))
+      failed = true; /* exited without being told to */
+    if (failed) {
+      printf("waiter gave up: %s\n", w[i]->tag);
+      fproc_dump(w[i]);
+      bad++;
+    }
+  }
+  return bad;
+}
+
+#define LEADER_WORKERS 4
+
+static void leader_faults(const kcase_t *k) {
+  env_t e;
+  env_start_on(&e, NULL, k->backend);
+  char sname[64], L[64], opts[256];
+  kname(k, "leader_faults", "fault-leader", sname, L);
+  snprintf(opts, sizeof opts,
+           "--name %s --wait 60000 --connect-timeout 0 --command-timeout 0 "
+           "--max-life 110000 %s",
+           L, kind_opts(k, 0));
+  fproc_t *w[LEADER_WORKERS];
+  size_t from[LEADER_WORKERS] = {0};
+  int64_t tokens[LEADER_WORKERS] = {0};
+  for (int i = 0; i < LEADER_WORKERS; i++) {
+    char tag[8];
+    snprintf(tag, sizeof tag, "L%d", i);
+    w[i] = spawn_worker(&e, tag, e.url, "hold", opts);
+    if (i == 0)
+      tokens[0] =
+          fproc_field(WANT(w[0], "ACQUIRED", &from[0], BOUND(10000)), "token");
+    else
+      wait_waiter(&e, L, k->kinds[1], w[i], i);
+  }
+  static const struct {
+    lfault_t f;
+    const char *name;
+  } plan[] = {{LF_KILL, "leader_kill"},
+              {LF_PAUSE, "leader_pause"},
+              {LF_KILL, "leader_kill2"},
+              {LF_PAUSE, "leader_pause2"},
+              {LF_BOTH, "leader_and_holder_kill"}};
+  int holder = 0;
+  int64_t worst = 0;
+  for (size_t r = 0; r < sizeof plan / sizeof plan[0]; r++) {
+    lfault_t f = plan[r].f;
+    WANT(w[holder], "WRITE ok", &from[holder], BOUND(5000));
+    int leader = -1;
+    bool ok;
+    TH_WAIT_FOR(ok, (leader = svc_leader(&e)) >= 0, BOUND(10000));
+    CHECKF(ok, "no leader before fault %s", plan[r].name);
+    int64_t t_f = fproc_now_us();
+    if (f == LF_BOTH) {
+      CHECK(fproc_signal(w[holder], SIGKILL) == 0);
+      CHECK_INT(svc_member(&e, leader, 'k'), ==, 0);
+      CHECK(fproc_wait_exit(w[holder], 5000));
+      CHECK(fence_end(e.fence, L, w[holder]->tag, tokens[holder], t_f,
+                      "killed") == 0);
+    } else {
+      CHECK_INT(svc_member(&e, leader, f == LF_KILL ? 'k' : 's'), ==, 0);
+      CHECK(fproc_send(w[holder], "release") == 0);
+    }
+    fproc_t *rest[LEADER_WORKERS];
+    for (int i = 0; i < LEADER_WORKERS; i++)
+      rest[i] = i == holder || !w[i] || w[i]->pid == 0 ? NULL : w[i];
+    const char *line = NULL;
+    int next =
+        want_any(rest, LEADER_WORKERS, "ACQUIRED", from, BOUND(30000), &line);
+    if (next < 0)
+      for (int i = 0; i < LEADER_WORKERS; i++)
+        if (w[i])
+          fproc_dump(w[i]);
+    CHECKF(next >= 0, "%s: no grant within 30 s", plan[r].name);
+    int64_t gap = (line_us(line) - t_f) / 1000;
+    tokens[next] = fproc_field(line, "token");
+    char rel_note[160] = "";
+    if (f != LF_BOTH) {
+      const char *rel =
+          WANT(w[holder], "RELEASED", &from[holder], BOUND(30000));
+      snprintf(rel_note, sizeof rel_note, "; the release said %s after %lld ms",
+               str_field(rel, "rc"), (long long)fproc_field(rel, "took_ms"));
+    }
+    printf("FIGURE %s.%s: %lld ms from the fault to the next grant (leader "
+           "member %d %s; session %lld ms%s)\n",
+           sname, plan[r].name, (long long)gap, leader,
+           f == LF_KILL    ? "killed as the holder released"
+           : f == LF_PAUSE ? "stopped as the holder released"
+                           : "killed with the holder",
+           (long long)k->session_ms, rel_note);
+    if (gap > worst)
+      worst = gap;
+    /* the service whole again before the next fault */
+    if (f == LF_PAUSE)
+      CHECK_INT(svc_member(&e, leader, 'c'), ==, 0);
+    else
+      CHECK_INT(svc_member(&e, leader, 'u'), ==, 0);
+    if (f == LF_BOTH) {
+      fproc_free(w[holder]);
+      w[holder] = NULL;
+    } else {
+      /* the old holder queues again */
+      CHECK(fproc_send(w[holder], "acquire") == 0);
+      WANT(w[holder], "ACQUIRING", &from[holder], BOUND(5000));
+    }
+    holder = next;
+    CHECK_INT(gave_up(w, LEADER_WORKERS), ==, 0);
+  }
+  /* every waiter is served in turn */
+  int served = 0;
+  for (;;) {
+    CHECK(fproc_send(w[holder], "quit") == 0);
+    finish_worker(w[holder]);
+    fproc_free(w[holder]);
+    w[holder] = NULL;
+    fproc_t *rest[LEADER_WORKERS];
+    int left = 0;
+    for (int i = 0; i < LEADER_WORKERS; i++) {
+      rest[i] = w[i];
+      left += w[i] != NULL;
+    }
+    if (!left)
+      break;
+    const char *line = NULL;
+    int next =
+        want_any(rest, LEADER_WORKERS, "ACQUIRED", from, BOUND(20000), &line);
+    CHECKF(next >= 0, "a waiter was not served after the faults");
+    served++;
+    holder = next;
+  }
+  printf("FIGURE %s: %lld ms worst from a fault to the next grant; 0 "
+         "waiters gave up; %d waiters served in turn afterwards\n",
+         sname, (long long)worst, served);
+  const char *locks[] = {L, NULL};
+  fence_report_t rep = checker_x(&e, sname, locks, 0, false);
+  CHECK_INT(rep.overlaps, ==, 0);
+  CHECK_INT(rep.stale_accepted, ==, 0);
+  env_stop(&e);
+}
+
+static void t_leader_faults_zk(void) { leader_faults(&K_ZK); }
+static void t_leader_faults_etcd(void) { leader_faults(&K_ETCD); }
+
 /* ------------------------------------------------------------- soak */
 
 static int64_t env_int(const char *name, int64_t dflt) {
@@ -2241,6 +2452,8 @@ static const check_case_t cases[] = {
     {"partition_cluster", t_partition_cluster},
     {"partition_zk", t_partition_zk},
     {"partition_etcd", t_partition_etcd},
+    {"leader_faults_zk", t_leader_faults_zk},
+    {"leader_faults_etcd", t_leader_faults_etcd},
     {"soak", t_soak},
 };
 
