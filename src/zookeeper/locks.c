@@ -56,8 +56,8 @@
 #include "zookeeper/zk.h"
 
 #define PATH_MAX_ZK ZK_PATH_MAX
-#define MAX_ROUNDS 16   /* one attempt's retries (races with deletes) */
-#define STATE_MAX 100   /* nodes listed by lock_state */
+#define MAX_ROUNDS 16 /* one attempt's retries (races with deletes) */
+#define STATE_MAX 100 /* nodes listed by lock_state */
 
 static const char MUTEX_MARK[] = "lock-";
 static const char READ_MARK[] = "__READ__";
@@ -97,8 +97,8 @@ static void node_made_locked(dlock__zk *z, zk_node *n) {
     ext(n)->lost = false;
 }
 
-static zk_node *node_find_locked(dlock__zk *z, zk_side side,
-                                 const char *name, const char *owner) {
+static zk_node *node_find_locked(dlock__zk *z, zk_side side, const char *name,
+                                 const char *owner) {
   for (zk_node *n = z->nodes; n; n = n->next)
     if (n->side == side && strcmp(n->name, name) == 0 &&
         strcmp(n->owner, owner) == 0)
@@ -196,8 +196,8 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
                           const char *name, zk_result *r);
 
 /* Lists and sorts the lock's children. ZNONODE: an empty list. */
-static int list_sorted(dlock__zk *z, const char *dir, bool rw,
-                       const char *name, zk_result *r) {
+static int list_sorted(dlock__zk *z, const char *dir, bool rw, const char *name,
+                       zk_result *r) {
   int rc = dlock__zk_children(z, dir, r);
   if (rc)
     return rc;
@@ -478,14 +478,19 @@ static int downgrade(dlock__zk *z, zk_node *n, const char *dir,
   return 1;
 }
 
-/* A waiting attempt that meets a dropped connection while the session
- * lives (a leader election, a member restarting) tries again instead of
- * failing the wait, as Curator's retry loop does: its node, if it was
- * created, keeps its place (a protected create finds it again), and the
- * reconnect wakes every waiter; the 200 ms bound is only a safety net. Once
- * the session is lost (the server said so, or the local session timer
- * ran out) the error goes to the caller. A try, which must not leave a
- * node behind, fails at once as before. */
+/* A waiting attempt that meets a dropped connection (a leader election, a
+ * member restarting) tries again instead of failing the wait, as Curator's
+ * retry loop does. While the session lives its node, if it was created,
+ * keeps its place (a protected create finds it again), and the reconnect
+ * wakes every waiter. Once the session is lost (the server said so, or
+ * the local session timer ran out: an election that outlasts the session,
+ * as a stopped leader's does until the followers give up on it) the wait
+ * goes on too: the holds were reported lost, a new session is being made,
+ * and the next attempt queues a new node on it (at the back); meanwhile a
+ * call fails with "not connected" or "closing", which is no refusal. The
+ * wait ends on its deadline, a grant or a real refusal; the 200 ms bound
+ * is only a safety net. A try, which must not leave a node behind, fails
+ * at once as before. */
 static int retry_later(dlock__zk *z, const dlock__acquire *a, int rc,
                        int64_t *pttl) {
   if (!a->q || (rc != DLOCK_EUNAVAILABLE && rc != DLOCK_EIOTIMEOUT))
@@ -493,17 +498,35 @@ static int retry_later(dlock__zk *z, const dlock__acquire *a, int rc,
   pthread_mutex_lock(&z->mu);
   bool alive = z->live && !z->expired && !z->lost_handled;
   pthread_mutex_unlock(&z->mu);
-  if (!alive)
-    return rc;
-  dlock__log(z->core, DLOCK_LOG_INFO,
-             "lock '%.200s': %s; waiting for the connection to come back",
-             a->name, dlock_last_error());
+  dlock__log(z->core, DLOCK_LOG_INFO, "lock '%.200s': %s; waiting for %s",
+             a->name, dlock_last_error(),
+             alive ? "the connection to come back" : "a new session");
   *pttl = 200;
   return 0;
 }
 
 static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
                         int64_t *token);
+
+/* Deletes the node of a lost session's wait, best effort (ZNONODE: the
+ * server had expired that session already). */
+static void drop_stale(dlock__zk *z, const char *name, const char *path) {
+  zk_result r;
+  int rc = dlock__zk_delete(z, path, &r);
+  int zrc = rc ? ZOK : r.rc;
+  if (!rc)
+    dlock__zk_result_clear(&r);
+  if (rc || (zrc != ZOK && zrc != ZNONODE))
+    dlock__log(z->core, DLOCK_LOG_INFO,
+               "lock '%.200s': the node %.300s of the lost session could not "
+               "be removed (%s); it goes when the server expires that "
+               "session",
+               name, path, rc ? dlock_last_error() : zerror(zrc));
+  else if (zrc == ZOK)
+    dlock__log(z->core, DLOCK_LOG_DEBUG,
+               "lock '%.200s': removed the node %.300s of the lost session",
+               name, path);
+}
 
 int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
@@ -526,6 +549,19 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
 
   pthread_mutex_lock(&z->mu);
   zk_node *n = node_find_locked(z, side, a->name, a->owner);
+  if (n && ext(n)->lost && n->count == 0 && n->path) {
+    /* a wait's node of a session we gave up (the local timer) may still
+     * be queued on the server, which expires that session only a session
+     * timeout after a new leader took over: removed, it no longer holds
+     * up the waiters behind it */
+    char *stale = n->path;
+    n->path = NULL;
+    pthread_mutex_unlock(&z->mu);
+    drop_stale(z, a->name, stale);
+    dlock__free(stale);
+    pthread_mutex_lock(&z->mu);
+    n = node_find_locked(z, side, a->name, a->owner);
+  }
   if (n && ext(n)->lost)
     node_restart_locked(n);
   if (n && n->count > 0) {
@@ -784,8 +820,7 @@ int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
 }
 
 int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
-                         const char *owner, dlock__lock_query q,
-                         int64_t *out) {
+                         const char *owner, dlock__lock_query q, int64_t *out) {
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
   int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);
