@@ -43,7 +43,7 @@ typedef struct dlock__etcd {
   char *tls_cert_file, *tls_key_file;
   char *tls_sni; /* name to send and verify instead of the host */
 
-  pthread_mutex_t pool_mu;   /* guards idle[], nidle, cur and token */
+  pthread_mutex_t pool_mu; /* guards idle[], nidle, cur and token */
   void *idle[ETCD_POOL_MAX]; /* CURL easy handles with live connections */
   int nidle;
   int cur;     /* index of the endpoint in use */
@@ -58,11 +58,11 @@ typedef struct dlock__etcd {
   /* --- guarded by mu --- */
   pthread_mutex_t mu;
   pthread_cond_t session_cv; /* a grant in progress ended */
-  int64_t lease;        /* the session's lease id, 0 before the first grant */
-  bool lease_live;      /* granted and not known to be gone */
-  bool granting;        /* a thread is granting a new lease */
-  int64_t lease_ttl_ms; /* as granted */
-  int64_t last_ok;      /* send time of the last confirmed keep-alive */
+  int64_t lease;         /* the session's lease id, 0 before the first grant */
+  bool lease_live;       /* granted and not known to be gone */
+  bool granting;         /* a thread is granting a new lease */
+  int64_t lease_ttl_ms;  /* as granted */
+  int64_t last_ok;       /* send time of the last confirmed keep-alive */
   int64_t next_keepalive;
   etcd_entry *entries; /* one per lock name this client uses */
   etcd_rw *rws;        /* read-write holds and waits (rw.c) */
@@ -184,7 +184,8 @@ int dlock__etcd_session_until(void *be, int64_t *until);
 /* The lease's granted TTL (backend.h, session_length). */
 int dlock__etcd_session_length(void *be, int64_t *ms);
 int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
-                              const char *name, const char *owner, char ***out);
+                              const char *name, const char *owner,
+                              char ***out);
 int dlock__etcd_wait_begin(void *be, struct dlock__wait *w);
 bool dlock__etcd_wait_arm(void *be, struct dlock__wait *w, bool only_if_ready);
 bool dlock__etcd_wait_can_queue(void *be, struct dlock__wait *w);

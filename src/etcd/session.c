@@ -60,12 +60,12 @@
 struct etcd_watch {
   etcd_reg *reg; /* NULL once the wait ended or moved on (under mu) */
   CURL *h;
-  int idx;   /* endpoint */
-  char *req; /* the request body (kept for libcurl) */
-  char *buf; /* bytes of a result line not complete yet */
+  int idx;      /* endpoint */
+  char *req;    /* the request body (kept for libcurl) */
+  char *buf;    /* bytes of a result line not complete yet */
   size_t n;
-  bool fired; /* the key was deleted, or the stream is useless */
-  bool done;  /* the transfer ended */
+  bool fired;   /* the key was deleted, or the stream is useless */
+  bool done;    /* the transfer ended */
   etcd_watch *next;
 };
 
@@ -355,8 +355,8 @@ static void *etcd_thread(void *arg) {
       break;
     }
     if (e->lease_live) {
-      int64_t vouch =
-          e->last_ok + e->lease_ttl_ms - vouch_margin(e->lease_ttl_ms);
+      int64_t vouch = e->last_ok + e->lease_ttl_ms -
+                      vouch_margin(e->lease_ttl_ms);
       if (now >= vouch) {
         lost = lose_lease_locked(e, "not confirmed within its TTL");
       } else {
@@ -368,9 +368,9 @@ static void *etcd_thread(void *arg) {
           ka.req = dlock__strdup(
               json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
           json_object_put(req);
-          ka.h = ka.req
-                     ? dlock__etcd_easy_new(e, "/v3/lease/keepalive", &ka.idx)
-                     : NULL;
+          ka.h = ka.req ? dlock__etcd_easy_new(e, "/v3/lease/keepalive",
+                                               &ka.idx)
+                        : NULL;
           if (ka.h) {
             int64_t t = e->lease_ttl_ms / 3;
             if (t > e->command_timeout_ms)
@@ -420,8 +420,8 @@ static void *etcd_thread(void *arg) {
         CURLcode cc = m->data.result;
         long status = 0;
         curl_easy_getinfo(ka.h, CURLINFO_RESPONSE_CODE, &status);
-        json_object *j =
-            cc == CURLE_OK && ka.buf ? json_tokener_parse(ka.buf) : NULL;
+        json_object *j = cc == CURLE_OK && ka.buf ? json_tokener_parse(ka.buf)
+                                                  : NULL;
         json_object *res = dlock__etcd_get(j, "result");
         const char *err = json_object_get_string(dlock__etcd_get(j, "error"));
         bool gone = (res && dlock__etcd_i64(res, "TTL") <= 0) ||

@@ -56,8 +56,8 @@
 #include "zookeeper/zk.h"
 
 #define PATH_MAX_ZK ZK_PATH_MAX
-#define MAX_ROUNDS 16 /* one attempt's retries (races with deletes) */
-#define STATE_MAX 100 /* nodes listed by lock_state */
+#define MAX_ROUNDS 16   /* one attempt's retries (races with deletes) */
+#define STATE_MAX 100   /* nodes listed by lock_state */
 
 static const char MUTEX_MARK[] = "lock-";
 static const char READ_MARK[] = "__READ__";
@@ -85,20 +85,22 @@ typedef struct zk_node_ext {
 
 static zk_node_ext *ext(zk_node *n) { return (zk_node_ext *)n; }
 
-/* mu held: n->path was just made (or found) by the server on the session
- * in use. When that session is live and came after a loss (the loss was
- * handled: lost_handled is cleared by the reset), the node is of the new
- * session: a mark of the old session's loss, set while this attempt ran,
- * no longer applies (else the next attempt would start over and queue a
- * second node behind this one, which nobody would delete). */
-static void node_made_locked(dlock__zk *z, zk_node *n) {
-  if (ext(n)->lost && n->count == 0 && z->live && !z->expired &&
-      !z->lost_handled)
+/* mu held: n->path was just made (or found) by the server, through the
+ * handle of generation `gen`. When that is the handle in use and its
+ * session is live and came after a loss (the loss was handled:
+ * lost_handled is cleared by the reset), the node is of the new session:
+ * a mark of the old session's loss, set while this attempt ran, no longer
+ * applies (else the next attempt would start over and queue a second node
+ * behind this one, which nobody would delete). A node made through an
+ * older handle keeps the mark: it goes with that session. */
+static void node_made_locked(dlock__zk *z, zk_node *n, uint64_t gen) {
+  if (ext(n)->lost && n->count == 0 && gen == z->gen && z->live &&
+      !z->expired && !z->lost_handled)
     ext(n)->lost = false;
 }
 
-static zk_node *node_find_locked(dlock__zk *z, zk_side side, const char *name,
-                                 const char *owner) {
+static zk_node *node_find_locked(dlock__zk *z, zk_side side,
+                                 const char *name, const char *owner) {
   for (zk_node *n = z->nodes; n; n = n->next)
     if (n->side == side && strcmp(n->name, name) == 0 &&
         strcmp(n->owner, owner) == 0)
@@ -196,8 +198,8 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
                           const char *name, zk_result *r);
 
 /* Lists and sorts the lock's children. ZNONODE: an empty list. */
-static int list_sorted(dlock__zk *z, const char *dir, bool rw, const char *name,
-                       zk_result *r) {
+static int list_sorted(dlock__zk *z, const char *dir, bool rw,
+                       const char *name, zk_result *r) {
   int rc = dlock__zk_children(z, dir, r);
   if (rc)
     return rc;
@@ -305,6 +307,7 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
     return rc;
   int zrc = r.rc;
   int64_t czxid = r.stat.czxid;
+  uint64_t gen = r.gen;
   dlock__zk_result_clear(&r);
   if (zrc == ZNONODE)
     return 0;
@@ -318,7 +321,7 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
   n->path = copy;
   n->czxid = czxid;
   ext(n)->unsure = false;
-  node_made_locked(z, n);
+  node_made_locked(z, n, gen);
   pthread_mutex_unlock(&z->mu);
   return 1;
 }
@@ -372,7 +375,7 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
       r.path = NULL;
       n->czxid = r.stat.czxid;
       ext(n)->unsure = false;
-      node_made_locked(z, n);
+      node_made_locked(z, n, r.gen);
       pthread_mutex_unlock(&z->mu);
       dlock__zk_result_clear(&r);
       return 0;
@@ -648,6 +651,25 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
       holds = me == 0;
       watch = me - 1;
     }
+    if (holds && ext(n)->lost) {
+      /* the node is of a session given up while this attempt ran (made
+       * before the loss, or through the old handle before the reset): no
+       * grant, it goes with that session. A wait attempts again at once
+       * (its next attempt deletes that node and queues a new one); a try
+       * leaves. */
+      pthread_mutex_unlock(&z->mu);
+      dlock__zk_result_clear(&kids);
+      if (!a->q) {
+        if ((rc = drop_node(z, n, dir)) != 0)
+          return rc;
+        return dlock__seterr(DLOCK_EUNAVAILABLE,
+                             "zookeeper %s: lock '%.200s': the session was "
+                             "lost during the acquire",
+                             z->display, a->name);
+      }
+      *pttl = 1;
+      return 0;
+    }
     if (holds) {
       n->count = 1;
       *token = n->czxid;
@@ -820,7 +842,8 @@ int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
 }
 
 int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
-                         const char *owner, dlock__lock_query q, int64_t *out) {
+                         const char *owner, dlock__lock_query q,
+                         int64_t *out) {
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
   int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);

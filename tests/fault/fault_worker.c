@@ -11,10 +11,10 @@
  * reentrant). The token is the lock's own fencing token for `fenced`
  * (dlock_lock_acquire_fenced, drawn with the grant), an INCR on the lock
  * server for the other kinds (--token-server names it where the URL does
- * not: a cluster's master of the lock's slot). Read holds are shared holds for
- * the checker (fence_begin_as/fence_write_as): their "writes" are reads. `rw`
- * (contend only) takes the read or the write side of each lock at random, per
- * cycle. `permit --limit N` holds permits of the permit semaphore of each name
+ * not: a cluster's master of the lock's slot). Read holds are shared holds for the checker
+ * (fence_begin_as/fence_write_as): their "writes" are reads. `rw` (contend
+ * only) takes the read or the write side of each lock at random, per cycle.
+ * `permit --limit N` holds permits of the permit semaphore of each name
  * (created with N permits by try_set_permits, first come): the resource is
  * given capacity N (fence_set_capacity), the token is the INCR one (a
  * permit has none), a holder leaves the resource's open set right before
@@ -67,7 +67,7 @@
 
 #define MAX_LOCKS 16
 #define MAX_THREADS 32
-#define KIND_RW 100     /* contend: the read or the write side, at random */
+#define KIND_RW 100 /* contend: the read or the write side, at random */
 #define KIND_PERMIT 101 /* permits of a permit semaphore (--limit N) */
 
 static struct cfg {
@@ -351,8 +351,8 @@ static void permits_setup(dlock_client_t *c) {
 
 /* Acquire with a bounded number of retries after backend errors (the API
  * returns those at once; retrying is the caller's policy). */
-static int acquire(handle_t *l, int64_t wait_ms, int64_t lease_ms, int *errors,
-                   int64_t *token) {
+static int acquire(handle_t *l, int64_t wait_ms, int64_t lease_ms,
+                   int *errors, int64_t *token) {
   int rc = -1;
   int64_t t0 = fence_now_us();
   for (int i = 0;; i++) {
@@ -445,8 +445,8 @@ static void hold_acquire(hold_state_t *h) {
  * process stopped in between reports it only when resumed) */
 static void hold_write(hold_state_t *h) {
   int64_t sent = fence_now_us();
-  int w =
-      fence_write_as(h->f, cfg.locks[0], h->holder, h->token, is_shared(&h->l));
+  int w = fence_write_as(h->f, cfg.locks[0], h->holder, h->token,
+                         is_shared(&h->l));
   if (w == FENCE_ERROR)
     die("resource unreachable");
   if (w)
@@ -609,9 +609,10 @@ static uint64_t rnd_next(uint64_t *s) {
 
 /* One hold of `l` by thread `me` using client handle l; returns 0, or -1
  * when something the test must see went wrong (printed). */
-static int one_cycle(contender_t *me, handle_t *l, const char *lock, fence_t *f,
-                     tokensrc_t *ts, const char *holder, int64_t wait_ms,
-                     int64_t lease_ms, int64_t hold_us, bool reenter) {
+static int one_cycle(contender_t *me, handle_t *l, const char *lock,
+                     fence_t *f, tokensrc_t *ts, const char *holder,
+                     int64_t wait_ms, int64_t lease_ms, int64_t hold_us,
+                     bool reenter) {
   int errors = 0;
   int64_t t0 = fence_now_us();
   atomic_store(&slots[me->idx].lost_us, 0);
