@@ -126,6 +126,8 @@ void dlock__etcd_saw_term(dlock__etcd *e, json_object *header);
 /* Lets an easy handle set up for e (URL of endpoint `idx`, timeouts, auth
  * header) be used by the session thread. Returns the CURL* or NULL. */
 void *dlock__etcd_easy_new(dlock__etcd *e, const char *path, int *idx);
+/* The same for endpoint idx (NULL when out of range). */
+void *dlock__etcd_easy_new_at(dlock__etcd *e, const char *path, int idx);
 void dlock__etcd_easy_free(void *h);
 /* The endpoint after `idx` becomes the one in use (when idx still is). */
 void dlock__etcd_failover(dlock__etcd *e, int idx);

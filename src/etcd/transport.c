@@ -358,6 +358,24 @@ void *dlock__etcd_easy_new(dlock__etcd *e, const char *path, int *idx) {
   return h;
 }
 
+void *dlock__etcd_easy_new_at(dlock__etcd *e, const char *path, int idx) {
+  CURL *h = curl_easy_init();
+  easy_lists *l = dlock__calloc(1, sizeof *l);
+  if (!h || !l || idx < 0 || idx >= e->nhosts) {
+    if (h)
+      curl_easy_cleanup(h);
+    dlock__free(l);
+    return NULL;
+  }
+  pthread_mutex_lock(&e->pool_mu);
+  char *token = e->token ? dlock__strdup(e->token) : NULL;
+  pthread_mutex_unlock(&e->pool_mu);
+  setup(e, h, idx, path, token, l);
+  curl_easy_setopt(h, CURLOPT_PRIVATE, l); /* freed with the handle */
+  dlock__free(token);
+  return h;
+}
+
 void dlock__etcd_easy_free(void *h) {
   if (!h)
     return;
@@ -505,20 +523,9 @@ typedef struct probe {
 
 /* A probe handle for endpoint i (its lists freed with it). */
 static CURL *probe_new(dlock__etcd *e, int i, probe_t *p) {
-  CURL *h = curl_easy_init();
-  easy_lists *l = dlock__calloc(1, sizeof *l);
-  if (!h || !l) {
-    if (h)
-      curl_easy_cleanup(h);
-    dlock__free(l);
+  CURL *h = dlock__etcd_easy_new_at(e, "/v3/maintenance/status", i);
+  if (!h)
     return NULL;
-  }
-  pthread_mutex_lock(&e->pool_mu);
-  char *token = e->token ? dlock__strdup(e->token) : NULL;
-  pthread_mutex_unlock(&e->pool_mu);
-  setup(e, h, i, "/v3/maintenance/status", token, l);
-  dlock__free(token);
-  curl_easy_setopt(h, CURLOPT_PRIVATE, l);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)PROBE_TIMEOUT_MS);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)PROBE_TIMEOUT_MS);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, "{}");
