@@ -406,8 +406,8 @@ static void *etcd_thread(void *arg) {
             for (etcd_watch *w = watches; w && !wp.h; w = w->next) {
               if (!w->reg || w->idx == ka.idx)
                 continue;
-              wp.h = dlock__etcd_easy_new_at(e, "/v3/maintenance/status",
-                                             w->idx);
+              wp.h =
+                  dlock__etcd_easy_new_at(e, "/v3/maintenance/status", w->idx);
               if (!wp.h)
                 break;
               wp.idx = w->idx;
