@@ -571,18 +571,21 @@ static CURLcode perform_watched(dlock__etcd *e, CURL *h, int idx, char *why,
     while ((msg = curl_multi_info_read(m, &left)) != NULL) {
       if (msg->msg != CURLMSG_DONE)
         continue;
-      if (msg->easy_handle == h) {
-        cc = msg->data.result;
+      /* msg lives in its easy handle: copied before a probe's is freed */
+      CURL *ended = msg->easy_handle;
+      CURLcode result = msg->data.result;
+      if (ended == h) {
+        cc = result;
         done = true;
         continue;
       }
       for (int i = 0; i < n; i++) {
         probe_t *p = &probes[i];
-        if (p->h != msg->easy_handle)
+        if (p->h != ended)
           continue;
         long status = 0;
         curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &status);
-        json_object *j = msg->data.result == CURLE_OK && status == 200 && p->b.p
+        json_object *j = result == CURLE_OK && status == 200 && p->b.p
                              ? json_tokener_parse(p->b.p)
                              : NULL;
         const char *self = json_object_get_string(
@@ -606,6 +609,7 @@ static CURLcode perform_watched(dlock__etcd *e, CURL *h, int idx, char *why,
         json_object_put(j);
         probe_end(m, p);
         p->next = dlock__now_ms() + PROBE_EVERY_MS;
+        break;
       }
     }
     if (done || *moved)
