@@ -33,8 +33,10 @@
  * permit semaphore runs the same three as a kind with a limit N = 2: N - 1
  * "filler" processes hold the other permits throughout, so the scenario's
  * holder and waiters meet exactly as on a lock, and the checker counts
- * holders against N instead of 1. Main thread only (the harness wants
- * servers started there).
+ * holders against N instead of 1. leader_faults_zk and leader_faults_etcd
+ * hit the service itself: its leader killed or stopped while one process
+ * holds and three wait (no waiter may give up; the gaps are reported).
+ * Main thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
 #include "check.h"
