@@ -43,8 +43,12 @@ typedef struct dlock__etcd {
   char *tls_cert_file, *tls_key_file;
   char *tls_sni; /* name to send and verify instead of the host */
 
-  pthread_mutex_t pool_mu; /* guards idle[], nidle, cur and token */
+  pthread_mutex_t pool_mu;   /* guards idle[], idle_multi[], nidle, cur and
+                              * token */
   void *idle[ETCD_POOL_MAX]; /* CURL easy handles with live connections */
+  /* the CURLM each of them runs in (NULL with one endpoint): the multi
+   * handle keeps the connections, so each handle keeps its own */
+  void *idle_multi[ETCD_POOL_MAX];
   int nidle;
   int cur;     /* index of the endpoint in use */
   char *token; /* auth token (Authorization header), or NULL */

@@ -189,8 +189,11 @@ int dlock__etcd_transport_init(dlock__etcd *e) {
 }
 
 void dlock__etcd_transport_free(dlock__etcd *e) {
-  for (int i = 0; i < e->nidle; i++)
+  for (int i = 0; i < e->nidle; i++) {
     curl_easy_cleanup(e->idle[i]);
+    if (e->idle_multi[i])
+      curl_multi_cleanup(e->idle_multi[i]);
+  }
   e->nidle = 0;
   if (e->token) {
     memset(e->token, 0, strlen(e->token));
@@ -200,30 +203,44 @@ void dlock__etcd_transport_free(dlock__etcd *e) {
   pthread_mutex_destroy(&e->pool_mu);
 }
 
-static CURL *pool_get(dlock__etcd *e, int *idx, char **token) {
+/* An idle easy handle and the multi handle it runs in (*m: NULL with one
+ * endpoint, or when none could be made: the request then runs with
+ * curl_easy_perform, unwatched). */
+static CURL *pool_get(dlock__etcd *e, int *idx, char **token, CURLM **m) {
   CURL *h = NULL;
+  *m = NULL;
   pthread_mutex_lock(&e->pool_mu);
-  if (e->nidle > 0)
-    h = e->idle[--e->nidle];
+  if (e->nidle > 0) {
+    e->nidle--;
+    h = e->idle[e->nidle];
+    *m = e->idle_multi[e->nidle];
+  }
   *idx = e->cur;
   *token = e->token ? dlock__strdup(e->token) : NULL;
   pthread_mutex_unlock(&e->pool_mu);
   if (!h)
     h = curl_easy_init();
+  if (h && !*m && e->nhosts > 1)
+    *m = curl_multi_init();
   return h;
 }
 
-static void pool_put(dlock__etcd *e, CURL *h) {
-  if (!h)
-    return;
-  pthread_mutex_lock(&e->pool_mu);
-  if (e->nidle < ETCD_POOL_MAX) {
-    e->idle[e->nidle++] = h;
-    h = NULL;
+static void pool_put(dlock__etcd *e, CURL *h, CURLM *m) {
+  if (h) {
+    pthread_mutex_lock(&e->pool_mu);
+    if (e->nidle < ETCD_POOL_MAX) {
+      e->idle[e->nidle] = h;
+      e->idle_multi[e->nidle] = m;
+      e->nidle++;
+      h = NULL;
+      m = NULL;
+    }
+    pthread_mutex_unlock(&e->pool_mu);
   }
-  pthread_mutex_unlock(&e->pool_mu);
   if (h)
     curl_easy_cleanup(h);
+  if (m)
+    curl_multi_cleanup(m);
 }
 
 void dlock__etcd_failover(dlock__etcd *e, int idx) {
@@ -546,11 +563,11 @@ static void probe_end(CURLM *m, probe_t *p) {
  * then *moved is set, *to is the leader's endpoint (or -1) and `why` says
  * what happened. Each endpoint is probed again PROBE_EVERY_MS after its
  * last probe ended, so a silent one does not hold the others back. */
-static CURLcode perform_watched(dlock__etcd *e, CURL *h, int idx, char *why,
-                                size_t whylen, bool *moved, int *to) {
+static CURLcode perform_watched(dlock__etcd *e, CURL *h, CURLM *m, int idx,
+                                char *why, size_t whylen, bool *moved,
+                                int *to) {
   *moved = false;
   *to = -1;
-  CURLM *m = e->nhosts > 1 ? curl_multi_init() : NULL;
   if (!m)
     return curl_easy_perform(h);
   curl_multi_add_handle(m, h);
@@ -644,8 +661,7 @@ static CURLcode perform_watched(dlock__etcd *e, CURL *h, int idx, char *why,
   for (int i = 0; i < n; i++)
     if (probes[i].h)
       probe_end(m, &probes[i]);
-  curl_multi_remove_handle(m, h);
-  curl_multi_cleanup(m);
+  curl_multi_remove_handle(m, h); /* its connection stays in m's cache */
   return done ? cc : CURLE_OPERATION_TIMEDOUT;
 }
 
@@ -667,7 +683,8 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
                     int64_t timeout_ms, json_object **out, int *idx, char *why,
                     size_t whylen) {
   char *token = NULL;
-  CURL *h = pool_get(e, idx, &token);
+  CURLM *m = NULL;
+  CURL *h = pool_get(e, idx, &token, &m);
   if (!h) {
     dlock__free(token);
     snprintf(why, whylen, "out of memory");
@@ -693,7 +710,7 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   }
   bool moved = false;
   int to = -1;
-  CURLcode cc = perform_watched(e, h, *idx, why, whylen, &moved, &to);
+  CURLcode cc = perform_watched(e, h, m, *idx, why, whylen, &moved, &to);
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
@@ -710,6 +727,9 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     /* why says what happened; the member we sent to is left */
     curl_easy_cleanup(h);
     h = NULL;
+    if (m)
+      curl_multi_cleanup(m);
+    m = NULL;
     x = X_LOST;
     if (to >= 0 && to != *idx) {
       pthread_mutex_lock(&e->pool_mu);
@@ -738,6 +758,9 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     }
     curl_easy_cleanup(h); /* its connection is in an unknown state */
     h = NULL;
+    if (m)
+      curl_multi_cleanup(m);
+    m = NULL;
   } else {
     if (diagnose) /* the handshake worked: nothing to diagnose */
       atomic_store(&e->tls_diagnose, false);
@@ -773,7 +796,7 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     }
   }
   dlock__free(b.p);
-  pool_put(e, h);
+  pool_put(e, h, m);
   return x;
 }
 
