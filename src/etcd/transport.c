@@ -24,11 +24,13 @@
  *
  * Requests (caller threads; the session thread makes its keep-alive and
  * watch handles with dlock__etcd_easy_new and runs them itself): an easy
- * handle is borrowed from a small idle pool (pool_mu guards the array, the
- * endpoint in use and the auth token, never I/O), so each keeps its HTTP
- * keep-alive connection; one POST per request, bounded by the command
- * timeout (connect: the connect timeout). A failed exchange moves `cur` to
- * the next endpoint; the request is sent again there when it was never
+ * handle is borrowed from a small idle pool together with the multi
+ * handle it runs in (pool_mu guards the arrays, the endpoint in use and
+ * the auth token, never I/O), so each keeps its HTTP keep-alive
+ * connection (in the multi handle's cache); one POST per request, bounded
+ * by the command timeout (connect: the connect timeout). A failed
+ * exchange moves `cur` to the next endpoint; the request is sent again
+ * there when it was never
  * sent (no connection) or is idempotent (`resend`: every request of this
  * backend but the release's delete, whose second answer "deleted 0" would
  * read as a lost lock), while the whole call stays within one command
