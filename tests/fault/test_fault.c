@@ -2108,6 +2108,40 @@ static int gave_up(fproc_t **w, int n) {
 
 #define LEADER_WORKERS 4
 
+/* The holder a round starts from: w[h], unless it was told it lost the
+ * lock since its grant (a session or lease the service ended under it,
+ * as a stopped etcd leader can: see docs/RELIABILITY.md); then the waiter
+ * granted the lock after it, and the told one releases (DLOCK_ELOST) and
+ * queues again. *told counts such holds. */
+static int current_holder(fproc_t **w, size_t *from, int64_t *tokens, int h,
+                          int *told) {
+  fproc_pump(w[h], 0);
+  size_t f = from[h];
+  const char *lost = fproc_expect(w[h], "LOST ", &f, 0);
+  if (!lost)
+    return h;
+  printf("the holder %s was told it lost the lock: %s\n", w[h]->tag, lost);
+  (*told)++;
+  fproc_t *rest[LEADER_WORKERS];
+  for (int i = 0; i < LEADER_WORKERS; i++)
+    rest[i] = i == h || !w[i] ? NULL : w[i];
+  const char *line = NULL;
+  int next =
+      want_any(rest, LEADER_WORKERS, "ACQUIRED", from, BOUND(10000), &line);
+  if (next < 0)
+    for (int i = 0; i < LEADER_WORKERS; i++)
+      if (w[i])
+        fproc_dump(w[i]);
+  CHECKF(next >= 0, "no waiter was granted the lock %s lost", w[h]->tag);
+  tokens[next] = fproc_field(line, "token");
+  CHECK(fproc_send(w[h], "release") == 0);
+  const char *rel = WANT(w[h], "RELEASED", &from[h], BOUND(10000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_ELOST");
+  CHECK(fproc_send(w[h], "acquire") == 0);
+  WANT(w[h], "ACQUIRING", &from[h], BOUND(5000));
+  return next;
+}
+
 static void leader_faults(const kcase_t *k) {
   env_t e;
   env_start_on(&e, NULL, k->backend);
@@ -2142,12 +2176,13 @@ static void leader_faults(const kcase_t *k) {
               {LF_KILL, "leader_kill2", true},
               {LF_PAUSE, "leader_pause2", true},
               {LF_BOTH, "leader_and_holder_kill", false}};
-  int holder = 0;
+  int holder = 0, told = 0;
   int64_t worst = 0;
   for (size_t r = 0; r < sizeof plan / sizeof plan[0]; r++) {
     lfault_t f = plan[r].f;
     if (plan[r].etcd_only && !e.etcd)
       continue;
+    holder = current_holder(w, from, tokens, holder, &told);
     WANT(w[holder], "WRITE ok", &from[holder], BOUND(5000));
     int leader = -1;
     bool ok;
@@ -2237,11 +2272,14 @@ static void leader_faults(const kcase_t *k) {
     holder = next;
   }
   printf("FIGURE %s: %lld ms worst from a fault to the next grant; 0 "
-         "waiters gave up; %d waiters served in turn afterwards\n",
-         sname, (long long)worst, served);
+         "waiters gave up; %d waiters served in turn afterwards; %d holders "
+         "told they lost the lock between faults\n",
+         sname, (long long)worst, served, told);
+  /* asserted: no stale write accepted. An overlap (a holder whose lease
+   * the service ended before the client could know: reported, with the
+   * holds behind told holders) is the fencing token's to stop */
   const char *locks[] = {L, NULL};
   fence_report_t rep = checker_x(&e, sname, locks, 0, false);
-  CHECK_INT(rep.overlaps, ==, 0);
   CHECK_INT(rep.stale_accepted, ==, 0);
   env_stop(&e);
 }
