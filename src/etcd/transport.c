@@ -515,7 +515,8 @@ static int on_debug(CURL *h, curl_infotype type, char *data, size_t size,
  *    proposal of the old term is gone), or
  *  - the member we sent it to has not answered two probe rounds in a row
  *    while another member reports a leader (a stopped member keeps its
- *    connections open and answers nothing);
+ *    connections open and answers nothing), for a request that may be
+ *    sent again;
  * and the endpoint in use becomes the leader's (the member whose own id is
  * the leader id that it reports). A slow member under load answers its
  * status and keeps the request: only an election or a silent member ends
@@ -564,10 +565,13 @@ static void probe_end(CURLM *m, probe_t *p) {
 /* Runs h (a request to endpoint idx) to its end, or gives it up as above:
  * then *moved is set, *to is the leader's endpoint (or -1) and `why` says
  * what happened. Each endpoint is probed again PROBE_EVERY_MS after its
- * last probe ended, so a silent one does not hold the others back. */
+ * last probe ended, so a silent one does not hold the others back. A
+ * request that must not be sent twice (resend false: a release) is given
+ * up only for an election: a member slow to answer its status under load
+ * could be taken for a stopped one, and the release would then fail. */
 static CURLcode perform_watched(dlock__etcd *e, CURL *h, CURLM *m, int idx,
-                                char *why, size_t whylen, bool *moved,
-                                int *to) {
+                                bool resend, char *why, size_t whylen,
+                                bool *moved, int *to) {
   *moved = false;
   *to = -1;
   if (!m)
@@ -637,7 +641,7 @@ static CURLcode perform_watched(dlock__etcd *e, CURL *h, CURLM *m, int idx,
     bool leader_known = false;
     for (int i = 0; i < n; i++)
       leader_known |= i != idx && probes[i].has_leader;
-    if (idx < n && probes[idx].silent >= 2 && leader_known) {
+    if (resend && idx < n && probes[idx].silent >= 2 && leader_known) {
       *moved = true;
       snprintf(why, whylen,
                "%s: no answer, and it does not answer its status while "
@@ -682,8 +686,8 @@ enum {
 };
 
 static int exchange(dlock__etcd *e, const char *path, const char *req,
-                    int64_t timeout_ms, json_object **out, int *idx, char *why,
-                    size_t whylen) {
+                    bool resend, int64_t timeout_ms, json_object **out,
+                    int *idx, char *why, size_t whylen) {
   char *token = NULL;
   CURLM *m = NULL;
   CURL *h = pool_get(e, idx, &token, &m);
@@ -712,7 +716,8 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   }
   bool moved = false;
   int to = -1;
-  CURLcode cc = perform_watched(e, h, m, *idx, why, whylen, &moved, &to);
+  CURLcode cc =
+      perform_watched(e, h, m, *idx, resend, why, whylen, &moved, &to);
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
@@ -836,7 +841,7 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
     }
     int idx = 0;
     int64_t t = left < e->command_timeout_ms ? left : e->command_timeout_ms;
-    int x = exchange(e, path, body, t, out, &idx, why, sizeof why);
+    int x = exchange(e, path, body, resend, t, out, &idx, why, sizeof why);
     if (x == X_OK)
       break;
     if (x == X_ERROR) {
@@ -910,8 +915,8 @@ int dlock__etcd_authenticate(dlock__etcd *e) {
       memset(old, 0, strlen(old));
       dlock__free(old);
     }
-    int x = exchange(e, "/v3/auth/authenticate", body, e->command_timeout_ms,
-                     &rep, &idx, why, sizeof why);
+    int x = exchange(e, "/v3/auth/authenticate", body, true,
+                     e->command_timeout_ms, &rep, &idx, why, sizeof why);
     if (x == X_OK) {
       const char *t = json_object_get_string(dlock__etcd_get(rep, "token"));
       char *tok = t ? dlock__strdup(t) : NULL;
