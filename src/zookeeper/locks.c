@@ -277,6 +277,26 @@ int dlock__zk_make_parents(dlock__zk *z, const char *dir) {
   return 0;
 }
 
+/* Deletes the node of a lost session's wait, best effort (ZNONODE: the
+ * server had expired that session already). */
+static void drop_stale(dlock__zk *z, const char *name, const char *path) {
+  zk_result r;
+  int rc = dlock__zk_delete(z, path, &r);
+  int zrc = rc ? ZOK : r.rc;
+  if (!rc)
+    dlock__zk_result_clear(&r);
+  if (rc || (zrc != ZOK && zrc != ZNONODE))
+    dlock__log(z->core, DLOCK_LOG_INFO,
+               "lock '%.200s': the node %.300s of the lost session could not "
+               "be removed (%s); it goes when the server expires that "
+               "session",
+               name, path, rc ? dlock_last_error() : zerror(zrc));
+  else if (zrc == ZOK)
+    dlock__log(z->core, DLOCK_LOG_DEBUG,
+               "lock '%.200s': removed the node %.300s of the lost session",
+               name, path);
+}
+
 /* Looks for our protected node among dir's children: 1 found (path and
  * czxid set under mu), 0 not there, or an error. */
 static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
@@ -307,12 +327,23 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
     return rc;
   int zrc = r.rc;
   int64_t czxid = r.stat.czxid;
+  int64_t eowner = r.stat.ephemeralOwner;
   uint64_t gen = r.gen;
   dlock__zk_result_clear(&r);
   if (zrc == ZNONODE)
     return 0;
   if (zrc != ZOK)
     return dlock__zk_error(z, zrc, "read", path);
+  pthread_mutex_lock(&z->mu);
+  bool ours = gen == z->gen && eowner == z->session_id;
+  pthread_mutex_unlock(&z->mu);
+  if (!ours) {
+    /* made by a create of a session given up since (its answer lost, the
+     * server keeping that session until it expires it): not ours to use,
+     * it goes with that session; removed now, it holds up nobody */
+    drop_stale(z, n->name, path);
+    return 0;
+  }
   char *copy = dlock__strdup(path);
   if (!copy)
     return DLOCK_ENOMEM;
@@ -510,26 +541,6 @@ static int retry_later(dlock__zk *z, const dlock__acquire *a, int rc,
 
 static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
                         int64_t *token);
-
-/* Deletes the node of a lost session's wait, best effort (ZNONODE: the
- * server had expired that session already). */
-static void drop_stale(dlock__zk *z, const char *name, const char *path) {
-  zk_result r;
-  int rc = dlock__zk_delete(z, path, &r);
-  int zrc = rc ? ZOK : r.rc;
-  if (!rc)
-    dlock__zk_result_clear(&r);
-  if (rc || (zrc != ZOK && zrc != ZNONODE))
-    dlock__log(z->core, DLOCK_LOG_INFO,
-               "lock '%.200s': the node %.300s of the lost session could not "
-               "be removed (%s); it goes when the server expires that "
-               "session",
-               name, path, rc ? dlock_last_error() : zerror(zrc));
-  else if (zrc == ZOK)
-    dlock__log(z->core, DLOCK_LOG_DEBUG,
-               "lock '%.200s': removed the node %.300s of the lost session",
-               name, path);
-}
 
 int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
