@@ -46,14 +46,21 @@ typedef struct dlock__etcd {
   char *tls_cert_file, *tls_key_file;
   char *tls_sni; /* name to send and verify instead of the host */
 
-  pthread_mutex_t pool_mu; /* guards idle[], nidle, cur and token */
+  pthread_mutex_t pool_mu;   /* guards idle[], idle_multi[], nidle, cur and
+                              * token */
   void *idle[ETCD_POOL_MAX]; /* CURL easy handles with live connections */
+  /* the CURLM each of them runs in (NULL with one endpoint): the multi
+   * handle keeps the connections, so each handle keeps its own */
+  void *idle_multi[ETCD_POOL_MAX];
   int nidle;
   int cur;     /* index of the endpoint in use */
   char *token; /* auth token (Authorization header), or NULL */
   /* a TLS exchange failed without saying why (transport.c): the next
    * exchanges collect libcurl's messages until one succeeds */
   _Atomic bool tls_diagnose;
+  /* the highest raft term a reply has carried (its header's raft_term):
+   * a member that reports a higher one has elected a leader since */
+  _Atomic int64_t term;
 
   /* --- guarded by mu --- */
   pthread_mutex_t mu;
@@ -121,9 +128,13 @@ void dlock__etcd_transport_free(dlock__etcd *e);
  * (idempotent); otherwise only a request never sent is retried. */
 int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
                      bool resend, json_object **out);
+/* A reply's header.raft_term (JSON) raises e->term to it. */
+void dlock__etcd_saw_term(dlock__etcd *e, json_object *header);
 /* Lets an easy handle set up for e (URL of endpoint `idx`, timeouts, auth
  * header) be used by the session thread. Returns the CURL* or NULL. */
 void *dlock__etcd_easy_new(dlock__etcd *e, const char *path, int *idx);
+/* The same for endpoint idx (NULL when out of range). */
+void *dlock__etcd_easy_new_at(dlock__etcd *e, const char *path, int idx);
 void dlock__etcd_easy_free(void *h);
 /* The endpoint after `idx` becomes the one in use (when idx still is). */
 void dlock__etcd_failover(dlock__etcd *e, int idx);

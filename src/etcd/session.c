@@ -34,7 +34,12 @@
  *   owner.
  *   A keep-alive that a member fails to answer also ends the streams on
  *   that member (their waits attempt again, on the next endpoint): a
- *   stopped member keeps its connections open without delivering.
+ *   stopped member keeps its connections open without delivering. With
+ *   each keep-alive, a member that carries streams but not the keep-alive
+ *   is asked its status (within min(TTL/3, 1 s)); no answer ends its
+ *   streams the same way, so a waiter whose predecessor's stream is on a
+ *   stopped member learns of the release within about TTL/3 + 1 s, not
+ *   at its TTL bound.
  * The thread sleeps in curl_multi_poll until the next keep-alive or
  * vouching deadline; callers interrupt it with curl_multi_wakeup.
  *
@@ -78,6 +83,19 @@ typedef struct ka_state {
   char *buf;
   size_t n;
 } ka_state;
+
+/* A status request to a member that carries watch streams but is not
+ * the one the keep-alive went to (see the note at the top). */
+typedef struct wprobe {
+  CURL *h;
+  int idx;
+} wprobe_t;
+
+static size_t on_discard(char *data, size_t size, size_t nmemb, void *ud) {
+  (void)data;
+  (void)ud;
+  return size * nmemb;
+}
 
 static int64_t vouch_margin(int64_t ttl_ms) {
   return ttl_ms / 20 < 5 ? 5 : ttl_ms / 20;
@@ -342,6 +360,7 @@ static void *etcd_thread(void *arg) {
   dlock__etcd *e = arg;
   ka_state ka;
   memset(&ka, 0, sizeof ka);
+  wprobe_t wp = {NULL, 0};
   etcd_watch *watches = NULL;
   for (;;) {
     bool lost = false;
@@ -382,6 +401,22 @@ static void *etcd_thread(void *arg) {
             ka.sent = now;
             ka.lease = e->lease;
             curl_multi_add_handle(e->multi, ka.h);
+            /* a member with streams that the keep-alive does not reach is
+             * asked its status at the same time, within min(t, 1 s) */
+            for (etcd_watch *w = watches; w && !wp.h; w = w->next) {
+              if (!w->reg || w->idx == ka.idx)
+                continue;
+              wp.h =
+                  dlock__etcd_easy_new_at(e, "/v3/maintenance/status", w->idx);
+              if (!wp.h)
+                break;
+              wp.idx = w->idx;
+              curl_easy_setopt(wp.h, CURLOPT_POSTFIELDS, "{}");
+              curl_easy_setopt(wp.h, CURLOPT_TIMEOUT_MS,
+                               (long)(t < 1000 && t > 0 ? t : 1000));
+              curl_easy_setopt(wp.h, CURLOPT_WRITEFUNCTION, on_discard);
+              curl_multi_add_handle(e->multi, wp.h);
+            }
           } else {
             dlock__free(ka.req);
             ka.req = NULL;
@@ -427,6 +462,8 @@ static void *etcd_thread(void *arg) {
         bool gone = (res && dlock__etcd_i64(res, "TTL") <= 0) ||
                     (err && strstr(err, "lease not found"));
         bool ok = res && dlock__etcd_i64(res, "TTL") > 0;
+        if (ok)
+          dlock__etcd_saw_term(e, dlock__etcd_get(res, "header"));
         json_object_put(j);
         bool lost_now = false;
         pthread_mutex_lock(&e->mu);
@@ -454,6 +491,18 @@ static void *etcd_thread(void *arg) {
         ka_clear(e, &ka);
         if (lost_now)
           dlock__holds_session_lost(e->core, DLOCK_LOST_SESSION);
+        continue;
+      }
+      if (wp.h && m->easy_handle == wp.h) {
+        long status = 0;
+        curl_easy_getinfo(wp.h, CURLINFO_RESPONSE_CODE, &status);
+        if (m->data.result != CURLE_OK || status != 200)
+          for (etcd_watch *w = watches; w; w = w->next)
+            if (w->idx == wp.idx)
+              w->fired = true; /* its waits attempt again elsewhere */
+        curl_multi_remove_handle(e->multi, wp.h);
+        dlock__etcd_easy_free(wp.h);
+        wp.h = NULL;
         continue;
       }
       for (etcd_watch *w = watches; w; w = w->next)
@@ -491,6 +540,10 @@ static void *etcd_thread(void *arg) {
     curl_multi_poll(e->multi, NULL, 0, (int)wait, NULL);
   }
   ka_clear(e, &ka);
+  if (wp.h) {
+    curl_multi_remove_handle(e->multi, wp.h);
+    dlock__etcd_easy_free(wp.h);
+  }
   pthread_mutex_lock(&e->mu);
   while (watches) {
     etcd_watch *w = watches;

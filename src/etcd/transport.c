@@ -24,11 +24,13 @@
  *
  * Requests (caller threads; the session thread makes its keep-alive and
  * watch handles with dlock__etcd_easy_new and runs them itself): an easy
- * handle is borrowed from a small idle pool (pool_mu guards the array, the
- * endpoint in use and the auth token, never I/O), so each keeps its HTTP
- * keep-alive connection; one POST per request, bounded by the command
- * timeout (connect: the connect timeout). A failed exchange moves `cur` to
- * the next endpoint; the request is sent again there when it was never
+ * handle is borrowed from a small idle pool together with the multi
+ * handle it runs in (pool_mu guards the arrays, the endpoint in use and
+ * the auth token, never I/O), so each keeps its HTTP keep-alive
+ * connection (in the multi handle's cache); one POST per request, bounded
+ * by the command timeout (connect: the connect timeout). A failed
+ * exchange moves `cur` to the next endpoint; the request is sent again
+ * there when it was never
  * sent (no connection) or is idempotent (`resend`: every request of this
  * backend but the release's delete, whose second answer "deleted 0" would
  * read as a lost lock), while the whole call stays within one command
@@ -36,7 +38,11 @@
  * once every endpoint has failed in a row. etcd's "no leader" answer
  * (gRPC Unavailable) counts as a request never applied; "request timed
  * out" and "leader changed" as a lost reply (the proposal may still be
- * applied). An expired auth token is renewed once.
+ * applied). An expired auth token is renewed once. A request with no
+ * answer after 250 ms is watched by status probes of every member and
+ * given up as a lost reply as soon as a new leader is known or its member
+ * is found silent (see "a request during an election" below), so an
+ * election costs about its own time, not the command timeout.
  *
  * TLS (etcds://): the same requests over HTTPS, libcurl doing the
  * handshake with OpenSSL: the CA file or directory (else the system's
@@ -185,8 +191,11 @@ int dlock__etcd_transport_init(dlock__etcd *e) {
 }
 
 void dlock__etcd_transport_free(dlock__etcd *e) {
-  for (int i = 0; i < e->nidle; i++)
+  for (int i = 0; i < e->nidle; i++) {
     curl_easy_cleanup(e->idle[i]);
+    if (e->idle_multi[i])
+      curl_multi_cleanup(e->idle_multi[i]);
+  }
   e->nidle = 0;
   if (e->token) {
     memset(e->token, 0, strlen(e->token));
@@ -196,30 +205,44 @@ void dlock__etcd_transport_free(dlock__etcd *e) {
   pthread_mutex_destroy(&e->pool_mu);
 }
 
-static CURL *pool_get(dlock__etcd *e, int *idx, char **token) {
+/* An idle easy handle and the multi handle it runs in (*m: NULL with one
+ * endpoint, or when none could be made: the request then runs with
+ * curl_easy_perform, unwatched). */
+static CURL *pool_get(dlock__etcd *e, int *idx, char **token, CURLM **m) {
   CURL *h = NULL;
+  *m = NULL;
   pthread_mutex_lock(&e->pool_mu);
-  if (e->nidle > 0)
-    h = e->idle[--e->nidle];
+  if (e->nidle > 0) {
+    e->nidle--;
+    h = e->idle[e->nidle];
+    *m = e->idle_multi[e->nidle];
+  }
   *idx = e->cur;
   *token = e->token ? dlock__strdup(e->token) : NULL;
   pthread_mutex_unlock(&e->pool_mu);
   if (!h)
     h = curl_easy_init();
+  if (h && !*m && e->nhosts > 1)
+    *m = curl_multi_init();
   return h;
 }
 
-static void pool_put(dlock__etcd *e, CURL *h) {
-  if (!h)
-    return;
-  pthread_mutex_lock(&e->pool_mu);
-  if (e->nidle < ETCD_POOL_MAX) {
-    e->idle[e->nidle++] = h;
-    h = NULL;
+static void pool_put(dlock__etcd *e, CURL *h, CURLM *m) {
+  if (h) {
+    pthread_mutex_lock(&e->pool_mu);
+    if (e->nidle < ETCD_POOL_MAX) {
+      e->idle[e->nidle] = h;
+      e->idle_multi[e->nidle] = m;
+      e->nidle++;
+      h = NULL;
+      m = NULL;
+    }
+    pthread_mutex_unlock(&e->pool_mu);
   }
-  pthread_mutex_unlock(&e->pool_mu);
   if (h)
     curl_easy_cleanup(h);
+  if (m)
+    curl_multi_cleanup(m);
 }
 
 void dlock__etcd_failover(dlock__etcd *e, int idx) {
@@ -354,6 +377,24 @@ void *dlock__etcd_easy_new(dlock__etcd *e, const char *path, int *idx) {
   return h;
 }
 
+void *dlock__etcd_easy_new_at(dlock__etcd *e, const char *path, int idx) {
+  CURL *h = curl_easy_init();
+  easy_lists *l = dlock__calloc(1, sizeof *l);
+  if (!h || !l || idx < 0 || idx >= e->nhosts) {
+    if (h)
+      curl_easy_cleanup(h);
+    dlock__free(l);
+    return NULL;
+  }
+  pthread_mutex_lock(&e->pool_mu);
+  char *token = e->token ? dlock__strdup(e->token) : NULL;
+  pthread_mutex_unlock(&e->pool_mu);
+  setup(e, h, idx, path, token, l);
+  curl_easy_setopt(h, CURLOPT_PRIVATE, l); /* freed with the handle */
+  dlock__free(token);
+  return h;
+}
+
 void dlock__etcd_easy_free(void *h) {
   if (!h)
     return;
@@ -457,6 +498,179 @@ static int on_debug(CURL *h, curl_infotype type, char *data, size_t size,
   return 0;
 }
 
+/* ------------------------------------------- a request during an election
+ *
+ * A request that a member takes in while its leader dies (or stops) is
+ * never answered: the proposal went to the old leader, and the member
+ * waits for it until its own request timeout (5 s + two elections), or
+ * until the command timeout ends it here. The election is over in about
+ * one election timeout. So a request that has had no answer for
+ * PROBE_AFTER_MS is watched: every endpoint is asked for its status
+ * (/v3/maintenance/status, answered by the member itself, no consensus)
+ * with short timeouts, the request still running beside the probes on the
+ * same multi handle. It is given up as a lost reply (X_LOST: sent again
+ * where that is safe, else DLOCK_EIOTIMEOUT, as at a timeout) as soon as
+ *  - a member reports a leader at a raft term above the highest term our
+ *    replies had carried when it was sent (an election happened since: a
+ *    proposal of the old term is gone), or
+ *  - the member we sent it to has not answered two probe rounds in a row
+ *    while another member reports a leader (a stopped member keeps its
+ *    connections open and answers nothing), for a request that may be
+ *    sent again;
+ * and the endpoint in use becomes the leader's (the member whose own id is
+ * the leader id that it reports). A slow member under load answers its
+ * status and keeps the request: only an election or a silent member ends
+ * it early. */
+#define PROBE_AFTER_MS 250
+#define PROBE_EVERY_MS 150
+#define PROBE_TIMEOUT_MS 500
+#define PROBE_MAX 16
+
+void dlock__etcd_saw_term(dlock__etcd *e, json_object *header) {
+  int64_t t = dlock__etcd_i64(header, "raft_term");
+  int64_t old = atomic_load(&e->term);
+  while (t > old && !atomic_compare_exchange_weak(&e->term, &old, t))
+    ;
+}
+
+typedef struct probe {
+  CURL *h; /* the status request under way, or NULL */
+  body_t b;
+  int64_t next;    /* when to ask again */
+  bool has_leader; /* its last answer named a leader */
+  int silent;      /* probes in a row without an answer */
+} probe_t;
+
+/* A probe handle for endpoint i (its lists freed with it). */
+static CURL *probe_new(dlock__etcd *e, int i, probe_t *p) {
+  CURL *h = dlock__etcd_easy_new_at(e, "/v3/maintenance/status", i);
+  if (!h)
+    return NULL;
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)PROBE_TIMEOUT_MS);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)PROBE_TIMEOUT_MS);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, "{}");
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &p->b);
+  return h;
+}
+
+static void probe_end(CURLM *m, probe_t *p) {
+  curl_multi_remove_handle(m, p->h);
+  dlock__etcd_easy_free(p->h);
+  p->h = NULL;
+  dlock__free(p->b.p);
+  memset(&p->b, 0, sizeof p->b);
+}
+
+/* Runs h (a request to endpoint idx) to its end, or gives it up as above:
+ * then *moved is set, *to is the leader's endpoint (or -1) and `why` says
+ * what happened. Each endpoint is probed again PROBE_EVERY_MS after its
+ * last probe ended, so a silent one does not hold the others back. A
+ * request that must not be sent twice (resend false: a release) is given
+ * up only for an election: a member slow to answer its status under load
+ * could be taken for a stopped one, and the release would then fail. */
+static CURLcode perform_watched(dlock__etcd *e, CURL *h, CURLM *m, int idx,
+                                bool resend, char *why, size_t whylen,
+                                bool *moved, int *to) {
+  *moved = false;
+  *to = -1;
+  if (!m)
+    return curl_easy_perform(h);
+  curl_multi_add_handle(m, h);
+  int n = e->nhosts < PROBE_MAX ? e->nhosts : PROBE_MAX;
+  probe_t probes[PROBE_MAX];
+  memset(probes, 0, sizeof probes);
+  int64_t term0 = atomic_load(&e->term);
+  int64_t first = dlock__now_ms() + PROBE_AFTER_MS;
+  for (int i = 0; i < n; i++)
+    probes[i].next = first;
+  CURLcode cc = CURLE_OK;
+  bool done = false;
+  while (!done && !*moved) {
+    int running = 0;
+    curl_multi_perform(m, &running);
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)) != NULL) {
+      if (msg->msg != CURLMSG_DONE)
+        continue;
+      /* msg lives in its easy handle: copied before a probe's is freed */
+      CURL *ended = msg->easy_handle;
+      CURLcode result = msg->data.result;
+      if (ended == h) {
+        cc = result;
+        done = true;
+        continue;
+      }
+      for (int i = 0; i < n; i++) {
+        probe_t *p = &probes[i];
+        if (p->h != ended)
+          continue;
+        long status = 0;
+        curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &status);
+        json_object *j = result == CURLE_OK && status == 200 && p->b.p
+                             ? json_tokener_parse(p->b.p)
+                             : NULL;
+        const char *self = json_object_get_string(
+            dlock__etcd_get(dlock__etcd_get(j, "header"), "member_id"));
+        const char *leader =
+            json_object_get_string(dlock__etcd_get(j, "leader"));
+        int64_t term = dlock__etcd_i64(j, "raftTerm");
+        p->has_leader = leader && strcmp(leader, "0") != 0;
+        p->silent = j ? 0 : p->silent + 1;
+        if (p->has_leader && term0 == 0)
+          term0 = term; /* no reply seen yet: this answer is the base */
+        if (p->has_leader && self && strcmp(self, leader) == 0)
+          *to = i;
+        if (!done && !*moved && p->has_leader && term > term0) {
+          *moved = true;
+          snprintf(why, whylen,
+                   "%s: no answer, and a leader was elected since it was "
+                   "sent (raft term %" PRId64 " -> %" PRId64 ")",
+                   e->hosts[idx], term0, term);
+        }
+        json_object_put(j);
+        probe_end(m, p);
+        p->next = dlock__now_ms() + PROBE_EVERY_MS;
+        break;
+      }
+    }
+    if (done || *moved)
+      break;
+    /* silent for two probes while another member has a leader */
+    bool leader_known = false;
+    for (int i = 0; i < n; i++)
+      leader_known |= i != idx && probes[i].has_leader;
+    if (resend && idx < n && probes[idx].silent >= 2 && leader_known) {
+      *moved = true;
+      snprintf(why, whylen,
+               "%s: no answer, and it does not answer its status while "
+               "another member has a leader",
+               e->hosts[idx]);
+      break;
+    }
+    int64_t now = dlock__now_ms(), wake = now + 100;
+    for (int i = 0; i < n; i++) {
+      probe_t *p = &probes[i];
+      if (!p->h && now >= p->next) {
+        p->h = probe_new(e, i, p);
+        if (p->h)
+          curl_multi_add_handle(m, p->h);
+        else
+          p->next = now + PROBE_EVERY_MS;
+      }
+      if (!p->h && p->next < wake)
+        wake = p->next;
+    }
+    curl_multi_poll(m, NULL, 0, (int)(wake > now ? wake - now : 0), NULL);
+  }
+  for (int i = 0; i < n; i++)
+    if (probes[i].h)
+      probe_end(m, &probes[i]);
+  curl_multi_remove_handle(m, h); /* its connection stays in m's cache */
+  return done ? cc : CURLE_OPERATION_TIMEDOUT;
+}
+
 /* What one exchange gave. */
 enum {
   X_OK,
@@ -466,14 +680,17 @@ enum {
   X_AUTH_EXPIRED,
   X_AUTH,
   X_TLS,
-  X_ERROR
+  X_ERROR,
+  X_MOVED /* given up in an election (perform_watched): as X_LOST, the
+           * endpoint in use already moved to the leader */
 };
 
 static int exchange(dlock__etcd *e, const char *path, const char *req,
-                    int64_t timeout_ms, json_object **out, int *idx, char *why,
-                    size_t whylen) {
+                    bool resend, int64_t timeout_ms, json_object **out,
+                    int *idx, char *why, size_t whylen) {
   char *token = NULL;
-  CURL *h = pool_get(e, idx, &token);
+  CURLM *m = NULL;
+  CURL *h = pool_get(e, idx, &token, &m);
   if (!h) {
     dlock__free(token);
     snprintf(why, whylen, "out of memory");
@@ -497,7 +714,10 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     curl_easy_setopt(h, CURLOPT_DEBUGDATA, &alert);
     curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
   }
-  CURLcode cc = curl_easy_perform(h);
+  bool moved = false;
+  int to = -1;
+  CURLcode cc =
+      perform_watched(e, h, m, *idx, resend, why, whylen, &moved, &to);
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
@@ -510,7 +730,21 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
   }
   lists_free(&lists);
   int x;
-  if (cc != CURLE_OK) {
+  if (moved) {
+    /* why says what happened; the member we sent to is left */
+    curl_easy_cleanup(h);
+    h = NULL;
+    if (m)
+      curl_multi_cleanup(m);
+    m = NULL;
+    x = X_LOST;
+    if (to >= 0 && to != *idx) {
+      pthread_mutex_lock(&e->pool_mu);
+      e->cur = to;
+      pthread_mutex_unlock(&e->pool_mu);
+      x = X_MOVED;
+    }
+  } else if (cc != CURLE_OK) {
     if (!detail[0])
       snprintf(detail, sizeof detail, "%s", curl_easy_strerror(cc));
     if (alert.text[0] && !strstr(detail, "alert"))
@@ -531,11 +765,15 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     }
     curl_easy_cleanup(h); /* its connection is in an unknown state */
     h = NULL;
+    if (m)
+      curl_multi_cleanup(m);
+    m = NULL;
   } else {
     if (diagnose) /* the handshake worked: nothing to diagnose */
       atomic_store(&e->tls_diagnose, false);
     json_object *j = b.p ? json_tokener_parse(b.p) : NULL;
     if (status == 200 && j) {
+      dlock__etcd_saw_term(e, dlock__etcd_get(j, "header"));
       *out = j;
       x = X_OK;
     } else {
@@ -565,7 +803,7 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
     }
   }
   dlock__free(b.p);
-  pool_put(e, h);
+  pool_put(e, h, m);
   return x;
 }
 
@@ -603,7 +841,7 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
     }
     int idx = 0;
     int64_t t = left < e->command_timeout_ms ? left : e->command_timeout_ms;
-    int x = exchange(e, path, body, t, out, &idx, why, sizeof why);
+    int x = exchange(e, path, body, resend, t, out, &idx, why, sizeof why);
     if (x == X_OK)
       break;
     if (x == X_ERROR) {
@@ -633,14 +871,16 @@ int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
       reauthed = true;
       continue;
     }
-    if (x == X_LOST && !resend) {
+    if ((x == X_LOST || x == X_MOVED) && !resend) {
       rc = dlock__seterr(DLOCK_EIOTIMEOUT,
                          "etcd %s: no answer (%s); it may have been applied",
                          path, why);
-      dlock__etcd_failover(e, idx);
+      if (x == X_LOST)
+        dlock__etcd_failover(e, idx);
       break;
     }
-    dlock__etcd_failover(e, idx);
+    if (x != X_MOVED)
+      dlock__etcd_failover(e, idx);
     if (++failed_in_row >= e->nhosts) {
       int64_t rest = deadline - dlock__now_ms();
       dlock__sleep_ms(backoff < rest ? backoff : (rest > 0 ? rest : 0));
@@ -675,8 +915,8 @@ int dlock__etcd_authenticate(dlock__etcd *e) {
       memset(old, 0, strlen(old));
       dlock__free(old);
     }
-    int x = exchange(e, "/v3/auth/authenticate", body, e->command_timeout_ms,
-                     &rep, &idx, why, sizeof why);
+    int x = exchange(e, "/v3/auth/authenticate", body, true,
+                     e->command_timeout_ms, &rep, &idx, why, sizeof why);
     if (x == X_OK) {
       const char *t = json_object_get_string(dlock__etcd_get(rep, "token"));
       char *tok = t ? dlock__strdup(t) : NULL;

@@ -249,6 +249,7 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
   int64_t sent = dlock__now_ms();
   pthread_mutex_lock(&c->mu);
   pthread_rwlock_rdlock(&z->zh_lock);
+  uint64_t gen = z->gen;
   int rc = z->zh ? send_locked(z->zh, c, a) : ZINVALIDSTATE;
   pthread_rwlock_unlock(&z->zh_lock);
   if (rc != ZOK) {
@@ -269,6 +270,7 @@ static int run(dlock__zk *z, const zk_args *a, zk_result *out) {
                          (long long)z->command_timeout);
   }
   *out = c->res;
+  out->gen = gen;
   memset(&c->res, 0, sizeof c->res);
   call_put_locked(c);
   note_answer(z, sent, out->rc);
@@ -366,6 +368,7 @@ int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
   pthread_mutex_lock(&cc->mu);
   pthread_mutex_lock(&lc->mu);
   pthread_rwlock_rdlock(&z->zh_lock);
+  uint64_t gen = z->gen;
   int rc = z->zh ? send_locked(z->zh, cc, &ca) : ZINVALIDSTATE;
   int lrc = rc == ZOK ? send_locked(z->zh, lc, &la) : rc;
   pthread_rwlock_unlock(&z->zh_lock);
@@ -393,6 +396,7 @@ int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
                          z->display, path, (long long)z->command_timeout);
   }
   *created = cc->res;
+  created->gen = gen;
   memset(&cc->res, 0, sizeof cc->res);
   call_put_locked(cc);
   note_answer(z, sent, created->rc);
@@ -400,6 +404,7 @@ int dlock__zk_create_and_list(dlock__zk *z, const char *path, const char *data,
     pthread_mutex_lock(&lc->mu);
     if (call_wait_locked(lc, deadline)) {
       *kids = lc->res;
+      kids->gen = gen;
       memset(&lc->res, 0, sizeof lc->res);
     }
     call_put_locked(lc);

@@ -86,15 +86,17 @@ typedef struct zk_node_ext {
 
 static zk_node_ext *ext(zk_node *n) { return (zk_node_ext *)n; }
 
-/* mu held: n->path was just made (or found) by the server on the session
- * in use. When that session is live and came after a loss (the loss was
- * handled: lost_handled is cleared by the reset), the node is of the new
- * session: a mark of the old session's loss, set while this attempt ran,
- * no longer applies (else the next attempt would start over and queue a
- * second node behind this one, which nobody would delete). */
-static void node_made_locked(dlock__zk *z, zk_node *n) {
-  if (ext(n)->lost && n->count == 0 && z->live && !z->expired &&
-      !z->lost_handled)
+/* mu held: n->path was just made (or found) by the server, through the
+ * handle of generation `gen`. When that is the handle in use and its
+ * session is live and came after a loss (the loss was handled:
+ * lost_handled is cleared by the reset), the node is of the new session:
+ * a mark of the old session's loss, set while this attempt ran, no longer
+ * applies (else the next attempt would start over and queue a second node
+ * behind this one, which nobody would delete). A node made through an
+ * older handle keeps the mark: it goes with that session. */
+static void node_made_locked(dlock__zk *z, zk_node *n, uint64_t gen) {
+  if (ext(n)->lost && n->count == 0 && gen == z->gen && z->live &&
+      !z->expired && !z->lost_handled)
     ext(n)->lost = false;
 }
 
@@ -276,6 +278,26 @@ int dlock__zk_make_parents(dlock__zk *z, const char *dir) {
   return 0;
 }
 
+/* Deletes the node of a lost session's wait, best effort (ZNONODE: the
+ * server had expired that session already). */
+static void drop_stale(dlock__zk *z, const char *name, const char *path) {
+  zk_result r;
+  int rc = dlock__zk_delete(z, path, &r);
+  int zrc = rc ? ZOK : r.rc;
+  if (!rc)
+    dlock__zk_result_clear(&r);
+  if (rc || (zrc != ZOK && zrc != ZNONODE))
+    dlock__log(z->core, DLOCK_LOG_INFO,
+               "lock '%.200s': the node %.300s of the lost session could not "
+               "be removed (%s); it goes when the server expires that "
+               "session",
+               name, path, rc ? dlock_last_error() : zerror(zrc));
+  else if (zrc == ZOK)
+    dlock__log(z->core, DLOCK_LOG_DEBUG,
+               "lock '%.200s': removed the node %.300s of the lost session",
+               name, path);
+}
+
 /* Looks for our protected node among dir's children: 1 found (path and
  * czxid set under mu), 0 not there, or an error. */
 static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
@@ -306,11 +328,23 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
     return rc;
   int zrc = r.rc;
   int64_t czxid = r.stat.czxid;
+  int64_t eowner = r.stat.ephemeralOwner;
+  uint64_t gen = r.gen;
   dlock__zk_result_clear(&r);
   if (zrc == ZNONODE)
     return 0;
   if (zrc != ZOK)
     return dlock__zk_error(z, zrc, "read", path);
+  pthread_mutex_lock(&z->mu);
+  bool ours = gen == z->gen && eowner == z->session_id;
+  pthread_mutex_unlock(&z->mu);
+  if (!ours) {
+    /* made by a create of a session given up since (its answer lost, the
+     * server keeping that session until it expires it): not ours to use,
+     * it goes with that session; removed now, it holds up nobody */
+    drop_stale(z, n->name, path);
+    return 0;
+  }
   char *copy = dlock__strdup(path);
   if (!copy)
     return DLOCK_ENOMEM;
@@ -319,7 +353,7 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
   n->path = copy;
   n->czxid = czxid;
   ext(n)->unsure = false;
-  node_made_locked(z, n);
+  node_made_locked(z, n, gen);
   pthread_mutex_unlock(&z->mu);
   return 1;
 }
@@ -380,7 +414,7 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
       r.path = NULL;
       n->czxid = r.stat.czxid;
       ext(n)->unsure = false;
-      node_made_locked(z, n);
+      node_made_locked(z, n, r.gen);
       pthread_mutex_unlock(&z->mu);
       dlock__zk_result_clear(&r);
       return 0;
@@ -486,14 +520,19 @@ static int downgrade(dlock__zk *z, zk_node *n, const char *dir,
   return 1;
 }
 
-/* A waiting attempt that meets a dropped connection while the session
- * lives (a leader election, a member restarting) tries again instead of
- * failing the wait, as Curator's retry loop does: its node, if it was
- * created, keeps its place (a protected create finds it again), and the
- * reconnect wakes every waiter; the 200 ms bound is only a safety net. Once
- * the session is lost (the server said so, or the local session timer
- * ran out) the error goes to the caller. A try, which must not leave a
- * node behind, fails at once as before. */
+/* A waiting attempt that meets a dropped connection (a leader election, a
+ * member restarting) tries again instead of failing the wait, as Curator's
+ * retry loop does. While the session lives its node, if it was created,
+ * keeps its place (a protected create finds it again), and the reconnect
+ * wakes every waiter. Once the session is lost (the server said so, or
+ * the local session timer ran out: an election that outlasts the session,
+ * as a stopped leader's does until the followers give up on it) the wait
+ * goes on too: the holds were reported lost, a new session is being made,
+ * and the next attempt queues a new node on it (at the back); meanwhile a
+ * call fails with "not connected" or "closing", which is no refusal. The
+ * wait ends on its deadline, a grant or a real refusal; the 200 ms bound
+ * is only a safety net. A try, which must not leave a node behind, fails
+ * at once as before. */
 static int retry_later(dlock__zk *z, const dlock__acquire *a, int rc,
                        int64_t *pttl) {
   if (!a->q || (rc != DLOCK_EUNAVAILABLE && rc != DLOCK_EIOTIMEOUT))
@@ -501,11 +540,9 @@ static int retry_later(dlock__zk *z, const dlock__acquire *a, int rc,
   pthread_mutex_lock(&z->mu);
   bool alive = z->live && !z->expired && !z->lost_handled;
   pthread_mutex_unlock(&z->mu);
-  if (!alive)
-    return rc;
-  dlock__log(z->core, DLOCK_LOG_INFO,
-             "lock '%.200s': %s; waiting for the connection to come back",
-             a->name, dlock_last_error());
+  dlock__log(z->core, DLOCK_LOG_INFO, "lock '%.200s': %s; waiting for %s",
+             a->name, dlock_last_error(),
+             alive ? "the connection to come back" : "a new session");
   *pttl = 200;
   return 0;
 }
@@ -534,6 +571,19 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
 
   pthread_mutex_lock(&z->mu);
   zk_node *n = node_find_locked(z, side, a->name, a->owner);
+  if (n && ext(n)->lost && n->count == 0 && n->path) {
+    /* a wait's node of a session we gave up (the local timer) may still
+     * be queued on the server, which expires that session only a session
+     * timeout after a new leader took over: removed, it no longer holds
+     * up the waiters behind it */
+    char *stale = n->path;
+    n->path = NULL;
+    pthread_mutex_unlock(&z->mu);
+    drop_stale(z, a->name, stale);
+    dlock__free(stale);
+    pthread_mutex_lock(&z->mu);
+    n = node_find_locked(z, side, a->name, a->owner);
+  }
   if (n && ext(n)->lost)
     node_restart_locked(n);
   if (n && n->count > 0) {
@@ -619,6 +669,25 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
     } else {
       holds = me == 0;
       watch = me - 1;
+    }
+    if (holds && ext(n)->lost) {
+      /* the node is of a session given up while this attempt ran (made
+       * before the loss, or through the old handle before the reset): no
+       * grant, it goes with that session. A wait attempts again at once
+       * (its next attempt deletes that node and queues a new one); a try
+       * leaves. */
+      pthread_mutex_unlock(&z->mu);
+      dlock__zk_result_clear(&kids);
+      if (!a->q) {
+        if ((rc = drop_node(z, n, dir)) != 0)
+          return rc;
+        return dlock__seterr(DLOCK_EUNAVAILABLE,
+                             "zookeeper %s: lock '%.200s': the session was "
+                             "lost during the acquire",
+                             z->display, a->name);
+      }
+      *pttl = 1;
+      return 0;
     }
     if (holds) {
       n->count = 1;

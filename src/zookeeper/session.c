@@ -310,10 +310,13 @@ bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline) {
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&z->mu);
-  while ((z->state != ZOO_CONNECTED_STATE || z->expired) &&
+  /* a session given up (lost_handled) is not used again even if its
+   * handle reconnects before the reset replaces it: nodes made on it would
+   * go when it is closed */
+  while ((z->state != ZOO_CONNECTED_STATE || z->expired || z->lost_handled) &&
          dlock__now_ms() < deadline)
     pthread_cond_timedwait(&z->cond, &z->mu, &ts);
-  bool ok = z->state == ZOO_CONNECTED_STATE && !z->expired;
+  bool ok = z->state == ZOO_CONNECTED_STATE && !z->expired && !z->lost_handled;
   pthread_mutex_unlock(&z->mu);
   return ok;
 }
@@ -395,6 +398,7 @@ static void reset_job(void *arg) {
    * watcher may report CONNECTED before handle_new even returns (a fast
    * server), and that must not be overwritten with "connecting" */
   pthread_mutex_lock(&z->mu);
+  z->gen++;          /* what is sent from now on goes on the new session */
   z->closing = NULL; /* (a new handle may reuse its address) */
   z->state = ZOO_CONNECTING_STATE;
   z->live = false;

@@ -82,6 +82,9 @@ typedef struct dlock__zk {
   bool expired;        /* the server said so (the handle is dead) */
   bool lost_handled;   /* holds were reported lost for this session */
   bool reset_busy;     /* a new handle is being made */
+  /* the handle's generation: +1 at each reset (written with zh_lock held
+   * for writing and mu; read under either) */
+  uint64_t gen;
   int64_t session_id;
   int64_t negotiated;  /* session timeout the server granted, ms */
   int64_t suspended_at; /* monotonic ms the connection dropped; 0: up */
@@ -105,6 +108,7 @@ typedef struct zk_result {
   int nchildren;
   char *data;              /* get: the data, NUL-terminated */
   int data_len;
+  uint64_t gen; /* the handle generation (z->gen) it was sent on */
 } zk_result;
 
 void dlock__zk_result_clear(zk_result *r);

@@ -194,8 +194,11 @@ static dlock_client_t *new_client(void) {
   dlock_options_t *o = NULL;
   if (dlock_options_new(&o) != 0)
     die("options");
-  dlock_options_set_connect_timeout(o, cfg.connect_ms);
-  dlock_options_set_command_timeout(o, cfg.command_ms);
+  /* 0: the library's defaults (the dlock command's) */
+  if (cfg.connect_ms > 0)
+    dlock_options_set_connect_timeout(o, cfg.connect_ms);
+  if (cfg.command_ms > 0)
+    dlock_options_set_command_timeout(o, cfg.command_ms);
   if (cfg.watchdog_ms > 0 &&
       dlock_options_set_watchdog_timeout(o, cfg.watchdog_ms) != 0)
     die("bad --watchdog");
