@@ -302,11 +302,11 @@ static int attempt_in_wait(wait_ctx *x, int64_t *pttl) {
   for (;;) {
     dlock__err_set_unsent(false);
     int rc = attempt(x, dlock__wait_can_queue(&x->w), pttl);
-    if (rc != 0)
+    if (rc < 0)
       note_failure(x, rc);
-    if (rc == 0) {
+    if (rc >= 0) {
       dlock__wait_recovered(&x->w, &x->outage);
-      return 0;
+      return rc;
     }
     if (!dlock__wait_retry(&x->w, rc, x->deadline, &x->outage))
       return rc;
@@ -390,11 +390,13 @@ static void fair_leave(wait_ctx *x, int code) {
 }
 
 /* A grant by message is dated from the waiter's last refused attempt
- * (the server granted after it, but when is unknown). When that attempt
- * is old, against a watchdog lease (a long wait), the hold could no longer
+ * (the server granted after it, but when is unknown), and a grant by an
+ * attempt from that attempt's start (which may have waited for a
+ * connection: a failover's new master). When that date is old, against a watchdog lease (a long wait), the hold could no longer
  * be vouched for and would be reported lost at once: one renewal, sent
  * now, confirms a fresh lease instead (its send time is then the hold's
- * start). If it cannot (gone, unreachable) in time, the old date stands
+ * start), given up to that lease to answer. If it cannot (gone,
+ * unreachable) in time, the old date stands
  * and the renewer and the loop decide, as for any hold. Fixed leases are never
  * vouched for by the client: they keep the safe date. */
 static void confirm_late_grant(wait_ctx *x) {
@@ -405,20 +407,33 @@ static void confirm_late_grant(wait_ctx *x) {
   dlock__renewal it = {.kind = hold_kind(x->l->kind),
                        .name = x->l->name,
                        .owner = x->owner};
-  /* bounded by the moment the old date stops vouching for the hold, so
-   * that a loss is still reported by then; when that moment has passed
-   * already (the grant came later than a lease after our last attempt),
-   * by a tenth of the lease */
-  int64_t deadline = x->since + x->lease - dlock__vouch_margin(x->lease);
-  if (deadline < sent + x->lease / 10)
-    deadline = sent + x->lease / 10;
-  int rc = c->ops->lock_renew(c->be, &it, 1, x->lease, deadline);
+  /* bounded by what a confirmation sent now can vouch for: the hold is
+   * not recorded yet (the caller is still in its acquire), and a renewal
+   * confirmed by then dates the hold from `sent`, valid for the lease from
+   * there. (A tenth of the lease, as before, was too short after a
+   * failover: the new master's connection is dialled first, and a grant
+   * that came in an outage was reported lost the moment it was returned.) */
+  int64_t deadline = sent + x->lease - dlock__vouch_margin(x->lease);
+  /* an unreachable server (a failover's new master not dialled yet) is
+   * asked again until then: 50 ms, doubling; the renewal is idempotent,
+   * and the lease it confirms started after `sent` */
+  int rc, tries = 0;
+  for (int64_t pause = 50;; pause *= 2) {
+    it.result = 0;
+    rc = c->ops->lock_renew(c->be, &it, 1, x->lease, deadline);
+    tries++;
+    int64_t left = deadline - dlock__now_ms();
+    if ((rc != DLOCK_EUNAVAILABLE && rc != DLOCK_EIOTIMEOUT) || left <= pause ||
+        dlock__client_stopping(c) || tries >= 16)
+      break;
+    dlock__sleep_ms(pause);
+  }
   if (rc == 0 && it.result == 1) {
     dlock__log(c, DLOCK_LOG_DEBUG,
                "lock '%.200s': a grant %lld ms after the last refused "
-               "attempt, its lease confirmed in %lld ms",
+               "attempt, its lease confirmed in %lld ms (%d tries)",
                x->l->name, (long long)(sent - x->since),
-               (long long)(dlock__now_ms() - sent));
+               (long long)(dlock__now_ms() - sent), tries);
     x->since = sent;
   } else {
     dlock__log(c, DLOCK_LOG_DEBUG,
@@ -454,8 +469,12 @@ static int wait_and_acquire(wait_ctx *x) {
     dlock__err_set_unsent(false);
     /* an outage does not end a wait: it goes on (and its first attempt
      * waits for the wake-up path to come up) */
-    if ((rc = attempt(x, false, &pttl)) != 0)
+    if ((rc = attempt(x, false, &pttl)) < 0)
       note_failure(x, rc);
+    if (rc == 1) {
+      confirm_late_grant(x); /* a slow attempt (a failover's dial) */
+      return rc;
+    }
     if (rc != 0 && !(dlock__wait_outage(rc) && dlock__now_ms() < x->deadline))
       return rc;
   }
@@ -472,6 +491,11 @@ static int wait_and_acquire(wait_ctx *x) {
     rc = 1;
     x->since = x->refused_at;
     x->token = dlock__wait_grant_token(&x->w);
+    confirm_late_grant(x);
+  } else if (rc == 1) {
+    /* granted by an attempt, dated from its start: one that took long (a
+     * connection dialled to a failover's new master first) is confirmed
+     * as a late grant is */
     confirm_late_grant(x);
   } else if (rc != 1 && x->l->kind == DLOCK_FAIR) {
     fair_leave(x, rc);

@@ -46,6 +46,7 @@
 #include "fnet.h"
 #include "fproc.h"
 #include "harness.h"
+#include "sentinel.h"
 #include "zk.h"
 
 #include <dirent.h>
@@ -75,10 +76,11 @@ typedef struct env {
   th_cluster_t *cluster; /* the lock servers of a _cluster case, or NULL */
   th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
   th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
-  char url[300];         /* the URL the workers lock on */
-  char resource[64]; /* "127.0.0.1:PORT" of the resource server */
-  fence_t *fence;    /* the test's own resource connection */
-  const char *net;   /* "netns+iptables", or the fallback used */
+  th_sentinels_t *sent;  /* a _sentinel case's master, replica, sentinels */
+  char url[520];         /* the URL the workers lock on */
+  char resource[64];     /* "127.0.0.1:PORT" of the resource server */
+  fence_t *fence;        /* the test's own resource connection */
+  const char *net;       /* "netns+iptables", or the fallback used */
 } env_t;
 
 static char worker_exe[PATH_MAX];
@@ -100,7 +102,7 @@ static void find_worker(void) {
 }
 
 /* Where a scenario's locks live. */
-typedef enum backend { B_REDIS, B_CLUSTER, B_ZK, B_ETCD } backend_t;
+typedef enum backend { B_REDIS, B_CLUSTER, B_ZK, B_ETCD, B_SENTINEL } backend_t;
 
 /* The lock servers: one redis-server (with lock_conf), a 3-master Redis
  * Cluster, a 3-node ZooKeeper ensemble or a 3-member etcd cluster; then
@@ -137,6 +139,11 @@ static void env_start_on(env_t *e, const char *const *lock_conf,
     CHECKF(false, "this build has no etcd backend");
 #endif
     break;
+  case B_SENTINEL: /* the lock server changes with a failover */
+    e->sent = th_sentinels_start();
+    CHECK(e->sent);
+    url = e->sent->url;
+    break;
   case B_REDIS:
     e->lock = th_server_start(lock_conf);
     CHECK(e->lock);
@@ -170,6 +177,8 @@ static void env_stop(env_t *e) {
   fence_close(e->fence);
   if (e->cluster)
     th_cluster_stop(e->cluster);
+  else if (e->sent)
+    th_sentinels_stop(e->sent);
 #ifdef TH_HAVE_ZOOKEEPER
   else if (e->zk)
     th_zk_stop(e->zk);
@@ -2052,7 +2061,36 @@ static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
  */
 typedef enum lfault { LF_KILL, LF_PAUSE, LF_BOTH } lfault_t;
 
+/* The data node (0: started as the master, 1: as its replica) that the
+ * sentinels name as the master, -1 when none answers. */
+static int sentinel_master(env_t *e) {
+  for (int s = 0; s < TH_SENTINELS; s++) {
+    int port = th_sentinel_master_port(e->sent->sent[s], TH_SENTINEL_MASTER);
+    if (port == e->sent->master->port)
+      return 0;
+    if (port == e->sent->replica->port)
+      return 1;
+  }
+  return -1;
+}
+
+static th_server_t *sentinel_node(env_t *e, int i) {
+  return i == 0 ? e->sent->master : e->sent->replica;
+}
+
+/* A data node restarted after a kill is made a replica of the new master
+ * by the sentinels: true once it is one, in sync. */
+static bool sentinel_replica_synced(env_t *e, int i) {
+  char *info = th_redis_str(sentinel_node(e, i), "INFO replication");
+  bool ok = info && strstr(info, "role:slave") &&
+            strstr(info, "master_link_status:up");
+  free(info);
+  return ok;
+}
+
 static int svc_leader(env_t *e) {
+  if (e->sent)
+    return sentinel_master(e);
 #ifdef TH_HAVE_ZOOKEEPER
   if (e->zk)
     return th_zk_leader(e->zk);
@@ -2066,6 +2104,17 @@ static int svc_leader(env_t *e) {
 
 /* what: 'k' SIGKILL, 'u' start again, 's' SIGSTOP, 'c' SIGCONT */
 static int svc_member(env_t *e, int i, char what) {
+  if (e->sent) {
+    th_server_t *n = sentinel_node(e, i);
+    if (what == 'k')
+      return th_server_kill9(n);
+    if (what == 's')
+      return th_server_pause(n);
+    int rc = what == 'u' ? th_server_up(n) : th_server_resume(n);
+    bool ok;
+    TH_WAIT_FOR(ok, sentinel_replica_synced(e, i), BOUND(30000));
+    return rc == 0 && ok ? 0 : -1;
+  }
 #ifdef TH_HAVE_ZOOKEEPER
   if (e->zk)
     return what == 'k'   ? th_zk_kill9(e->zk, i)
@@ -2149,7 +2198,7 @@ static void leader_faults(const kcase_t *k) {
   kname(k, "leader_faults", "fault-leader", sname, L);
   snprintf(opts, sizeof opts,
            "--name %s --wait 60000 --connect-timeout 0 --command-timeout 0 "
-           "--max-life 110000 %s",
+           "--watchdog 2000 --max-life 110000 %s",
            L, kind_opts(k, 0));
   fproc_t *w[LEADER_WORKERS];
   size_t from[LEADER_WORKERS] = {0};
@@ -2181,6 +2230,11 @@ static void leader_faults(const kcase_t *k) {
   for (size_t r = 0; r < sizeof plan / sizeof plan[0]; r++) {
     lfault_t f = plan[r].f;
     if (plan[r].etcd_only && !e.etcd)
+      continue;
+    /* Sentinel: a stopped master is not run here yet. A release sent to it
+     * took 30 s to fail (DLOCK_EIOTIMEOUT) and a waiter's 60 s wait ran
+     * out behind it: an open defect (docs/RELIABILITY.md) */
+    if (f == LF_PAUSE && e.sent)
       continue;
     holder = current_holder(w, from, tokens, holder, &told);
     WANT(w[holder], "WRITE ok", &from[holder], BOUND(5000));
@@ -2284,6 +2338,11 @@ static void leader_faults(const kcase_t *k) {
   env_stop(&e);
 }
 
+/* A Sentinel-managed master (one replica, three sentinels, down-after
+ * 1 s): the fenced lock, whose token is the lock's own counter there. */
+static const kcase_t K_SENTINEL = {
+    "_sentinel", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_SENTINEL, 0};
+static void t_leader_faults_sentinel(void) { leader_faults(&K_SENTINEL); }
 static void t_leader_faults_zk(void) { leader_faults(&K_ZK); }
 static void t_leader_faults_etcd(void) { leader_faults(&K_ETCD); }
 
@@ -2499,6 +2558,7 @@ static const check_case_t cases[] = {
     {"partition_cluster", t_partition_cluster},
     {"partition_zk", t_partition_zk},
     {"partition_etcd", t_partition_etcd},
+    {"leader_faults_sentinel", t_leader_faults_sentinel},
     {"leader_faults_zk", t_leader_faults_zk},
     {"leader_faults_etcd", t_leader_faults_etcd},
     {"soak", t_soak},
