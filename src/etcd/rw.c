@@ -81,7 +81,11 @@ static char *new_key(const char *name, dlock_lock_kind_t kind) {
 static int put_new(dlock__etcd *e, const char *key, const char *owner,
                    int64_t lease, int64_t *rev) {
   char *k64 = dlock__etcd_b64(key, strlen(key));
-  char *v64 = dlock__etcd_b64(owner, strlen(owner));
+  /* the value: the owner, and the holder info on a line after it */
+  char data[256 + DLOCK_HOLDER_INFO_MAX];
+  int dlen = snprintf(data, sizeof data, "%s%s%s", owner,
+                      e->holder_info[0] ? "\n" : "", e->holder_info);
+  char *v64 = dlock__etcd_b64(data, dlen > 0 ? (size_t)dlen : 0);
   if (!k64 || !v64) {
     dlock__free(k64);
     dlock__free(v64);
@@ -442,6 +446,9 @@ int dlock__etcd_rw_state(dlock__etcd *e, const char *name,
       !(st->holders = dlock__calloc(v.nholders ? v.nholders : 1,
                                     sizeof *st->holders)) ||
       !(st->waiters = dlock__calloc(v.n ? v.n : 1, sizeof *st->waiters)) ||
+      !(st->holder_infos =
+            dlock__calloc(v.nholders ? v.nholders : 1, sizeof(char *))) ||
+      !(st->waiter_infos = dlock__calloc(v.n ? v.n : 1, sizeof(char *))) ||
       !(st->name = dlock__strdup(name))) {
     json_object_put(v.rep);
     dlock_lock_state_free(st);
@@ -450,9 +457,16 @@ int dlock__etcd_rw_state(dlock__etcd *e, const char *name,
   st->kind = v.nholders == 0 ? "free" : v.is_write[0] ? "write" : "read";
   st->ttl_ms = -2;
   for (size_t i = 0; i < v.n; i++) {
-    char *d = dlock__etcd_describe(v.kvs[i], NULL);
-    if (!d)
+    char *info = NULL;
+    char *d = dlock__etcd_describe(v.kvs[i], &info);
+    if (!d) {
+      dlock__free(info);
       continue;
+    }
+    if (i < v.nholders)
+      st->holder_infos[st->nholders] = info;
+    else
+      st->waiter_infos[st->nwaiters] = info;
     if (i < v.nholders) {
       dlock_holder_t *h = &st->holders[st->nholders++];
       h->owner = d;

@@ -215,6 +215,20 @@ expect_true "$backend: loss: it says who holds it now (the waiter) or that it is
 wait_exit "$lw" 30000
 expect "$backend: loss: the waiter gets it and exits 0" 0 "$ST"
 
+# -s (the read side of NAME:dlock-rw): a shared holder is named too.
+shr=$name-shr
+run_bg sp "$DLOCK" -s "$shr" sh -c '"$1" "$2"; : "$3"' sh "$T/waitfor" \
+  "$T/shr.end" "$marker" 2>"$T/shr.err"
+expect_true "$backend: -s: the shared holder holds" wait_until 20000 \
+  sh -c '"$1" -s --status --json "$2" | jq -e ".holders[0].who.pid == $3" \
+    >/dev/null' sh "$DLOCK" "$shr" "$sp"
+"$DLOCK" -s --status "$shr" >"$T/shr.out"
+expect_grep "$backend: -s: --status names the shared holder" \
+  "  who:   pid $sp on $host (user " "$T/shr.out"
+touch "$T/shr.end"
+wait_exit "$sp" 20000
+expect "$backend: -s: the shared holder exits 0" 0 "$ST"
+
 # -N permits (Redis and ZooKeeper; etcd has no permit semaphore): each
 # permit's holder is named in --status and --json.
 if [ "$backend" != etcd ]; then
