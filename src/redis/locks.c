@@ -362,6 +362,10 @@ const char *dlock__redis_info_key(const dlock__redis *r, const char *name,
   return r->holder_info ? dlock__redis_holder_key(name, owner, buf, n) : NULL;
 }
 
+bool dlock__redis_has_holder_info(const void *be) {
+  return ((const dlock__redis *)be)->holder_info != NULL;
+}
+
 /* ------------------------------------------------------------ channels */
 
 char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
@@ -1321,7 +1325,6 @@ int dlock__redis_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
 
 int dlock__redis_lock_acquire_req(void *be, const dlock__acquire *a,
                                   dlock__redis_req *q) {
-  (void)be;
   if (a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED)
     return dlock__seterr(DLOCK_ENOTSUP, "redlock: %s locks are not offered",
                          a->kind == DLOCK_FAIR ? "fair" : "read-write");
@@ -1332,11 +1335,27 @@ int dlock__redis_lock_acquire_req(void *be, const dlock__acquire *a,
                     KM_QUEUE | (a->kind == DLOCK_FENCED ? KM_TOKEN : 0));
   if (rc)
     return rc;
-  /* no queue member: exactly Redisson's acquire (lock_acquire.lua) */
-  const char *argv[MAX_ARGS] = {0,     0,        0,  a->name, k.queue,
-                                k.timeouts, lease, a->owner, "", "0", "0",
-                                a->kind == DLOCK_FENCED ? k.token : ""};
-  rc = dlock__redis_req_set(q, &dlock__script_lock_acquire, 3, 12, argv);
+  /* no queue member: exactly Redisson's acquire (lock_acquire.lua), and
+   * the holder info where the client has it */
+  char ibuf[DLOCK_NAME_MAX + 160];
+  const char *ikey = dlock__redis_info_key(be, a->name, a->owner, ibuf,
+                                           sizeof ibuf);
+  const char *argv[MAX_ARGS] = {0,
+                                0,
+                                0,
+                                a->name,
+                                k.queue,
+                                k.timeouts,
+                                lease,
+                                a->owner,
+                                "",
+                                "0",
+                                "0",
+                                a->kind == DLOCK_FENCED ? k.token : "",
+                                ikey,
+                                ((dlock__redis *)be)->holder_info};
+  rc = dlock__redis_req_set(q, &dlock__script_lock_acquire, 3, ikey ? 14 : 12,
+                            argv);
   keys_clear(&k);
   return rc;
 }
@@ -1399,8 +1418,11 @@ int dlock__redis_lock_release_req(void *be, void *bh, dlock_lock_kind_t kind,
                                 k.channel, latch_key, k.queue, k.timeouts,
                                 k.yield,   k.token,   "0",     lease,
                                 owner,     r->publish, latch,  k.grant,
-                                YIELD_PERIOD_MS, "0"};
-  rc = dlock__redis_req_set(q, &dlock__script_lock_release, 7, 18, argv);
+                                YIELD_PERIOD_MS, "0", NULL};
+  char ibuf[DLOCK_NAME_MAX + 160];
+  argv[18] = dlock__redis_info_key(r, name, owner, ibuf, sizeof ibuf);
+  rc = dlock__redis_req_set(q, &dlock__script_lock_release, 7,
+                            argv[18] ? 19 : 18, argv);
   keys_clear(&k);
   dlock__free(latch_key);
   return rc;
@@ -1416,10 +1438,12 @@ int dlock__redis_lock_release_reply(redisReply *rep) {
 }
 
 int dlock__redis_lock_renew_req(const dlock__renewal *items, size_t n,
-                                int64_t lease_ms, dlock__redis_req *q) {
-  /* lock_renew.lua: KEYS names, ARGV lease then one owner per key */
+                                int64_t lease_ms, bool info,
+                                dlock__redis_req *q) {
+  /* lock_renew.lua: KEYS names, ARGV lease then one owner per key (then
+   * '1' to renew the holders' info keys too) */
   size_t argc = 3 + n + 1 + n;
-  const char **argv = dlock__calloc(argc, sizeof *argv);
+  const char **argv = dlock__calloc(argc + 1, sizeof *argv);
   if (!argv)
     return DLOCK_ENOMEM;
   char lease[24];
@@ -1429,6 +1453,8 @@ int dlock__redis_lock_renew_req(const dlock__renewal *items, size_t n,
     argv[3 + n + 1 + i] = items[i].owner;
   }
   argv[3 + n] = lease;
+  if (info)
+    argv[argc++] = "1";
   int rc = dlock__redis_req_set(q, &dlock__script_lock_renew, (int)n,
                                 (int)argc, argv);
   dlock__free(argv);

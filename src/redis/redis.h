@@ -103,6 +103,9 @@ char *dlock__redis_own_key(const char *prefix, const char *name);
  * the client records no info. */
 const char *dlock__redis_holder_key(const char *name, const char *owner,
                                     char *buf, size_t n);
+/* Whether the client records holder info (a request prepared for several
+ * nodes, Redlock's, carries it then). */
+bool dlock__redis_has_holder_info(const void *be);
 const char *dlock__redis_info_key(const dlock__redis *r, const char *name,
                                   const char *owner, char *buf, size_t n);
 
@@ -239,7 +242,8 @@ int dlock__redis_token_raise_req(const char *name, int64_t token,
                                  dlock__redis_req *q);
 /* Items of kind DLOCK__HK_LOCK only; results go to items[i].result. */
 int dlock__redis_lock_renew_req(const dlock__renewal *items, size_t n,
-                                int64_t lease_ms, dlock__redis_req *q);
+                                int64_t lease_ms, bool info,
+                                dlock__redis_req *q);
 int dlock__redis_lock_renew_reply(redisReply *rep, size_t n, int *results);
 
 /* sync.c: semaphores, permit semaphores, count-down latches */

@@ -756,7 +756,9 @@ static int rl_lock_renew(void *be, dlock__renewal *items, size_t n,
   int *res = dlock__calloc(n, sizeof *res);
   dlock__redis_req q;
   int rc = !votes || !res ? DLOCK_ENOMEM
-                          : dlock__redis_lock_renew_req(items, n, lease_ms, &q);
+                          : dlock__redis_lock_renew_req(
+                             items, n, lease_ms,
+                             dlock__redis_has_holder_info(rl->node[0]), &q);
   if (rc) {
     dlock__free(votes);
     dlock__free(res);

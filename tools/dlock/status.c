@@ -267,6 +267,8 @@ static int status_nodes(struct cli_ctx *c) {
         cli_json_string(stdout, owner);
       else
         fputs("null", stdout);
+      cli_who_print_json(held && st->holder_infos ? st->holder_infos[0]
+                                                  : NULL);
       fputs(",\"lease_ms\":", stdout);
       if (held && st->ttl_ms >= 0)
         printf("%lld", (long long)st->ttl_ms);
@@ -294,6 +296,8 @@ static int status_nodes(struct cli_ctx *c) {
                "%lld)\n",
                i + 1, c->urls_shown[i], ow, (long long)st->holders[0].count,
                (long long)st->ttl_ms, (long long)st->token);
+      if (held)
+        cli_who_print(owner, st->holder_infos ? st->holder_infos[0] : NULL);
       else
         printf("node %d:  %s: free (token %lld)\n", i + 1, c->urls_shown[i],
                (long long)st->token);
