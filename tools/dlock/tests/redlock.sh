@@ -23,6 +23,7 @@ expect "redlock: -n while held exits 1" 1 "$?"
 "$DLOCK" "${U[@]}" --status rl >"$T/st" 2>&1
 expect_grep "status: one line per server" "node 3:" "$T/st"
 expect_grep "status: majority held" "held:    yes" "$T/st"
+expect_grep "status: each node names the holder's pid" "  who:   pid $p on " "$T/st"
 "$DLOCK" "${U[@]}" --status --json rl >"$T/st.json"
 expect_true "status: JSON" json_valid "$T/st.json"
 kill -TERM "$p"
