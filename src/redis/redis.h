@@ -11,6 +11,7 @@
 
 #include "core/backend.h"
 #include "net/conn.h"
+#include "redis/url.h"
 #include "redis/scripts.h"
 
 /* The master found through Redis Sentinel (sentinel.c). */

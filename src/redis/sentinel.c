@@ -90,7 +90,7 @@ static int parse_part(const char *part, size_t len, dlock__endpoint *ep) {
     return dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: a part is "
                                      "too long");
   snprintf(buf, sizeof buf, "redis://%.*s", (int)len, part);
-  return dlock__url_parse(buf, ep);
+  return dlock__redis_url_parse(buf, ep);
 }
 
 int dlock__redis_sentinel_parse(const char *url, const char *user,

@@ -7,7 +7,7 @@
  * bytes (at most 64). The target runs what main() does with it before it
  * touches the network - cli_parse(), then, for the URL (-u, or the first
  * argument when there is none), the secret span, argv scrubbing,
- * redaction, password/user extraction and dlock__url_parse() - and checks:
+ * redaction, password/user extraction and dlock__redis_url_parse() - and checks:
  *  - the parser returns 0 or 64; a usage message is one non-empty line of
  *    printable ASCII and never shows a password found in any argument
  *    (dlock(1): "A password is never printed");
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "args.h"
-#include "core/url.h"
+#include "redis/url.h"
 #include "dlock/dlock.h"
 #include "url.h"
 
@@ -204,7 +204,7 @@ static void check_url(char *arg, const char *whole) {
 
   /* what the library would do with it */
   dlock__endpoint ep;
-  int rc = dlock__url_parse(url, &ep);
+  int rc = dlock__redis_url_parse(url, &ep);
   if (rc == 0 && ep.password) {
     FCHECK(cli_url_has_password(url));
     FCHECK(has_span);
@@ -240,7 +240,7 @@ static void check_url(char *arg, const char *whole) {
     char *bare = cli_url_without_userinfo(url);
     FCHECK(bare != NULL && strlen(bare) <= strlen(url));
     dlock__endpoint ep2;
-    if (dlock__url_parse(bare, &ep2) == 0)
+    if (dlock__redis_url_parse(bare, &ep2) == 0)
       FCHECK(ep2.password == NULL && ep2.user == NULL);
     dlock__endpoint_clear(&ep2);
     free(bare);
