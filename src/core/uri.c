@@ -207,10 +207,18 @@ static int split_hosts(const char *s, size_t n, const dlock__uri_rules *r,
       if (max == 1)
         return dlock__seterr(
             DLOCK_EURL, "bad URL: one host only, not a list (%s)", r->example);
+      if (r->list_noun)
+        return dlock__seterr(DLOCK_EURL, "bad URL: more than %zu %ss", max,
+                             r->list_noun);
       return dlock__seterr(DLOCK_EURL, "bad URL: more than %zu hosts", max);
     }
-    if (ie == s)
+    if (ie == s) {
+      if (r->list_scheme && r->list_noun)
+        return dlock__seterr(DLOCK_EURL,
+                             "bad URL: %s: an empty host in the %s list",
+                             r->list_scheme, r->list_noun);
       return dlock__seterr(DLOCK_EURL, "bad URL: an empty host in the list");
+    }
     int rc = split_host(s, (size_t)(ie - s), r, &u->hosts[u->nhosts]);
     if (rc)
       return rc;
@@ -304,8 +312,10 @@ int dlock__uri_split(const char *url, const dlock__uri_rules *r,
 
 void dlock__uri_query_begin(dlock__uri_query *it, const dlock__uri *u) {
   memset(it, 0, sizeof *it);
-  it->p = u->query.p;
-  it->end = u->query.p + u->query.n;
+  if (u->has_query) { /* else both stay NULL: no arithmetic on NULL */
+    it->p = u->query.p;
+    it->end = u->query.p + u->query.n;
+  }
 }
 
 int dlock__uri_query_next(dlock__uri_query *it) {

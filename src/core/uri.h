@@ -52,6 +52,10 @@ typedef struct dlock__uri_rules {
   int default_port;    /* given to hosts written without one (0: none) */
   size_t min_hosts;    /* 0: an empty authority is fine (unix:///path) */
   size_t max_hosts;    /* 1 for a single host, <= DLOCK__URI_MAX_HOSTS */
+  /* Optional, for a host list's messages: the scheme and what the hosts
+   * are, as in "bad URL: redis-sentinel://: an empty host in the sentinel
+   * list" and "bad URL: more than 16 sentinels" (NULL: "hosts"). */
+  const char *list_scheme, *list_noun;
 } dlock__uri_rules;
 
 /* Splits url into *u. 0 or DLOCK_EURL / DLOCK_EINVAL (detail set). */

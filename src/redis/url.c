@@ -61,7 +61,10 @@ static int no_fragment(const dlock__uri *u) {
 }
 
 static int parse_unix(const char *url, dlock__endpoint *ep) {
-  static const dlock__uri_rules rules = {"unix:///path", 0, 0, 0};
+  static const dlock__uri_rules rules = {.example = "unix:///path",
+                                         .default_port = 0,
+                                         .min_hosts = 0,
+                                         .max_hosts = 0};
   /* the path must be absolute: nothing between "//" and it */
   if (url[7] != '/')
     return dlock__seterr(DLOCK_EURL,
@@ -107,7 +110,10 @@ static int parse_userinfo(const dlock__uri *u, dlock__endpoint *ep) {
 }
 
 static int parse_tcp(const char *url, bool tls, dlock__endpoint *ep) {
-  static const dlock__uri_rules rules = {"redis://host:port", 6379, 1, 1};
+  static const dlock__uri_rules rules = {.example = "redis://host:port",
+                                         .default_port = 6379,
+                                         .min_hosts = 1,
+                                         .max_hosts = 1};
   dlock__uri u;
   int rc = dlock__uri_split(url, &rules, &u);
   if (rc)
@@ -139,9 +145,27 @@ static int parse_tcp(const char *url, bool tls, dlock__endpoint *ep) {
   return ep->display ? 0 : DLOCK_ENOMEM;
 }
 
+int dlock__redis_endpoint_of_host(const dlock__uri_host *h,
+                                  dlock__endpoint *ep) {
+  memset(ep, 0, sizeof *ep);
+  ep->kind = DLOCK__EP_TCP;
+  ep->port = h->port;
+  if (!(ep->host = dlock__strndup(h->name.p, h->name.n)))
+    return DLOCK_ENOMEM;
+  ep->display = dlock__asprintf("redis://%s%s%s:%d", h->ipv6 ? "[" : "",
+                                ep->host, h->ipv6 ? "]" : "", ep->port);
+  if (ep->display)
+    return 0;
+  dlock__endpoint_clear(ep);
+  return DLOCK_ENOMEM;
+}
+
 int dlock__redis_url_parse(const char *url, dlock__endpoint *ep) {
-  static const dlock__uri_rules any = {"redis://host:port or unix:///path", 0,
-                                       0, DLOCK__URI_MAX_HOSTS};
+  static const dlock__uri_rules any = {.example =
+                                           "redis://host:port or unix:///path",
+                                       .default_port = 0,
+                                       .min_hosts = 0,
+                                       .max_hosts = DLOCK__URI_MAX_HOSTS};
   memset(ep, 0, sizeof *ep);
   dlock__uri u;
   /* the shared checks first (NULL, empty, length, control bytes, scheme) */

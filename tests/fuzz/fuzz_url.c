@@ -223,8 +223,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memcpy(url, data, size);
   url[size] = '\0';
 
-  static const dlock__uri_rules one = {"redis://host:port", 6379, 1, 1};
-  static const dlock__uri_rules many = {"zk://host,...", 2181, 0, 16};
+  static const dlock__uri_rules one = {.example = "redis://host:port",
+                                       .default_port = 6379,
+                                       .min_hosts = 1,
+                                       .max_hosts = 1};
+  static const dlock__uri_rules many = {.example = "zk://host,...",
+                                        .default_port = 2181,
+                                        .min_hosts = 0,
+                                        .max_hosts = 16};
   check_split(url, &one);
   check_split(url, &many);
 

@@ -17,11 +17,26 @@
 #include "check.h"
 
 #include "core/uri.h"
+#include "redis/redis.h"
 #include "redis/url.h"
 
-static const dlock__uri_rules one = {"redis://host:port", 6379, 1, 1};
-static const dlock__uri_rules list = {"zk://host:port,...", 2181, 1, 16};
-static const dlock__uri_rules none = {"unix:///path", 0, 0, 0};
+static const dlock__uri_rules one = {.example = "redis://host:port",
+                                     .default_port = 6379,
+                                     .min_hosts = 1,
+                                     .max_hosts = 1};
+static const dlock__uri_rules list = {.example = "zk://host:port,...",
+                                      .default_port = 2181,
+                                      .min_hosts = 1,
+                                      .max_hosts = 16};
+static const dlock__uri_rules none = {.example = "unix:///path",
+                                      .max_hosts = 0};
+
+static const dlock__uri_rules sent = {.example = "redis-sentinel://...",
+                                      .default_port = 6379,
+                                      .min_hosts = 1,
+                                      .max_hosts = 16,
+                                      .list_scheme = "redis-sentinel://",
+                                      .list_noun = "sentinel"};
 
 static bool sl(dlock__slice s, const char *want) {
   return dlock__slice_eq(s, want);
@@ -104,6 +119,10 @@ static const bad_row bad[] = {
     B(list, "zk://,a", "an empty host in the list"),
     B(list, "zk://a,b:0", "port must be a number from 1 to 65535"),
     B(list, "zk://a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q", "more than 16 hosts"),
+    B(sent, "redis-sentinel://a,/m",
+      "bad URL: redis-sentinel://: an empty host in the sentinel list"),
+    B(sent, "redis-sentinel://a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q/m",
+      "bad URL: more than 16 sentinels"),
     B(none, "unix://h/x", "no host expected (unix:///path)"),
 };
 
@@ -280,10 +299,55 @@ static void t_redis(void) {
   }
 }
 
+/* redis-sentinel:// on the splitter: the data nodes' endpoint carries the
+ * credentials and db, the sentinels are bare; schemes in any case */
+static void t_sentinel(void) {
+  dlock__redis_sentinel *s = NULL;
+  dlock__endpoint data;
+  CHECK_OK(dlock__redis_sentinel_parse(
+      "Redis-Sentinel://u:p%40w@h1,[::1]:26379/mymaster/2", NULL, NULL, &s,
+      &data));
+  CHECK_STR(dlock__redis_sentinel_display(s),
+            "redis-sentinel://h1:6379/mymaster");
+  CHECK_STR(data.user, "u");
+  CHECK_STR(data.password, "p@w");
+  CHECK_STR(data.host, "h1");
+  CHECK_INT(data.db, ==, 2);
+  dlock__redis_sentinel_free(s);
+  dlock__endpoint_clear(&data);
+  struct {
+    const char *url, *msg;
+  } rows[] = {
+      {"redis-sentinel://h:1", "no master name"},
+      {"redis-sentinel://h:1/", "no master name"},
+      {"redis-sentinel://h:1//0", "no master name"},
+      {"redis-sentinel://h:1/m?x", "the master name is empty or has a '?'"},
+      {"redis-sentinel://h:1/m#x", "fragment means nothing to Redis"},
+      {"redis-sentinel://h:1,/m", "an empty host in the sentinel list"},
+      {"redis-sentinel://h:99999/m", "port must be a number from 1 to 65535"},
+      {"redis-sentinel://:secretpw@h/m/x", "path must be a database number"},
+      {"redis-sentinel://u@h/m", "credentials need a ':'"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    int rc = dlock__redis_sentinel_parse(rows[i].url, NULL, NULL, &s, &data);
+    CHECKF(rc == DLOCK_EURL, "%s: %s", rows[i].url, dlock_err_name(rc));
+    CHECKF(strstr(dlock_last_error(), rows[i].msg) != NULL, "%s: '%s'",
+           rows[i].url, dlock_last_error());
+    CHECK(strstr(dlock_last_error(), "secretpw") == NULL);
+    CHECK(s == NULL && data.host == NULL && data.password == NULL);
+  }
+}
+
+/* clang-format off */
 static const check_case_t cases[] = {
-    {"split_good", t_split_good},   {"split_bad", t_split_bad},
-    {"decode", t_decode},           {"query", t_query},
-    {"scheme_case", t_scheme_case}, {"redis", t_redis},
+    {"split_good", t_split_good},
+    {"split_bad", t_split_bad},
+    {"decode", t_decode},
+    {"query", t_query},
+    {"scheme_case", t_scheme_case},
+    {"redis", t_redis},
+    {"sentinel", t_sentinel},
 };
+/* clang-format on */
 
 CHECK_MAIN(cases)
