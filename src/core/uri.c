@@ -27,11 +27,27 @@
  */
 #include "uri.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "alloc.h"
 #include "error.h"
+
+/* DLOCK_EURL with the message, followed by the backend's form of URL when
+ * its rules ask for it. */
+__attribute__((format(printf, 2, 3))) static int
+uri_err(const dlock__uri_rules *r, const char *fmt, ...) {
+  char buf[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (r->example_always)
+    return dlock__seterr(DLOCK_EURL, "%s (expected %s)", buf, r->example);
+  return dlock__seterr(DLOCK_EURL, "%s", buf);
+}
 
 bool dlock__slice_eq(dlock__slice s, const char *str) {
   size_t n = strlen(str);
@@ -140,20 +156,19 @@ static int split_host(const char *s, size_t n, const dlock__uri_rules *r,
   if (n && s[0] == '[') {
     const char *rb = memchr(s, ']', n);
     if (!rb)
-      return dlock__seterr(DLOCK_EURL, "bad URL: missing ']' after IPv6 host");
+      return uri_err(r, "bad URL: missing ']' after IPv6 host");
     h->name.p = s + 1;
     h->name.n = (size_t)(rb - s - 1);
     h->ipv6 = true;
     size_t left = n - (size_t)(rb + 1 - s);
     if (left) {
       if (rb[1] != ':')
-        return dlock__seterr(DLOCK_EURL, "bad URL: junk after IPv6 host");
+        return uri_err(r, "bad URL: junk after IPv6 host");
       portp = rb + 2;
       portlen = left - 1;
     }
     if (!ipv6_ok(h->name.p, h->name.n))
-      return dlock__seterr(DLOCK_EURL,
-                           "bad URL: not an IPv6 address in brackets");
+      return uri_err(r, "bad URL: not an IPv6 address in brackets");
   } else {
     const char *colon = memchr(s, ':', n);
     h->name.p = s;
@@ -163,21 +178,20 @@ static int split_host(const char *s, size_t n, const dlock__uri_rules *r,
       portlen = n - h->name.n - 1;
     }
     if (h->name.n == 0)
-      return dlock__seterr(DLOCK_EURL, "bad URL: no host");
+      return uri_err(r, "bad URL: no host");
     for (size_t i = 0; i < h->name.n; i++) {
       unsigned char ch = (unsigned char)s[i];
       if (ch <= ' ' || ch >= 0x7f || ch == '@' || ch == '[' || ch == ']')
-        return dlock__seterr(DLOCK_EURL, "bad URL: invalid character in host");
+        return uri_err(r, "bad URL: invalid character in host");
     }
   }
   if (h->name.n > 255)
-    return dlock__seterr(DLOCK_EURL, "bad URL: host name too long");
+    return uri_err(r, "bad URL: host name too long");
   h->port = r->default_port;
   if (portp) {
     int port = parse_port(portp, portlen);
     if (port < 0)
-      return dlock__seterr(DLOCK_EURL,
-                           "bad URL: port must be a number from 1 to 65535");
+      return uri_err(r, "bad URL: port must be a number from 1 to 65535");
     h->port = port;
     h->has_port = true;
   }
@@ -191,7 +205,7 @@ static int split_hosts(const char *s, size_t n, const dlock__uri_rules *r,
   if (n == 0) {
     if (r->min_hosts == 0)
       return 0;
-    return dlock__seterr(DLOCK_EURL, "bad URL: no host");
+    return uri_err(r, "bad URL: no host");
   }
   size_t max = r->max_hosts;
   if (max > DLOCK__URI_MAX_HOSTS)
@@ -202,22 +216,19 @@ static int split_hosts(const char *s, size_t n, const dlock__uri_rules *r,
     const char *ie = comma ? comma : end;
     if (u->nhosts == max) {
       if (max == 0)
-        return dlock__seterr(DLOCK_EURL, "bad URL: no host expected (%s)",
-                             r->example);
+        return uri_err(r, "bad URL: no host expected (%s)", r->example);
       if (max == 1)
         return dlock__seterr(
             DLOCK_EURL, "bad URL: one host only, not a list (%s)", r->example);
       if (r->list_noun)
-        return dlock__seterr(DLOCK_EURL, "bad URL: more than %zu %ss", max,
-                             r->list_noun);
-      return dlock__seterr(DLOCK_EURL, "bad URL: more than %zu hosts", max);
+        return uri_err(r, "bad URL: more than %zu %ss", max, r->list_noun);
+      return uri_err(r, "bad URL: more than %zu hosts", max);
     }
     if (ie == s) {
       if (r->list_scheme && r->list_noun)
-        return dlock__seterr(DLOCK_EURL,
-                             "bad URL: %s: an empty host in the %s list",
-                             r->list_scheme, r->list_noun);
-      return dlock__seterr(DLOCK_EURL, "bad URL: an empty host in the list");
+        return uri_err(r, "bad URL: %s: an empty host in the %s list",
+                       r->list_scheme, r->list_noun);
+      return uri_err(r, "bad URL: an empty host in the list");
     }
     int rc = split_host(s, (size_t)(ie - s), r, &u->hosts[u->nhosts]);
     if (rc)
@@ -228,8 +239,7 @@ static int split_hosts(const char *s, size_t n, const dlock__uri_rules *r,
     s = comma + 1;
   }
   if (u->nhosts < r->min_hosts)
-    return dlock__seterr(DLOCK_EURL, "bad URL: fewer than %zu hosts",
-                         r->min_hosts);
+    return uri_err(r, "bad URL: fewer than %zu hosts", r->min_hosts);
   return 0;
 }
 
@@ -243,13 +253,11 @@ int dlock__uri_split(const char *url, const dlock__uri_rules *r,
     return dlock__seterr(DLOCK_EURL, "bad URL: empty (expected %s)",
                          r->example);
   if (len > DLOCK__URI_MAX)
-    return dlock__seterr(DLOCK_EURL, "bad URL: longer than %d bytes",
-                         DLOCK__URI_MAX);
+    return uri_err(r, "bad URL: longer than %d bytes", DLOCK__URI_MAX);
   for (size_t i = 0; i < len; i++) {
     unsigned char ch = (unsigned char)url[i];
     if (ch <= ' ' || ch == 0x7f)
-      return dlock__seterr(DLOCK_EURL,
-                           "bad URL: contains a space or control character");
+      return uri_err(r, "bad URL: contains a space or control character");
   }
   /* scheme "://" */
   size_t i = 0;

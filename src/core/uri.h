@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #define DLOCK__URI_MAX 4096     /* bytes in a URL */
-#define DLOCK__URI_MAX_HOSTS 16 /* hosts in one list */
+#define DLOCK__URI_MAX_HOSTS 64 /* hosts in one list */
 
 typedef struct dlock__slice {
   const char *p; /* into the URL; not NUL-terminated */
@@ -56,6 +56,8 @@ typedef struct dlock__uri_rules {
    * are, as in "bad URL: redis-sentinel://: an empty host in the sentinel
    * list" and "bad URL: more than 16 sentinels" (NULL: "hosts"). */
   const char *list_scheme, *list_noun;
+  /* Every message about the URL's form ends with " (expected EXAMPLE)". */
+  bool example_always;
 } dlock__uri_rules;
 
 /* Splits url into *u. 0 or DLOCK_EURL / DLOCK_EINVAL (detail set). */
