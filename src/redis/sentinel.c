@@ -202,10 +202,9 @@ static int ask(dlock__redis *r, dlock__redis_sentinel *s, int i,
     if (rc == DLOCK_EAUTH && !auth) { /* say where the password goes */
       char was[400];
       snprintf(was, sizeof was, "%s", dlock_last_error());
-      dlock__seterr(rc,
-                    "%s (the sentinels' own password: "
-                    "dlock_options_set_sentinel_credentials, or dlock "
-                    "--sentinel-password-file)",
+      dlock__seterr(rc, "%s (the sentinels' own password: "
+                        "dlock_options_set_sentinel_credentials, or dlock "
+                        "--sentinel-password-file)",
                     was);
     }
   } else if (addr->type == REDIS_REPLY_NIL) {
@@ -223,9 +222,8 @@ static int ask(dlock__redis *r, dlock__redis_sentinel *s, int i,
     snprintf(host, hostlen, "%s", addr->element[0]->str);
     *port = atoi(addr->element[1]->str);
     if (*port <= 0 || *port > 65535)
-      rc = dlock__seterr(DLOCK_EPROTO,
-                         "SENTINEL GET-MASTER-ADDR-BY-NAME: "
-                         "port '%s'",
+      rc = dlock__seterr(DLOCK_EPROTO, "SENTINEL GET-MASTER-ADDR-BY-NAME: "
+                                       "port '%s'",
                          addr->element[1]->str);
   }
   for (size_t k = 0; k < n; k++)
@@ -275,7 +273,8 @@ int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline) {
     if (!why[0]) {
       const char *d = s->sentinels[i].display, *e = dlock_last_error();
       bool named = strncmp(e, d, strlen(d)) == 0; /* it says which already */
-      snprintf(why, sizeof why, "%s%s%s", named ? "" : d, named ? "" : ": ", e);
+      snprintf(why, sizeof why, "%s%s%s", named ? "" : d, named ? "" : ": ",
+               e);
     }
     if (dlock__now_ms() >= deadline)
       break;
@@ -292,7 +291,8 @@ int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline) {
 }
 
 int dlock__redis_sentinel_master(dlock__redis *r, dlock__endpoint *ep,
-                                 char *host, size_t hostlen, uint32_t *gen) {
+                                 char *host, size_t hostlen,
+                                 uint32_t *gen) {
   dlock__redis_sentinel *s = r->sentinel;
   pthread_mutex_lock(&s->mu);
   bool known = s->host != NULL;
