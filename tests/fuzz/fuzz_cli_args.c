@@ -7,7 +7,8 @@
  * bytes (at most 64). The target runs what main() does with it before it
  * touches the network - cli_parse(), then, for the URL (-u, or the first
  * argument when there is none), the secret span, argv scrubbing,
- * redaction, password/user extraction and dlock__redis_url_parse() - and checks:
+ * redaction, password/user extraction and dlock__redis_url_parse() - and
+ * checks:
  *  - the parser returns 0 or 64; a usage message is one non-empty line of
  *    printable ASCII and never shows a password found in any argument
  *    (dlock(1): "A password is never printed");
@@ -29,8 +30,8 @@
 #include <string.h>
 
 #include "args.h"
-#include "redis/url.h"
 #include "dlock/dlock.h"
+#include "redis/url.h"
 #include "url.h"
 
 #define FCHECK(cond)                                                           \
