@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "args.h"
 #include "dlock/dlock.h"
@@ -174,9 +175,9 @@ static void check_options(int argc, char **argv, const struct cli_opts *o) {
  * false. */
 static bool lib_password_span(const char *url, size_t *off, size_t *len) {
   const char *auth;
-  if (strncmp(url, "redis://", 8) == 0)
+  if (strncasecmp(url, "redis://", 8) == 0) /* schemes: any case */
     auth = url + 8;
-  else if (strncmp(url, "rediss://", 9) == 0)
+  else if (strncasecmp(url, "rediss://", 9) == 0)
     auth = url + 9;
   else
     return false;
