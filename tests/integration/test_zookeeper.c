@@ -515,6 +515,7 @@ static void t_read_write(void) {
   CHECK_OK(dlock_lock_acquire(ra, 0, DLOCK_LEASE_WATCHDOG));
   dlock_lock_t *m = zk_lock(b, "rw", DLOCK_REENTRANT);
   CHECK_RC(dlock_lock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_last_error(), "holds nodes of another kind of lock"));
   CHECK_OK(dlock_lock_release(ra));
   dlock_lock_free(m);
   dlock_lock_free(ra);
