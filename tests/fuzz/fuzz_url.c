@@ -1,6 +1,8 @@
 /*
- * fuzz_url.c - libFuzzer target for the backend URL parser,
- * dlock__redis_url_parse() (src/core/url.c), linked from the library's objects.
+ * fuzz_url.c - libFuzzer target for the URL splitter, dlock__uri_split()
+ * (src/core/uri.c), and the Redis URL parser on it,
+ * dlock__redis_url_parse() (src/redis/url.c), linked from the library's
+ * objects.
  *
  * Design note: the input is the URL (cut at its first NUL, as a C caller
  * would pass it). Besides memory safety (ASan/UBSan), each run checks what
