@@ -35,7 +35,6 @@
 #include <stdint.h>
 
 #include "core/options.h"
-#include "core/url.h"
 #include "dlock/dlock.h"
 
 struct dlock_client;

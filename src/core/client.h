@@ -17,7 +17,6 @@
 #include "core/id.h"
 #include "core/map.h"
 #include "core/options.h"
-#include "core/url.h"
 #include "core/worker.h"
 
 #define DLOCK__CLIENT_MAGIC 0x444c434bu /* "DLCK" */

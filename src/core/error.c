@@ -10,6 +10,7 @@
 #define DLOCK__ERRBUF 512
 static _Thread_local char errbuf[DLOCK__ERRBUF];
 static _Thread_local bool err_unsent; /* the failure sent nothing */
+static _Thread_local bool err_worded; /* the detail is in the user's terms */
 
 const char *dlock_strerror(int err) {
   switch (err) {
@@ -43,10 +44,13 @@ const char *dlock_last_error(void) { return errbuf; }
 
 void dlock__err_set_unsent(bool unsent) { err_unsent = unsent; }
 bool dlock__err_unsent(void) { return err_unsent; }
+void dlock__err_set_worded(void) { err_worded = true; }
+bool dlock__err_worded(void) { return err_worded; }
 
 int dlock__seterr(int code, const char *fmt, ...) {
   va_list ap;
   err_unsent = false;
+  err_worded = false;
   va_start(ap, fmt);
   vsnprintf(errbuf, sizeof errbuf, fmt, ap);
   va_end(ap);

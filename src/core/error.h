@@ -25,6 +25,12 @@ int dlock__seterr(int code, const char *fmt, ...)
  * unless its backend says otherwise); dlock__preferr keeps it. */
 void dlock__err_set_unsent(bool unsent);
 bool dlock__err_unsent(void);
+/* Marks the thread's current failure detail as already telling the user
+ * what it means (e.g. which kind of lock is in the way of a DLOCK_EWRONGTYPE)
+ * so that the core keeps it instead of rewording it. Every dlock__seterr
+ * clears the mark; dlock__preferr keeps it. */
+void dlock__err_set_worded(void);
+bool dlock__err_worded(void);
 /* Prefixes the current detail with "<prefix>: " and returns code. */
 int dlock__preferr(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -598,15 +598,15 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     tok = x.token;
   }
   /* the server's WRONGTYPE names a command; say what it means here (a
-   * backend that already said which kind of lock is in the way is kept) */
+   * backend that already said which kind of lock is in the way marked its
+   * detail worded, and it is kept) */
   if (rc < 0) {
     pthread_mutex_lock(&c->mu);
     dlock__hold_unreserve_locked(c, hold_kind(l->kind), l->name, tid);
     pthread_mutex_unlock(&c->mu);
   }
   if (rc < 0)
-    return call_end(l, rc == DLOCK_EWRONGTYPE &&
-                               !strstr(dlock_last_error(), "another kind")
+    return call_end(l, rc == DLOCK_EWRONGTYPE && !dlock__err_worded()
                            ? dlock__seterr(rc,
                                            "lock '%.200s': the key holds a "
                                            "value of another type (not a "

@@ -42,6 +42,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/options.h"
+#include "core/uri.h"
 #include "etcd/etcd.h"
 
 #define ETCD_MAX_ENDPOINTS 16
@@ -89,105 +90,64 @@ static bool host_char(char c) {
          (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
 }
 
-/* One "host[:port]" (or "[v6]:port") of len bytes into "host:port". */
-static int parse_host(const char *s, size_t len, char **out) {
-  const char *host = s, *colon = NULL;
-  size_t hlen;
-  if (len > 0 && s[0] == '[') {
-    const char *close = memchr(s, ']', len);
-    if (!close)
-      return dlock__seterr(DLOCK_EURL, "bad etcd URL: '[' without ']' in a "
-                                       "host");
-    for (const char *p = s + 1; p < close; p++)
-      if (!(host_char(*p) || *p == ':'))
-        return dlock__seterr(DLOCK_EURL,
-                             "bad etcd URL: bad character in an IPv6 host");
-    hlen = (size_t)(close - s) + 1;
-    if (hlen < len && s[hlen] != ':')
-      return dlock__seterr(DLOCK_EURL, "bad etcd URL: expected ':' after ']'");
-    colon = hlen < len ? s + hlen : NULL;
-  } else {
-    colon = memchr(s, ':', len);
-    hlen = colon ? (size_t)(colon - s) : len;
-    for (size_t i = 0; i < hlen; i++)
-      if (!host_char(host[i]))
-        return dlock__seterr(DLOCK_EURL,
-                             "bad etcd URL: bad character '%c' in a host "
-                             "(expected host[:port][,host[:port]...])",
-                             host[i]);
-  }
-  if (hlen == 0 || (hlen == 2 && s[0] == '['))
-    return dlock__seterr(DLOCK_EURL, "bad etcd URL: empty host (expected "
-                                     "host[:port][,host[:port]...])");
-  long port = ETCD_DEFAULT_PORT;
-  if (colon) {
-    size_t plen = len - (size_t)(colon - s) - 1;
-    if (plen == 0 || plen > 5)
-      return dlock__seterr(DLOCK_EURL, "bad etcd URL: bad port (1..65535)");
-    port = 0;
-    for (size_t i = 0; i < plen; i++) {
-      char c = colon[1 + i];
-      if (c < '0' || c > '9')
-        return dlock__seterr(DLOCK_EURL, "bad etcd URL: bad port (1..65535)");
-      port = port * 10 + (c - '0');
-    }
-    if (port < 1 || port > 65535)
-      return dlock__seterr(DLOCK_EURL, "bad etcd URL: bad port (1..65535)");
-  }
-  *out = dlock__asprintf("%.*s:%ld", (int)hlen, host, port);
-  return *out ? 0 : DLOCK_ENOMEM;
-}
-
+/* etcd:// or etcds:// (the registry chose this backend by the scheme),
+ * cut by the core's splitter; this reads the endpoints and the
+ * credentials (percent-decoded), and refuses a path, query or fragment. */
 static int parse_url(dlock__etcd *e, const char *url, char **user,
                      char **password) {
+  static const dlock__uri_rules rules = {
+      .example = "etcd://[user:password@]host[:port][,host[:port]...]",
+      .default_port = ETCD_DEFAULT_PORT,
+      .min_hosts = 1,
+      .max_hosts = ETCD_MAX_ENDPOINTS,
+      .list_noun = "endpoint",
+      .example_always = true};
   *user = *password = NULL;
-  const char *sep = strstr(url, "://");
-  size_t slen = (size_t)(sep - url);
-  if (slen == 5 && strncasecmp(url, "etcds", 5) == 0)
+  dlock__uri u;
+  int rc = dlock__uri_split(url, &rules, &u);
+  if (rc)
+    return rc;
+  if (dlock__uri_scheme_is(&u, "etcds"))
     e->tls = true;
-  const char *p = sep + 3;
-  const char *end = p + strcspn(p, "/?#");
-  if (*end == '?' || *end == '#' || (*end == '/' && end[1] != '\0'))
+  if (u.path.n > 1 || u.has_query || u.has_fragment)
     return dlock__seterr(DLOCK_EURL,
                          "bad etcd URL: no path or query expected after the "
                          "endpoints (etcd://host:port[,host:port...])");
-  const char *at = memchr(p, '@', (size_t)(end - p));
-  if (at) {
-    const char *colon = memchr(p, ':', (size_t)(at - p));
-    if (!colon || colon == p)
+  if (u.has_userinfo) {
+    if (!u.has_password || u.user.n == 0)
       return dlock__seterr(DLOCK_EURL,
                            "bad etcd URL: credentials must be user:password@");
-    *user = dlock__strndup(p, (size_t)(colon - p));
-    *password = dlock__strndup(colon + 1, (size_t)(at - colon - 1));
-    if (!*user || !*password)
-      return DLOCK_ENOMEM;
-    p = at + 1;
+    if (!(*user = dlock__uri_decode_dup(u.user, "user or password", &rc)) ||
+        !(*password =
+              dlock__uri_decode_dup(u.password, "user or password", &rc)))
+      return rc;
   }
-  if (p == end)
-    return dlock__seterr(DLOCK_EURL, "bad etcd URL: no endpoint (expected "
-                                     "etcd://host:port[,host:port...])");
   e->hosts = dlock__calloc(ETCD_MAX_ENDPOINTS, sizeof *e->hosts);
   if (!e->hosts)
     return DLOCK_ENOMEM;
   size_t dl = (size_t)snprintf(e->display, sizeof e->display, "%s://",
                                e->tls ? "etcds" : "etcd");
-  while (p < end) {
-    const char *comma = memchr(p, ',', (size_t)(end - p));
-    const char *stop = comma ? comma : end;
-    if (e->nhosts == ETCD_MAX_ENDPOINTS)
-      return dlock__seterr(DLOCK_EURL, "bad etcd URL: more than %d endpoints",
-                           ETCD_MAX_ENDPOINTS);
-    int rc = parse_host(p, (size_t)(stop - p), &e->hosts[e->nhosts]);
-    if (rc)
-      return rc;
+  for (size_t i = 0; i < u.nhosts; i++) {
+    const dlock__uri_host *h = &u.hosts[i];
+    for (size_t k = 0; k < h->name.n; k++) {
+      char c = h->name.p[k];
+      if (h->ipv6 && !(host_char(c) || c == ':'))
+        return dlock__seterr(DLOCK_EURL,
+                             "bad etcd URL: bad character in an IPv6 host");
+      if (!h->ipv6 && !host_char(c))
+        return dlock__seterr(DLOCK_EURL,
+                             "bad etcd URL: bad character '%c' in a host "
+                             "(expected host[:port][,host[:port]...])",
+                             c);
+    }
+    if (!(e->hosts[e->nhosts] =
+              dlock__asprintf("%s%.*s%s:%d", h->ipv6 ? "[" : "", (int)h->name.n,
+                              h->name.p, h->ipv6 ? "]" : "", h->port)))
+      return DLOCK_ENOMEM;
     if (dl < sizeof e->display)
       dl += (size_t)snprintf(e->display + dl, sizeof e->display - dl, "%s%s",
                              e->nhosts ? "," : "", e->hosts[e->nhosts]);
     e->nhosts++;
-    p = comma ? comma + 1 : end;
-    if (comma && p == end)
-      return dlock__seterr(DLOCK_EURL, "bad etcd URL: empty endpoint after "
-                                       "','");
   }
   return 0;
 }

@@ -27,7 +27,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "core/url.h"
+#include "net/endpoint.h"
 #include "net/tls.h"
 
 typedef struct dlock__conn dlock__conn;

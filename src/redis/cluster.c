@@ -6,7 +6,9 @@
  *
  * The hosts are seeds: the first that answers gives the slot map (CLUSTER
  * SLOTS), and a Redis backend (redis.c, with its pool, shared connection
- * and pub/sub connection) is opened for every master in it.
+ * and pub/sub connection) is opened for every master in it. The URL is cut
+ * by the core's splitter (core/uri.h), so every seed's syntax is checked
+ * before the first is dialled.
  *
  * Routing: every key and channel of one lock, semaphore or latch carries
  * the name's hash tag (docs/LAYOUT.md: the lock key is the name itself,
@@ -53,6 +55,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/uri.h"
 #include "core/wait.h"
 #include "redis/redis.h"
 
@@ -320,14 +323,24 @@ static int read_map_from(void *seed, redisReply **out) {
 static int cl_open(void **be, const char *url, const struct dlock_options *o,
                    struct dlock_client *core) {
   *be = NULL;
-  const char *p = url + strlen("redis-cluster://");
-  if (*p == '\0' || strchr(p, '/') || strchr(p, '?'))
+  static const dlock__uri_rules rules = {
+      .example = "redis-cluster://[user:password@]host:port[,host:port...]",
+      .default_port = 6379,
+      .min_hosts = 1,
+      .max_hosts = DLOCK__URI_MAX_HOSTS,
+      .list_scheme = "redis-cluster://",
+      .list_noun = "seed"};
+  dlock__uri u;
+  int rc = dlock__uri_split(url, &rules, &u);
+  if (rc)
+    return rc;
+  if (u.path.n || u.has_query || u.has_fragment)
     return dlock__seterr(DLOCK_EURL,
                          "bad URL: expected redis-cluster://[user:password@]"
                          "host:port[,host:port...] (no path)");
-  const char *at = strrchr(p, '@');
-  size_t ulen = at ? (size_t)(at - p) : 0;
-  const char *hosts = at ? at + 1 : p;
+  /* the userinfo as written, passed on to every node's redis:// URL */
+  const char *p = url + u.scheme.n + 3;
+  size_t ulen = u.has_userinfo ? (size_t)(u.authority_hosts.p - 1 - p) : 0;
   cluster *cl = dlock__calloc(1, sizeof *cl);
   if (!cl)
     return DLOCK_ENOMEM;
@@ -342,27 +355,20 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
     atomic_init(&cl->owner[s], NOBODY);
   /* the seeds, in order, until one gives the map */
   redisReply *map = NULL;
-  int rc = DLOCK_EURL;
+  rc = DLOCK_EURL;
   char first_err[400] = "";
-  int seeds = 0;
-  for (const char *h = hosts; *h && !map && seeds < MAX_SEEDS; seeds++) {
-    const char *comma = strchr(h, ',');
-    size_t hlen = comma ? (size_t)(comma - h) : strlen(h);
-    /* the host part ("h:p", "[v6]:p") of this seed, for master_index */
-    const char *colon = memrchr(h, ':', hlen);
-    size_t host_len = colon ? (size_t)(colon - h) : hlen;
-    if (host_len >= 2 && h[0] == '[' && h[host_len - 1] == ']')
-      snprintf(cl->seed_host, sizeof cl->seed_host, "%.*s",
-               (int)host_len - 2, h + 1);
-    else
-      snprintf(cl->seed_host, sizeof cl->seed_host, "%.*s", (int)host_len, h);
+  for (size_t i = 0; i < u.nhosts && !map && i < MAX_SEEDS; i++) {
+    const dlock__uri_host *h = &u.hosts[i];
+    /* the host part of this seed, for master_index */
+    snprintf(cl->seed_host, sizeof cl->seed_host, "%.*s", (int)h->name.n,
+             h->name.p);
     char seed_url[600];
-    snprintf(seed_url, sizeof seed_url, "redis://%s%s%.*s", cl->userinfo,
-             ulen ? "@" : "", (int)hlen, h);
+    snprintf(seed_url, sizeof seed_url, "redis://%s%s%s%.*s%s:%d", cl->userinfo,
+             ulen ? "@" : "", h->ipv6 ? "[" : "", (int)h->name.n, h->name.p,
+             h->ipv6 ? "]" : "", h->port);
     void *seed = NULL;
-    rc = hlen ? RB->open(&seed, seed_url, o, core)
-              : dlock__seterr(DLOCK_EURL, "bad URL: redis-cluster://: an "
-                                          "empty host in the seed list");
+    rc = RB->open(&seed, seed_url, o, core);
+    memset(seed_url, 0, sizeof seed_url); /* it held the password */
     if (!rc)
       rc = read_map_from(seed, &map);
     if (seed)
@@ -371,7 +377,6 @@ static int cl_open(void **be, const char *url, const struct dlock_options *o,
       break; /* the URL or the credentials are wrong: no seed will do */
     if (rc && !first_err[0])
       snprintf(first_err, sizeof first_err, "%s", dlock_last_error());
-    h = comma ? comma + 1 : h + hlen;
   }
   if (!map) {
     if (rc != DLOCK_EURL && rc != DLOCK_EAUTH && rc != DLOCK_ETLS)

@@ -553,11 +553,14 @@ static int lock_acquire_once(void *be, const dlock__acquire *a, int64_t *pttl,
                            "side; a read hold cannot be upgraded (release it "
                            "first)",
                            a->name);
-    if (other)
-      return dlock__seterr(DLOCK_EWRONGTYPE,
-                           "read-write lock '%.200s': the key holds a lock of "
-                           "another kind (reentrant, fenced or fair)",
-                           a->name);
+    if (other) {
+      dlock__seterr(DLOCK_EWRONGTYPE,
+                    "read-write lock '%.200s': the key holds a lock of "
+                    "another kind (reentrant, fenced or fair)",
+                    a->name);
+      dlock__err_set_worded();
+      return DLOCK_EWRONGTYPE;
+    }
     return dlock__seterr(DLOCK_EPROTO, "lock acquire: unexpected reply");
   }
   if (rep->type != REDIS_REPLY_INTEGER || rep->integer < -2)

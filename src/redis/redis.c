@@ -810,7 +810,7 @@ static int open_backend(void **be, const char *url,
       }
     }
   } else {
-    prc = dlock__url_parse(url, &r->ep_parsed);
+    prc = dlock__redis_url_parse(url, &r->ep_parsed);
   }
   if (prc) {
     redis_close(r);

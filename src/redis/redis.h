@@ -12,6 +12,7 @@
 #include "core/backend.h"
 #include "net/conn.h"
 #include "redis/scripts.h"
+#include "redis/url.h"
 
 /* The master found through Redis Sentinel (sentinel.c). */
 typedef struct dlock__redis_sentinel dlock__redis_sentinel;

@@ -83,83 +83,69 @@ bool dlock__redis_is_sentinel_url(const char *url) {
   return strncasecmp(url, "redis-sentinel://", 17) == 0;
 }
 
-/* Percent-decoded, validated by the plain URL parser: "redis://" + part. */
-static int parse_part(const char *part, size_t len, dlock__endpoint *ep) {
-  char buf[600];
-  if (len > sizeof buf - 16)
-    return dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: a part is "
-                                     "too long");
-  snprintf(buf, sizeof buf, "redis://%.*s", (int)len, part);
-  return dlock__url_parse(buf, ep);
-}
-
 int dlock__redis_sentinel_parse(const char *url, const char *user,
                                 const char *password,
                                 dlock__redis_sentinel **out,
                                 dlock__endpoint *data) {
+  /* sentinels without a port get 6379, as they always have here */
+  static const dlock__uri_rules rules = {
+      .example = "redis-sentinel://host:port[,host:port...]/master-name",
+      .default_port = 6379,
+      .min_hosts = 1,
+      .max_hosts = MAX_SENTINELS,
+      .list_scheme = "redis-sentinel://",
+      .list_noun = "sentinel"};
   *out = NULL;
   memset(data, 0, sizeof *data);
-  const char *p = url + 17; /* after "redis-sentinel://" */
-  const char *slash = strchr(p, '/');
-  if (!slash || slash == p)
+  dlock__uri u;
+  int rc = dlock__uri_split(url, &rules, &u);
+  if (rc)
+    return rc;
+  /* master name and db: "/name" or "/name/db" */
+  if (u.path.n < 2 || u.path.p[1] == '/')
     return dlock__seterr(DLOCK_EURL,
                          "bad URL: redis-sentinel://[user:password@]host:port"
                          "[,host:port...]/master-name[/db]: no master name");
+  const char *name = u.path.p + 1;
+  const char *name_end = memchr(name, '/', u.path.n - 1);
+  size_t nlen = name_end ? (size_t)(name_end - name) : u.path.n - 1;
+  if (!name_end && u.has_fragment)
+    return dlock__seterr(DLOCK_EURL,
+                         "bad URL: a '#' fragment means nothing to Redis");
+  if (!name_end && u.has_query)
+    return dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: the master "
+                                     "name is empty or has a '?'");
   dlock__redis_sentinel *s = dlock__calloc(1, sizeof *s);
   if (!s)
     return DLOCK_ENOMEM;
   pthread_mutex_init(&s->mu, NULL);
-  int rc = 0;
-  /* userinfo: the data nodes' credentials, up to the last '@' before the
-   * path (a password may hold an '@'; a '/' in it must be %2F) */
-  const char *at = NULL;
-  for (const char *q = p; q < slash; q++)
-    if (*q == '@')
-      at = q;
-  const char *hosts = at ? at + 1 : p;
-  /* master name and db: "/name" or "/name/db" */
-  const char *name = slash + 1;
-  const char *name_end = strchr(name, '/');
-  size_t nlen = name_end ? (size_t)(name_end - name) : strlen(name);
-  if (nlen == 0 || memchr(name, '?', nlen))
-    rc = dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: the master "
-                                   "name is empty or has a '?'");
-  if (!rc && !(s->master_name = dlock__calloc(1, nlen + 1)))
+  if (!(s->master_name = dlock__strndup(name, nlen)))
     rc = DLOCK_ENOMEM;
-  if (!rc)
-    memcpy(s->master_name, name, nlen);
   /* the data nodes' endpoint: the first sentinel's address stands in until
-   * the master is known; it carries the user, password and db */
+   * the master is known; it carries the user, password, db and query, read
+   * by the Redis URL parser from "redis://" + userinfo@host + the rest */
   if (!rc) {
-    char part[600];
-    const char *comma = memchr(hosts, ',', (size_t)(slash - hosts));
-    size_t hlen = (size_t)((comma ? comma : slash) - hosts);
-    snprintf(part, sizeof part, "%.*s%.*s%s%s",
-             at ? (int)(at - p + 1) : 0, p, (int)hlen, hosts,
-             name_end ? "" : "", name_end ? name_end : "");
-    rc = parse_part(part, strlen(part), data);
+    const char *auth = url + u.scheme.n + 3;
+    const char *first = u.authority_hosts.p;
+    const char *comma =
+        memchr(first, ',', u.authority_hosts.n); /* end of the first host */
+    size_t flen = comma ? (size_t)(comma - first) : u.authority_hosts.n;
+    const char *rest = name_end ? name_end : "";
+    char *part = dlock__asprintf("redis://%.*s%.*s%s", (int)(first - auth),
+                                 auth, (int)flen, first, rest);
+    if (!part) {
+      rc = DLOCK_ENOMEM;
+    } else {
+      rc = dlock__redis_url_parse(part, data);
+      memset(part, 0, strlen(part)); /* it held the password */
+      dlock__free(part);
+    }
   }
   /* the sentinels */
-  for (const char *h = hosts; !rc && h < slash;) {
-    const char *comma = memchr(h, ',', (size_t)(slash - h));
-    const char *end = comma ? comma : slash;
-    if (s->n == MAX_SENTINELS) {
-      rc = dlock__seterr(DLOCK_EURL, "bad URL: more than %d sentinels",
-                         MAX_SENTINELS);
-      break;
-    }
-    if (end == h) {
-      rc = dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: an empty "
-                                     "host in the sentinel list");
-      break;
-    }
-    rc = parse_part(h, (size_t)(end - h), &s->sentinels[s->n]);
+  for (size_t i = 0; !rc && i < u.nhosts; i++) {
+    rc = dlock__redis_endpoint_of_host(&u.hosts[i], &s->sentinels[s->n]);
     if (!rc)
       s->n++;
-    h = end + (comma ? 1 : 0);
-    if (comma && h == slash)
-      rc = dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: an empty "
-                                     "host in the sentinel list");
   }
   if (!rc && ((user && !(s->user = dlock__strdup(user))) ||
               (password && !(s->password = dlock__strdup(password)))))

@@ -227,12 +227,14 @@ static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
     bool mutex_node = !rw_node && strstr(c, MUTEX_MARK);
     if ((rw && mutex_node) || (!rw && rw_node)) {
       dlock__zk_result_clear(r);
-      return dlock__seterr(DLOCK_EWRONGTYPE,
-                           "lock '%.200s': %s holds nodes of another kind of "
-                           "lock (%s)",
-                           name, dir,
-                           rw ? "a mutex's lock- nodes"
-                              : "a read-write lock's __READ__/__WRIT__ nodes");
+      dlock__seterr(DLOCK_EWRONGTYPE,
+                    "lock '%.200s': %s holds nodes of another kind of "
+                    "lock (%s)",
+                    name, dir,
+                    rw ? "a mutex's lock- nodes"
+                       : "a read-write lock's __READ__/__WRIT__ nodes");
+      dlock__err_set_worded();
+      return DLOCK_EWRONGTYPE;
     }
   }
   if (r->nchildren > 1)

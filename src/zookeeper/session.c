@@ -47,6 +47,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/uri.h"
 #include "zookeeper/zk.h"
 
 #define DEFAULT_PORT 2181
@@ -160,83 +161,55 @@ static bool path_ok(const char *p) {
   return true;
 }
 
+#define ZK_URL_FORM                                                            \
+  "zookeeper://host[:port][,host[:port]...][/chroot][?base=/path]"
+
 static int url_error(const char *what) {
-  return dlock__seterr(DLOCK_EURL,
-                       "bad URL: %s (expected zookeeper://host[:port][,"
-                       "host[:port]...][/chroot][?base=/path])",
+  return dlock__seterr(DLOCK_EURL, "bad URL: %s (expected " ZK_URL_FORM ")",
                        what);
 }
 
+/* zookeeper:// or zk:// (the registry chose this backend by the scheme),
+ * cut by the core's splitter; this reads the host list, the chroot and
+ * ?base=. */
 static int parse_url(dlock__zk *z, const char *url) {
-  const char *p = strstr(url, "://");
-  if (!p)
-    return url_error("no scheme");
-  p += 3;
-  size_t hosts_len = strcspn(p, "/?#");
-  if (memchr(p, '@', hosts_len))
+  static const dlock__uri_rules rules = {.example = ZK_URL_FORM,
+                                         .default_port = DEFAULT_PORT,
+                                         .min_hosts = 1,
+                                         .max_hosts = DLOCK__URI_MAX_HOSTS,
+                                         .example_always = true};
+  dlock__uri u;
+  int rc = dlock__uri_split(url, &rules, &u);
+  if (rc)
+    return rc;
+  if (u.has_userinfo)
     return dlock__seterr(DLOCK_ENOTSUP,
                          "bad URL: the zookeeper backend does not support "
                          "credentials in the URL yet (digest or SASL "
                          "authentication)");
-  if (hosts_len == 0)
-    return url_error("no host");
-  if (hosts_len >= sizeof z->hosts - 256)
-    return url_error("host list too long");
   char hosts[1024];
   size_t used = 0;
-  const char *h = p, *end = p + hosts_len;
-  int count = 0;
-  while (h <= end) {
-    const char *comma = memchr(h, ',', (size_t)(end - h));
-    const char *stop = comma ? comma : end;
-    size_t len = (size_t)(stop - h);
-    if (len == 0)
-      return url_error("empty host in the host list");
-    const char *colon = NULL;
-    if (h[0] == '[') { /* [v6]:port */
-      const char *rb = memchr(h, ']', len);
-      if (!rb)
-        return url_error("unclosed '[' in a host");
-      colon = rb + 1 < stop && rb[1] == ':' ? rb + 1 : NULL;
-      if (!colon && rb + 1 != stop)
-        return url_error("junk after ']' in a host");
-    } else {
-      colon = memchr(h, ':', len);
-    }
-    size_t hlen = colon ? (size_t)(colon - h) : len;
-    if (hlen == 0)
-      return url_error("empty host name");
-    for (size_t i = 0; i < hlen; i++)
-      if (!(isalnum((unsigned char)h[i]) || strchr(".-_[]:", h[i])))
-        return url_error("bad character in a host name");
-    long port = DEFAULT_PORT;
-    if (colon) {
-      char *e = NULL;
-      errno = 0;
-      if (colon + 1 == stop || !isdigit((unsigned char)colon[1]))
-        return url_error("port is not a number");
-      port = strtol(colon + 1, &e, 10);
-      if (errno || e != stop || port < 1 || port > 65535)
-        return url_error("port out of range (1-65535)");
-    }
-    int w = snprintf(hosts + used, sizeof hosts - used, "%s%.*s:%ld",
-                     count ? "," : "", (int)hlen, h, port);
+  for (size_t i = 0; i < u.nhosts; i++) {
+    const dlock__uri_host *h = &u.hosts[i];
+    if (!h->ipv6)
+      for (size_t k = 0; k < h->name.n; k++)
+        if (!(isalnum((unsigned char)h->name.p[k]) ||
+              strchr(".-_", h->name.p[k])))
+          return url_error("bad character in a host name");
+    int w = snprintf(hosts + used, sizeof hosts - used, "%s%s%.*s%s:%d",
+                     i ? "," : "", h->ipv6 ? "[" : "", (int)h->name.n,
+                     h->name.p, h->ipv6 ? "]" : "", h->port);
     if (w < 0 || (size_t)w >= sizeof hosts - used)
       return url_error("host list too long");
     used += (size_t)w;
-    count++;
-    if (!comma)
-      break;
-    h = comma + 1;
   }
   /* chroot */
-  const char *rest = end;
   char chroot[512] = "";
-  if (*rest == '/') {
-    size_t len = strcspn(rest, "?#");
+  if (u.path.n) {
+    size_t len = u.path.n;
     if (len >= sizeof chroot)
       return url_error("chroot too long");
-    memcpy(chroot, rest, len);
+    memcpy(chroot, u.path.p, len);
     chroot[len] = '\0';
     if (len > 1 && chroot[len - 1] == '/')
       chroot[--len] = '\0';
@@ -244,39 +217,32 @@ static int parse_url(dlock__zk *z, const char *url) {
       return url_error("bad chroot path (empty, '.' or '..' component)");
     if (len == 1)
       chroot[0] = '\0';
-    rest += strcspn(rest, "?#");
   }
   snprintf(z->base, sizeof z->base, "%s", DEFAULT_BASE);
-  if (*rest == '#')
+  if (u.has_fragment)
     return url_error("a fragment ('#') means nothing here");
-  if (*rest == '?') {
-    rest++;
-    while (*rest) {
-      size_t len = strcspn(rest, "&");
-      if (len > 5 && strncmp(rest, "base=", 5) == 0) {
-        if (len - 5 >= sizeof z->base)
-          return url_error("base path too long");
-        memcpy(z->base, rest + 5, len - 5);
-        z->base[len - 5] = '\0';
-        size_t bl = strlen(z->base);
-        if (bl > 1 && z->base[bl - 1] == '/')
-          z->base[bl - 1] = '\0';
-        if (!path_ok(z->base))
-          return url_error("base must be an absolute ZooKeeper path "
-                           "(?base=/path)");
-      } else {
-        return url_error("unknown query parameter (only base=/path)");
-      }
-      rest += len;
-      if (*rest == '&')
-        rest++;
-    }
+  dlock__uri_query q;
+  dlock__uri_query_begin(&q, &u);
+  while ((rc = dlock__uri_query_next(&q)) == 1) {
+    if (strcmp(q.key, "base") != 0 || !q.has_value)
+      return url_error("unknown query parameter (only base=/path)");
+    if (strlen(q.value) >= sizeof z->base)
+      return url_error("base path too long");
+    snprintf(z->base, sizeof z->base, "%s", q.value);
+    size_t bl = strlen(z->base);
+    if (bl > 1 && z->base[bl - 1] == '/')
+      z->base[bl - 1] = '\0';
+    if (!path_ok(z->base))
+      return url_error("base must be an absolute ZooKeeper path "
+                       "(?base=/path)");
   }
+  if (rc)
+    return rc;
   int full = snprintf(z->hosts, sizeof z->hosts, "%s%s", hosts, chroot);
   if (full < 0 || (size_t)full >= sizeof z->hosts)
     return url_error("host list too long");
-  int shown = snprintf(z->display, sizeof z->display, "zookeeper://%s%s",
-                       hosts, chroot);
+  int shown = snprintf(z->display, sizeof z->display, "zookeeper://%s%s", hosts,
+                       chroot);
   if (shown < 0 || (size_t)shown >= sizeof z->display)
     return url_error("host list too long");
   return 0;

@@ -7,7 +7,8 @@
  * bytes (at most 64). The target runs what main() does with it before it
  * touches the network - cli_parse(), then, for the URL (-u, or the first
  * argument when there is none), the secret span, argv scrubbing,
- * redaction, password/user extraction and dlock__url_parse() - and checks:
+ * redaction, password/user extraction and dlock__redis_url_parse() - and
+ * checks:
  *  - the parser returns 0 or 64; a usage message is one non-empty line of
  *    printable ASCII and never shows a password found in any argument
  *    (dlock(1): "A password is never printed");
@@ -27,10 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "args.h"
-#include "core/url.h"
 #include "dlock/dlock.h"
+#include "redis/url.h"
 #include "url.h"
 
 #define FCHECK(cond)                                                           \
@@ -173,9 +175,9 @@ static void check_options(int argc, char **argv, const struct cli_opts *o) {
  * false. */
 static bool lib_password_span(const char *url, size_t *off, size_t *len) {
   const char *auth;
-  if (strncmp(url, "redis://", 8) == 0)
+  if (strncasecmp(url, "redis://", 8) == 0) /* schemes: any case */
     auth = url + 8;
-  else if (strncmp(url, "rediss://", 9) == 0)
+  else if (strncasecmp(url, "rediss://", 9) == 0)
     auth = url + 9;
   else
     return false;
@@ -204,7 +206,7 @@ static void check_url(char *arg, const char *whole) {
 
   /* what the library would do with it */
   dlock__endpoint ep;
-  int rc = dlock__url_parse(url, &ep);
+  int rc = dlock__redis_url_parse(url, &ep);
   if (rc == 0 && ep.password) {
     FCHECK(cli_url_has_password(url));
     FCHECK(has_span);
@@ -240,7 +242,7 @@ static void check_url(char *arg, const char *whole) {
     char *bare = cli_url_without_userinfo(url);
     FCHECK(bare != NULL && strlen(bare) <= strlen(url));
     dlock__endpoint ep2;
-    if (dlock__url_parse(bare, &ep2) == 0)
+    if (dlock__redis_url_parse(bare, &ep2) == 0)
       FCHECK(ep2.password == NULL && ep2.user == NULL);
     dlock__endpoint_clear(&ep2);
     free(bare);

@@ -1,6 +1,8 @@
 /*
- * fuzz_url.c - libFuzzer target for the backend URL parser,
- * dlock__url_parse() (src/core/url.c), linked from the library's objects.
+ * fuzz_url.c - libFuzzer target for the URL splitter, dlock__uri_split()
+ * (src/core/uri.c), and the Redis URL parser on it,
+ * dlock__redis_url_parse() (src/redis/url.c), linked from the library's
+ * objects.
  *
  * Design note: the input is the URL (cut at its first NUL, as a C caller
  * would pass it). Besides memory safety (ASan/UBSan), each run checks what
@@ -15,7 +17,12 @@
  *  - the detail of a failure never shows the URL's password when that
  *    password is distinctive (>= 4 bytes, found once in the URL);
  *  - the display form of a URL without a user parses back to the same host,
- *    port and path.
+ *    port and path;
+ *  - the splitter, under a one-host and a host-list rule set: 0 or
+ *    DLOCK_EURL with one line; on success every slice lies inside the URL
+ *    and they follow one another in order (scheme, userinfo, hosts, path,
+ *    query, fragment), hosts are 1..16 with ports 1..65535, and the same
+ *    URL splits the same way twice.
  * No threads, no I/O.
  */
 #define _GNU_SOURCE 1
@@ -25,8 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/url.h"
+#include "core/uri.h"
 #include "dlock/dlock.h"
+#include "redis/url.h"
 
 #define FCHECK(cond)                                                           \
   do {                                                                         \
@@ -144,7 +152,7 @@ static void check_round_trip(const dlock__endpoint *ep) {
   if (ep->user)
     return;
   dlock__endpoint again;
-  int rc = dlock__url_parse(ep->display, &again);
+  int rc = dlock__redis_url_parse(ep->display, &again);
   FCHECK(rc == 0);
   FCHECK(again.kind == ep->kind);
   if (ep->kind == DLOCK__EP_TCP) {
@@ -158,6 +166,57 @@ static void check_round_trip(const dlock__endpoint *ep) {
   dlock__endpoint_clear(&again);
 }
 
+static bool inside(dlock__slice s, const char *url, size_t len) {
+  return s.n == 0 || (s.p >= url && s.p + s.n <= url + len);
+}
+
+static void check_split(const char *url, const dlock__uri_rules *rules) {
+  dlock__uri u;
+  int rc = dlock__uri_split(url, rules, &u);
+  FCHECK(rc == 0 || rc == DLOCK_EURL);
+  if (rc) {
+    const char *err = dlock_last_error();
+    FCHECK(strncmp(err, "bad URL: ", 9) == 0 && strchr(err, '\n') == NULL);
+    return;
+  }
+  size_t len = strlen(url);
+  FCHECK(u.scheme.p == url && u.scheme.n > 0 && inside(u.scheme, url, len));
+  FCHECK(u.nhosts >= rules->min_hosts && u.nhosts <= rules->max_hosts);
+  const char *at = url + u.scheme.n + 3;
+  if (u.has_userinfo) {
+    FCHECK(u.user.p == at && inside(u.user, url, len));
+    FCHECK(!u.has_password || inside(u.password, url, len));
+  }
+  for (size_t i = 0; i < u.nhosts; i++) {
+    const dlock__uri_host *h = &u.hosts[i];
+    FCHECK(h->name.n >= 1 && h->name.n <= 255 && inside(h->name, url, len));
+    FCHECK(h->name.p >= at);
+    at = h->name.p + h->name.n;
+    FCHECK(h->port >= 1 && h->port <= 65535);
+    FCHECK(!memchr(h->name.p, ',', h->name.n));
+    FCHECK(h->ipv6 || !memchr(h->name.p, ':', h->name.n));
+  }
+  if (u.path.n) {
+    FCHECK(u.path.p[0] == '/' && inside(u.path, url, len) && u.path.p >= at);
+    at = u.path.p + u.path.n;
+  }
+  if (u.has_query) {
+    FCHECK(u.query.p[-1] == '?' && inside(u.query, url, len) && u.query.p > at);
+    at = u.query.p + u.query.n;
+  }
+  if (u.has_fragment)
+    FCHECK(u.fragment.p[-1] == '#' &&
+           u.fragment.p + u.fragment.n == url + len && u.fragment.p > at);
+  dlock__uri_query q;
+  dlock__uri_query_begin(&q, &u);
+  for (int i = 0; i < 4096 && (rc = dlock__uri_query_next(&q)) == 1; i++)
+    FCHECK(strlen(q.key) < sizeof q.key && strlen(q.value) < sizeof q.value);
+  FCHECK(rc == 0 || rc == 1 || rc == DLOCK_EURL);
+  dlock__uri again;
+  FCHECK(dlock__uri_split(url, rules, &again) == 0);
+  FCHECK(memcmp(&u, &again, sizeof u) == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *url = malloc(size + 1);
@@ -166,9 +225,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memcpy(url, data, size);
   url[size] = '\0';
 
+  static const dlock__uri_rules one = {.example = "redis://host:port",
+                                       .default_port = 6379,
+                                       .min_hosts = 1,
+                                       .max_hosts = 1};
+  static const dlock__uri_rules many = {.example = "zk://host,...",
+                                        .default_port = 2181,
+                                        .min_hosts = 0,
+                                        .max_hosts = 16};
+  check_split(url, &one);
+  check_split(url, &many);
+
   dlock__endpoint ep;
   memset(&ep, 0xa5, sizeof ep); /* the parser must set every field */
-  int rc = dlock__url_parse(url, &ep);
+  int rc = dlock__redis_url_parse(url, &ep);
   FCHECK(rc == 0 || rc == DLOCK_EURL || rc == DLOCK_ENOTSUP);
   if (rc == 0) {
     check_ok(&ep);
@@ -188,7 +258,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       other_password(at, strlen(pw));
       char *pw2 = strndup(at, strlen(pw));
       dlock__endpoint ep2;
-      if (dlock__url_parse(url2, &ep2) != 0 && strcmp(pw, pw2) != 0)
+      if (dlock__redis_url_parse(url2, &ep2) != 0 && strcmp(pw, pw2) != 0)
         FCHECK(strstr(dlock_last_error(), pw2) == NULL);
       dlock__endpoint_clear(&ep2);
       free(pw2);

@@ -181,6 +181,18 @@ static void t_every_master(void) {
            DLOCK_EURL);
   CHECK(strstr(dlock_last_error(), "no path"));
   CHECK_RC(dlock_client_new(&x, "redis-cluster://", NULL), DLOCK_EURL);
+  /* every seed is checked before the first is dialled */
+  char bad[300];
+  snprintf(bad, sizeof bad, "%s,", t->url);
+  CHECK_RC(dlock_client_new(&x, bad, NULL), DLOCK_EURL);
+  CHECK(strstr(dlock_last_error(),
+               "redis-cluster://: an empty host in the seed list"));
+  snprintf(bad, sizeof bad, "%s,127.0.0.1:70000", t->url);
+  CHECK_RC(dlock_client_new(&x, bad, NULL), DLOCK_EURL);
+  CHECK(strstr(dlock_last_error(), "port must be a number from 1 to 65535"));
+  CHECK_RC(dlock_client_new(&x, "Redis-Cluster://127.0.0.1:1#f", NULL),
+           DLOCK_EURL);
+  CHECK(strstr(dlock_last_error(), "no path"));
   CHECK(x == NULL);
   th_cluster_stop(t);
 }

@@ -885,10 +885,15 @@ static void t_bad_url(void) {
     int code;
     const char *says;
   } rows[] = {
-      {"etcd://", DLOCK_EURL, "no endpoint"},
-      {"etcd://127.0.0.1:0", DLOCK_EURL, "bad port"},
-      {"etcd://127.0.0.1:99999", DLOCK_EURL, "bad port"},
-      {"etcd://127.0.0.1:2379,", DLOCK_EURL, "empty endpoint"},
+      {"etcd://", DLOCK_EURL,
+       "no host (expected etcd://[user:password@]host[:port]"},
+      {"etcd://127.0.0.1:0", DLOCK_EURL, "port must be a number from 1"},
+      {"etcd://127.0.0.1:99999", DLOCK_EURL, "port must be a number from 1"},
+      {"etcd://127.0.0.1:2379,", DLOCK_EURL, "an empty host in the list"},
+      {"ETCDS://127.0.0.1:2379#f", DLOCK_EURL, "no path or query"},
+      {"etcd://[::1%eth0]:2379", DLOCK_EURL, "bad character in an IPv6"},
+      {"etcd://u:p%zz@127.0.0.1:2379", DLOCK_EURL, "invalid %-escape"},
+      {"etcd://:pw@127.0.0.1:2379", DLOCK_EURL, "credentials must be"},
       {"etcd://127.0.0.1:2379/x", DLOCK_EURL, "no path"},
       {"etcd://host!:2379", DLOCK_EURL, "bad character"},
   };
@@ -1141,6 +1146,16 @@ static void t_auth(void) {
               WAIT_MS + 5000);
   CHECK(ok && atomic_load(&w.got_at) != 0);
   CHECK_INT(waiter_join(&w), ==, 0);
+  /* the credentials are percent-decoded, as in every backend's URL */
+  char enc[300];
+  snprintf(enc, sizeof enc, "etcd://r%%6Fot:s3%%63ret@%s",
+           th_etcd_url(e) + strlen("etcd://"));
+  dlock_client_t *c2 = client(enc);
+  dlock_lock_t *l2 = lock_kind(c2, "auth-enc", DLOCK_FENCED);
+  CHECK_OK(dlock_lock_acquire_fenced(l2, 0, DLOCK_LEASE_WATCHDOG, &t));
+  CHECK_OK(dlock_lock_release(l2));
+  dlock_lock_free(l2);
+  dlock_client_free(c2);
   dlock_client_t *x = NULL;
   CHECK_RC(dlock_client_new(&x, bad, NULL), DLOCK_EAUTH);
   CHECK(strstr(dlock_last_error(), "wrongpw") == NULL);

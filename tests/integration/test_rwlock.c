@@ -1118,6 +1118,7 @@ static void t_other_kind_refused(void) {
   CHECK_RC(dlock_lock_acquire(r, 0, WD), DLOCK_EWRONGTYPE);
   CHECK(strstr(dlock_last_error(), "another kind") != NULL);
   CHECK_RC(dlock_lock_acquire(w, 5000, WD), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_last_error(), "another kind") != NULL);
   CHECK_OK(dlock_lock_release(plain)); /* untouched */
   CHECK(!it_exists(s, "rw-kind"));
   CHECK_INT(th_redis_int(s, "SET rw-kind x") == INT64_MIN, ==, 1);

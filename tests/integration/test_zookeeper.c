@@ -202,6 +202,13 @@ static void t_bad_url(void) {
       {"zookeeper://127.0.0.1:2181?base=relative", DLOCK_EURL, "base"},
       {"zookeeper://127.0.0.1:2181?color=red", DLOCK_EURL, "query"},
       {"zookeeper://user:pw@127.0.0.1:2181", DLOCK_ENOTSUP, "credentials"},
+      {"ZK://127.0.0.1:2181#x", DLOCK_EURL, "fragment"},
+      {"zk://h$t:2181", DLOCK_EURL, "bad character in a host name"},
+      {"zk://[h]:2181", DLOCK_EURL, "not an IPv6 address in brackets"},
+      {"zk://127.0.0.1?base=%2Fa%2F..", DLOCK_EURL, "base must be"},
+      {"zk://127.0.0.1?base=%zz", DLOCK_EURL, "%-escape in a query"},
+      {"zk://127.0.0.1:1,", DLOCK_EURL,
+       "an empty host in the list (expected zookeeper://host"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock_client_t *c = NULL;
@@ -508,6 +515,7 @@ static void t_read_write(void) {
   CHECK_OK(dlock_lock_acquire(ra, 0, DLOCK_LEASE_WATCHDOG));
   dlock_lock_t *m = zk_lock(b, "rw", DLOCK_REENTRANT);
   CHECK_RC(dlock_lock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_last_error(), "holds nodes of another kind of lock"));
   CHECK_OK(dlock_lock_release(ra));
   dlock_lock_free(m);
   dlock_lock_free(ra);

@@ -1,14 +1,12 @@
 /*
- * url.h - backend URLs parsed into endpoints.
- *
- *   redis://[[user]:password@]host[:port][/db][?db=N]
- *   rediss://...  the same over TLS
- *   unix:///path/to/socket[?db=N]
- *
- * The endpoint keeps a display form without the password for messages.
+ * endpoint.h - where a connection goes: a TCP host and port or a Unix
+ * socket path, with the Redis session settings a URL carries (SELECT
+ * index, AUTH user and password, TLS). Filled by a backend's URL parser
+ * (src/redis/url.c), read by net/conn.c. The display form never holds a
+ * password.
  */
-#ifndef DLOCK_CORE_URL_H
-#define DLOCK_CORE_URL_H
+#ifndef DLOCK_NET_ENDPOINT_H
+#define DLOCK_NET_ENDPOINT_H
 
 #include <stdbool.h>
 
@@ -26,8 +24,7 @@ typedef struct dlock__endpoint {
   bool tls;       /* rediss:// */
 } dlock__endpoint;
 
-/* 0, DLOCK_EURL, DLOCK_ENOTSUP, DLOCK_ENOMEM (detail set). */
-int dlock__url_parse(const char *url, dlock__endpoint *ep);
+/* Frees the strings (the password wiped first) and zeroes *ep. */
 void dlock__endpoint_clear(dlock__endpoint *ep);
 
 #endif
