@@ -399,7 +399,7 @@ static void fair_leave(wait_ctx *x, int code) {
  * unreachable) in time, the old date stands
  * and the renewer and the loop decide, as for any hold. Fixed leases are never
  * vouched for by the client: they keep the safe date. */
-static void confirm_late_grant(wait_ctx *x) {
+static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
   struct dlock_client *c = x->l->client;
   int64_t sent = dlock__now_ms();
   if (!x->watchdog || !c->ops->lock_renew || sent - x->since <= x->lease / 3)
@@ -407,13 +407,18 @@ static void confirm_late_grant(wait_ctx *x) {
   dlock__renewal it = {.kind = hold_kind(x->l->kind),
                        .name = x->l->name,
                        .owner = x->owner};
-  /* bounded by what a confirmation sent now can vouch for: the hold is
-   * not recorded yet (the caller is still in its acquire), and a renewal
-   * confirmed by then dates the hold from `sent`, valid for the lease from
-   * there. (A tenth of the lease, as before, was too short after a
-   * failover: the new master's connection is dialled first, and a grant
-   * that came in an outage was reported lost the moment it was returned.) */
-  int64_t deadline = sent + x->lease - dlock__vouch_margin(x->lease);
+  /* bounded by the moment the old date stops vouching for the hold, so
+   * that a loss is still reported by then. When that moment has passed
+   * already: a grant by message, whose lease began at a release we cannot
+   * date, gets a tenth of the lease; a grant by an attempt that waited
+   * (for a failover's new master to be dialled) began its lease when the
+   * server ran it, after the dial, and gets the lease from `sent` (a tenth
+   * was too short there: such a grant was reported lost the moment it was
+   * returned) */
+  int64_t deadline = x->since + x->lease - dlock__vouch_margin(x->lease);
+  if (deadline < sent + x->lease / 10)
+    deadline = by_attempt ? sent + x->lease - dlock__vouch_margin(x->lease)
+                          : sent + x->lease / 10;
   /* an unreachable server (a failover's new master not dialled yet) is
    * asked again until then: 50 ms, doubling; the renewal is idempotent,
    * and the lease it confirms started after `sent` */
@@ -472,7 +477,7 @@ static int wait_and_acquire(wait_ctx *x) {
     if ((rc = attempt(x, false, &pttl)) < 0)
       note_failure(x, rc);
     if (rc == 1) {
-      confirm_late_grant(x); /* a slow attempt (a failover's dial) */
+      confirm_late_grant(x, true); /* a slow attempt (a failover's dial) */
       return rc;
     }
     if (rc != 0 && !(dlock__wait_outage(rc) && dlock__now_ms() < x->deadline))
@@ -491,12 +496,12 @@ static int wait_and_acquire(wait_ctx *x) {
     rc = 1;
     x->since = x->refused_at;
     x->token = dlock__wait_grant_token(&x->w);
-    confirm_late_grant(x);
+    confirm_late_grant(x, false);
   } else if (rc == 1) {
     /* granted by an attempt, dated from its start: one that took long (a
      * connection dialled to a failover's new master first) is confirmed
      * as a late grant is */
-    confirm_late_grant(x);
+    confirm_late_grant(x, true);
   } else if (rc != 1 && x->l->kind == DLOCK_FAIR) {
     fair_leave(x, rc);
   } else if (rc != 1 && x->q.queued) {
