@@ -307,20 +307,28 @@ static bool valid_id(const char *id) {
   return id[DLOCK__HEX_ID_LEN] == '\0';
 }
 
-int dlock_permit_sem_permit_valid(dlock_permit_sem_t *s, const char *id,
-                                  int64_t *valid_ms) {
-  const char *fn = "dlock_permit_sem_permit_valid";
-  if (!valid_ms)
-    return dlock__seterr(DLOCK_EINVAL, "%s: valid_ms is NULL", fn);
-  *valid_ms = 0;
+/* Checks a permit call's id and begins the call on the semaphore's
+ * handle (*h); 0 or the error (detail set). */
+static int permit_call_begin(dlock_permit_sem_t *s, const char *id,
+                             const char *fn, dlock__sync **h) {
   if (!id)
     return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
   if (!valid_id(id))
     return dlock__seterr(DLOCK_EINVAL,
                          "%s: a permit id is %d lowercase hex digits", fn,
                          DLOCK__HEX_ID_LEN);
-  dlock__sync *h = psem_h(s);
-  int rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore", fn);
+  *h = psem_h(s);
+  return dlock__sync_call_begin(*h, DLOCK__PSEM_MAGIC, "permit semaphore", fn);
+}
+
+int dlock_permit_sem_permit_valid(dlock_permit_sem_t *s, const char *id,
+                                  int64_t *valid_ms) {
+  const char *fn = "dlock_permit_sem_permit_valid";
+  if (!valid_ms)
+    return dlock__seterr(DLOCK_EINVAL, "%s: valid_ms is NULL", fn);
+  *valid_ms = 0;
+  dlock__sync *h = NULL;
+  int rc = permit_call_begin(s, id, fn, &h);
   if (rc)
     return rc;
   struct dlock_client *c = h->client;
@@ -361,14 +369,8 @@ int dlock_permit_sem_permit_valid(dlock_permit_sem_t *s, const char *id,
 
 int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
   const char *fn = "dlock_permit_sem_release";
-  if (!id)
-    return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
-  if (!valid_id(id))
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: a permit id is %d lowercase hex digits", fn,
-                         DLOCK__HEX_ID_LEN);
-  dlock__sync *h = psem_h(s);
-  int rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore", fn);
+  dlock__sync *h = NULL;
+  int rc = permit_call_begin(s, id, fn, &h);
   if (rc)
     return rc;
   struct dlock_client *c = h->client;
