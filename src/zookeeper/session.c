@@ -226,9 +226,10 @@ static int parse_url(dlock__zk *z, const char *url) {
   while ((rc = dlock__uri_query_next(&q)) == 1) {
     if (strcmp(q.key, "base") != 0 || !q.has_value)
       return url_error("unknown query parameter (only base=/path)");
-    if (strlen(q.value) >= sizeof z->base)
+    size_t vl = strlen(q.value);
+    if (vl >= sizeof z->base)
       return url_error("base path too long");
-    snprintf(z->base, sizeof z->base, "%s", q.value);
+    memcpy(z->base, q.value, vl + 1);
     size_t bl = strlen(z->base);
     if (bl > 1 && z->base[bl - 1] == '/')
       z->base[bl - 1] = '\0';

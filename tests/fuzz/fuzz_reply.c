@@ -28,7 +28,8 @@
  *   record anyway, to the connection it answered last (the rest of a
  *   truncated reply, or stray data). With no record left it closes
  *   everything and stops listening, so every call ends quickly with a
- *   backend error.
+ *   backend error (a wait rides out that outage for 50 ms at most: the
+ *   client's outage grace).
  * - Threads: the server is one poll() thread per input, started before the
  *   client and joined after dlock_client_free(); it shares nothing with the
  *   library. The program runs on the fuzzer's thread.
@@ -579,6 +580,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FCHECK(dlock_options_set_connect_timeout(o, 100) == 0);
   FCHECK(dlock_options_set_command_timeout(o, 60) == 0);
   FCHECK(dlock_options_set_pool_size(o, 2) == 0);
+  /* a wait rides out an outage for this long (the server gone at the end
+   * of the input), so that every call still ends quickly */
+  FCHECK(dlock_options_set_outage_grace(o, 50) == 0);
   FCHECK(dlock_options_set_log_callback(o, on_log, NULL, DLOCK_LOG_DEBUG) == 0);
   FCHECK(dlock_options_set_lost_callback(o, on_lost, NULL) == 0);
   if (flags & F_PASSWORD)
