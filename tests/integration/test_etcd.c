@@ -1200,6 +1200,28 @@ static bool build_go_locker(const char *dir, char *exe, size_t len) {
   return true;
 }
 
+/* A scratch directory DIR (a mkdtemp template) for one Go interop case and
+ * the locker's path in EXE; false (and nothing left behind) when the case is
+ * skipped for want of Go. */
+static bool go_workdir_open(char *dir, char *exe, size_t len) {
+  CHECK(mkdtemp(dir));
+  if (build_go_locker(dir, exe, len))
+    return true;
+  rmdir(dir);
+  return false;
+}
+
+/* Removes what go_workdir_open made: the locker it built (not go_build's
+ * shared one), the build log and the directory. */
+static void go_workdir_close(const char *dir, const char *exe) {
+  if (strncmp(exe, dir, strlen(dir)) == 0)
+    unlink(exe);
+  char log[320];
+  snprintf(log, sizeof log, "%s/build.log", dir);
+  unlink(log);
+  rmdir(dir);
+}
+
 /* Starts the Go locker on NAME; its stdin and stdout. */
 static pid_t go_locker(const char *exe, th_etcd_t *e, const char *name,
                        const char *mode, int *in_fd, int *out_fd) {
@@ -1225,11 +1247,8 @@ static pid_t go_locker(const char *exe, th_etcd_t *e, const char *name,
 static void t_go_interop(void) {
   /* Go's concurrency.Mutex and dlock exclude each other, both ways */
   char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
-  CHECK(mkdtemp(dir));
-  if (!build_go_locker(dir, exe, sizeof exe)) {
-    rmdir(dir);
+  if (!go_workdir_open(dir, exe, sizeof exe))
     return;
-  }
   th_etcd_t *e = cluster(3);
   dlock_client_t *c = client(th_etcd_url(e));
   dlock_lock_t *l = lock_kind(c, "gomutex", DLOCK_FENCED);
@@ -1292,22 +1311,14 @@ static void t_go_interop(void) {
   dlock_lock_free(l);
   dlock_client_free(c);
   th_etcd_stop(e);
-  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
-    unlink(exe);
-  char log[320];
-  snprintf(log, sizeof log, "%s/build.log", dir);
-  unlink(log);
-  rmdir(dir);
+  go_workdir_close(dir, exe);
 }
 
 static void t_go_interop_rw(void) {
   /* the recipes' RWMutex in Go and dlock's read-write lock: one layout */
   char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
-  CHECK(mkdtemp(dir));
-  if (!build_go_locker(dir, exe, sizeof exe)) {
-    rmdir(dir);
+  if (!go_workdir_open(dir, exe, sizeof exe))
     return;
-  }
   th_etcd_t *e = cluster(3);
   dlock_client_t *c = client(th_etcd_url(e));
   dlock_lock_t *r = lock_kind(c, "gorw", DLOCK_READ);
@@ -1362,12 +1373,7 @@ static void t_go_interop_rw(void) {
   dlock_lock_free(r);
   dlock_client_free(c);
   th_etcd_stop(e);
-  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
-    unlink(exe);
-  char log[320];
-  snprintf(log, sizeof log, "%s/build.log", dir);
-  unlink(log);
-  rmdir(dir);
+  go_workdir_close(dir, exe);
 }
 
 static void t_go_conformance(void) {
@@ -1379,11 +1385,8 @@ static void t_go_conformance(void) {
    * every step and the differences, and exits 0 only when there are none
    * beyond docs/ETCD.md's deliberate ones */
   char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
-  CHECK(mkdtemp(dir));
-  if (!build_go_locker(dir, exe, sizeof exe)) {
-    rmdir(dir);
+  if (!go_workdir_open(dir, exe, sizeof exe))
     return;
-  }
   CHECKF(access(DLOCK_INTEROP_HELPER, X_OK) == 0,
          "%s was not built (target dlock_interop)", DLOCK_INTEROP_HELPER);
   th_etcd_t *a = cluster(1), *b = cluster(1);
@@ -1408,12 +1411,7 @@ static void t_go_conformance(void) {
          rc);
   th_etcd_stop(a);
   th_etcd_stop(b);
-  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
-    unlink(exe);
-  char log[320];
-  snprintf(log, sizeof log, "%s/build.log", dir);
-  unlink(log);
-  rmdir(dir);
+  go_workdir_close(dir, exe);
 }
 
 static void t_go_race(void) {
@@ -1422,11 +1420,8 @@ static void t_go_race(void) {
    * (tests/interop/go/race.go): exactly 200, tokens (create revisions)
    * growing in increment order */
   char dir[] = "/tmp/dlock-go-XXXXXX", exe[300];
-  CHECK(mkdtemp(dir));
-  if (!build_go_locker(dir, exe, sizeof exe)) {
-    rmdir(dir);
+  if (!go_workdir_open(dir, exe, sizeof exe))
     return;
-  }
   CHECKF(access(DLOCK_INTEROP_HELPER, X_OK) == 0,
          "%s was not built (target dlock_interop)", DLOCK_INTEROP_HELPER);
   th_etcd_t *e = cluster(1);
@@ -1443,12 +1438,7 @@ static void t_go_race(void) {
   int rc = reap_within(pid, 90000);
   CHECKF(rc == 0, "the race failed (exit status %d; printed above)", rc);
   th_etcd_stop(e);
-  if (strncmp(exe, dir, strlen(dir)) == 0) /* ours, not go_build's */
-    unlink(exe);
-  char log[320];
-  snprintf(log, sizeof log, "%s/build.log", dir);
-  unlink(log);
-  rmdir(dir);
+  go_workdir_close(dir, exe);
 }
 
 /* ---------------------------------------------------------------- command */

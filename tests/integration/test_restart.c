@@ -57,6 +57,18 @@ static void wait_client_back(dlock_client_t *c) {
   CHECK_OK(rc);
 }
 
+/* After the fault: the client works again and L can be taken and given
+ * back at once; then L, C and the server are freed. */
+static void lock_works_again(th_server_t *s, dlock_client_t *c,
+                             dlock_lock_t *l) {
+  wait_client_back(c);
+  CHECK_OK(dlock_lock_acquire(l, 0, WD));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 /* A lock held by a foreign owner for 30 s (Redisson layout). */
 static void foreign_hold(th_server_t *s, const char *name) {
   CHECK_INT(th_redis_int(s, "HSET %s %s 1", name, "foreign-owner:1"), ==, 1);
@@ -98,12 +110,7 @@ static void t_calls_while_down(void) {
   dlock_options_free(o);
 
   CHECK_INT(th_server_up(s), ==, 0);
-  wait_client_back(c);
-  CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  CHECK_OK(dlock_lock_release(l));
-  dlock_lock_free(l);
-  dlock_client_free(c);
-  th_server_stop(s);
+  lock_works_again(s, c, l);
 }
 
 static void t_restart_during_wait(void) {
@@ -130,12 +137,7 @@ static void t_restart_during_wait(void) {
   int rel = it_async_finish(&w);
   if (w.rc == DLOCK_OK)
     CHECK_OK(rel);
-  wait_client_back(c);
-  CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  CHECK_OK(dlock_lock_release(l));
-  dlock_lock_free(l);
-  dlock_client_free(c);
-  th_server_stop(s);
+  lock_works_again(s, c, l);
 }
 
 static void t_down_during_wait(void) {
@@ -155,12 +157,7 @@ static void t_down_during_wait(void) {
   CHECK_RC_IN(w.rc, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT, DLOCK_ETIMEDOUT);
   CHECK_INT(it_async_finish(&w), ==, -999);
   CHECK_INT(th_server_up(s), ==, 0);
-  wait_client_back(c);
-  CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  CHECK_OK(dlock_lock_release(l));
-  dlock_lock_free(l);
-  dlock_client_free(c);
-  th_server_stop(s);
+  lock_works_again(s, c, l);
 }
 
 /* The server goes down for about a second under a waiter (a restart, a
@@ -257,12 +254,7 @@ static void t_kill9_during_wait(void) {
   CHECK_RC_IN(w.rc, DLOCK_EUNAVAILABLE, DLOCK_EIOTIMEOUT);
   CHECK_INT(it_async_finish(&w), ==, -999);
   CHECK_INT(th_server_up(s), ==, 0);
-  wait_client_back(c);
-  CHECK_OK(dlock_lock_acquire(l, 0, WD));
-  CHECK_OK(dlock_lock_release(l));
-  dlock_lock_free(l);
-  dlock_client_free(c);
-  th_server_stop(s);
+  lock_works_again(s, c, l);
 }
 
 static void t_restart_during_hold(void) {
