@@ -18,8 +18,11 @@
  * lock_leave, and for each sync kind it declares, the operations of that
  * kind (docs/BACKENDS.md has the table). A backend without lock_renew
  * keeps its holds alive itself, with one session (a ZooKeeper session, an
- * etcd lease): the core then renews nothing per hold, and the backend
- * reports the session's end with dlock__holds_session_lost. ping,
+ * etcd lease): the core then renews nothing per hold; the backend reports
+ * what the service confirmed of its session (dlock__session_begin,
+ * _confirm, _linked) and the core's loss clock decides when it is lost
+ * (core/session.h); a loss the service makes known (an expired session)
+ * the backend reports with dlock__holds_session_lost. ping,
  * lock_force_release, lock_query, lock_state and the loop hooks may be
  * NULL, and `lock_kinds` / `sync_kinds` say which objects the backend
  * offers: the core answers a call that needs a missing one with
@@ -191,18 +194,18 @@ typedef struct dlock__backend_ops {
    * round trip. */
   int (*lock_hold_env)(void *be, dlock_lock_kind_t kind, const char *name,
                        const char *owner, char ***out);
-  /* Optional, for a backend without lock_renew (its holds live with its
-   * session): the monotonic ms until which the client can vouch, by its
-   * own clock, that the session is alive (the send time of the latest
-   * request the service confirmed it with, plus its timeout, less the 5%
-   * margin); DLOCK_ELOST when it is known to be gone. No round trip, no
-   * error detail. Backs dlock_lock_hold_valid. */
-  /* Optional, with session_until: the session's length as the service
-   * granted it (a ZooKeeper session's negotiated timeout, an etcd lease's
-   * granted TTL), or the length asked for while none is granted yet. No
-   * round trip, no error detail. Backs dlock_client_session_timeout. */
+  /* Optional, for a backend without lock_renew: the session's length as
+   * the service granted it (a ZooKeeper session's negotiated timeout, an
+   * etcd lease's granted TTL), or the length asked for while none is
+   * granted yet. No round trip, no error detail. Backs
+   * dlock_client_session_timeout. */
   int (*session_length)(void *be, int64_t *ms);
-  int (*session_until)(void *be, int64_t *until);
+  /* Required for a backend without lock_renew: the core's loss clock
+   * (core/session.h) ended session `sid`, which the backend reported with
+   * dlock__session_begin; every hold was marked lost. The backend stops
+   * using that session (a new one for the next acquire). On the event
+   * loop, no mutex of the core held; it must not block. */
+  void (*session_expired)(void *be, int64_t sid);
 
   /* Waiting (core/wait.h), from caller threads. wait_begin registers
    * w (w->spec says what for; the backend keeps its state in w->reg) and
@@ -282,6 +285,15 @@ int dlock__client_run_dial(struct dlock_client *c, void (*fn)(void *),
  * acquire still waiting holds nothing: it is not reported). */
 void dlock__holds_session_lost(struct dlock_client *c,
                                dlock_lost_reason_t reason);
+/* The loss clock of a backend's session (core/session.h), from any
+ * thread, with the backend's own mutexes held or not: a new session `sid`
+ * of `length` ms is in use; the service cannot end session `sid` before
+ * `until` (monotonic ms, from a send instant); a live connection does (or
+ * no longer does) vouch for session `sid`. Reports about any session but
+ * the latest begun are ignored. */
+void dlock__session_begin(struct dlock_client *c, int64_t sid, int64_t length);
+void dlock__session_confirm(struct dlock_client *c, int64_t sid, int64_t until);
+void dlock__session_linked(struct dlock_client *c, int64_t sid, bool linked);
 /* The user's log callback, if any, at `level` or below. Never call it with
  * a mutex of the backend held: the callback is the user's code. */
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,

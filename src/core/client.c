@@ -211,6 +211,7 @@ static void report_job(void *arg) {
  * again. mu held. */
 static int64_t chores_locked(struct dlock_client *c, int64_t now) {
   dlock__holds_expire_locked(c, now);
+  dlock__session_expire_locked(c, now);
   if (!c->renew_busy && c->renew_due <= now) {
     c->renew_busy = true;
     if (dlock__worker_submit(&c->renew_worker, renew_job, c) != 0) {
@@ -226,6 +227,8 @@ static int64_t chores_locked(struct dlock_client *c, int64_t now) {
     }
   }
   int64_t until = c->vouch_due;
+  if (dlock__session_due_locked(c) < until)
+    until = dlock__session_due_locked(c);
   if (!c->renew_busy && c->renew_due < until)
     until = c->renew_due;
   if (!c->settle_busy && c->unresolved_due < until)
@@ -261,6 +264,7 @@ static void *bg_main(void *arg) {
       break;
     if (lost)
       dlock__holds_report_lost(c);
+    dlock__session_tell(c); /* a session the clock ended, if any */
 
     struct pollfd p[1 + LOOP_FDS];
     p[0].fd = c->wake_rd;

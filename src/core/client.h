@@ -17,6 +17,7 @@
 #include "core/id.h"
 #include "core/map.h"
 #include "core/options.h"
+#include "core/session.h"
 #include "core/worker.h"
 
 #define DLOCK__CLIENT_MAGIC 0x444c434bu /* "DLCK" */
@@ -98,6 +99,7 @@ struct dlock_client {
   dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
   bool settle_busy;         /* a settling pass is on the settling worker */
+  dlock__session_clock session; /* the backend's session (session.h) */
   pthread_cond_t unresolved_cv; /* an unresolved wait stopped being busy */
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };

@@ -383,6 +383,14 @@ void dlock__holds_report_lost(struct dlock_client *c) {
 void dlock__holds_session_lost(struct dlock_client *c,
                                dlock_lost_reason_t reason) {
   pthread_mutex_lock(&c->mu);
+  c->session.gone = true; /* until the backend begins a new one */
+  dlock__holds_session_lost_locked(c, reason);
+  pthread_mutex_unlock(&c->mu);
+  dlock__client_poke(c); /* the loop reports them */
+}
+
+void dlock__holds_session_lost_locked(struct dlock_client *c,
+                                      dlock_lost_reason_t reason) {
   size_t cur;
   for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
        e = dlock__map_next(&c->holds, e, &cur)) {
@@ -393,8 +401,6 @@ void dlock__holds_session_lost(struct dlock_client *c,
       note_lost(c, h, reason);
   }
   dlock__holds_schedule_locked(c);
-  pthread_mutex_unlock(&c->mu);
-  dlock__client_poke(c); /* the loop reports them */
 }
 
 void dlock__renewer_run(struct dlock_client *c) {

@@ -128,7 +128,7 @@ static inline int64_t dlock__vouch_margin(int64_t lease_ms) {
  * clock: a watchdog hold until its last confirmation + the watchdog lease
  * less the margin, a fixed lease until its grant's send time + the lease
  * less the margin (mu held). Holds of a backend without lock_renew live
- * with its session instead (session_until). */
+ * with its session instead (core/session.h). */
 int64_t dlock__hold_vouch_until_locked(const struct dlock_client *c,
                                        const dlock__hold *h);
 /* Recomputes renew_due and vouch_due (mu held); pokes the loop when
@@ -145,6 +145,10 @@ void dlock__holds_expire_locked(struct dlock_client *c, int64_t now);
 /* Loop thread, mu NOT held: calls the lost callback once for every hold
  * marked lost and not yet reported. */
 void dlock__holds_report_lost(struct dlock_client *c);
+/* mu held: every hold of the client is lost with its session (see
+ * dlock__holds_session_lost in backend.h, which takes mu itself). */
+void dlock__holds_session_lost_locked(struct dlock_client *c,
+                                      dlock_lost_reason_t reason);
 /* dlock__holds_session_lost (declared in backend.h, an up-call): the
  * backend's session ended; mu NOT held. */
 

@@ -842,9 +842,7 @@ int dlock_lock_hold_valid(dlock_lock_t *l, uint64_t tid, int64_t *valid_ms) {
                                      "lock '%.200s' is not held by thread %llu",
                                      l->name, (unsigned long long)tid));
   if (!c->ops->lock_renew) {
-    if (!c->ops->session_until)
-      return call_end(l, dlock__need_op(c, false, "hold validity"));
-    if (c->ops->session_until(c->be, &until) != 0)
+    if (dlock__session_valid_until(c, &until) != 0)
       lost = true;
   }
   *valid_ms = until - dlock__now_ms();

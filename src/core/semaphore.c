@@ -347,10 +347,7 @@ int dlock_permit_sem_permit_valid(dlock_permit_sem_t *s, const char *id,
                          "permit %s of '%.200s' is not held by this client",
                          id, h->name));
   if (!c->ops->lock_renew) {
-    if (!c->ops->session_until)
-      return dlock__sync_call_end(h,
-                                  dlock__need_op(c, false, "permit validity"));
-    if (c->ops->session_until(c->be, &until) != 0)
+    if (dlock__session_valid_until(c, &until) != 0)
       lost = true;
   }
   *valid_ms = until - dlock__now_ms();

@@ -69,7 +69,6 @@ typedef struct dlock__etcd {
   bool lease_live;       /* granted and not known to be gone */
   bool granting;         /* a thread is granting a new lease */
   int64_t lease_ttl_ms;  /* as granted */
-  int64_t last_ok;       /* send time of the last confirmed keep-alive */
   int64_t next_keepalive;
   etcd_entry *entries; /* one per lock name this client uses */
   etcd_rw *rws;        /* read-write holds and waits (rw.c) */
@@ -188,8 +187,9 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                            int64_t *out);
 int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                            dlock_lock_state_t **out);
-/* The session lease's vouching deadline (backend.h, session_until). */
-int dlock__etcd_session_until(void *be, int64_t *until);
+/* backend.h, session_expired: the core's loss clock gave lease `sid` up
+ * (it is lost as by dlock__etcd_session_lost). */
+void dlock__etcd_session_expired(void *be, int64_t sid);
 /* The lease's granted TTL (backend.h, session_length). */
 int dlock__etcd_session_length(void *be, int64_t *ms);
 int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,

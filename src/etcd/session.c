@@ -11,13 +11,15 @@
  * The thread (etcd_thread) runs a libcurl multi handle:
  * - keep-alive: one POST /v3/lease/keepalive every TTL/3 (a failed one is
  *   sent again to the next endpoint after TTL/10, at most 200 ms). A reply
- *   with a TTL confirms the lease as of its send time (last_ok); a reply
- *   without one, or "lease not found", means the lease is gone. The lease
- *   is also given up when it has not been confirmed by last_ok + TTL -
+ *   with a TTL confirms the lease until its send time + the TTL, which the
+ *   core's loss clock is told (core/session.h); a reply without one, or
+ *   "lease not found", means the lease is gone. The core alone gives the
+ *   lease up by time, when it was not confirmed by that bound less its
  *   margin (5%, at least 5 ms), so that a loss is reported before the
- *   server can give the locks to anyone else, whatever request is stuck.
- *   A loss marks the lease dead, calls dlock__holds_session_lost (the core
- *   reports every hold lost), and wakes every wait: their keys went with
+ *   server can give the locks to anyone else, whatever request is stuck;
+ *   it then calls session_expired. A loss marks the lease dead, calls
+ *   dlock__holds_session_lost (the core reports every hold lost), and
+ *   wakes every wait: their keys went with
  *   the lease, so they attempt again under a new one (at the back of the
  *   queue: a new key has a new create revision). A request that writes on
  *   the lease and is refused with "requested lease not found" (revoked or
@@ -40,8 +42,8 @@
  *   streams the same way, so a waiter whose predecessor's stream is on a
  *   stopped member learns of the release within about TTL/3 + 1 s, not
  *   at its TTL bound.
- * The thread sleeps in curl_multi_poll until the next keep-alive or
- * vouching deadline; callers interrupt it with curl_multi_wakeup.
+ * The thread sleeps in curl_multi_poll until the next keep-alive; callers
+ * interrupt it with curl_multi_wakeup.
  *
  * Locks: e->mu guards the lease fields, the registrations (and
  * reg->watch / watch->reg, the link between a wait and its stream) and
@@ -95,10 +97,6 @@ static size_t on_discard(char *data, size_t size, size_t nmemb, void *ud) {
   (void)data;
   (void)ud;
   return size * nmemb;
-}
-
-static int64_t vouch_margin(int64_t ttl_ms) {
-  return ttl_ms / 20 < 5 ? 5 : ttl_ms / 20;
 }
 
 void dlock__etcd_session_poke(dlock__etcd *e) {
@@ -159,7 +157,6 @@ int dlock__etcd_session_lease(dlock__etcd *e, int64_t *lease) {
     e->lease = id;
     e->lease_live = true;
     e->lease_ttl_ms = ttl * 1000;
-    e->last_ok = sent;
     e->next_keepalive = sent + e->lease_ttl_ms / 3;
     *lease = id;
   }
@@ -167,6 +164,8 @@ int dlock__etcd_session_lease(dlock__etcd *e, int64_t *lease) {
   pthread_cond_broadcast(&e->session_cv);
   pthread_mutex_unlock(&e->mu);
   if (!rc) {
+    dlock__session_begin(e->core, id, ttl * 1000);
+    dlock__session_confirm(e->core, id, sent + ttl * 1000);
     dlock__log(e->core, DLOCK_LOG_DEBUG, "etcd: session lease %llx, TTL %lld s",
                (unsigned long long)id, (long long)ttl);
     dlock__etcd_session_poke(e);
@@ -215,13 +214,9 @@ bool dlock__etcd_lease_refused(int rc) {
   return rc == DLOCK_ESERVER && strstr(dlock_last_error(), "lease not found");
 }
 
-int dlock__etcd_session_until(void *be, int64_t *until) {
-  dlock__etcd *e = be;
-  pthread_mutex_lock(&e->mu);
-  bool live = e->lease_live;
-  *until = e->last_ok + e->lease_ttl_ms - vouch_margin(e->lease_ttl_ms);
-  pthread_mutex_unlock(&e->mu);
-  return live ? 0 : DLOCK_ELOST;
+/* backend.h, session_expired: the core's loss clock gave lease `sid` up. */
+void dlock__etcd_session_expired(void *be, int64_t sid) {
+  dlock__etcd_session_lost(be, sid, "not confirmed within its TTL");
 }
 
 /* backend.h, session_length: the TTL the latest grant gave. */
@@ -363,7 +358,6 @@ static void *etcd_thread(void *arg) {
   wprobe_t wp = {NULL, 0};
   etcd_watch *watches = NULL;
   for (;;) {
-    bool lost = false;
     int64_t now = dlock__now_ms();
     /* no timer of ours when idle: libcurl shortens the poll to its own
      * timers, and callers wake us with curl_multi_wakeup */
@@ -374,58 +368,48 @@ static void *etcd_thread(void *arg) {
       break;
     }
     if (e->lease_live) {
-      int64_t vouch = e->last_ok + e->lease_ttl_ms -
-                      vouch_margin(e->lease_ttl_ms);
-      if (now >= vouch) {
-        lost = lose_lease_locked(e, "not confirmed within its TTL");
-      } else {
-        if (vouch < wake_at)
-          wake_at = vouch;
-        if (!ka.h && now >= e->next_keepalive) {
-          json_object *req = json_object_new_object();
-          dlock__etcd_set_i64(req, "ID", e->lease);
-          ka.req = dlock__strdup(
-              json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
-          json_object_put(req);
-          ka.h = ka.req ? dlock__etcd_easy_new(e, "/v3/lease/keepalive",
-                                               &ka.idx)
-                        : NULL;
-          if (ka.h) {
-            int64_t t = e->lease_ttl_ms / 3;
-            if (t > e->command_timeout_ms)
-              t = e->command_timeout_ms;
-            curl_easy_setopt(ka.h, CURLOPT_POSTFIELDS, ka.req);
-            curl_easy_setopt(ka.h, CURLOPT_TIMEOUT_MS, (long)(t > 0 ? t : 1));
-            curl_easy_setopt(ka.h, CURLOPT_WRITEFUNCTION, on_ka_body);
-            curl_easy_setopt(ka.h, CURLOPT_WRITEDATA, &ka);
-            ka.sent = now;
-            ka.lease = e->lease;
-            curl_multi_add_handle(e->multi, ka.h);
-            /* a member with streams that the keep-alive does not reach is
-             * asked its status at the same time, within min(t, 1 s) */
-            for (etcd_watch *w = watches; w && !wp.h; w = w->next) {
-              if (!w->reg || w->idx == ka.idx)
-                continue;
-              wp.h =
-                  dlock__etcd_easy_new_at(e, "/v3/maintenance/status", w->idx);
-              if (!wp.h)
-                break;
-              wp.idx = w->idx;
-              curl_easy_setopt(wp.h, CURLOPT_POSTFIELDS, "{}");
-              curl_easy_setopt(wp.h, CURLOPT_TIMEOUT_MS,
-                               (long)(t < 1000 && t > 0 ? t : 1000));
-              curl_easy_setopt(wp.h, CURLOPT_WRITEFUNCTION, on_discard);
-              curl_multi_add_handle(e->multi, wp.h);
-            }
-          } else {
-            dlock__free(ka.req);
-            ka.req = NULL;
-            e->next_keepalive = now + 100;
+      if (!ka.h && now >= e->next_keepalive) {
+        json_object *req = json_object_new_object();
+        dlock__etcd_set_i64(req, "ID", e->lease);
+        ka.req = dlock__strdup(
+            json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+        json_object_put(req);
+        ka.h = ka.req ? dlock__etcd_easy_new(e, "/v3/lease/keepalive", &ka.idx)
+                      : NULL;
+        if (ka.h) {
+          int64_t t = e->lease_ttl_ms / 3;
+          if (t > e->command_timeout_ms)
+            t = e->command_timeout_ms;
+          curl_easy_setopt(ka.h, CURLOPT_POSTFIELDS, ka.req);
+          curl_easy_setopt(ka.h, CURLOPT_TIMEOUT_MS, (long)(t > 0 ? t : 1));
+          curl_easy_setopt(ka.h, CURLOPT_WRITEFUNCTION, on_ka_body);
+          curl_easy_setopt(ka.h, CURLOPT_WRITEDATA, &ka);
+          ka.sent = now;
+          ka.lease = e->lease;
+          curl_multi_add_handle(e->multi, ka.h);
+          /* a member with streams that the keep-alive does not reach is
+           * asked its status at the same time, within min(t, 1 s) */
+          for (etcd_watch *w = watches; w && !wp.h; w = w->next) {
+            if (!w->reg || w->idx == ka.idx)
+              continue;
+            wp.h = dlock__etcd_easy_new_at(e, "/v3/maintenance/status", w->idx);
+            if (!wp.h)
+              break;
+            wp.idx = w->idx;
+            curl_easy_setopt(wp.h, CURLOPT_POSTFIELDS, "{}");
+            curl_easy_setopt(wp.h, CURLOPT_TIMEOUT_MS,
+                             (long)(t < 1000 && t > 0 ? t : 1000));
+            curl_easy_setopt(wp.h, CURLOPT_WRITEFUNCTION, on_discard);
+            curl_multi_add_handle(e->multi, wp.h);
           }
+        } else {
+          dlock__free(ka.req);
+          ka.req = NULL;
+          e->next_keepalive = now + 100;
         }
-        if (!ka.h && e->next_keepalive < wake_at)
-          wake_at = e->next_keepalive;
       }
+      if (!ka.h && e->next_keepalive < wake_at)
+        wake_at = e->next_keepalive;
     }
     /* streams of ended waits go; wanted ones come */
     for (etcd_watch **p = &watches; *p;) {
@@ -439,8 +423,6 @@ static void *etcd_thread(void *arg) {
     }
     watches_sync_locked(e, &watches);
     pthread_mutex_unlock(&e->mu);
-    if (lost)
-      dlock__holds_session_lost(e->core, DLOCK_LOST_SESSION);
 
     int running = 0;
     curl_multi_perform(e->multi, &running);
@@ -465,11 +447,12 @@ static void *etcd_thread(void *arg) {
         if (ok)
           dlock__etcd_saw_term(e, dlock__etcd_get(res, "header"));
         json_object_put(j);
-        bool lost_now = false;
+        bool lost_now = false, confirmed = false;
         pthread_mutex_lock(&e->mu);
+        int64_t ttl_ms = e->lease_ttl_ms;
         if (e->lease_live && e->lease == ka.lease) {
           if (ok) {
-            e->last_ok = ka.sent;
+            confirmed = true;
             e->next_keepalive = ka.sent + e->lease_ttl_ms / 3;
           } else if (gone) {
             lost_now = lose_lease_locked(e, "etcd no longer has it");
@@ -479,6 +462,8 @@ static void *etcd_thread(void *arg) {
           }
         }
         pthread_mutex_unlock(&e->mu);
+        if (confirmed)
+          dlock__session_confirm(e->core, ka.lease, ka.sent + ttl_ms);
         if (!ok && !gone) {
           dlock__etcd_failover(e, ka.idx);
           /* a member that does not answer a keep-alive may hold streams

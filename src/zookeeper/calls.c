@@ -223,15 +223,20 @@ static const char *op_name(zk_op op) {
 }
 
 /* An answer from the server to a request sent at `sent` (not a connection
- * or session failure) proves the session alive then (z->last_ok). */
+ * or session failure) proves the session alive then: the server cannot
+ * expire it before sent + its timeout, which the core's loss clock is told
+ * (core/session.h). Pings are not seen, so this bound can be older than
+ * the session's truth; the connection itself vouches while it is up. */
 static void note_answer(dlock__zk *z, int64_t sent, int zrc) {
   if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT || zrc == ZCLOSING ||
       zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE || zrc == ZSESSIONMOVED)
     return;
   pthread_mutex_lock(&z->mu);
-  if (z->live && !z->expired && sent > z->last_ok)
-    z->last_ok = sent;
+  bool live = z->live && !z->expired;
+  int64_t sid = z->session_id, timeout = z->negotiated;
   pthread_mutex_unlock(&z->mu);
+  if (live && timeout > 0)
+    dlock__session_confirm(z->core, sid, sent + timeout);
 }
 
 static int run(dlock__zk *z, const zk_args *a, zk_result *out) {

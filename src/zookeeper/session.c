@@ -11,13 +11,15 @@
  * option (default 60000 ms, Curator's). open waits for CONNECTED within the
  * connect timeout. When the connection drops the session is SUSPENDED:
  * holds may still be valid and are kept. It is LOST when the server says
- * it expired (on reconnect), or by the local timer (checked by the event
- * loop's loop_prepare) once a suspension has lasted a third of the
- * negotiated timeout less a margin (suspended_budget: the earliest the
- * server can have expired the session, so a loss is reported before the
- * lock can go to anyone else; Curator's own timer waits the whole timeout,
- * which is later than the server's expiry). On LOST every hold is
- * reported (dlock__holds_session_lost), waits
+ * it expired (on reconnect: dlock__holds_session_lost), or when the core's
+ * loss clock (core/session.h) runs out. The backend tells that clock what
+ * the server proved: a new session, each answered request (alive until
+ * its send time + the negotiated timeout), the connection up (it vouches:
+ * the clock is paused) or down (alive until a third of the timeout after
+ * the drop: suspended_bound). So the loss is reported before the server
+ * can have expired the session and given the lock to anyone else
+ * (Curator's own timer waits the whole timeout, which is later than the
+ * server's expiry). On LOST every hold is reported, waits
  * are woken to retry, and the dialling worker closes the handle and opens
  * a new session (the old handle never reconnects, so no node of the old
  * session can come back to life).
@@ -288,6 +290,19 @@ bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline) {
   return ok;
 }
 
+/* How long a suspended session (connection lost, session maybe alive) is
+ * sure to live. libzookeeper pings after a third of the session timeout T
+ * of silence and declares the connection dead after two thirds without a
+ * packet, so it notices a loss at most 2T/3 after its last packet from the
+ * server, whose reply proves the server heard us shortly before: the
+ * server cannot expire the session earlier than T/3 (less a round trip)
+ * after we notice. The core's loss clock (core/session.h) takes the later
+ * of that and what answered requests proved, less its margin (5% of T),
+ * and gives the holds up then, before anyone else can be given the lock. */
+static int64_t suspended_bound(int64_t suspended_at, int64_t timeout) {
+  return suspended_at + timeout / 3;
+}
+
 static void session_watcher(zhandle_t *zh, int type, int state,
                             const char *path, void *ctx) {
   (void)path;
@@ -297,7 +312,7 @@ static void session_watcher(zhandle_t *zh, int type, int state,
   dlock__zk *z = (dlock__zk *)zoo_get_context(zh);
   if (!z)
     return;
-  bool poke = false;
+  bool poke = false, began = false, linked = false, unlinked = false;
   const char *say = NULL;
   pthread_mutex_lock(&z->mu);
   if (zh == z->closing) { /* a handle being closed */
@@ -311,6 +326,8 @@ static void session_watcher(zhandle_t *zh, int type, int state,
     int64_t sid = id ? id->client_id : 0;
     if (z->live && sid != z->session_id)
       say = "new session";
+    began = !z->live || sid != z->session_id;
+    linked = true;
     z->session_id = sid;
     z->negotiated = zoo_recv_timeout(zh);
     z->live = true;
@@ -328,13 +345,24 @@ static void session_watcher(zhandle_t *zh, int type, int state,
                                              : "authentication failed";
   } else if (was == ZOO_CONNECTED_STATE && z->live && !z->suspended_at) {
     z->suspended_at = dlock__now_ms();
-    poke = true; /* the loop arms the session timer */
+    unlinked = true; /* the core's loss clock runs */
     say = "connection lost (suspended: holds kept until the session "
           "timeout)";
   }
   pthread_cond_broadcast(&z->cond);
-  int64_t sid = z->session_id;
+  int64_t sid = z->session_id, suspended_at = z->suspended_at;
+  int64_t timeout = z->negotiated > 0 ? z->negotiated : z->session_timeout;
   pthread_mutex_unlock(&z->mu);
+  if (began)
+    dlock__session_begin(z->core, sid, timeout);
+  if (linked)
+    dlock__session_linked(z->core, sid, true);
+  if (unlinked) {
+    /* the bound first, then the clock: see suspended_bound */
+    dlock__session_confirm(z->core, sid,
+                           suspended_bound(suspended_at, timeout));
+    dlock__session_linked(z->core, sid, false);
+  }
   if (say)
     dlock__log(z->core, state == ZOO_CONNECTED_STATE ? DLOCK_LOG_INFO
                                                      : DLOCK_LOG_WARN,
@@ -370,9 +398,9 @@ static void reset_job(void *arg) {
   z->state = ZOO_CONNECTING_STATE;
   z->live = false;
   z->expired = false;
+  z->clock_lost = false;
   z->lost_handled = false;
   z->suspended_at = 0;
-  z->last_ok = 0;
   pthread_mutex_unlock(&z->mu);
   zhandle_t *zh = handle_new(z);
   pthread_mutex_lock(&z->mu);
@@ -389,41 +417,20 @@ static void reset_job(void *arg) {
                z->display, strerror(errno));
 }
 
-/* How long a suspended session (connection lost, session maybe alive) is
- * trusted. libzookeeper pings after a third of the session timeout T of
- * silence and declares the connection dead after two thirds without a
- * packet, so it notices a loss at most 2T/3 after its last packet from the
- * server, whose reply proves the server heard us shortly before: the
- * server cannot expire the session earlier than T/3 (less a round trip)
- * after we notice. Holds are given up then, less a margin of 5% of T (at
- * least 5 ms), before anyone else can be given the lock. */
-static int64_t suspended_budget(int64_t timeout) {
-  int64_t margin = timeout / 20 < 5 ? 5 : timeout / 20;
-  int64_t b = timeout / 3 - margin;
-  return b > 0 ? b : 0;
-}
-
 static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   (void)fds;
   (void)max;
   dlock__zk *z = be;
-  bool lost = false, reset = false;
+  bool lost = false, reset = false, expired = false;
   int64_t sid = 0;
   pthread_mutex_lock(&z->mu);
-  int64_t timeout = z->negotiated > 0 ? z->negotiated : z->session_timeout;
-  int64_t budget = suspended_budget(timeout);
-  if (!z->lost_handled && z->live &&
-      (z->expired ||
-       (z->suspended_at && now - z->suspended_at >= budget))) {
+  if (!z->lost_handled && z->live && (z->expired || z->clock_lost)) {
     lost = true;
+    expired = z->expired;
     z->lost_handled = true;
     sid = z->session_id;
     dlock__zk_nodes_forget_locked(z);
-  } else if (!z->lost_handled && z->live && z->suspended_at) {
-    int64_t at = z->suspended_at + budget;
-    if (at < *until)
-      *until = at;
   }
   if (z->lost_handled && !z->reset_busy && z->zh) {
     z->reset_busy = true;
@@ -435,9 +442,11 @@ static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                "zookeeper %s: session 0x%llx lost (%s): every hold of this "
                "client is lost",
                z->display, (unsigned long long)sid,
-               z->expired ? "expired" : "no server reached within the "
-                                        "session timeout");
-    dlock__holds_session_lost(z->core, DLOCK_LOST_SESSION);
+               expired ? "expired"
+                       : "no server reached within the "
+                         "session timeout");
+    if (expired) /* (the core's clock marked them itself) */
+      dlock__holds_session_lost(z->core, DLOCK_LOST_SESSION);
     pthread_mutex_lock(&z->mu);
     dlock__zk_waits_wake_all_locked(z);
     pthread_mutex_unlock(&z->mu);
@@ -556,17 +565,14 @@ static int zk_ping(void *be) {
   return rc;
 }
 
-/* backend.h, session_until: from the latest answered request (pings are
- * not seen, so an idle session's bound is early, never late). */
-static int zk_session_until(void *be, int64_t *until) {
+/* backend.h, session_expired: the core's loss clock ended session sid;
+ * the next loop_prepare forgets it and has a new handle made. */
+static void zk_session_expired(void *be, int64_t sid) {
   dlock__zk *z = be;
   pthread_mutex_lock(&z->mu);
-  int64_t timeout = z->negotiated > 0 ? z->negotiated : z->session_timeout;
-  int64_t margin = timeout / 20 < 5 ? 5 : timeout / 20;
-  bool gone = !z->live || z->expired || z->lost_handled;
-  *until = z->last_ok > 0 ? z->last_ok + timeout - margin : 0;
+  if (z->live && z->session_id == sid)
+    z->clock_lost = true;
   pthread_mutex_unlock(&z->mu);
-  return gone ? DLOCK_ELOST : 0;
 }
 
 /* backend.h, session_length: what the server negotiated, once it has. */
@@ -601,7 +607,7 @@ const dlock__backend_ops dlock__zookeeper_backend = {
     .lock_release = dlock__zk_lock_release,
     .lock_force_release = dlock__zk_lock_force_release,
     .lock_renew = NULL,
-    .session_until = zk_session_until,
+    .session_expired = zk_session_expired,
     .lock_query = dlock__zk_lock_query,
     .lock_state = dlock__zk_lock_state,
     .wait_begin = dlock__zk_wait_begin,

@@ -80,6 +80,7 @@ typedef struct dlock__zk {
   int state;           /* last session state seen (ZOO_*_STATE) */
   bool live;           /* the session was established */
   bool expired;        /* the server said so (the handle is dead) */
+  bool clock_lost;     /* the core's loss clock ended it (core/session.h) */
   bool lost_handled;   /* holds were reported lost for this session */
   bool reset_busy;     /* a new handle is being made */
   /* the handle's generation: +1 at each reset (written with zh_lock held
@@ -88,10 +89,6 @@ typedef struct dlock__zk {
   int64_t session_id;
   int64_t negotiated;  /* session timeout the server granted, ms */
   int64_t suspended_at; /* monotonic ms the connection dropped; 0: up */
-  /* send time of the latest request of this session the server answered:
-   * the session lives at least until last_ok + its timeout (0: none yet).
-   * Pings are not counted, so it can be older than the session's truth. */
-  int64_t last_ok;
   zk_node *nodes;
   zk_wait *waits;
   uint64_t next_wait_id;

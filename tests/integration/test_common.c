@@ -229,6 +229,29 @@ static bool waiters_at_least(dlock_lock_t *l, size_t n, int64_t timeout_ms) {
 
 /* The same thread re-enters and counts; others see it held until the last
  * release; one more release is refused. */
+/* dlock_lock_hold_valid, by the client's own clock: a hold just granted is
+ * vouched for at most its lease (the watchdog's, or the session's on a
+ * backend whose holds live with their session) and more than nothing; a
+ * released one belongs to nobody. */
+static void t_hold_valid(void) {
+  start();
+  dlock_client_t *a = client();
+  dlock_lock_t *la = handle(a, "common-valid", DLOCK_REENTRANT);
+  uint64_t me = dlock_thread_id();
+  int64_t v = -1;
+  CHECK_RC(dlock_lock_hold_valid(la, me, &v), DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_hold_valid(la, me, &v));
+  printf("vouched for %lld ms of a %d ms lease\n", (long long)v, LEASE_MS);
+  CHECK_INT(v, >, 0);
+  CHECK_INT(v, <=, LEASE_MS);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK_RC(dlock_lock_hold_valid(la, me, &v), DLOCK_ENOTOWNER);
+  dlock_lock_free(la);
+  dlock_client_free(a);
+  stop();
+}
+
 static void t_reentrant_counts(void) {
   start();
   dlock_client_t *a = client(), *b = client();
@@ -700,6 +723,7 @@ static void t_bad_names(void) {
 
 static const check_case_t cases[] = {
     {"reentrant_counts", t_reentrant_counts},
+    {"hold_valid", t_hold_valid},
     {"owned_per_thread", t_owned_per_thread},
     {"wait_times_out", t_wait_times_out},
     {"woken_by_release", t_woken_by_release},

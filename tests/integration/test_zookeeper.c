@@ -830,6 +830,8 @@ static void t_suspended_then_lost(void) {
     th_zk_resume(z, 0);
   CHECK(ok);
   /* no round trip needed to know it: the session is gone */
+  int64_t v = 0;
+  CHECK_RC(dlock_lock_hold_valid(l, dlock_thread_id(), &v), DLOCK_ELOST);
   CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
   CHECK(strstr(dlock_last_error(), "suspend"));
   CHECK_INT(th_zk_resume(z, 0), ==, 0);

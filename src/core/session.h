@@ -1,0 +1,63 @@
+/*
+ * session.h - the loss clock of a backend's session (a ZooKeeper session,
+ * an etcd lease), kept by the core.
+ *
+ * A backend without per-hold renewal keeps all of a client's holds alive
+ * with one session. It does not judge that session by time itself: it
+ * reports what the service confirmed, and the core alone decides, by its
+ * own clock and on the event loop, when the session can no longer be
+ * vouched for. Then every hold is marked lost and reported (as watchdog
+ * holds are by holds.c), and the backend is told (its session_expired
+ * operation) so that it stops using the session.
+ *
+ * What a backend reports, all keyed by its own session id (a stale report
+ * about an earlier session is ignored):
+ *   begin      a new session of `length` ms (ZooKeeper's negotiated
+ *              timeout, an etcd lease's TTL) is in use;
+ *   confirm    the service cannot end the session before `until`
+ *              (monotonic ms, measured from the send instant of the
+ *              request it answered: sent + length for a ZooKeeper reply or
+ *              an etcd keep-alive, suspended_at + length / 3 for a
+ *              ZooKeeper connection that just dropped);
+ *   linked     whether a live connection vouches for the session (a
+ *              ZooKeeper connection, whose own pings keep it alive and
+ *              whose loss is reported at once): while it does, the clock
+ *              is paused.
+ * The session is vouched for until the latest confirmed bound less the
+ * margin of holds.h (5% of its length, at least 5 ms): its loss is reported
+ * before the service can give any of its locks to someone else.
+ * dlock__holds_session_lost (backend.h) reports a loss the service itself
+ * made known (an expired session, a lease not found).
+ */
+#ifndef DLOCK_CORE_SESSION_H
+#define DLOCK_CORE_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+
+typedef struct dlock__session_clock {
+  bool begun;     /* a session was reported: the clock applies */
+  bool linked;    /* a live connection vouches for it: the clock is paused */
+  bool gone;      /* lost (by the clock or by the service) */
+  bool expired;   /* the clock ran out: the backend is yet to be told */
+  int64_t sid;    /* the backend's id of the session */
+  int64_t length; /* ms; for the margin */
+  int64_t until;  /* the latest bound the service confirmed */
+} dlock__session_clock;
+
+/* mu held: the moment the session stops being vouched for, DLOCK__NEVER
+ * when the clock does not run (no session, linked, or gone already). */
+int64_t dlock__session_due_locked(const struct dlock_client *c);
+/* mu held: by `now`, has the clock run out? Then every hold is marked lost
+ * and the backend is due to be told (dlock__session_tell). */
+void dlock__session_expire_locked(struct dlock_client *c, int64_t now);
+/* Event loop, without mu: tells the backend of a session the clock ended
+ * (its session_expired operation). */
+void dlock__session_tell(struct dlock_client *c);
+/* For a hold's validity: the moment until which the session is vouched
+ * for (*until), or DLOCK_ELOST once it is known to be gone. No detail. */
+int dlock__session_valid_until(struct dlock_client *c, int64_t *until);
+
+#endif
