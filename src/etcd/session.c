@@ -52,7 +52,6 @@
  * (lock order: e->mu, then client->mu); dlock__holds_session_lost without.
  */
 #include <curl/curl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +59,7 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/worker.h"
 #include "core/holds.h"
 #include "core/wait.h"
 #include "etcd/etcd.h"
@@ -545,12 +545,7 @@ int dlock__etcd_session_start(dlock__etcd *e) {
   e->multi = curl_multi_init();
   if (!e->multi)
     return dlock__seterr(DLOCK_ENOMEM, "etcd: curl_multi_init failed");
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  int rc = pthread_create(&e->thread, NULL, etcd_thread, e);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc != 0) {
+  if (dlock__thread_start(&e->thread, etcd_thread, e) != 0) {
     curl_multi_cleanup(e->multi);
     e->multi = NULL;
     return dlock__seterr(DLOCK_ENOMEM, "etcd: cannot start its thread");
