@@ -13,8 +13,8 @@
  * Registration: a backend is one dlock__backend_ops value named in the
  * table of core/registry.c (one line); the client picks it by the URL's
  * scheme and hands it the whole URL, which the backend parses itself.
- * open, close, lock_acquire, lock_release and the four wait_* operations
- * are required; so, for a backend that offers any lock kind, is
+ * open, close, lock_acquire, lock_release, wait_begin and wait_end are
+ * required; so, for a backend that offers any lock kind, is
  * lock_leave, and for each sync kind it declares, the operations of that
  * kind (docs/BACKENDS.md has the table). A backend without lock_renew
  * keeps its holds alive itself, with one session (a ZooKeeper session, an
@@ -211,11 +211,13 @@ typedef struct dlock__backend_ops {
    * w (w->spec says what for; the backend keeps its state in w->reg) and
    * arms nothing yet; wait_arm asks for the wake-up path (with
    * only_if_ready: only if it is armed already) and returns whether it is
-   * armed; wait_can_queue tells whether an attempt may queue for a
-   * hand-off now; wait_end unregisters (a wake the waiter did not use,
-   * dlock__wait_is_woken and not granted once no more wakes can reach it,
-   * goes to another waiter of the object). The backend reports through
-   * the up-calls of wait.h. */
+   * armed (optional: NULL when each attempt arms its own path, a watch,
+   * so a wait is always armed); wait_can_queue tells whether an attempt
+   * may queue for a hand-off now (optional: NULL, whenever the kind
+   * queues at all, queue_kinds); wait_end unregisters (a wake the waiter did
+   * not use, dlock__wait_is_woken and not granted once no more wakes can reach
+   * it, goes to another waiter of the object). The backend reports through the
+   * up-calls of wait.h. */
   int (*wait_begin)(void *be, struct dlock__wait *w);
   /* Optional: false when no wait of this client watches what spec names
    * (its wake-up path is down), so that a first attempt before

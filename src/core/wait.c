@@ -39,12 +39,18 @@ int dlock__wait_begin(struct dlock_client *c, dlock__wait *w,
   return 0;
 }
 
+/* A backend without wait_arm arms each wait's wake-up path with the
+ * attempt itself (a ZooKeeper or etcd watch): always armed. */
 bool dlock__wait_arm(dlock__wait *w, bool only_if_ready) {
-  return w->c->ops->wait_arm(w->c->be, w, only_if_ready);
+  const dlock__backend_ops *ops = w->c->ops;
+  return ops->wait_arm ? ops->wait_arm(w->c->be, w, only_if_ready) : true;
 }
 
+/* Without wait_can_queue, queueing depends on the kind alone
+ * (queue_kinds). */
 bool dlock__wait_can_queue(dlock__wait *w) {
-  return w->c->ops->wait_can_queue(w->c->be, w);
+  const dlock__backend_ops *ops = w->c->ops;
+  return ops->wait_can_queue ? ops->wait_can_queue(w->c->be, w) : true;
 }
 
 int dlock__wait_error(dlock__wait *w) {

@@ -287,7 +287,5 @@ const dlock__backend_ops dlock__etcd_backend = {
     .session_length = dlock__etcd_session_length,
     .session_expired = dlock__etcd_session_expired,
     .wait_begin = dlock__etcd_wait_begin,
-    .wait_arm = dlock__etcd_wait_arm,
-    .wait_can_queue = dlock__etcd_wait_can_queue,
     .wait_end = dlock__etcd_wait_end,
 };

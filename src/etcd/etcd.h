@@ -196,8 +196,6 @@ int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
                               const char *name, const char *owner,
                               char ***out);
 int dlock__etcd_wait_begin(void *be, struct dlock__wait *w);
-bool dlock__etcd_wait_arm(void *be, struct dlock__wait *w, bool only_if_ready);
-bool dlock__etcd_wait_can_queue(void *be, struct dlock__wait *w);
 void dlock__etcd_wait_end(void *be, struct dlock__wait *w);
 void dlock__etcd_entries_free(dlock__etcd *e);
 /* Shared by locks.c and rw.c. A Range request object; order NULL: no

@@ -726,20 +726,6 @@ int dlock__etcd_wait_begin(void *be, struct dlock__wait *w) {
   return 0;
 }
 
-bool dlock__etcd_wait_arm(void *be, struct dlock__wait *w, bool only_if_ready) {
-  /* the watch is armed by the attempt itself */
-  (void)be;
-  (void)w;
-  (void)only_if_ready;
-  return true;
-}
-
-bool dlock__etcd_wait_can_queue(void *be, struct dlock__wait *w) {
-  (void)be;
-  (void)w;
-  return false;
-}
-
 void dlock__etcd_wait_end(void *be, struct dlock__wait *w) {
   dlock__etcd *e = be;
   etcd_reg *r = w->reg;

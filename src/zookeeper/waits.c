@@ -9,8 +9,9 @@
  * watch fires on libzookeeper's completion thread, which looks the number
  * up under z->mu and calls dlock__wait_wake; the waiter's next attempt
  * finds its node first and owns the lock. The path is armed with the
- * attempt itself, so wait_arm reports armed at once and every attempt may
- * queue (its node is its place in the queue).
+ * attempt itself, so the backend has no wait_arm (a wait is armed at once)
+ * nor wait_can_queue (every attempt may queue: its node is its place in
+ * the queue).
  *
  * A reconnect within the session (the library sets its watches again) and
  * a new session wake every wait once, so that none sleeps on a watch that
@@ -37,19 +38,6 @@ int dlock__zk_wait_begin(void *be, dlock__wait *w) {
   pthread_mutex_unlock(&z->mu);
   w->reg = r;
   return 0;
-}
-
-bool dlock__zk_wait_arm(void *be, dlock__wait *w, bool only_if_ready) {
-  (void)be;
-  (void)w;
-  (void)only_if_ready;
-  return true; /* each attempt arms its own watch */
-}
-
-bool dlock__zk_wait_can_queue(void *be, dlock__wait *w) {
-  (void)be;
-  (void)w;
-  return true;
 }
 
 void dlock__zk_wait_end(void *be, dlock__wait *w) {

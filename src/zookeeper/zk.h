@@ -194,8 +194,6 @@ int dlock__zk_psem_state(void *be, const char *name, dlock_sem_state_t **out);
 /* ---------------------------------------------------------- waits.c */
 
 int dlock__zk_wait_begin(void *be, dlock__wait *w);
-bool dlock__zk_wait_arm(void *be, dlock__wait *w, bool only_if_ready);
-bool dlock__zk_wait_can_queue(void *be, dlock__wait *w);
 void dlock__zk_wait_end(void *be, dlock__wait *w);
 /* The watch context of the registered wait of (owner, seq), or 0. */
 uint64_t dlock__zk_wait_watch_id(dlock__zk *z, const char *owner, uint64_t seq);
