@@ -413,6 +413,12 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   return client_open(out, NULL, url, opts);
 }
 
+int dlock__client_open_with(dlock_client_t **out, const dlock__backend_ops *ops,
+                            const char *url, const dlock_options_t *opts) {
+  *out = NULL;
+  return client_open(out, ops, url, opts);
+}
+
 /* The Redlock backend gets its nodes' URLs as one string, one URL a line
  * (a URL has no control character: the registry refuses them). */
 int dlock_client_new_redlock(dlock_client_t **out, const char *const *urls,

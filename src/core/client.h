@@ -104,6 +104,11 @@ struct dlock_client {
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };
 
+/* Opens a client on the backend `ops` (not looked up by the URL's scheme),
+ * which gets url as it is: a backend no one URL names, or the core's
+ * tests' fake. */
+int dlock__client_open_with(dlock_client_t **out, const dlock__backend_ops *ops,
+                            const char *url, const dlock_options_t *opts);
 /* 0 when `present`; else DLOCK_ENOTSUP "the <backend> backend does not
  * support <what>" (for an optional operation the call needs). */
 int dlock__need_op(const struct dlock_client *c, bool present,

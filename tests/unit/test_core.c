@@ -1,0 +1,230 @@
+/*
+ * test_core.c - the core's own behaviour on an in-memory backend
+ * (fake_backend.h): the session loss clock, waits and their deadlines,
+ * without any server.
+ *
+ * Design note: every case uses the public API for what a user does and
+ * sees (acquire, release, hold validity, lost callbacks, who gets a lock)
+ * and the fake's controls for what a service would report (a confirmed
+ * bound, a live connection, a new session, an expiry it announced). Waits
+ * for an outcome are bounded; no case asserts how long something took:
+ * each checks an outcome that the order of events decides (a loss that
+ * must come, one that must not while the clock is paused or extended, the
+ * session id the backend is told). Linked against the static library,
+ * whose internal up-calls the fake makes.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include "check.h"
+#include "fake_backend.h"
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct lost_rec {
+  _Atomic int n;
+  _Atomic int reason;
+} lost_rec;
+
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason) {
+  (void)name;
+  (void)tid;
+  lost_rec *r = ud;
+  atomic_store(&r->reason, (int)reason);
+  atomic_fetch_add(&r->n, 1);
+}
+
+static dlock_lock_t *lock_on(dlock_client_t *c, const char *name) {
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, name, &l));
+  return l;
+}
+
+/* Waits up to 10 s for a first loss report. */
+static bool lost_within(lost_rec *r) {
+  bool ok = false;
+  TH_WAIT_FOR(ok, atomic_load(&r->n) > 0, 10000);
+  return ok;
+}
+
+/* The session's bound passes with no new confirmation: the hold is
+ * reported lost (once, as a session loss), hold_valid and release say so,
+ * the backend is told which session ended, and another client can take
+ * the lock. */
+static void t_session_bound_passes(void) {
+  lost_rec rec = {0};
+  dlock_client_t *a = fake_client("bound", 60000, on_lost, &rec);
+  dlock_client_t *b = fake_client("bound", 60000, NULL, NULL);
+  CHECK(a && b);
+  fake_be *fa = fake_of(a);
+  fake_new_session(fa); /* no bound yet: the clock waits for one */
+  int64_t sid = fake_sid(fa);
+  dlock_lock_t *la = lock_on(a, "x"), *lb = lock_on(b, "x");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_RC(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  fake_confirm(fa, th_now_ms() + 200); /* the only proof, soon past */
+  CHECK(lost_within(&rec));
+  CHECK_INT(atomic_load(&rec.reason), ==, DLOCK_LOST_SESSION);
+  int64_t v = 0;
+  CHECK_RC(dlock_lock_hold_valid(la, dlock_thread_id(), &v), DLOCK_ELOST);
+  int64_t told = 0;
+  bool ok = false;
+  TH_WAIT_FOR(ok, fake_expired_calls(fa, &told) == 1, 10000);
+  CHECK(ok);
+  CHECK_INT(told, ==, sid);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  CHECK_OK(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(lb));
+  th_sleep_ms(100);
+  CHECK_INT(atomic_load(&rec.n), ==, 1); /* reported once */
+  CHECK_INT(fake_expired_calls(fa, NULL), ==, 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* While a live connection vouches for the session, a bound in the past
+ * costs nothing; once the connection drops, the clock runs and the loss
+ * comes. */
+static void t_link_pauses_clock(void) {
+  lost_rec rec = {0};
+  dlock_client_t *a = fake_client("link", 60000, on_lost, &rec);
+  CHECK(a);
+  fake_be *fa = fake_of(a);
+  fake_new_session(fa); /* no bound yet */
+  fake_link(fa, true);
+  dlock_lock_t *la = lock_on(a, "x");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  fake_confirm(fa, th_now_ms() + 50);
+  th_sleep_ms(500); /* well past the bound: the link vouches */
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  CHECK_INT(fake_expired_calls(fa, NULL), ==, 0);
+  fake_link(fa, false);
+  CHECK(lost_within(&rec));
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  dlock_lock_free(la);
+  dlock_client_free(a);
+}
+
+/* A later confirmation moves the bound on; one about an earlier session
+ * is ignored. */
+static void t_confirmations(void) {
+  lost_rec rec = {0};
+  dlock_client_t *a = fake_client("confirm", 60000, on_lost, &rec);
+  CHECK(a);
+  fake_be *fa = fake_of(a);
+  dlock_lock_t *la = lock_on(a, "x");
+  fake_new_session(fa); /* no bound yet */
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  int64_t now = th_now_ms();
+  fake_confirm(fa, now + 300);
+  fake_confirm(fa, now + 600000); /* extends */
+  fake_confirm(fa, now + 100);    /* earlier: proves less, changes nothing */
+  th_sleep_ms(800);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  int64_t v = 0;
+  CHECK_OK(dlock_lock_hold_valid(la, dlock_thread_id(), &v));
+  CHECK_INT(v, >, 60000);
+  CHECK_OK(dlock_lock_release(la));
+  /* the next session's only bound is short: a far one about the session
+   * before must not keep it */
+  int64_t prev = fake_new_session(fa);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  fake_confirm_sid(fa, prev, th_now_ms() + 600000);
+  fake_confirm(fa, th_now_ms() + 200);
+  CHECKF(lost_within(&rec),
+         "a confirmation about an earlier session kept the new one");
+  dlock_lock_free(la);
+  dlock_client_free(a);
+}
+
+/* The service itself announces the end of the session: every hold is
+ * lost at once, whatever bound was confirmed, and a new session serves
+ * again. */
+static void t_service_ends_session(void) {
+  lost_rec rec = {0};
+  dlock_client_t *a = fake_client("ends", 60000, on_lost, &rec);
+  CHECK(a);
+  fake_be *fa = fake_of(a);
+  dlock_lock_t *la = lock_on(a, "x");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  fake_confirm(fa, th_now_ms() + 600000);
+  fake_service_ends_session(fa);
+  CHECK(lost_within(&rec));
+  int64_t v = 0;
+  CHECK_RC(dlock_lock_hold_valid(la, dlock_thread_id(), &v), DLOCK_ELOST);
+  CHECK_INT(fake_expired_calls(fa, NULL), ==, 0); /* not the clock's */
+  fake_new_session(fa);
+  fake_confirm(fa, th_now_ms() + 600000);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_hold_valid(la, dlock_thread_id(), &v));
+  CHECK_OK(dlock_lock_release(la));
+  dlock_lock_free(la);
+  dlock_client_free(a);
+}
+
+typedef struct waiter {
+  dlock_lock_t *l;
+  int64_t wait_ms;
+  _Atomic int rc;
+  _Atomic bool done;
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  int rc = dlock_lock_acquire(w->l, w->wait_ms, DLOCK_LEASE_WATCHDOG);
+  atomic_store(&w->rc, rc);
+  if (rc == 0)
+    dlock_lock_release(w->l);
+  atomic_store(&w->done, true);
+  return NULL;
+}
+
+/* A waiter sleeps while the lock is held and gets it when the holder
+ * releases it; a waiter whose deadline passes first gets DLOCK_ETIMEDOUT
+ * and leaves nothing behind. */
+static void t_wait_woken_or_times_out(void) {
+  dlock_client_t *a = fake_client("wait", 60000, NULL, NULL);
+  dlock_client_t *b = fake_client("wait", 60000, NULL, NULL);
+  CHECK(a && b);
+  dlock_lock_t *la = lock_on(a, "x"), *lb = lock_on(b, "x");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  waiter w = {.l = lb, .wait_ms = 200};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, waiter_main, &w) == 0);
+  pthread_join(t, NULL);
+  CHECK_RC(atomic_load(&w.rc), DLOCK_ETIMEDOUT);
+  w = (waiter){.l = lb, .wait_ms = 30000};
+  CHECK(pthread_create(&t, NULL, waiter_main, &w) == 0);
+  th_sleep_ms(100);
+  CHECK(!atomic_load(&w.done)); /* the lock is held: it waits */
+  CHECK_OK(dlock_lock_release(la));
+  bool ok = false;
+  TH_WAIT_FOR(ok, atomic_load(&w.done), 10000);
+  CHECK(ok);
+  pthread_join(t, NULL);
+  CHECK_RC(atomic_load(&w.rc), DLOCK_OK);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(la));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* clang-format off */
+static const check_case_t cases[] = {
+    {"session_bound_passes", t_session_bound_passes},
+    {"link_pauses_clock", t_link_pauses_clock},
+    {"confirmations", t_confirmations},
+    {"service_ends_session", t_service_ends_session},
+    {"wait_woken_or_times_out", t_wait_woken_or_times_out},
+};
+/* clang-format on */
+
+CHECK_MAIN(cases)
