@@ -66,7 +66,8 @@ static void t_session_bound_passes(void) {
   dlock_lock_t *la = lock_on(a, "x"), *lb = lock_on(b, "x");
   CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
   CHECK_RC(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
-  fake_confirm(fa, th_now_ms() + 200); /* the only proof, soon past */
+  /* the only proof, past already less the margin (5% of 60 s) */
+  fake_confirm(fa, th_now_ms() + 200);
   CHECK(lost_within(&rec));
   CHECK_INT(atomic_load(&rec.reason), ==, DLOCK_LOST_SESSION);
   int64_t v = 0;
@@ -121,11 +122,13 @@ static void t_confirmations(void) {
   dlock_lock_t *la = lock_on(a, "x");
   fake_new_session(fa); /* no bound yet */
   CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  /* the clock keeps a margin of 5% of the 60 s session (3 s): this first
+   * bound stops vouching 2 s from now */
   int64_t now = th_now_ms();
-  fake_confirm(fa, now + 300);
+  fake_confirm(fa, now + 5000);
   fake_confirm(fa, now + 600000); /* extends */
   fake_confirm(fa, now + 100);    /* earlier: proves less, changes nothing */
-  th_sleep_ms(800);
+  th_sleep_ms(2500);
   CHECK_INT(atomic_load(&rec.n), ==, 0);
   int64_t v = 0;
   CHECK_OK(dlock_lock_hold_valid(la, dlock_thread_id(), &v));
