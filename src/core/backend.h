@@ -10,9 +10,10 @@
  * Return conventions: 0 or a positive outcome as documented, negative
  * DLOCK_E* on failure with the thread's error detail set.
  *
- * Registration: a backend is one dlock__backend_ops value named in the
- * table of core/registry.c (one line); the client picks it by the URL's
- * scheme and hands it the whole URL, which the backend parses itself.
+ * Registration: a backend is one dlock__backend_ops value, with the URL
+ * schemes it serves, named in the build's list (src/backends.c, one line);
+ * the client picks it by the URL's scheme (core/registry.c) and hands it
+ * the whole URL, which the backend parses itself.
  * open, close, lock_acquire, lock_release, wait_begin and wait_end are
  * required; so, for a backend that offers any lock kind, is
  * lock_leave, and for each sync kind it declares, the operations of that
@@ -90,8 +91,9 @@ typedef struct dlock__acquire {
   int64_t thread_wait_ms; /* fair: how long the queue keeps a silent waiter */
   bool try_once;          /* fair: do not join the queue on failure */
   /* the thread holds this lock already: the attempt adds a count to a
-   * hold on the server, so a backend that undoes a failed attempt
-   * (Redlock) must undo only where it knows the attempt counted */
+   * hold on the server, so a backend that undoes a failed attempt (one
+   * over several servers) must undo only where it knows the attempt
+   * counted */
   bool reentry;
 } dlock__acquire;
 
@@ -301,21 +303,27 @@ void dlock__session_linked(struct dlock_client *c, int64_t sid, bool linked);
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,
                 const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Registry (core/registry.c): the backend serving url's scheme, or NULL
- * with DLOCK_EURL set (unknown scheme, naming the schemes known). */
-const dlock__backend_ops *dlock__backend_for_url(const char *url);
+/* The registry (core/registry.c): the scheme scan over a build's list of
+ * backends. The list itself is the build's (src/backends.c): the backends
+ * compiled in, and those left out with how to get them, so that their URLs
+ * fail with that line rather than as an unknown scheme. */
+typedef struct dlock__backend_absent {
+  const char *name;           /* for "this build has no <name> backend" */
+  const char *const *schemes; /* its URL schemes, NULL-terminated */
+  const char *how;            /* "rebuild with -D...=ON (needs ...)" */
+} dlock__backend_absent;
 
-extern const dlock__backend_ops dlock__redis_backend;
-extern const dlock__backend_ops dlock__redis_cluster_backend;
-extern const dlock__backend_ops dlock__zookeeper_backend;
-/* Redlock over several Redis masters (src/redlock/): not in the registry,
- * as no one URL names it; dlock_client_new_redlock opens it with the
- * nodes' URLs one a line. */
-extern const dlock__backend_ops dlock__redlock_backend;
-size_t dlock__redlock_node_count(const void *be);
-/* One node's own view of a lock (node from 0). */
-int dlock__redlock_node_state(void *be, size_t node, dlock_lock_kind_t kind,
-                              const char *name, dlock_lock_state_t **out);
-extern const dlock__backend_ops dlock__etcd_backend;
+typedef struct dlock__registry {
+  const dlock__backend_ops *const *built;
+  size_t nbuilt;
+  const dlock__backend_absent *absent;
+  size_t nabsent;
+} dlock__registry;
+
+/* The backend of r serving url's scheme (compared without regard to
+ * case), or NULL with DLOCK_EURL set: a URL bad whatever its backend, a
+ * backend left out, or an unknown scheme (naming the schemes r has). */
+const dlock__backend_ops *dlock__registry_find(const dlock__registry *r,
+                                               const char *url);
 
 #endif

@@ -242,7 +242,7 @@ static int64_t chores_locked(struct dlock_client *c, int64_t now) {
  * blocking), sleep in poll() until a descriptor, a poke or the next
  * deadline, and hand the backend what poll() saw. Nothing here waits on
  * the network. */
-#define LOOP_FDS 64 /* a backend's descriptors: Cluster, Redlock: one per node */
+#define LOOP_FDS 64 /* a backend's descriptors (over several servers: one each) */
 
 static void *bg_main(void *arg) {
   struct dlock_client *c = arg;
@@ -342,9 +342,7 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   dlock__free(c);
 }
 
-/* A client of backend `ops` (NULL: the one url's scheme names), opened
- * with url. */
-static int client_open(dlock_client_t **out, const dlock__backend_ops *ops,
+int dlock__client_open(dlock_client_t **out, const dlock__backend_ops *ops,
                        const char *url, const dlock_options_t *opts) {
   struct dlock_client *c = dlock__calloc(1, sizeof *c);
   if (!c)
@@ -375,10 +373,7 @@ static int client_open(dlock_client_t **out, const dlock__backend_ops *ops,
     return rc;
   }
   int fds[2];
-  if (!(c->ops = ops ? ops : dlock__backend_for_url(url))) {
-    rc = DLOCK_EURL;
-    goto failed;
-  }
+  c->ops = ops;
   if ((rc = dlock__uuid(c->id)) || (rc = dlock__reqids_init(&c->reqids)))
     goto failed;
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -401,80 +396,6 @@ static int client_open(dlock_client_t **out, const dlock__backend_ops *ops,
 failed:
   client_destroy(c, false);
   return rc;
-}
-
-int dlock_client_new(dlock_client_t **out, const char *url,
-                     const dlock_options_t *opts) {
-  if (!out)
-    return dlock__seterr(DLOCK_EINVAL, "dlock_client_new: out is NULL");
-  *out = NULL;
-  if (!url)
-    return dlock__seterr(DLOCK_EINVAL, "dlock_client_new: url is NULL");
-  return client_open(out, NULL, url, opts);
-}
-
-int dlock__client_open_with(dlock_client_t **out, const dlock__backend_ops *ops,
-                            const char *url, const dlock_options_t *opts) {
-  *out = NULL;
-  return client_open(out, ops, url, opts);
-}
-
-/* The Redlock backend gets its nodes' URLs as one string, one URL a line
- * (a URL has no control character: the registry refuses them). */
-int dlock_client_new_redlock(dlock_client_t **out, const char *const *urls,
-                             size_t n, const dlock_options_t *opts) {
-  static const char fn[] = "dlock_client_new_redlock";
-  if (!out)
-    return dlock__seterr(DLOCK_EINVAL, "%s: out is NULL", fn);
-  *out = NULL;
-  if (!urls)
-    return dlock__seterr(DLOCK_EINVAL, "%s: urls is NULL", fn);
-  if (n == 0 || n % 2 == 0 || n > DLOCK_REDLOCK_MAX_NODES)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: the number of nodes must be odd, from 1 to %d "
-                         "(got %zu): a majority of an even number tolerates "
-                         "no more failures than one node fewer",
-                         fn, DLOCK_REDLOCK_MAX_NODES, n);
-  size_t len = 1;
-  for (size_t i = 0; i < n; i++) {
-    if (!urls[i])
-      return dlock__seterr(DLOCK_EINVAL, "%s: urls[%zu] is NULL", fn, i);
-    const dlock__backend_ops *ops = dlock__backend_for_url(urls[i]);
-    if (!ops)
-      return dlock__preferr(DLOCK_EURL, "node %zu", i + 1);
-    if (ops != &dlock__redis_backend)
-      return dlock__seterr(DLOCK_EURL,
-                           "%s: node %zu: a Redlock node must be a Redis "
-                           "master (redis:// or unix://)",
-                           fn, i + 1);
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(urls[i], urls[j]) == 0)
-        return dlock__seterr(DLOCK_EINVAL,
-                             "%s: nodes %zu and %zu are the same URL: a "
-                             "Redlock needs independent masters",
-                             fn, j + 1, i + 1);
-    len += strlen(urls[i]) + 1;
-  }
-  char *joined = dlock__calloc(1, len);
-  if (!joined)
-    return DLOCK_ENOMEM;
-  char *p = joined;
-  for (size_t i = 0; i < n; i++) {
-    size_t k = strlen(urls[i]);
-    memcpy(p, urls[i], k);
-    p += k;
-    *p++ = i + 1 < n ? '\n' : '\0';
-  }
-  int rc = client_open(out, &dlock__redlock_backend, joined, opts);
-  dlock__free(joined);
-  return rc;
-}
-
-size_t dlock_client_nodes(const dlock_client_t *c) {
-  if (dlock__client_check(c, "dlock_client_nodes") ||
-      c->ops != &dlock__redlock_backend)
-    return 0;
-  return dlock__redlock_node_count(c->be);
 }
 
 void dlock_client_free(dlock_client_t *c) {

@@ -104,11 +104,23 @@ struct dlock_client {
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };
 
-/* Opens a client on the backend `ops` (not looked up by the URL's scheme),
- * which gets url as it is: a backend no one URL names, or the core's
- * tests' fake. */
-int dlock__client_open_with(dlock_client_t **out, const dlock__backend_ops *ops,
-                            const char *url, const dlock_options_t *opts);
+/* Creates a client of backend `ops` and opens the backend with url and a
+ * copy of opts: the public calls that create clients build on it
+ * (dlock_client_new, which picks ops by the URL's scheme; a backend's own
+ * entry point, such as one over several servers that gets their URLs
+ * joined). 0 and *out, or an error with detail set. */
+int dlock__client_open(dlock_client_t **out, const dlock__backend_ops *ops,
+                       const char *url, const dlock_options_t *opts);
+/* The backend state of c when c is a client of backend `ops`, else NULL
+ * (for a backend's own public calls). c must be checked. */
+static inline void *dlock__client_backend_of(const struct dlock_client *c,
+                                             const dlock__backend_ops *ops) {
+  return c->ops == ops ? c->be : NULL;
+}
+/* Brackets a public call on a lock handle (lock.c): checks the handle,
+ * then dlock__call_begin on its client; _end returns rc. */
+int dlock__lock_call_begin(const struct dlock_lock *l, const char *fn);
+int dlock__lock_call_end(const struct dlock_lock *l, int rc);
 /* 0 when `present`; else DLOCK_ENOTSUP "the <backend> backend does not
  * support <what>" (for an optional operation the call needs). */
 int dlock__need_op(const struct dlock_client *c, bool present,

@@ -57,6 +57,14 @@ static int call_end(const dlock_lock_t *l, int rc) {
   return rc;
 }
 
+int dlock__lock_call_begin(const dlock_lock_t *l, const char *fn) {
+  return call_begin(l, fn);
+}
+
+int dlock__lock_call_end(const dlock_lock_t *l, int rc) {
+  return call_end(l, rc);
+}
+
 int dlock_lock_new_kind(dlock_client_t *c, const char *name,
                         dlock_lock_kind_t kind, dlock_lock_t **out) {
   if (!out)
@@ -880,22 +888,6 @@ int dlock_lock_state(dlock_lock_t *l, dlock_lock_state_t **out) {
     return call_end(l, rc);
   return call_end(
       l, l->client->ops->lock_state(l->client->be, l->kind, l->name, out));
-}
-
-int dlock_lock_node_state(dlock_lock_t *l, size_t node,
-                          dlock_lock_state_t **out) {
-  if (!out)
-    return dlock__seterr(DLOCK_EINVAL, "dlock_lock_node_state: out is NULL");
-  *out = NULL;
-  int rc = call_begin(l, "dlock_lock_node_state");
-  if (rc)
-    return rc;
-  if (l->client->ops != &dlock__redlock_backend)
-    return call_end(l, dlock__seterr(DLOCK_EINVAL,
-                                     "dlock_lock_node_state: the client is "
-                                     "not a Redlock client"));
-  return call_end(l, dlock__redlock_node_state(l->client->be, node, l->kind,
-                                               l->name, out));
 }
 
 int dlock_lock_hold_env(dlock_lock_t *l, uint64_t tid, char ***out) {

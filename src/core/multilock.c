@@ -1,7 +1,7 @@
 /*
  * multilock.c - several locks taken as one (dlock_multilock_*): all or
- * nothing, by names on one client or on different clients (Redlock ones
- * included), released together.
+ * nothing, by names on one client or on different clients (of any
+ * backend, one over several servers included), released together.
  *
  * Acquire never holds some members while it waits for another: it waits
  * for one member while holding nothing, then tries every other member

@@ -1,5 +1,9 @@
 /*
  * options.c - dlock_options_t: defaults, validated setters, deep copy.
+ *
+ * The settings every backend reads live here; a setting only one backend
+ * means lives with that backend (its setter and its block, options.h),
+ * and is copied and freed here as an opaque block.
  */
 #include "options.h"
 
@@ -14,12 +18,6 @@
 #define DEFAULT_OUTAGE_GRACE_MS 30000
 #define DEFAULT_POOL_SIZE 8
 #define DEFAULT_FAIR_THREAD_WAIT_MS 300000
-#define DEFAULT_REPLICA_WAIT_MS 1000 /* Redisson's slavesSyncTimeout */
-/* Redlock: antirez's spec asks for 5-50 ms against a 10 s TTL; the drift is
- * node-redlock's and go-redsync's 0.01 x lease, plus 2 ms */
-#define DEFAULT_REDLOCK_NODE_TIMEOUT_MS 50
-#define DEFAULT_REDLOCK_DRIFT_PERMILLE 10
-#define DEFAULT_REDLOCK_DRIFT_MS 2
 /* A day: longer timeouts are almost certainly a unit mistake. */
 #define MAX_TIMEOUT_MS (24LL * 3600 * 1000)
 
@@ -31,26 +29,68 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->outage_grace_ms = DEFAULT_OUTAGE_GRACE_MS;
   o->pool_size = DEFAULT_POOL_SIZE;
   o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
-  o->redlock_node_timeout_ms = DEFAULT_REDLOCK_NODE_TIMEOUT_MS;
-  o->redlock_drift_permille = DEFAULT_REDLOCK_DRIFT_PERMILLE;
-  o->redlock_drift_ms = DEFAULT_REDLOCK_DRIFT_MS;
   o->log_level = DLOCK_LOG_WARN;
-  o->replica_wait_ms = DEFAULT_REPLICA_WAIT_MS;
 }
 
-static void free_secret(char *s) {
+void dlock__free_secret(char *s) {
   if (s) {
     memset(s, 0, strlen(s));
     dlock__free(s);
   }
 }
 
+static void ext_free(dlock__options_ext *x) {
+  if (x->type->clear)
+    x->type->clear(x->block);
+  dlock__free(x->block);
+  dlock__free(x);
+}
+
+/* A block of `type` with its defaults, on no list yet. */
+static dlock__options_ext *ext_new(const dlock__options_ext_type *type) {
+  dlock__options_ext *x = dlock__calloc(1, sizeof *x);
+  if (!x)
+    return NULL;
+  x->type = type;
+  if (!(x->block = dlock__calloc(1, type->size))) {
+    dlock__free(x);
+    return NULL;
+  }
+  if (type->init)
+    type->init(x->block);
+  return x;
+}
+
+const void *dlock__options_ext_get(const struct dlock_options *o,
+                                   const dlock__options_ext_type *type) {
+  for (const dlock__options_ext *x = o->ext; x; x = x->next)
+    if (x->type == type)
+      return x->block;
+  return NULL;
+}
+
+void *dlock__options_ext_mut(struct dlock_options *o,
+                             const dlock__options_ext_type *type) {
+  void *b = (void *)dlock__options_ext_get(o, type);
+  if (b)
+    return b;
+  dlock__options_ext *x = ext_new(type);
+  if (!x)
+    return NULL;
+  x->next = o->ext;
+  o->ext = x;
+  return x->block;
+}
+
 void dlock__options_clear(struct dlock_options *o) {
+  while (o->ext) {
+    dlock__options_ext *x = o->ext;
+    o->ext = x->next;
+    ext_free(x);
+  }
   dlock__free(o->client_name);
   dlock__free(o->user);
-  free_secret(o->password);
-  dlock__free(o->sentinel_user);
-  free_secret(o->sentinel_password);
+  dlock__free_secret(o->password);
   dlock__free(o->tls_ca_file);
   dlock__free(o->tls_ca_dir);
   dlock__free(o->tls_cert_file);
@@ -60,7 +100,7 @@ void dlock__options_clear(struct dlock_options *o) {
   dlock__options_defaults(o);
 }
 
-static int dup_opt(char **dst, const char *src) {
+int dlock__options_dup(char **dst, const char *src) {
   *dst = NULL;
   if (!src)
     return 0;
@@ -76,25 +116,35 @@ int dlock__options_copy(struct dlock_options *dst,
   }
   *dst = *src;
   dst->client_name = dst->user = dst->password = NULL;
-  dst->sentinel_user = dst->sentinel_password = NULL;
   dst->tls_ca_file = dst->tls_ca_dir = NULL;
   dst->tls_cert_file = dst->tls_key_file = dst->tls_sni = NULL;
   dst->holder_info = NULL;
-  if (dup_opt(&dst->client_name, src->client_name) ||
-      dup_opt(&dst->user, src->user) ||
-      dup_opt(&dst->password, src->password) ||
-      dup_opt(&dst->sentinel_user, src->sentinel_user) ||
-      dup_opt(&dst->sentinel_password, src->sentinel_password) ||
-      dup_opt(&dst->tls_ca_file, src->tls_ca_file) ||
-      dup_opt(&dst->tls_ca_dir, src->tls_ca_dir) ||
-      dup_opt(&dst->tls_cert_file, src->tls_cert_file) ||
-      dup_opt(&dst->tls_key_file, src->tls_key_file) ||
-      dup_opt(&dst->tls_sni, src->tls_sni) ||
-      dup_opt(&dst->holder_info, src->holder_info)) {
-    dlock__options_clear(dst);
-    return DLOCK_ENOMEM;
+  dst->ext = NULL;
+  if (dlock__options_dup(&dst->client_name, src->client_name) ||
+      dlock__options_dup(&dst->user, src->user) ||
+      dlock__options_dup(&dst->password, src->password) ||
+      dlock__options_dup(&dst->tls_ca_file, src->tls_ca_file) ||
+      dlock__options_dup(&dst->tls_ca_dir, src->tls_ca_dir) ||
+      dlock__options_dup(&dst->tls_cert_file, src->tls_cert_file) ||
+      dlock__options_dup(&dst->tls_key_file, src->tls_key_file) ||
+      dlock__options_dup(&dst->tls_sni, src->tls_sni) ||
+      dlock__options_dup(&dst->holder_info, src->holder_info))
+    goto nomem;
+  /* the backends' blocks, in their order */
+  dlock__options_ext **tail = &dst->ext;
+  for (const dlock__options_ext *x = src->ext; x; x = x->next) {
+    dlock__options_ext *y = ext_new(x->type);
+    if (!y)
+      goto nomem;
+    *tail = y;
+    tail = &y->next;
+    if (x->type->copy(y->block, x->block))
+      goto nomem;
   }
   return 0;
+nomem:
+  dlock__options_clear(dst);
+  return DLOCK_ENOMEM;
 }
 
 int dlock_options_new(dlock_options_t **out) {
@@ -114,7 +164,7 @@ void dlock_options_free(dlock_options_t *opts) {
   dlock__free(opts);
 }
 
-static int check_ms(const char *what, int64_t ms, int64_t min) {
+int dlock__options_check_ms(const char *what, int64_t ms, int64_t min) {
   if (ms < min || ms > MAX_TIMEOUT_MS)
     return dlock__seterr(
         DLOCK_EINVAL, "%s must be from %lld to %lld ms (got %lld)", what,
@@ -130,7 +180,7 @@ static int check_ms(const char *what, int64_t ms, int64_t min) {
 
 int dlock_options_set_connect_timeout(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_connect_timeout");
-  int rc = check_ms("connect timeout", ms, 1);
+  int rc = dlock__options_check_ms("connect timeout", ms, 1);
   if (!rc)
     opts->connect_timeout_ms = ms;
   return rc;
@@ -138,7 +188,7 @@ int dlock_options_set_connect_timeout(dlock_options_t *opts, int64_t ms) {
 
 int dlock_options_set_command_timeout(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_command_timeout");
-  int rc = check_ms("command timeout", ms, 1);
+  int rc = dlock__options_check_ms("command timeout", ms, 1);
   if (!rc)
     opts->command_timeout_ms = ms;
   return rc;
@@ -146,7 +196,7 @@ int dlock_options_set_command_timeout(dlock_options_t *opts, int64_t ms) {
 
 int dlock_options_set_watchdog_timeout(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_watchdog_timeout");
-  int rc = check_ms("watchdog timeout", ms, 3);
+  int rc = dlock__options_check_ms("watchdog timeout", ms, 3);
   if (!rc)
     opts->watchdog_ms = ms;
   return rc;
@@ -154,7 +204,7 @@ int dlock_options_set_watchdog_timeout(dlock_options_t *opts, int64_t ms) {
 
 int dlock_options_set_session_timeout(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_session_timeout");
-  int rc = check_ms("session timeout", ms, 1);
+  int rc = dlock__options_check_ms("session timeout", ms, 1);
   if (!rc)
     opts->session_timeout_ms = ms;
   return rc;
@@ -162,47 +212,17 @@ int dlock_options_set_session_timeout(dlock_options_t *opts, int64_t ms) {
 
 int dlock_options_set_outage_grace(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_outage_grace");
-  int rc = ms == 0 ? 0 : check_ms("outage grace (0 turns it off)", ms, 1);
+  int rc =
+      ms == 0 ? 0
+              : dlock__options_check_ms("outage grace (0 turns it off)", ms, 1);
   if (!rc)
     opts->outage_grace_ms = ms;
   return rc;
 }
 
-int dlock_options_set_replica_wait(dlock_options_t *opts, int64_t ms) {
-  NEED_OPTS("dlock_options_set_replica_wait");
-  int rc = ms == 0 ? 0 : check_ms("replica wait (0 turns it off)", ms, 1);
-  if (!rc)
-    opts->replica_wait_ms = ms;
-  return rc;
-}
-
-int dlock_options_set_redlock_timing(dlock_options_t *opts,
-                                     int64_t node_timeout_ms,
-                                     int64_t drift_permille,
-                                     int64_t drift_ms) {
-  NEED_OPTS("dlock_options_set_redlock_timing");
-  int rc = check_ms("Redlock node timeout", node_timeout_ms, 1);
-  if (!rc && (drift_permille < 0 || drift_permille > 500))
-    rc = dlock__seterr(DLOCK_EINVAL,
-                       "Redlock drift must be from 0 to 500 per mille of the "
-                       "lease (got %lld)",
-                       (long long)drift_permille);
-  if (!rc && (drift_ms < 0 || drift_ms > 60000))
-    rc = dlock__seterr(DLOCK_EINVAL,
-                       "Redlock fixed drift must be from 0 to 60000 ms (got "
-                       "%lld)",
-                       (long long)drift_ms);
-  if (!rc) {
-    opts->redlock_node_timeout_ms = node_timeout_ms;
-    opts->redlock_drift_permille = drift_permille;
-    opts->redlock_drift_ms = drift_ms;
-  }
-  return rc;
-}
-
 int dlock_options_set_fair_thread_wait(dlock_options_t *opts, int64_t ms) {
   NEED_OPTS("dlock_options_set_fair_thread_wait");
-  int rc = check_ms("fair thread-wait", ms, 1);
+  int rc = dlock__options_check_ms("fair thread-wait", ms, 1);
   if (!rc)
     opts->fair_thread_wait_ms = ms;
   return rc;
@@ -283,23 +303,21 @@ int dlock_options_set_holder_info(dlock_options_t *opts, const char *text) {
   return 0;
 }
 
-/* user and password into *u and *p (replacing them), with the rules both
- * kinds of credentials share. */
-static int set_credentials(char **u, char **p, const char *user,
-                           const char *password) {
+int dlock__options_set_credentials(char **u, char **p, const char *user,
+                                   const char *password) {
   char *nu = NULL, *np = NULL;
   if ((user && !*user) || (password && !*password))
     return dlock__seterr(DLOCK_EINVAL,
                          "user and password must be NULL or non-empty");
   if (user && !password)
     return dlock__seterr(DLOCK_EINVAL, "a user needs a password");
-  if (dup_opt(&nu, user) || dup_opt(&np, password)) {
+  if (dlock__options_dup(&nu, user) || dlock__options_dup(&np, password)) {
     dlock__free(nu);
-    free_secret(np);
+    dlock__free_secret(np);
     return DLOCK_ENOMEM;
   }
   dlock__free(*u);
-  free_secret(*p);
+  dlock__free_secret(*p);
   *u = nu;
   *p = np;
   return 0;
@@ -308,18 +326,11 @@ static int set_credentials(char **u, char **p, const char *user,
 int dlock_options_set_credentials(dlock_options_t *opts, const char *user,
                                   const char *password) {
   NEED_OPTS("dlock_options_set_credentials");
-  int rc = set_credentials(&opts->user, &opts->password, user, password);
+  int rc = dlock__options_set_credentials(&opts->user, &opts->password, user,
+                                          password);
   if (!rc)
     opts->credentials_set = true;
   return rc;
-}
-
-int dlock_options_set_sentinel_credentials(dlock_options_t *opts,
-                                           const char *user,
-                                           const char *password) {
-  NEED_OPTS("dlock_options_set_sentinel_credentials");
-  return set_credentials(&opts->sentinel_user, &opts->sentinel_password,
-                         user, password);
 }
 
 int dlock_options_set_pool_size(dlock_options_t *opts, int n) {
@@ -364,10 +375,9 @@ static int check_path(const char *what, const char *path) {
 }
 
 /* Replaces two owned strings with copies of a and b, all or nothing. */
-static int set_pair(char **dst_a, char **dst_b, const char *a,
-                    const char *b) {
+static int set_pair(char **dst_a, char **dst_b, const char *a, const char *b) {
   char *ca = NULL, *cb = NULL;
-  if (dup_opt(&ca, a) || dup_opt(&cb, b)) {
+  if (dlock__options_dup(&ca, a) || dlock__options_dup(&cb, b)) {
     dlock__free(ca);
     dlock__free(cb);
     return DLOCK_ENOMEM;

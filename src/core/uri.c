@@ -11,8 +11,8 @@
  *  - an IP-literal host is written in brackets (3.2.2); a port is digits
  *    (3.2.3), here also 1..65535.
  * Deliberate departures, each for the URLs dlock already accepted:
- *  - a comma-separated host list (host[:port],host[:port]...), as ZooKeeper,
- *    etcd and Sentinel URLs write their ensembles: not RFC 3986;
+ *  - a comma-separated host list (host[:port],host[:port]...), as the URLs
+ *    of a service of several servers write their ensemble: not RFC 3986;
  *  - the userinfo ends at the LAST '@' before the first '/' or '?', so a
  *    password may hold a raw '@', '#' or ':' (RFC 3986 would want them
  *    %-encoded); %00 is refused in a decoded part;

@@ -53,8 +53,8 @@ typedef struct dlock__uri_rules {
   size_t min_hosts;    /* 0: an empty authority is fine (unix:///path) */
   size_t max_hosts;    /* 1 for a single host, <= DLOCK__URI_MAX_HOSTS */
   /* Optional, for a host list's messages: the scheme and what the hosts
-   * are, as in "bad URL: redis-sentinel://: an empty host in the sentinel
-   * list" and "bad URL: more than 16 sentinels" (NULL: "hosts"). */
+   * are, as in "bad URL: SCHEME://: an empty host in the NOUN list" and
+   * "bad URL: more than 16 NOUNs" (NULL: "hosts"). */
   const char *list_scheme, *list_noun;
   /* Every message about the URL's form ends with " (expected EXAMPLE)". */
   bool example_always;

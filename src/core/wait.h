@@ -44,16 +44,16 @@ typedef struct dlock__wait {
   void *reg;                    /* the backend's registration */
   pthread_cond_t cond;
   struct dlock__wait *prev, *next; /* client->waits, under client->mu */
-  /* A node wait of a backend over several servers (Redlock): set by that
-   * backend on the wait it registers with one server's backend for the
-   * caller's wait `parent`. Nobody sleeps on a node wait: its wakes and
-   * failures wake the parent (one node's failure only makes the parent
-   * try again), its readiness makes the parent ready, and its grants
-   * count as wakes. */
+  /* A node wait of a backend over several servers, each served by a
+   * backend of its own: set by that backend on the wait it registers
+   * with one server's backend for the caller's wait `parent`. Nobody sleeps on
+   * a node wait: its wakes and failures wake the parent (one node's failure
+   * only makes the parent try again), its readiness makes the parent ready, and
+   * its grants count as wakes. */
   struct dlock__wait *parent;
   /* A backend over several servers that registers the wait with one of
-   * them at a time (Redis Cluster: the master of its slot, which may
-   * change) keeps its own record of which one here. */
+   * them at a time (the one that serves the name now, which may change)
+   * keeps its own record of which one here. */
   void *route;
   /* --- under client->mu --- */
   bool woken;    /* try again; cleared by the waiter that consumes it */
@@ -96,8 +96,8 @@ typedef struct dlock__outage {
 /* A wait rides out an outage: an attempt that failed with rc, where the
  * failure sent nothing or left nothing behind (dlock__err_unsent: no
  * connection could be had while a server restarts or a master fails
- * over; a Redlock attempt undone on every node) and is one a service
- * recovers from (unreachable, no answer), is made again while the
+ * over; an attempt undone on every server of a backend over several) and is one
+ * a service recovers from (unreachable, no answer), is made again while the
  * deadline is ahead and the outage is younger than the client's outage
  * grace (dlock_options_set_outage_grace): this sleeps until the next try
  * (50 ms, doubling to 1 s; a wake such as a reconnect or a release cuts it

@@ -239,4 +239,7 @@ void dlock__etcd_rws_free(dlock__etcd *e);
 /* The key of `name` under `lease`: "<name>/<lease in hex>". Caller frees. */
 char *dlock__etcd_key(const char *name, int64_t lease);
 
+/* The backend (registered in src/backends.c). */
+extern const dlock__backend_ops dlock__etcd_backend;
+
 #endif

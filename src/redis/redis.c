@@ -55,6 +55,7 @@
 #include "core/error.h"
 #include "core/fmt.h"
 #include "core/id.h"
+#include "redis/options.h"
 
 
 /* ------------------------------------------------------------ utilities */
@@ -795,10 +796,11 @@ static int open_backend(void **be, const char *url,
   }
   r->core = core; /* no session: each hold is renewed on its own */
   snprintf(r->client_id, sizeof r->client_id, "%s", dlock_client_id(core));
+  const dlock__redis_options *ro = dlock__redis_options_of(o);
   int prc = 0;
   if (dlock__redis_is_sentinel_url(url)) {
-    prc = dlock__redis_sentinel_parse(url, o->sentinel_user,
-                                      o->sentinel_password, &r->sentinel,
+    prc = dlock__redis_sentinel_parse(url, ro->sentinel_user,
+                                      ro->sentinel_password, &r->sentinel,
                                       &r->ep_parsed);
     if (!prc) { /* messages name the sentinels and the master's name */
       char *d = dlock__strdup(dlock__redis_sentinel_display(r->sentinel));
@@ -823,7 +825,7 @@ static int open_backend(void **be, const char *url,
   r->db = ep->db;
   r->pool_size = o->pool_size;
   r->publish = "publish";
-  r->replica_wait_ms = o->replica_wait_ms;
+  r->replica_wait_ms = ro->replica_wait_ms;
   atomic_store(&r->replicas, 0);
   atomic_store(&r->replicas_at, INT64_MIN / 2); /* ROLE at the first write */
   int rc = 0;

@@ -344,4 +344,9 @@ void dlock__redis_loop_dispatch_nodes(void *const *nodes, size_t n,
 /* Sets r->latch_ms from the timeouts (locks.c). */
 void dlock__redis_latch_ms(dlock__redis *r);
 
+/* The backends (registered in src/backends.c): one server (redis://,
+ * rediss://, unix://, redis-sentinel://) and a Redis Cluster. */
+extern const dlock__backend_ops dlock__redis_backend;
+extern const dlock__backend_ops dlock__redis_cluster_backend;
+
 #endif

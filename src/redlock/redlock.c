@@ -41,6 +41,10 @@
  * the holds lost by their vouching deadline); a majority answering without
  * the item reports it gone.
  *
+ * Options: the per-node timeout and the drift are Redlock's own block of
+ * dlock_options_t (dlock__redlock_options_of; the core carries it without
+ * knowing it), set by dlock_options_set_redlock_timing (api.c).
+ *
  * Threads: every operation runs on its caller's thread (caller threads,
  * the renewal and settling workers) with no mutex of its own; the loop
  * hooks run on the event loop and only forward to the nodes' hooks
@@ -58,6 +62,7 @@
 #include "core/id.h"
 #include "core/wait.h"
 #include "redis/redis.h"
+#include "redlock/redlock.h"
 
 #define MAX_NODES DLOCK_REDLOCK_MAX_NODES
 #define NODE_ERR 200
@@ -88,6 +93,35 @@ static const dlock__backend_ops *const RB = &dlock__redis_backend;
 
 size_t dlock__redlock_node_count(const void *be) {
   return ((const redlock *)be)->n;
+}
+
+/* ------------------------------------------------------------ options */
+
+/* antirez's spec asks for 5-50 ms against a 10 s TTL; the drift is
+ * node-redlock's and go-redsync's 0.01 x lease, plus 2 ms */
+static const dlock__redlock_options defaults = {
+    .node_timeout_ms = 50, .drift_permille = 10, .drift_ms = 2};
+
+static void ro_init(void *block) {
+  *(dlock__redlock_options *)block = defaults;
+}
+
+static int ro_copy(void *dst, const void *src) {
+  *(dlock__redlock_options *)dst = *(const dlock__redlock_options *)src;
+  return 0;
+}
+
+const dlock__options_ext_type dlock__redlock_options_type = {
+    .size = sizeof(dlock__redlock_options),
+    .init = ro_init,
+    .copy = ro_copy,
+};
+
+const dlock__redlock_options *
+dlock__redlock_options_of(const struct dlock_options *o) {
+  const dlock__redlock_options *r =
+      dlock__options_ext_get(o, &dlock__redlock_options_type);
+  return r ? r : &defaults;
 }
 
 /* ------------------------------------------------------------- random */
@@ -363,9 +397,10 @@ static int rl_open(void **be, const char *urls, const struct dlock_options *o,
   redlock *rl = dlock__calloc(1, sizeof *rl);
   if (!rl)
     return DLOCK_ENOMEM;
-  rl->node_timeout_ms = o->redlock_node_timeout_ms;
-  rl->drift_permille = o->redlock_drift_permille;
-  rl->drift_ms = o->redlock_drift_ms;
+  const dlock__redlock_options *ro = dlock__redlock_options_of(o);
+  rl->node_timeout_ms = ro->node_timeout_ms;
+  rl->drift_permille = ro->drift_permille;
+  rl->drift_ms = ro->drift_ms;
   const char *p = urls;
   int rc = 0;
   size_t down = 0;

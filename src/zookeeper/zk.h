@@ -207,4 +207,7 @@ void dlock__zk_semaphore_watcher(zhandle_t *zh, int type, int state,
 /* Wakes every wait (mu held): a reconnect or a new session. */
 void dlock__zk_waits_wake_all_locked(dlock__zk *z);
 
+/* The backend (registered in src/backends.c). */
+extern const dlock__backend_ops dlock__zookeeper_backend;
+
 #endif

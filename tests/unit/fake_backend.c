@@ -297,7 +297,7 @@ dlock_client_t *fake_client(const char *name, int64_t session_ms,
   char url[128];
   snprintf(url, sizeof url, "fake://%s", name);
   dlock_client_t *c = NULL;
-  int rc = dlock__client_open_with(&c, &fake_backend_ops, url, o);
+  int rc = dlock__client_open(&c, &fake_backend_ops, url, o);
   dlock_options_free(o);
   return rc == 0 ? c : NULL;
 }

@@ -1,15 +1,24 @@
 /*
  * url.c - finding and hiding the secret in a backend URL.
  *
- * Design note. The library parses URLs for real; the command only needs to
- * locate the userinfo so that a password is never printed back
- * (docs/dlock.1) and so that argv can be scrubbed in place (`ps` must not
- * show it). The rule is deliberately conservative: the userinfo runs from
- * "://" to the LAST '@' (host, port and db never contain '@', a password
- * may), and a lone userinfo without ':' is hidden as well. For unix:// a
- * path right after "://" means there is no userinfo. Hiding too much in a
- * message costs nothing; hiding too little leaks a credential. Everything
- * here is pure and bounded.
+ * Design note. Two needs, two rules.
+ *   - Reading a URL (its user and password, to pair a user with a password
+ *     from elsewhere; the URL without its userinfo; the address a message
+ *     leads with): the library's own splitter (core/uri.h, with rules that
+ *     fit every backend: any number of hosts, no default port), so that the
+ *     command reads a URL exactly as the library will. A URL it cannot
+ *     split, or whose user does not decode, is left as it is: the library
+ *     then refuses it with its own message.
+ *   - Hiding the secret (a password is never printed back, docs/dlock.1;
+ *     argv is scrubbed in place, `ps` must not show it): deliberately
+ *     broader than any parser, as it must also hide the secret of a URL the
+ *     library refuses and of URL-shaped text inside messages. The userinfo
+ *     runs from "://" to the LAST '@' (host, port and db never contain '@',
+ *     a password may, even a '/' or '?' by mistake), and a lone userinfo
+ *     without ':' is hidden as well. For unix:// a path right after "://"
+ *     means there is no userinfo. Hiding too much in a message costs
+ *     nothing; hiding too little leaks a credential.
+ * Everything here is pure and bounded.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -19,7 +28,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Locates the userinfo: [*start, *end) in url. */
+#include "core/uri.h"
+
+/* The library's splitter with rules every backend's URL meets; false when
+ * the URL does not split. */
+static bool split(const char *url, dlock__uri *u) {
+  static const dlock__uri_rules any = {.example = "SCHEME://...",
+                                       .max_hosts = DLOCK__URI_MAX_HOSTS};
+  return dlock__uri_split(url, &any, u) == 0;
+}
+
+/* A percent-decoded copy of s (malloc'd); NULL when it does not decode
+ * (a bad escape, %00) or out of memory. */
+static char *decoded(dlock__slice s) {
+  char *out = malloc(s.n + 1);
+  if (out != NULL && dlock__uri_decode(s, out, s.n + 1, NULL, "userinfo")) {
+    free(out);
+    out = NULL;
+  }
+  return out;
+}
+
+/* Locates the userinfo for hiding (the broad rule): [*start, *end). */
 static bool userinfo(const char *url, size_t *start, size_t *end) {
   const char *sep = strstr(url, "://");
   const char *rest, *at;
@@ -52,12 +82,8 @@ bool cli_url_secret_span(const char *url, size_t *off, size_t *len) {
 }
 
 bool cli_url_has_password(const char *url) {
-  size_t s, e;
-  const char *colon;
-  if (!userinfo(url, &s, &e))
-    return false;
-  colon = memchr(url + s, ':', e - s);
-  return colon != NULL && (size_t)(colon - url) + 1 < e;
+  dlock__uri u;
+  return split(url, &u) && u.has_password && u.password.n > 0;
 }
 
 char *cli_url_redact(const char *url) {
@@ -78,91 +104,52 @@ char *cli_url_redact(const char *url) {
   return out;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
-/* Percent-decodes [s, s+n) into a fresh string. */
-static char *decode(const char *s, size_t n) {
-  char *out = malloc(n + 1);
-  size_t i, o = 0;
-  if (out == NULL)
-    return NULL;
-  for (i = 0; i < n; i++) {
-    int h, l;
-    if (s[i] == '%' && i + 2 < n && (h = hexval(s[i + 1])) >= 0 &&
-        (l = hexval(s[i + 2])) >= 0 &&
-        (h | l) != 0) { /* %00 would cut the string: kept literally */
-      out[o++] = (char)(h * 16 + l);
-      i += 2;
-    } else {
-      out[o++] = s[i];
-    }
-  }
-  out[o] = '\0';
-  return out;
-}
-
 char *cli_url_user(const char *url) {
-  size_t s, e;
-  const char *colon;
-  if (!userinfo(url, &s, &e))
+  dlock__uri u;
+  if (!split(url, &u) || u.user.n == 0)
     return NULL;
-  colon = memchr(url + s, ':', e - s);
-  if (colon != NULL)
-    e = (size_t)(colon - url);
-  if (e <= s)
-    return NULL;
-  return decode(url + s, e - s);
+  return decoded(u.user);
 }
 
 char *cli_url_password(const char *url) {
-  size_t s, e;
-  const char *colon;
-  if (!userinfo(url, &s, &e))
+  dlock__uri u;
+  if (!split(url, &u) || !u.has_password || u.password.n == 0)
     return NULL;
-  colon = memchr(url + s, ':', e - s);
-  if (colon == NULL || (size_t)(colon - url) + 1 >= e)
-    return NULL;
-  s = (size_t)(colon - url) + 1;
-  return decode(url + s, e - s);
+  return decoded(u.password);
 }
 
 char *cli_url_without_userinfo(const char *url) {
-  size_t s, e, n = strlen(url);
-  char *out = malloc(n + 1);
+  size_t n = strlen(url);
+  char *out = malloc(n + 1), *user;
+  dlock__uri u;
   if (out == NULL)
     return NULL;
-  if (!userinfo(url, &s, &e)) {
-    memcpy(out, url, n + 1);
+  memcpy(out, url, n + 1);
+  if (!split(url, &u) || !u.has_userinfo)
     return out;
+  if (u.user.n > 0) { /* a user that does not decode: left for the library */
+    if ((user = decoded(u.user)) == NULL)
+      return out;
+    free(user);
   }
-  memcpy(out, url, s);
-  memcpy(out + s, url + e + 1, n - e); /* skips "userinfo@" */
+  /* the userinfo runs from after "://" to its '@' */
+  size_t s = u.scheme.n + 3;
+  size_t e = u.has_password ? (size_t)(u.password.p + u.password.n - url)
+                            : (size_t)(u.user.p + u.user.n - url);
+  if (e >= n || url[e] != '@')
+    return out;
+  memmove(out + s, out + e + 1, n - e); /* skips "userinfo@" and its NUL */
   return out;
 }
 
 size_t cli_url_peer_prefix(const char *url, const char *detail) {
-  const char *sep = strstr(url, "://"), *hp, *at;
+  dlock__uri u;
+  const char *hp;
   size_t hlen, k;
-  if (sep == NULL || sep[3] == '/')
+  if (!split(url, &u))
     return 0;
-  hp = sep + 3;
-  hlen = strcspn(hp, "/?");
-  at = NULL;
-  for (k = 0; k < hlen; k++)
-    if (hp[k] == '@')
-      at = hp + k;
-  if (at != NULL) {
-    hlen -= (size_t)(at + 1 - hp);
-    hp = at + 1;
-  }
+  hp = u.authority_hosts.p;
+  hlen = u.authority_hosts.n;
   if (hlen == 0 || strncmp(detail, hp, hlen) != 0)
     return 0;
   k = hlen;
