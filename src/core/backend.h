@@ -135,6 +135,18 @@ typedef struct dlock__backend_ops {
    * third of it to keep its place. ZooKeeper and etcd queue by sequence
    * or revision for as long as the session lives, with no such expiry. */
   bool fair_queue_expires;
+  /* The server knows one owner per client, not per thread (Spring
+   * Integration's RedisLockRegistry layout: the key holds the client's
+   * id). The core then keeps the rest of the lock's state itself, as the
+   * registry's local ReentrantLock does: one thread of the client at a
+   * time holds or tries a name (its "gate"; the others wait for it, woken
+   * by its release), re-entries are counted without a round trip, and only
+   * the last release reaches the server. */
+  bool client_owner;
+  /* Optional: why the kinds and objects left out of lock_kinds and
+   * sync_kinds are missing, for the DLOCK_ENOTSUP message (NULL: "the
+   * <name> backend does not support ..."). */
+  const char *kinds_why;
   /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
    * password) and opens the backend, checking it with one round trip.
    * `core` is the client, for the up-calls below and in core/wait.h,
@@ -293,6 +305,16 @@ const dlock__backend_ops *dlock__backend_for_url(const char *url);
 
 extern const dlock__backend_ops dlock__redis_backend;
 extern const dlock__backend_ops dlock__redis_cluster_backend;
+/* Redis in Spring Integration's RedisLockRegistry layout (src/redis/
+ * spring.c): chosen for a Redis URL by its layout, not by a scheme. */
+extern const dlock__backend_ops dlock__redis_spring_backend;
+/* The layout a Redis URL's query (layout=, registry=) and the options ask
+ * for: 0 with *spring, and *registry (a copy, or NULL when registry is
+ * NULL) for the spring layout's key; DLOCK_EURL or DLOCK_EINVAL with
+ * detail for an unknown layout, a missing or bad registry key, or a URL
+ * and options that disagree. */
+int dlock__redis_layout(const char *url, const struct dlock_options *o,
+                        bool *spring, char **registry);
 extern const dlock__backend_ops dlock__zookeeper_backend;
 /* Redlock over several Redis masters (src/redlock/): not in the registry,
  * as no one URL names it; dlock_client_new_redlock opens it with the

@@ -323,6 +323,7 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   }
   dlock__holds_free_all_locked(c);
   dlock__unresolved_free_all_locked(c);
+  dlock__gates_free_all_locked(c);
   if (!forked) {
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&c->mu);
@@ -336,6 +337,29 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   dlock__options_clear(&c->opts);
   c->magic = DLOCK__DEAD_MAGIC;
   dlock__free(c);
+}
+
+/* The ops of the key layout the URL or the options ask for: Spring
+ * Integration's is a layout of the plain Redis backend only. */
+static int layout_ops(struct dlock_client *c, const char *url) {
+  bool redis = c->ops == &dlock__redis_backend;
+  bool spring = false;
+  if (redis || c->ops == &dlock__redis_cluster_backend) {
+    int rc = dlock__redis_layout(url, &c->opts, &spring, NULL);
+    if (rc)
+      return rc;
+  } else {
+    spring = c->opts.layout && strcmp(c->opts.layout, "spring") == 0;
+  }
+  if (spring && !redis)
+    return dlock__seterr(DLOCK_ENOTSUP,
+                         "the spring layout is a layout of Redis (redis://, "
+                         "rediss://, unix://, redis-sentinel://); the %s "
+                         "backend keeps its own",
+                         c->ops->name);
+  if (spring)
+    c->ops = &dlock__redis_spring_backend;
+  return 0;
 }
 
 /* A client of backend `ops` (NULL: the one url's scheme names), opened
@@ -364,6 +388,7 @@ static int client_open(dlock_client_t **out, const dlock__backend_ops *ops,
   pthread_condattr_destroy(&attr);
   dlock__map_init(&c->holds);
   dlock__map_init(&c->unresolved);
+  dlock__map_init(&c->gates);
   int rc = dlock__options_copy(&c->opts, opts);
   if (rc) {
     dlock__options_defaults(&c->opts);
@@ -375,6 +400,8 @@ static int client_open(dlock_client_t **out, const dlock__backend_ops *ops,
     rc = DLOCK_EURL;
     goto failed;
   }
+  if (!ops && (rc = layout_ops(c, url)))
+    goto failed;
   if ((rc = dlock__uuid(c->id)) || (rc = dlock__reqids_init(&c->reqids)))
     goto failed;
   if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) < 0) {

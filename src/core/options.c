@@ -57,6 +57,8 @@ void dlock__options_clear(struct dlock_options *o) {
   dlock__free(o->tls_key_file);
   dlock__free(o->tls_sni);
   dlock__free(o->holder_info);
+  dlock__free(o->layout);
+  dlock__free(o->spring_registry);
   dlock__options_defaults(o);
 }
 
@@ -79,7 +81,7 @@ int dlock__options_copy(struct dlock_options *dst,
   dst->sentinel_user = dst->sentinel_password = NULL;
   dst->tls_ca_file = dst->tls_ca_dir = NULL;
   dst->tls_cert_file = dst->tls_key_file = dst->tls_sni = NULL;
-  dst->holder_info = NULL;
+  dst->holder_info = dst->layout = dst->spring_registry = NULL;
   if (dup_opt(&dst->client_name, src->client_name) ||
       dup_opt(&dst->user, src->user) ||
       dup_opt(&dst->password, src->password) ||
@@ -90,7 +92,9 @@ int dlock__options_copy(struct dlock_options *dst,
       dup_opt(&dst->tls_cert_file, src->tls_cert_file) ||
       dup_opt(&dst->tls_key_file, src->tls_key_file) ||
       dup_opt(&dst->tls_sni, src->tls_sni) ||
-      dup_opt(&dst->holder_info, src->holder_info)) {
+      dup_opt(&dst->holder_info, src->holder_info) ||
+      dup_opt(&dst->layout, src->layout) ||
+      dup_opt(&dst->spring_registry, src->spring_registry)) {
     dlock__options_clear(dst);
     return DLOCK_ENOMEM;
   }
@@ -280,6 +284,54 @@ int dlock_options_set_holder_info(dlock_options_t *opts, const char *text) {
   }
   dlock__free(opts->holder_info);
   opts->holder_info = copy;
+  return 0;
+}
+
+int dlock_options_set_layout(dlock_options_t *opts, const char *layout) {
+  NEED_OPTS("dlock_options_set_layout");
+  char *copy = NULL;
+  if (layout) {
+    if (strcmp(layout, "redisson") != 0 && strcmp(layout, "spring") != 0)
+      return dlock__seterr(DLOCK_EINVAL,
+                           "unknown layout '%.64s' (expected redisson or "
+                           "spring)",
+                           layout);
+    if (!(copy = dlock__strdup(layout)))
+      return DLOCK_ENOMEM;
+  }
+  dlock__free(opts->layout);
+  opts->layout = copy;
+  return 0;
+}
+
+int dlock__check_spring_registry(const char *key, size_t n) {
+  if (n == 0 || n > DLOCK_SPRING_REGISTRY_MAX)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "the spring registry key must be 1 to %d bytes (got "
+                         "%zu)",
+                         DLOCK_SPRING_REGISTRY_MAX, n);
+  for (size_t i = 0; i < n; i++) {
+    unsigned char ch = (unsigned char)key[i];
+    if (ch < 0x20 || ch == 0x7f)
+      return dlock__seterr(DLOCK_EINVAL,
+                           "the spring registry key must have no control "
+                           "characters");
+  }
+  return 0;
+}
+
+int dlock_options_set_spring_registry(dlock_options_t *opts, const char *key) {
+  NEED_OPTS("dlock_options_set_spring_registry");
+  char *copy = NULL;
+  if (key) {
+    int rc = dlock__check_spring_registry(key, strnlen(key, 4096));
+    if (rc)
+      return rc;
+    if (!(copy = dlock__strdup(key)))
+      return DLOCK_ENOMEM;
+  }
+  dlock__free(opts->spring_registry);
+  opts->spring_registry = copy;
   return 0;
 }
 

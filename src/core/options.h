@@ -41,7 +41,14 @@ struct dlock_options {
   /* recorded beside each hold and queued wait (docs/LAYOUT.md); NULL:
    * nothing extra is written */
   char *holder_info;
+  /* Redis key layout (dlock_options_set_layout): NULL unset (the URL's
+   * ?layout=, else Redisson's), "redisson" or "spring" */
+  char *layout;
+  char *spring_registry; /* the spring layout's registry key, or NULL */
 };
+
+/* A spring registry key of n bytes: 0 or DLOCK_EINVAL with detail. */
+int dlock__check_spring_registry(const char *key, size_t n);
 
 void dlock__options_defaults(struct dlock_options *o);
 /* Deep copy of src (or defaults when src is NULL) into dst. */

@@ -49,6 +49,8 @@ typedef struct dlock__redis {
   char *password;    /* AUTH password, or NULL */
   char *client_name; /* CLIENT SETNAME, or NULL */
   char *holder_info; /* dlock_options_set_holder_info, or NULL */
+  /* the spring layout's registry key (spring.c), NULL for Redisson's */
+  char *spring_registry;
   int db;
   int pool_size;
   const char *publish; /* "publish" (or "spublish" for sharded pub/sub) */
@@ -83,6 +85,20 @@ typedef struct dlock__redis {
 int dlock__redis_open_unchecked(void **be, const char *url,
                                 const struct dlock_options *o,
                                 struct dlock_client *core);
+/* Opens the backend as its `open` does, for the ops table of a layout:
+ * Redisson's (spring false) refuses a URL or options that ask for the
+ * spring layout (Redlock's nodes), spring.c's (true) keeps its registry
+ * key. */
+int dlock__redis_open_layout(void **be, const char *url,
+                             const struct dlock_options *o,
+                             struct dlock_client *core, bool spring);
+void dlock__redis_close(void *be);
+int dlock__redis_ping(void *be);
+/* spring.c: the spring layout's wake channel of name (caller frees). */
+char *dlock__redis_spring_channel(const dlock__redis *r, const char *name);
+/* A lock handle with a wake channel only (no grant channel: no
+ * hand-off), as channels.c reads handles (locks.c). */
+int dlock__redis_handle_plain(const char *channel, void **bh);
 /* Connects and runs the handshake (AUTH, SELECT, CLIENT SETNAME) within
  * the connect timeout, or sooner when `deadline` (monotonic ms) is. */
 int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t deadline,

@@ -120,6 +120,12 @@ static const char usage_text[] =
     "                           the URL's host\n"
     "      --insecure           FOR TESTS ONLY: do not verify the server's\n"
     "                           certificate or name\n"
+    "      --layout NAME        Redis key layout: redisson (the default) or\n"
+    "                           spring (Spring Integration's\n"
+    "                           RedisLockRegistry: -x only, no DLOCK_TOKEN)\n"
+    "      --registry KEY       the spring layout's registry key (the\n"
+    "                           RedisLockRegistry's registryKey); or\n"
+    "                           ?layout=spring&registry=KEY in the URL\n"
     "  -h, --help               this text\n"
     "  -V, --version            version of dlock and libdlock\n"
     "\n"
@@ -450,6 +456,14 @@ int main(int argc, char **argv) {
     rc = CLI_EX_USAGE;
     goto out;
   }
+  if ((o.layout && dlock_options_set_layout(c.dopts, o.layout) != 0) ||
+      (o.registry &&
+       dlock_options_set_spring_registry(c.dopts, o.registry) != 0)) {
+    cli_msg(&c, "%s", dlock_last_error());
+    rc = CLI_EX_USAGE;
+    goto out;
+  }
+
   dlock_options_set_client_name(c.dopts, "dlock-cli");
   if (o.verbose > 0)
     dlock_options_set_log_callback(

@@ -272,8 +272,9 @@ static int group_open(struct run *r) {
   for (size_t k = 0; k < r->nclients && rc == 0; k++) {
     dlock_client_t *cl = r->clients[k];
     for (size_t j = 0; j < nn && rc == 0; j++) {
-      rc = member_open(r, cl, o->names[j], DLOCK_FENCED);
-      if (rc == 0 && dlock_client_nodes(cl) == 0)
+      rc = member_open(r, cl, o->names[j], cli_exclusive_kind(cl, o->names[j]));
+      if (rc == 0 && dlock_client_nodes(cl) == 0 &&
+          cli_has_kind(c, cl, DLOCK_WRITE))
         rc = member_open(r, cl, r->side_names[j], DLOCK_WRITE);
     }
   }
