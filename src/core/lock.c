@@ -496,13 +496,13 @@ static void fair_leave(wait_ctx *x, int code) {
 /* A grant by message is dated from the waiter's last refused attempt
  * (the server granted after it, but when is unknown), and a grant by an
  * attempt from that attempt's start (which may have waited for a
- * connection: a failover's new master). When that date is old, against a
- * watchdog lease (a long wait), the hold could no longer be vouched for and
- * would be reported lost at once: one renewal, sent now, confirms a fresh lease
- * instead (its send time is then the hold's start), given up to that lease to
- * answer. If it cannot (gone, unreachable) in time, the old date stands and the
- * renewer and the loop decide, as for any hold. Fixed leases are never vouched
- * for by the client: they keep the safe date. */
+ * connection: a failover's new master). When that date is old, against a watchdog lease (a long wait), the hold could no longer
+ * be vouched for and would be reported lost at once: one renewal, sent
+ * now, confirms a fresh lease instead (its send time is then the hold's
+ * start), given up to that lease to answer. If it cannot (gone,
+ * unreachable) in time, the old date stands
+ * and the renewer and the loop decide, as for any hold. Fixed leases are never
+ * vouched for by the client: they keep the safe date. */
 static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
   struct dlock_client *c = x->l->client;
   int64_t sent = dlock__now_ms();
