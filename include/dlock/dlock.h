@@ -614,7 +614,9 @@ typedef struct dlock_holder {
 typedef struct dlock_lock_state {
   const char *name;
   /* "reentrant", "fair", "fenced", "read" or "write" (a read-write lock in
-   * that mode), or "free" when nobody holds it */
+   * that mode), "spring" (the spring layout: its one holder's owner is a
+   * client id, its count 1, as the layout keeps none), or "free" when
+   * nobody holds it */
   const char *kind;
   int64_t ttl_ms; /* as dlock_lock_remaining_lease() */
   size_t nholders;
