@@ -263,6 +263,9 @@ THUNK(t_log_level, dlock_options_set_log_callback(x->o, NULL, NULL,
 THUNK(t_client_name, dlock_options_set_client_name(x->o, x->arg))
 THUNK(t_holder_info_null_opts, dlock_options_set_holder_info(NULL, "i"))
 THUNK(t_holder_info, dlock_options_set_holder_info(x->o, x->arg))
+THUNK(t_layout_null_opts, dlock_options_set_layout(NULL, "spring"))
+THUNK(t_layout, dlock_options_set_layout(x->o, x->arg))
+THUNK(t_spring_registry, dlock_options_set_spring_registry(x->o, x->arg))
 THUNK(t_credentials_user, dlock_options_set_credentials(x->o, x->arg, "pw"))
 THUNK(t_credentials_pw, dlock_options_set_credentials(x->o, NULL, x->arg))
 THUNK(t_credentials_user_only,
@@ -1430,6 +1433,20 @@ static void g_options(void) {
           "a\xff", 0, DLOCK_EINVAL, "printable UTF-8"),
       ROW("dlock_options_set_holder_info", "UTF-8 \\xc3\\xa9", t_holder_info,
           "caf\xc3\xa9", 0, DLOCK_OK, NULL),
+      ROW("dlock_options_set_layout", "opts NULL", t_layout_null_opts, NULL, 0,
+          DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_options_set_layout", "\"zk\"", t_layout, "zk", 0,
+          DLOCK_EINVAL, "unknown layout 'zk' (expected redisson or spring)"),
+      ROW("dlock_options_set_layout", "\"redisson\"", t_layout, "redisson", 0,
+          DLOCK_OK, NULL),
+      ROW("dlock_options_set_layout", "NULL (clears)", t_layout, NULL, 0,
+          DLOCK_OK, NULL),
+      ROW("dlock_options_set_spring_registry", "\"\"", t_spring_registry, "",
+          0, DLOCK_EINVAL, "the spring registry key must be 1 to 512 bytes"),
+      ROW("dlock_options_set_spring_registry", "a newline", t_spring_registry,
+          "a\nb", 0, DLOCK_EINVAL, "no control characters"),
+      ROW("dlock_options_set_spring_registry", "NULL (clears)",
+          t_spring_registry, NULL, 0, DLOCK_OK, NULL),
       ROW("dlock_options_set_client_name", "with a space", t_client_name, "a b",
           0, DLOCK_EINVAL, "printable ASCII without spaces"),
       ROW("dlock_options_set_client_name", "non-ASCII \\xc3\\xa9",
@@ -1521,6 +1538,11 @@ static void g_urls(void) {
           "redis://127.0.0.1/x", 0, DLOCK_EURL, "database number"),
       ROW("dlock_client_new", "unknown parameter", t_client_new_url,
           "redis://127.0.0.1?timeout=1", 0, DLOCK_EURL, "unknown parameter"),
+      ROW("dlock_client_new", "layout=spring without registry=",
+          t_client_new_url, "redis://127.0.0.1?layout=spring", 0, DLOCK_EINVAL,
+          "the spring layout needs the registry key"),
+      ROW("dlock_client_new", "unknown layout", t_client_new_url,
+          "redis://127.0.0.1?layout=zk", 0, DLOCK_EURL, "unknown layout 'zk'"),
       ROW("dlock_client_new", "space inside", t_client_new_url,
           "redis://127.0.0.1 :6379", 0, DLOCK_EURL, "space or control"),
       ROW("dlock_client_new", "control byte inside", t_client_new_url,
