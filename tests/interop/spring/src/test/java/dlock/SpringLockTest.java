@@ -209,6 +209,81 @@ class SpringLockTest {
     assertEquals(0, h.exitValue());
   }
 
+  // --------------------------------------------------------- conformance
+
+  /** The server's state of one lock, as Spring reads it: type, value shape, TTL in s. */
+  String dump(String name) {
+    RedisCommands<String, String> redis = conn.sync();
+    String key = REGISTRY + ":" + name;
+    String type = redis.type(key);
+    String v = "string".equals(type) ? redis.get(key) : null;
+    String shape = v == null ? "-"
+        : v.matches("[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}") ? "<uuid>" : v;
+    long pttl = redis.pttl(key);
+    long ttl = pttl < 0 ? pttl : (pttl + 999) / 1000;
+    List<String> keys = redis.keys("*" + name + "*");
+    return type + " " + shape + " ttl=" + ttl + " keys=" + keys.size();
+  }
+
+  /**
+   * One sequence driven twice on two names, once by the registry and once
+   * by dlock (the command: hold, a refused try by the other side, release):
+   * after each step the lock's state and the release's message on the
+   * pattern Spring's PUB_SUB_LOCK waiters subscribe must be the same, the
+   * name aside. (A SPIN_LOCK unlock publishes nothing: dlock's always does,
+   * which SPIN_LOCK waiters ignore; so the comparison runs in PUB_SUB_LOCK
+   * mode.)
+   */
+  @org.junit.jupiter.api.Test
+  void conformance() throws Exception {
+    String a = "conf-spring-" + System.nanoTime(), b = "conf-dlock-" + System.nanoTime();
+    io.lettuce.core.pubsub.StatefulRedisPubSubConnection<String, String> sub =
+        lettuce.connectPubSub();
+    java.util.concurrent.BlockingQueue<String> msgs =
+        new java.util.concurrent.LinkedBlockingQueue<>();
+    sub.addListener(new io.lettuce.core.pubsub.RedisPubSubAdapter<String, String>() {
+      @Override
+      public void message(String pattern, String channel, String message) {
+        msgs.add(channel + " " + message);
+      }
+    });
+    sub.sync().psubscribe(REGISTRY + "-channel:*");
+    try {
+      List<String> spring = new ArrayList<>(), dlock = new ArrayList<>();
+      // the registry's side
+      Lock lock = registry(RedisLockType.PUB_SUB_LOCK).obtain(a);
+      spring.add("free: " + dump(a));
+      assertTrue(lock.tryLock(5, TimeUnit.SECONDS));
+      spring.add("held: " + dump(a));
+      Process n = new ProcessBuilder(DLOCK, "-n", "-u", springUrl(), a, "true").start();
+      procs.add(n);
+      assertTrue(n.waitFor(15, TimeUnit.SECONDS));
+      spring.add("other's try: " + n.exitValue() + " " + dump(a));
+      lock.unlock();
+      spring.add("released: " + dump(a));
+      spring.add("message: " + msgs.poll(10, TimeUnit.SECONDS));
+      // dlock's side
+      dlock.add("free: " + dump(b));
+      Process h = new ProcessBuilder(DLOCK, "-u", springUrl(), "-l", "30", b, "sh", "-c",
+          "echo held; read x").start();
+      procs.add(h);
+      assertEquals("held", line(h, 15_000));
+      dlock.add("held: " + dump(b));
+      boolean got = registry(RedisLockType.PUB_SUB_LOCK).obtain(b).tryLock();
+      dlock.add("other's try: " + (got ? 0 : 1) + " " + dump(b));
+      h.getOutputStream().close();
+      assertTrue(h.waitFor(15, TimeUnit.SECONDS));
+      dlock.add("released: " + dump(b));
+      dlock.add("message: " + msgs.poll(10, TimeUnit.SECONDS));
+      List<String> norm = new ArrayList<>();
+      for (String l : dlock) norm.add(l.replace(b, a));
+      System.out.println("conformance (registry's side): " + spring);
+      assertEquals(spring, norm);
+    } finally {
+      sub.close();
+    }
+  }
+
   // --------------------------------------------------------------- race
 
   @ParameterizedTest
