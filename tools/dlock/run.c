@@ -1648,7 +1648,9 @@ int cli_run(struct cli_ctx *c) {
       cli_msg(c, "no fencing token: several locks (DLOCK_TOKEN is not set)");
     else
       cli_msg(c, "no fencing token: %s lock (DLOCK_TOKEN is not set)",
-              c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");
+              c->o->kind == CLI_KIND_SHARED ? "a shared"
+              : c->o->kind == CLI_KIND_FAIR ? "a fair"
+                                            : "the layout's plain");
   }
 
   /* Never start the command (or hold) on a grant that lapsed since it was
