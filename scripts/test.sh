@@ -4,7 +4,8 @@
 # under ThreadSanitizer, then each fuzz target for 15 s (tests/fuzz/run.sh),
 # then the integration tests under valgrind (tests/valgrind/run.sh), then in
 # a normal build, then the Java interop suites against the real Redisson
-# (tests/interop/run.sh) and the real Curator (tests/interop/curator/run.sh;
+# and Spring Integration's RedisLockRegistry (tests/interop/run.sh) and the
+# real Curator (tests/interop/curator/run.sh;
 # each skipped with one line when java or mvn is missing). Each test starts
 # its own servers on free loopback ports and stops them.
 # Every stage runs even when an earlier one failed, so one run shows every
@@ -59,7 +60,7 @@ stage "TSan build" tsan
 stage "Fuzzing (clang, libFuzzer, 15 s per target)" ./tests/fuzz/run.sh 15 build-fuzz
 stage "valgrind memcheck (integration tests)" ./tests/valgrind/run.sh build-vg
 stage "Release build" run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-stage "Redisson interop (Java)" ./tests/interop/run.sh build
+stage "Redisson and Spring interop (Java)" ./tests/interop/run.sh build
 stage "Curator interop (Java)" ./tests/interop/curator/run.sh build
 echo "== summary =="
 printf '%s\n' "${results[@]}"

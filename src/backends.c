@@ -90,5 +90,9 @@ int dlock_client_new(dlock_client_t **out, const char *url,
   const dlock__backend_ops *ops = dlock__backend_for_url(url);
   if (!ops)
     return DLOCK_EURL;
+  /* a Redis URL's key layout picks its backend (Spring Integration's) */
+  int rc = dlock__redis_pick_layout(&ops, url, opts);
+  if (rc)
+    return rc;
   return dlock__client_open(out, ops, url, opts);
 }

@@ -263,6 +263,31 @@ DLOCK_EXTERN int dlock_options_set_client_name(dlock_options_t *opts,
 #define DLOCK_HOLDER_INFO_MAX 512
 DLOCK_EXTERN int dlock_options_set_holder_info(dlock_options_t *opts,
                                                const char *text);
+/* Redis key layout: "redisson" (the default: Redisson's layout with
+ * dlock's wait queue, docs/LAYOUT.md) or "spring" (Spring Integration's
+ * RedisLockRegistry: the STRING <registry>:<name> holding the client's id,
+ * so that a Spring application and dlock exclude each other on one lock;
+ * see docs/LAYOUT.md, "Spring Integration's layout"). NULL clears (the
+ * URL's ?layout= decides, else Redisson's). The URL may say it instead:
+ * redis://host/?layout=spring&registry=KEY (redis://, rediss://, unix://,
+ * redis-sentinel://); a URL and options that both name a layout or a
+ * registry key must agree (else DLOCK_EINVAL at dlock_client_new). With
+ * the spring layout a client offers one kind, the plain exclusive lock
+ * (DLOCK_REENTRANT: re-entries and the exclusion of the client's own
+ * threads are counted in the client, as the registry does, since the
+ * server stores one id per client); every other kind, semaphores and
+ * latches are DLOCK_ENOTSUP, before anything is sent. Redis Cluster and
+ * Redlock clients keep Redisson's layout (DLOCK_ENOTSUP). DLOCK_EINVAL for
+ * another name. */
+DLOCK_EXTERN int dlock_options_set_layout(dlock_options_t *opts,
+                                          const char *layout);
+/* The spring layout's registry key (RedisLockRegistry's registryKey: it
+ * has no default, so the spring layout needs one, here or as the URL's
+ * ?registry=): 1 to DLOCK_SPRING_REGISTRY_MAX bytes without control
+ * characters; NULL clears; copied. DLOCK_EINVAL otherwise. */
+#define DLOCK_SPRING_REGISTRY_MAX 512
+DLOCK_EXTERN int dlock_options_set_spring_registry(dlock_options_t *opts,
+                                                   const char *registry_key);
 /* ACL user and password, overriding those in the URL. Either may be NULL
  * (user NULL = the default user). Copied. */
 DLOCK_EXTERN int dlock_options_set_credentials(dlock_options_t *opts,
@@ -590,7 +615,9 @@ typedef struct dlock_holder {
 typedef struct dlock_lock_state {
   const char *name;
   /* "reentrant", "fair", "fenced", "read" or "write" (a read-write lock in
-   * that mode), or "free" when nobody holds it */
+   * that mode), "spring" (the spring layout: its one holder's owner is a
+   * client id, its count 1, as the layout keeps none), or "free" when
+   * nobody holds it */
   const char *kind;
   int64_t ttl_ms; /* as dlock_lock_remaining_lease() */
   size_t nholders;

@@ -140,6 +140,18 @@ typedef struct dlock__backend_ops {
    * third of it to keep its place. ZooKeeper and etcd queue by sequence
    * or revision for as long as the session lives, with no such expiry. */
   bool fair_queue_expires;
+  /* The server knows one owner per client, not per thread (Spring
+   * Integration's RedisLockRegistry layout: the key holds the client's
+   * id). The core then keeps the rest of the lock's state itself, as the
+   * registry's local ReentrantLock does: one thread of the client at a
+   * time holds or tries a name (its "gate"; the others wait for it, woken
+   * by its release), re-entries are counted without a round trip, and only
+   * the last release reaches the server. */
+  bool client_owner;
+  /* Optional: why the kinds and objects left out of lock_kinds and
+   * sync_kinds are missing, for the DLOCK_ENOTSUP message (NULL: "the
+   * <name> backend does not support ..."). */
+  const char *kinds_why;
   /* Parses url (DLOCK_EURL with the part that is wrong, never echoing a
    * password) and opens the backend, checking it with one round trip.
    * `core` is the client, for the up-calls below and in core/wait.h,

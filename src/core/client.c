@@ -327,6 +327,7 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   }
   dlock__holds_free_all_locked(c);
   dlock__unresolved_free_all_locked(c);
+  dlock__gates_free_all_locked(c);
   if (!forked) {
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&c->mu);
@@ -366,6 +367,7 @@ int dlock__client_open(dlock_client_t **out, const dlock__backend_ops *ops,
   pthread_condattr_destroy(&attr);
   dlock__map_init(&c->holds);
   dlock__map_init(&c->unresolved);
+  dlock__map_init(&c->gates);
   int rc = dlock__options_copy(&c->opts, opts);
   if (rc) {
     dlock__options_defaults(&c->opts);

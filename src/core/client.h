@@ -97,6 +97,9 @@ struct dlock_client {
   bool report_busy;         /* a report is on the notifying worker */
   struct dlock__wait *waits; /* live waits, for dlock_client_free */
   dlock__map unresolved;    /* (name, tid) -> dlock__unresolved */
+  /* client_owner backends (backend.h): lock name -> the thread (a
+   * dlock__gate) that holds it or is trying it on the server */
+  dlock__map gates;
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
   bool settle_busy;         /* a settling pass is on the settling worker */
   dlock__session_clock session; /* the backend's session (session.h) */
@@ -121,6 +124,17 @@ static inline void *dlock__client_backend_of(const struct dlock_client *c,
  * then dlock__call_begin on its client; _end returns rc. */
 int dlock__lock_call_begin(const struct dlock_lock *l, const char *fn);
 int dlock__lock_call_end(const struct dlock_lock *l, int rc);
+/* A client_owner backend's gate of one lock name (lock.c). */
+typedef struct dlock__gate {
+  uint64_t tid;
+} dlock__gate;
+/* Frees every gate (mu held). */
+void dlock__gates_free_all_locked(struct dlock_client *c);
+/* DLOCK_ENOTSUP for a kind or object the backend leaves out (`what`, as
+ * "fair locks"), with the backend's kinds_why when it has one. */
+int dlock__need_kind(const struct dlock_client *c, bool present,
+                     const char *what);
+
 /* 0 when `present`; else DLOCK_ENOTSUP "the <backend> backend does not
  * support <what>" (for an optional operation the call needs). */
 int dlock__need_op(const struct dlock_client *c, bool present,

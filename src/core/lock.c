@@ -22,13 +22,25 @@
  * from the backend (Redis: a release message on Redisson's channel, from a
  * Redisson holder or a force release; a pub/sub reconnect), the holder's
  * remaining lease (a safety net for a crashed holder or a lost message,
- * never a poll interval), the refresh of its queue entry, or its deadline. A waiter that gives up
- * leaves the queue; if a release had handed it the lock just before, it
- * keeps it. A contended acquisition thus costs one queuing attempt and the
- * release that hands over: two round trips, with no herd of retries.
+ * never a poll interval), the refresh of its queue entry, or its deadline. A
+ * waiter that gives up leaves the queue; if a release had handed it the lock
+ * just before, it keeps it. A contended acquisition thus costs one queuing
+ * attempt and the release that hands over: two round trips, with no herd of
+ * retries.
  *
  * Backend errors end the wait at once: a wait never hides an unreachable
  * server behind its deadline.
+ *
+ * A backend whose server knows one owner per client (client_owner: Spring
+ * Integration's RedisLockRegistry layout) gets the rest from here, as the
+ * registry's local ReentrantLock gives it: each name has a gate that one
+ * thread of the client holds from its attempt until its last release (or
+ * until the attempt fails); another thread's attempt is refused here
+ * without a round trip and waits, woken when the gate is left (a release
+ * that frees the lock, or drops a lost hold) or by the server's release
+ * message. Re-entries go to the server (its obtain restarts the lease, as
+ * the registry's does) and count up here; releases but the last only
+ * count down here.
  */
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -80,8 +92,8 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
       "reentrant locks", "fair locks", "fenced locks",
       "read-write locks (read side)", "read-write locks (write side)"};
   if (!rc)
-    rc = dlock__need_op(c, c->ops->lock_kinds & (1u << kind),
-                        kind_names[kind]);
+    rc = dlock__need_kind(c, c->ops->lock_kinds & (1u << kind),
+                          kind_names[kind]);
   if (rc)
     return rc;
   dlock_lock_t *l = dlock__calloc(1, sizeof *l);
@@ -137,12 +149,96 @@ static bool takes_grants(const dlock_lock_t *l) {
   return has_handoff(l) && l->kind != DLOCK_READ;
 }
 
+/* ------------------------------------------- gates (client_owner) */
+
+static bool client_owner(const dlock_lock_t *l) {
+  return l->client->ops->client_owner;
+}
+
+/* mu held. 0: tid has the gate of name now (*had: it had it before); 1:
+ * another thread (*other) has it; DLOCK_ENOMEM. */
+static int gate_enter_locked(struct dlock_client *c, const char *name,
+                             uint64_t tid, bool *had, uint64_t *other) {
+  size_t n = strlen(name);
+  dlock__gate *g = dlock__map_get(&c->gates, name, n);
+  *had = false;
+  if (g && g->tid != tid) {
+    *other = g->tid;
+    return 1;
+  }
+  if (g) {
+    *had = true;
+    return 0;
+  }
+  if (!(g = dlock__calloc(1, sizeof *g)))
+    return DLOCK_ENOMEM;
+  g->tid = tid;
+  if (dlock__map_put(&c->gates, name, n, g)) {
+    dlock__free(g);
+    return DLOCK_ENOMEM;
+  }
+  return 0;
+}
+
+/* mu held: tid leaves the gate of name, if it has it; with `wake`, the
+ * client's waits on name try again. */
+static void gate_leave_locked(struct dlock_client *c, const char *name,
+                              uint64_t tid, bool wake) {
+  size_t n = strlen(name);
+  dlock__gate *g = dlock__map_get(&c->gates, name, n);
+  if (!g || g->tid != tid)
+    return;
+  dlock__free(dlock__map_del(&c->gates, name, n));
+  if (wake)
+    dlock__waits_wake_lock_locked(c, name);
+}
+
+void dlock__gates_free_all_locked(struct dlock_client *c) {
+  size_t i = 0;
+  for (dlock__map_entry *e = dlock__map_first(&c->gates, &i); e;
+       e = dlock__map_next(&c->gates, e, &i))
+    dlock__free(e->value);
+  dlock__map_clear(&c->gates);
+}
+
+/* Before an attempt on a client_owner lock. 0: this thread has the gate
+ * (*had: since before); 1: another thread of the client has it (*other),
+ * the attempt is refused here and *pttl is that thread's lease (the
+ * longest a sleep can last without news: its release wakes us); or an
+ * error. */
+static int gate_attempt(dlock_lock_t *l, uint64_t tid, bool *had,
+                        uint64_t *other, int64_t *pttl) {
+  struct dlock_client *c = l->client;
+  pthread_mutex_lock(&c->mu);
+  int g = gate_enter_locked(c, l->name, tid, had, other);
+  if (g == 1) {
+    dlock__hold *h =
+        dlock__hold_find_locked(c, DLOCK__HK_LOCK, l->name, *other, NULL);
+    *pttl = h && h->count > 0 ? h->lease_ms : c->opts.watchdog_ms;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return g;
+}
+
+/* After an attempt with outcome rc: one that did not acquire leaves the
+ * gate, unless the thread had it before (a hold of its own, lost or
+ * not). Nobody is woken: the others would only meet the server's
+ * holder, and its release wakes them. */
+static void gate_after(dlock_lock_t *l, uint64_t tid, bool had, int rc) {
+  if (rc == 1 || had)
+    return;
+  pthread_mutex_lock(&l->client->mu);
+  gate_leave_locked(l->client, l->name, tid, false);
+  pthread_mutex_unlock(&l->client->mu);
+}
+
 /* Forgets the holds of `name` unless another handle still names it. */
 static void drop_orphan_holds_locked(struct dlock_client *c, const char *name) {
   for (dlock_lock_t *o = c->locks; o; o = o->next)
     if (strcmp(o->name, name) == 0)
       return;
   dlock__holds_drop_locked(c, name, false);
+  dlock__free(dlock__map_del(&c->gates, name, strlen(name)));
 }
 
 void dlock_lock_free(dlock_lock_t *l) {
@@ -257,6 +353,13 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
     x->entry_until = now + x->q.ttl_ms + x->lease;
   }
   x->since = now;
+  bool had = false;
+  uint64_t other = 0;
+  if (client_owner(x->l)) {
+    int g = gate_attempt(x->l, x->tid, &had, &other, pttl);
+    if (g)
+      return g == 1 ? 0 : g;
+  }
   dlock__acquire a = {.bh = x->l->bh,
                       .kind = x->l->kind,
                       .name = x->l->name,
@@ -266,6 +369,8 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
                       .thread_wait_ms = x->thread_wait,
                       .reentry = x->reentry};
   int rc = c->ops->lock_acquire(c->be, &a, pttl, &x->token);
+  if (client_owner(x->l))
+    gate_after(x->l, x->tid, had, rc);
   if (queue)
     x->q.queued = true;
   if (rc == 0)
@@ -592,9 +697,24 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                         .thread_wait_ms = thread_wait,
                         .try_once = true,
                         .reentry = reentry};
-    rc = c->ops->lock_acquire(c->be, &a, &pttl, &tok);
-    if (rc == 0)
-      rc = busy_error(l, DLOCK_EBUSY, pttl);
+    bool had = false;
+    uint64_t other = 0;
+    int g = client_owner(l) ? gate_attempt(l, tid, &had, &other, &pttl) : 0;
+    if (g == 1) {
+      rc = dlock__seterr(DLOCK_EBUSY,
+                         "lock '%.200s' is held by another thread of this "
+                         "client (thread %llu): the layout has one owner "
+                         "per client, whose threads take turns",
+                         l->name, (unsigned long long)other);
+    } else if (g < 0) {
+      rc = g;
+    } else {
+      rc = c->ops->lock_acquire(c->be, &a, &pttl, &tok);
+      if (client_owner(l))
+        gate_after(l, tid, had, rc);
+      if (rc == 0)
+        rc = busy_error(l, DLOCK_EBUSY, pttl);
+    }
   } else if (rc == 0) {
     wait_ctx x;
     memset(&x, 0, sizeof x);
@@ -681,6 +801,12 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
+  if (client_owner(l) && h && h->count > 1 && !h->lost && !h->release_id[0]) {
+    /* the server holds one id per client: re-entries are ours to count */
+    h->count--;
+    pthread_mutex_unlock(&c->mu);
+    return call_end(l, 0);
+  }
   int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
   bool h_had_id = h && h->release_id[0];
   if (h) /* a renewal that meets our release is not a loss */
@@ -762,6 +888,11 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
     }
     rc = 0;
   }
+  /* the thread's hold is gone (freed, or lost and now forgotten): its
+   * gate opens, and the client's other waits on the name try again */
+  if (client_owner(l) &&
+      !dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL))
+    gate_leave_locked(c, l->name, tid, true);
   pthread_mutex_unlock(&c->mu);
   return call_end(l, rc);
 }
@@ -802,6 +933,18 @@ static int query(dlock_lock_t *l, dlock__lock_query q, int64_t *out,
   dlock__owner(l->client, dlock_thread_id(), owner, sizeof owner);
   rc = l->client->ops->lock_query(l->client->be, l->kind, l->name, owner, q,
                                   out);
+  if (!rc && client_owner(l) && (q == DLOCK__Q_HELD || q == DLOCK__Q_COUNT)) {
+    /* the server says whether this client holds it; which thread, and
+     * how many times, only the client knows */
+    struct dlock_client *c = l->client;
+    pthread_mutex_lock(&c->mu);
+    dlock__hold *h = dlock__hold_find_locked(c, DLOCK__HK_LOCK, l->name,
+                                             dlock_thread_id(), NULL);
+    int64_t mine = h && !h->lost ? h->count : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (*out > 0)
+      *out = q == DLOCK__Q_HELD ? mine > 0 : mine;
+  }
   if (rc == DLOCK_EWRONGTYPE)
     rc = dlock__seterr(rc, "%s: key '%.200s' holds a value of another type", fn,
                        l->name);

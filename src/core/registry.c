@@ -93,6 +93,14 @@ const dlock__backend_ops *dlock__registry_find(const dlock__registry *r,
   return NULL;
 }
 
+int dlock__need_kind(const struct dlock_client *c, bool present,
+                     const char *what) {
+  if (present || !c->ops->kinds_why)
+    return dlock__need_op(c, present, what);
+  return dlock__seterr(DLOCK_ENOTSUP, "%s are not offered: %s", what,
+                       c->ops->kinds_why);
+}
+
 int dlock__need_op(const struct dlock_client *c, bool present,
                    const char *what) {
   if (present)

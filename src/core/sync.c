@@ -37,8 +37,8 @@ int dlock__sync_new(struct dlock_client *c, const char *name,
   static const char *const kind_names[] = {
       "semaphores", "permit semaphores", "count-down latches"};
   if (!rc)
-    rc = dlock__need_op(c, c->ops->sync_kinds & (1u << kind),
-                        kind_names[kind]);
+    rc = dlock__need_kind(c, c->ops->sync_kinds & (1u << kind),
+                          kind_names[kind]);
   if (rc)
     return rc;
   dlock__sync *h = dlock__calloc(1, sizeof *h);

@@ -247,6 +247,14 @@ void dlock__wait_orphan_grant(struct dlock_client *c, uint64_t tid,
   pthread_mutex_unlock(&c->mu);
 }
 
+void dlock__waits_wake_lock_locked(struct dlock_client *c, const char *name) {
+  for (dlock__wait *w = c->waits; w; w = w->next)
+    if (!w->parent && !w->spec->sync && strcmp(w->spec->name, name) == 0) {
+      w->woken = true;
+      pthread_cond_signal(&w->cond);
+    }
+}
+
 void dlock__waits_wake_all_locked(struct dlock_client *c) {
   for (dlock__wait *w = c->waits; w; w = w->next)
     pthread_cond_signal(&w->cond);

@@ -130,6 +130,9 @@ bool dlock__wait_is_woken(dlock__wait *w);
 void dlock__wait_orphan_grant(struct dlock_client *c, uint64_t tid,
                               uint64_t seq);
 
+/* Wakes every lock wait of `name` of this client (mu held): a
+ * client_owner backend's gate of the name was left (lock.c). */
+void dlock__waits_wake_lock_locked(struct dlock_client *c, const char *name);
 /* dlock_client_free(): wakes every wait (mu held). */
 void dlock__waits_wake_all_locked(struct dlock_client *c);
 

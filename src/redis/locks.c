@@ -267,6 +267,14 @@ int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
   return 0;
 }
 
+int dlock__redis_handle_plain(const char *channel, void **out) {
+  redis_handle h;
+  memset(&h, 0, sizeof h);
+  h.keys.channel = (char *)channel; /* copied by handle_pack */
+  *out = handle_pack(&h);
+  return *out ? 0 : DLOCK_ENOMEM;
+}
+
 void dlock__redis_handle_close(void *bh) {
   dlock__free(bh); /* one block: the struct and its names (handle_pack) */
 }
@@ -370,7 +378,8 @@ bool dlock__redis_has_holder_info(const void *be) {
 
 char *dlock__redis_lock_channel(void *be, dlock_lock_kind_t kind,
                                 const char *name, const char *owner) {
-  (void)be;
+  if (be && ((dlock__redis *)be)->spring_registry)
+    return dlock__redis_spring_channel(be, name);
   if (is_rw(kind))
     return dlock__redis_prefixed(RW_CHANNEL_PREFIX, name);
   char *base = dlock__redis_prefixed(LOCK_CHANNEL_PREFIX, name);

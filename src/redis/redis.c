@@ -714,6 +714,7 @@ static void redis_close(void *be) {
   }
   dlock__free(r->client_name);
   dlock__free(r->holder_info);
+  dlock__free(r->spring_registry);
   dlock__tls_free(r->tls); /* after every conn above */
   dlock__endpoint_clear(&r->ep_parsed);
   dlock__free(r);
@@ -784,7 +785,7 @@ static void learn_replicas(dlock__redis *r) {
 
 static int open_backend(void **be, const char *url,
                         const struct dlock_options *o,
-                        struct dlock_client *core, bool check) {
+                        struct dlock_client *core, bool check, bool spring) {
   *be = NULL;
   dlock__redis *r = dlock__calloc(1, sizeof *r);
   if (!r)
@@ -813,6 +814,15 @@ static int open_backend(void **be, const char *url,
     }
   } else {
     prc = dlock__redis_url_parse(url, &r->ep_parsed);
+  }
+  if (!prc) {
+    bool asked = false;
+    prc = dlock__redis_layout(url, o, &asked,
+                              spring ? &r->spring_registry : NULL);
+    if (!prc && asked && !spring)
+      prc = dlock__seterr(DLOCK_ENOTSUP,
+                          "the spring layout is not offered here: a Redlock "
+                          "keeps Redisson's layout");
   }
   if (prc) {
     redis_close(r);
@@ -885,14 +895,24 @@ static int open_backend(void **be, const char *url,
 static int redis_open(void **be, const char *url,
                       const struct dlock_options *o,
                       struct dlock_client *core) {
-  return open_backend(be, url, o, core, true);
+  return open_backend(be, url, o, core, true, false);
 }
 
 int dlock__redis_open_unchecked(void **be, const char *url,
                                 const struct dlock_options *o,
                                 struct dlock_client *core) {
-  return open_backend(be, url, o, core, false);
+  return open_backend(be, url, o, core, false, false);
 }
+
+int dlock__redis_open_layout(void **be, const char *url,
+                             const struct dlock_options *o,
+                             struct dlock_client *core, bool spring) {
+  return open_backend(be, url, o, core, true, spring);
+}
+
+void dlock__redis_close(void *be) { redis_close(be); }
+
+int dlock__redis_ping(void *be) { return redis_ping(be); }
 
 static const char *const redis_schemes[] = {"redis", "rediss", "unix",
                                              "redis-sentinel", NULL};

@@ -49,6 +49,8 @@ typedef struct dlock__redis {
   char *password;    /* AUTH password, or NULL */
   char *client_name; /* CLIENT SETNAME, or NULL */
   char *holder_info; /* dlock_options_set_holder_info, or NULL */
+  /* the spring layout's registry key (spring.c), NULL for Redisson's */
+  char *spring_registry;
   int db;
   int pool_size;
   const char *publish; /* "publish" (or "spublish" for sharded pub/sub) */
@@ -83,6 +85,20 @@ typedef struct dlock__redis {
 int dlock__redis_open_unchecked(void **be, const char *url,
                                 const struct dlock_options *o,
                                 struct dlock_client *core);
+/* Opens the backend as its `open` does, for the ops table of a layout:
+ * Redisson's (spring false) refuses a URL or options that ask for the
+ * spring layout (Redlock's nodes), spring.c's (true) keeps its registry
+ * key. */
+int dlock__redis_open_layout(void **be, const char *url,
+                             const struct dlock_options *o,
+                             struct dlock_client *core, bool spring);
+void dlock__redis_close(void *be);
+int dlock__redis_ping(void *be);
+/* spring.c: the spring layout's wake channel of name (caller frees). */
+char *dlock__redis_spring_channel(const dlock__redis *r, const char *name);
+/* A lock handle with a wake channel only (no grant channel: no
+ * hand-off), as channels.c reads handles (locks.c). */
+int dlock__redis_handle_plain(const char *channel, void **bh);
 /* Connects and runs the handshake (AUTH, SELECT, CLIENT SETNAME) within
  * the connect timeout, or sooner when `deadline` (monotonic ms) is. */
 int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t deadline,
@@ -348,5 +364,21 @@ void dlock__redis_latch_ms(dlock__redis *r);
  * rediss://, unix://, redis-sentinel://) and a Redis Cluster. */
 extern const dlock__backend_ops dlock__redis_backend;
 extern const dlock__backend_ops dlock__redis_cluster_backend;
+/* Redis in Spring Integration's RedisLockRegistry layout (spring.c):
+ * chosen for a Redis URL by its layout, not by a scheme. */
+extern const dlock__backend_ops dlock__redis_spring_backend;
+/* The layout a Redis URL's query (layout=, registry=) and the options ask
+ * for: 0 with *spring, and *registry (a copy, or NULL when registry is
+ * NULL) for the spring layout's key; DLOCK_EURL or DLOCK_EINVAL with
+ * detail for an unknown layout, a missing or bad registry key, or a URL
+ * and options that disagree. */
+int dlock__redis_layout(const char *url, const struct dlock_options *o,
+                        bool *spring, char **registry);
+/* The backend a client of *ops (found by url's scheme) opens with, under
+ * the layout the URL or opts (NULL: none set) ask for: the spring layout
+ * turns the plain Redis backend into dlock__redis_spring_backend, and is
+ * DLOCK_ENOTSUP (with detail) for any other backend. */
+int dlock__redis_pick_layout(const dlock__backend_ops **ops, const char *url,
+                             const struct dlock_options *opts);
 
 #endif

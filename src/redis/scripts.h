@@ -42,5 +42,9 @@ extern const dlock__script dlock__script_psem_state;
 extern const dlock__script dlock__script_latch_set;
 extern const dlock__script dlock__script_latch_count_down;
 extern const dlock__script dlock__script_latch_delete;
+extern const dlock__script dlock__script_spring_acquire;
+extern const dlock__script dlock__script_spring_release;
+extern const dlock__script dlock__script_spring_renew;
+extern const dlock__script dlock__script_spring_state;
 
 #endif

@@ -112,9 +112,6 @@ int dlock__redis_sentinel_parse(const char *url, const char *user,
   if (!name_end && u.has_fragment)
     return dlock__seterr(DLOCK_EURL,
                          "bad URL: a '#' fragment means nothing to Redis");
-  if (!name_end && u.has_query)
-    return dlock__seterr(DLOCK_EURL, "bad URL: redis-sentinel://: the master "
-                                     "name is empty or has a '?'");
   dlock__redis_sentinel *s = dlock__calloc(1, sizeof *s);
   if (!s)
     return DLOCK_ENOMEM;
@@ -130,7 +127,8 @@ int dlock__redis_sentinel_parse(const char *url, const char *user,
     const char *comma =
         memchr(first, ',', u.authority_hosts.n); /* end of the first host */
     size_t flen = comma ? (size_t)(comma - first) : u.authority_hosts.n;
-    const char *rest = name_end ? name_end : "";
+    /* "/db[?query]", or the query right after the master's name */
+    const char *rest = name_end ? name_end : u.has_query ? u.query.p - 1 : "";
     char *part = dlock__asprintf("redis://%.*s%.*s%s", (int)(first - auth),
                                  auth, (int)flen, first, rest);
     if (!part) {

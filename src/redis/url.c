@@ -33,7 +33,8 @@ static long parse_num(const char *s, size_t len, long lo, long hi) {
   return v < lo || v > hi ? -1 : v;
 }
 
-/* Query string: only db=N is understood. */
+/* Query string: db=N; layout= and registry= choose the key layout and
+ * are read by spring.c (dlock__redis_layout), so they pass here. */
 static int parse_query(const dlock__uri *u, dlock__endpoint *ep) {
   dlock__uri_query q;
   int rc;
@@ -44,9 +45,12 @@ static int parse_query(const dlock__uri *u, dlock__endpoint *ep) {
       if (db < 0)
         return dlock__seterr(DLOCK_EURL, "bad URL: db must be a number");
       ep->db = (int)db;
+    } else if (strcmp(q.key, "layout") == 0 || strcmp(q.key, "registry") == 0) {
+      continue;
     } else {
       return dlock__seterr(DLOCK_EURL,
-                           "bad URL: unknown parameter '%.*s' (only db=N)",
+                           "bad URL: unknown parameter '%.*s' (db=N, "
+                           "layout=redisson|spring, registry=KEY)",
                            (int)(q.raw.n > 64 ? 64 : q.raw.n), q.raw.p);
     }
   }

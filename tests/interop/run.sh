@@ -7,9 +7,14 @@
 # and the C helper in BUILD_DIR (default build/; configured with cmake if
 # it is not), starts a redis-server on a free 127.0.0.1 port
 # (tests/harness/with-redis.sh) and runs `mvn -q -B test` in
-# tests/interop/java. Extra arguments go to Maven, for example
+# tests/interop/java; then the Spring Integration suite in
+# tests/interop/spring (a real RedisLockRegistry against --layout spring)
+# on a server of its own. DLOCK_INTEROP_SUITES picks suites ("redisson",
+# "spring"; default both). Extra arguments go to Maven, for example
 #   tests/interop/run.sh build -Dredisson.version=3.51.0
 #   tests/interop/run.sh build -Dtest=RLockTest
+#   DLOCK_INTEROP_SUITES=spring tests/interop/run.sh build \
+#     -Dspring.integration.version=6.5.3
 # Exit status: Maven's (non-zero when a test fails); 0 with one line saying
 # so when java or mvn is missing.
 set -euo pipefail
@@ -42,11 +47,15 @@ for f in "$dlock_bin" "$helper" "$topologies"; do
   [ -x "$f" ] || { echo "interop: $f was not built" >&2; exit 1; }
 done
 
+suites=${DLOCK_INTEROP_SUITES:-redisson spring}
+rc=0
+with_redis="$root/tests/harness/with-redis.sh"
+rm -rf "$root/tests/interop/java/target/surefire-reports" \
+  "$root/tests/interop/spring/target/surefire-reports"
 cd "$root/tests/interop/java"
-rm -rf target/surefire-reports
+if [[ " $suites " == *" redisson "* ]]; then
 # Maven in batch mode, quiet (failures are still printed in full); the
 # summary line is printed below from Surefire's reports.
-rc=0
 # Three private servers: the first is the one most tests use (dlock.url);
 # all three are the independent masters of the Redlock and MultiLock tests
 # (dlock.urls). Each with-redis.sh stops its own server by PID. Around them,
@@ -55,7 +64,6 @@ rc=0
 # PID too. Two more, the twins, are ConformanceTest's alone: the same
 # scripted sequence runs on one driven by Redisson and on the other driven
 # by dlock, and their states are compared (dlock.twins).
-with_redis="$root/tests/harness/with-redis.sh"
 "$topologies" -- \
   "$with_redis" -- sh -c 'DLOCK_URL_A=$DLOCK_URL exec "$0" "$@"' \
   "$with_redis" -- sh -c 'DLOCK_URL_B=$DLOCK_URL exec "$0" "$@"' \
@@ -69,10 +77,27 @@ with_redis="$root/tests/harness/with-redis.sh"
     -Ddlock.twins="$DLOCK_TWIN_A,$DLOCK_TWIN_B" \
     -Ddlock.bin="$bin" -Ddlock.helper="$helper"
 ' run.sh "$dlock_bin" "$helper" "$@" || rc=$?
+fi
+
+# The Spring Integration suite (tests/interop/spring): a real
+# RedisLockRegistry (Lettuce) against `dlock --layout spring` on a private
+# redis-server of its own. Extra Maven arguments reach it too (a -Dtest=
+# naming only Redisson classes selects none of its tests, which is fine).
+if [[ " $suites " == *" spring "* ]]; then
+  cd "$root/tests/interop/spring"
+  "$with_redis" -- sh -c '
+  bin=$1
+  shift
+  exec mvn -q -B -Dstyle.color=never -Dsurefire.failIfNoSpecifiedTests=false \
+    "$@" test -Ddlock.url="$DLOCK_URL" -Ddlock.bin="$bin"
+' run.sh "$dlock_bin" "$@" || rc=$?
+fi
+cd "$root/tests/interop"
 
 # One summary line, as Surefire words it, summed over its XML reports.
 shopt -s nullglob
-reports=(target/surefire-reports/TEST-*.xml)
+reports=(java/target/surefire-reports/TEST-*.xml
+  spring/target/surefire-reports/TEST-*.xml)
 if [ ${#reports[@]} -gt 0 ]; then
   sed -n 's/.*<testsuite [^>]*tests="\([0-9]*\)" errors="\([0-9]*\)" skipped="\([0-9]*\)" failures="\([0-9]*\)".*/\1 \2 \3 \4/p' \
     "${reports[@]}" | awk '{t+=$1; e+=$2; s+=$3; f+=$4}

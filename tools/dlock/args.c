@@ -75,6 +75,8 @@ enum opt_id {
   O_CERT,
   O_KEY,
   O_SNI,
+  O_LAYOUT,
+  O_REGISTRY,
   O_INSECURE,
   O_MULTI,
   O_HELP,
@@ -119,6 +121,8 @@ static const struct optdef optdefs[] = {
     {"cert", 0, true, O_CERT},
     {"key", 0, true, O_KEY},
     {"sni", 0, true, O_SNI},
+    {"layout", 0, true, O_LAYOUT},
+    {"registry", 0, true, O_REGISTRY},
     {"insecure", 0, false, O_INSECURE},
     {"multi", 'M', false, O_MULTI},
     {"help", 'h', false, O_HELP},
@@ -419,6 +423,21 @@ static int apply(const struct optdef *d, const char *spelled, char *value,
     *slot = value;
     return 0;
   }
+  case O_LAYOUT:
+    if (strcmp(value, "redisson") != 0 && strcmp(value, "spring") != 0)
+      return fail(err, errlen,
+                  "%s: unknown layout (expected redisson or spring)", spelled);
+    if (o->layout != NULL)
+      return fail(err, errlen, "%s given twice", spelled);
+    o->layout = value;
+    return 0;
+  case O_REGISTRY:
+    if (value[0] == '\0')
+      return fail(err, errlen, "%s: empty registry key", spelled);
+    if (o->registry != NULL)
+      return fail(err, errlen, "%s given twice", spelled);
+    o->registry = value;
+    return 0;
   case O_HELP:
     o->mode = CLI_MODE_HELP;
     return 0;

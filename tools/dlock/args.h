@@ -87,6 +87,10 @@ struct cli_opts {
   const char *tls_cacert, *tls_cacertdir; /* --cacert, --cacertdir */
   const char *tls_cert, *tls_key;         /* --cert, --key */
   const char *tls_sni;                    /* --sni */
+  /* Redis key layout: --layout redisson|spring, --registry KEY (Spring
+   * Integration's RedisLockRegistry key); NULL: the URL's, else
+   * Redisson's */
+  const char *layout, *registry;
 };
 
 /* --session's defaults: Redis's renewed lease is Redisson's watchdog

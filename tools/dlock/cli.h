@@ -71,6 +71,11 @@ int cli_connect(const struct cli_ctx *c, dlock_client_t **client);
 int cli_connect_url(const struct cli_ctx *c, int i, bool quiet,
                     dlock_client_t **client);
 
+/* The kind of an exclusive (-x) lock on this client: fenced, or the plain
+ * lock where the layout offers no other (Redis's spring layout: no
+ * DLOCK_TOKEN then). cli_lock_new applies it to DLOCK_FENCED. */
+dlock_lock_kind_t cli_exclusive_kind(dlock_client_t *client, const char *name);
+
 /* The library kind of the main lock NAME for the selected kind: fenced for
  * -x, fair for -F; for -s there is none (returns DLOCK_READ, the kind of
  * the read-write lock's side it takes). */

@@ -56,7 +56,8 @@ static const char usage_text[] =
     "                           dlock -M NAME1 NAME2 ... -- COMMAND (-x only)\n"
     "  -x, --exclusive          exclusive lock (the default), with a fencing\n"
     "                           token in DLOCK_TOKEN\n"
-    "  -s, --shared             shared lock: any number of -s holders at once;\n"
+    "  -s, --shared             shared lock: any number of -s holders at "
+    "once;\n"
     "                           they exclude every exclusive (-x, -F) holder\n"
     "                           of NAME and are excluded by it\n"
     "  -F, --fair               exclusive lock served in arrival order (no\n"
@@ -101,7 +102,8 @@ static const char usage_text[] =
     "                           only the shared lock; with -F: the fair one;\n"
     "                           with -N: the semaphore)\n"
     "      --password-file FILE read the password from FILE's first line\n"
-    "      --sentinel-user USER redis-sentinel://: the sentinels' own ACL user\n"
+    "      --sentinel-user USER redis-sentinel://: the sentinels' own ACL "
+    "user\n"
     "      --sentinel-password-file FILE\n"
     "                           redis-sentinel://: the sentinels' own\n"
     "                           password, from FILE's first line (the URL's\n"
@@ -120,12 +122,20 @@ static const char usage_text[] =
     "                           the URL's host\n"
     "      --insecure           FOR TESTS ONLY: do not verify the server's\n"
     "                           certificate or name\n"
+    "      --layout NAME        Redis key layout: redisson (the default) or\n"
+    "                           spring (Spring Integration's\n"
+    "                           RedisLockRegistry: -x only, no DLOCK_TOKEN)\n"
+    "      --registry KEY       the spring layout's registry key (the\n"
+    "                           RedisLockRegistry's registryKey); or\n"
+    "                           ?layout=spring&registry=KEY in the URL\n"
     "  -h, --help               this text\n"
     "  -V, --version            version of dlock and libdlock\n"
     "\n"
     "Kinds on the server: an exclusive holder takes the fenced lock NAME (the\n"
-    "RLock hash NAME plus its token), a -F holder the fair lock NAME, and both\n"
-    "then the write side of the read-write lock NAME:dlock-rw, whose read side\n"
+    "RLock hash NAME plus its token), a -F holder the fair lock NAME, and "
+    "both\n"
+    "then the write side of the read-write lock NAME:dlock-rw, whose read "
+    "side\n"
     "-s takes. So -s, -x and -F holders of one NAME all exclude each other as\n"
     "flock(1)'s -s and -x do, and plain dlock still excludes library and\n"
     "Redisson users of the lock NAME. Library and Redisson users who want to\n"
@@ -450,6 +460,14 @@ int main(int argc, char **argv) {
     rc = CLI_EX_USAGE;
     goto out;
   }
+  if ((o.layout && dlock_options_set_layout(c.dopts, o.layout) != 0) ||
+      (o.registry &&
+       dlock_options_set_spring_registry(c.dopts, o.registry) != 0)) {
+    cli_msg(&c, "%s", dlock_last_error());
+    rc = CLI_EX_USAGE;
+    goto out;
+  }
+
   dlock_options_set_client_name(c.dopts, "dlock-cli");
   if (o.verbose > 0)
     dlock_options_set_log_callback(

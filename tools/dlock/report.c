@@ -210,10 +210,19 @@ bool cli_has_kind(const struct cli_ctx *c, dlock_client_t *client,
   return err != DLOCK_ENOTSUP;
 }
 
+dlock_lock_kind_t cli_exclusive_kind(dlock_client_t *client, const char *name) {
+  dlock_lock_t *l = NULL;
+  int err = dlock_lock_new_kind(client, name, DLOCK_FENCED, &l);
+  dlock_lock_free(l);
+  return err == DLOCK_ENOTSUP ? DLOCK_REENTRANT : DLOCK_FENCED;
+}
+
 int cli_lock_new(const struct cli_ctx *c, dlock_client_t *client,
                  bool shared_rw, dlock_lock_kind_t kind, dlock_lock_t **lock) {
   int err;
   *lock = NULL;
+  if (kind == DLOCK_FENCED && !shared_rw)
+    kind = cli_exclusive_kind(client, c->o->name);
   err = dlock_lock_new_kind(client, shared_rw ? c->shared_name : c->o->name,
                             kind, lock);
   if (err != 0)

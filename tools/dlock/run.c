@@ -272,8 +272,9 @@ static int group_open(struct run *r) {
   for (size_t k = 0; k < r->nclients && rc == 0; k++) {
     dlock_client_t *cl = r->clients[k];
     for (size_t j = 0; j < nn && rc == 0; j++) {
-      rc = member_open(r, cl, o->names[j], DLOCK_FENCED);
-      if (rc == 0 && dlock_client_nodes(cl) == 0)
+      rc = member_open(r, cl, o->names[j], cli_exclusive_kind(cl, o->names[j]));
+      if (rc == 0 && dlock_client_nodes(cl) == 0 &&
+          cli_has_kind(c, cl, DLOCK_WRITE))
         rc = member_open(r, cl, r->side_names[j], DLOCK_WRITE);
     }
   }
@@ -1647,7 +1648,9 @@ int cli_run(struct cli_ctx *c) {
       cli_msg(c, "no fencing token: several locks (DLOCK_TOKEN is not set)");
     else
       cli_msg(c, "no fencing token: %s lock (DLOCK_TOKEN is not set)",
-              c->o->kind == CLI_KIND_SHARED ? "a shared" : "a fair");
+              c->o->kind == CLI_KIND_SHARED ? "a shared"
+              : c->o->kind == CLI_KIND_FAIR ? "a fair"
+                                            : "the layout's plain");
   }
 
   /* Never start the command (or hold) on a grant that lapsed since it was

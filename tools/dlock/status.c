@@ -242,8 +242,9 @@ static int status_nodes(struct cli_ctx *c) {
     char why[256] = "";
     if (err != 0)
       snprintf(why, sizeof why, "%s", dlock_last_error());
-    if (err == 0 && (err = dlock_lock_new_kind(client, c->o->name,
-                                               DLOCK_FENCED, &lock)) == 0)
+    if (err == 0 && (err = dlock_lock_new_kind(
+                         client, c->o->name,
+                         cli_exclusive_kind(client, c->o->name), &lock)) == 0)
       err = dlock_lock_state(lock, &st);
     if (err != 0 && why[0] == '\0')
       snprintf(why, sizeof why, "%s", dlock_last_error());
@@ -391,7 +392,7 @@ static int force_unlock_one(struct cli_ctx *c, dlock_client_t *client) {
     dlock_lock_free(lock);
     lock = NULL;
   }
-  if (rc == 0 && err == 0) {
+  if (rc == 0 && err == 0 && cli_has_kind(c, client, DLOCK_WRITE)) {
     rc = cli_lock_new(c, client, true, DLOCK_WRITE, &lock);
     if (rc == 0)
       err = dlock_lock_force_release(lock, &was_rw);
