@@ -303,5 +303,6 @@ size_t dlock__redlock_node_count(const void *be);
 int dlock__redlock_node_state(void *be, size_t node, dlock_lock_kind_t kind,
                               const char *name, dlock_lock_state_t **out);
 extern const dlock__backend_ops dlock__etcd_backend;
+extern const dlock__backend_ops dlock__postgres_backend;
 
 #endif

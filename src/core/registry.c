@@ -32,6 +32,9 @@ static const dlock__backend_ops *const backends[] = {
 #ifdef DLOCK_HAVE_ETCD
     &dlock__etcd_backend, /* etcd://, etcds:// */
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+    &dlock__postgres_backend, /* postgres://, postgresql:// */
+#endif
 };
 
 #ifdef DLOCK_HAVE_ZOOKEEPER
@@ -43,6 +46,11 @@ static const dlock__backend_ops *const backends[] = {
 #define HAVE_ETCD true
 #else
 #define HAVE_ETCD false
+#endif
+#ifdef DLOCK_HAVE_POSTGRES
+#define HAVE_POSTGRES true
+#else
+#define HAVE_POSTGRES false
 #endif
 
 /* The backends a build may leave out: their schemes, and what a build
@@ -64,6 +72,11 @@ static const struct optional {
      {"etcd", "etcds", NULL},
      "DLOCK_WITH_ETCD",
      "libcurl4-openssl-dev and libjson-c-dev"},
+    {"postgres",
+     HAVE_POSTGRES,
+     {"postgres", "postgresql", NULL},
+     "DLOCK_WITH_POSTGRES",
+     "libpq-dev"},
 };
 
 const char *dlock_backends(void) {
@@ -73,6 +86,9 @@ const char *dlock_backends(void) {
 #endif
 #ifdef DLOCK_HAVE_ETCD
          " etcd"
+#endif
+#ifdef DLOCK_HAVE_POSTGRES
+         " postgres"
 #endif
       ;
 }
@@ -105,9 +121,8 @@ const dlock__backend_ops *dlock__backend_for_url(const char *url) {
   const char *sep = strstr(url, "://");
   size_t n = sep ? (size_t)(sep - url) : 0;
   if (!sep || n == 0 || n > SCHEME_MAX) {
-    dlock__seterr(DLOCK_EURL,
-                  "bad URL: expected SCHEME://..., for example "
-                  "redis://127.0.0.1:6379 or unix:///path");
+    dlock__seterr(DLOCK_EURL, "bad URL: expected SCHEME://..., for example "
+                              "redis://127.0.0.1:6379 or unix:///path");
     return NULL;
   }
   char known[256] = "";
@@ -141,8 +156,7 @@ const dlock__backend_ops *dlock__backend_for_url(const char *url) {
         url[i] == '.')
       scheme[shown++] = url[i];
   scheme[shown] = '\0';
-  dlock__seterr(DLOCK_EURL,
-                "bad URL: unknown scheme '%s' (this build has %s)",
+  dlock__seterr(DLOCK_EURL, "bad URL: unknown scheme '%s' (this build has %s)",
                 scheme, known);
   return NULL;
 }
