@@ -73,16 +73,18 @@ static const char SQL_TRY[] =
     "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 0)) "
     "THEN set_config('idle_session_timeout', $2, false) IS NOT NULL AND "
     "set_config('application_name', $3, false) IS NOT NULL "
-    "ELSE false END";
+    "ELSE false END, pg_backend_pid()";
 static const char SQL_LOCK[] =
     "SELECT set_config('application_name', $3, false), "
     "pg_advisory_lock(hashtextextended($1, 0)), "
-    "set_config('idle_session_timeout', $2, false)";
+    "set_config('idle_session_timeout', $2, false), pg_backend_pid()";
 static const char SQL_UNLOCK[] =
     "SELECT pg_advisory_unlock(hashtextextended($1, 0)), "
     "set_config('idle_session_timeout', '0', false), "
     "set_config('application_name', 'dlock', false)";
-static const char SQL_BEAT[] = "SELECT 1";
+/* the heartbeat: the server process must be the one that took the lock
+ * (a transaction-mode pooler would hand statements to any) */
+static const char SQL_BEAT[] = "SELECT pg_backend_pid()";
 /* pg_locks rows of the lock $1: a bigint key is classid (high 32 bits),
  * objid (low 32 bits) and objsubid 1 */
 #define SQL_MATCH                                                              \
@@ -106,6 +108,7 @@ typedef struct pg_hold {
   char *name, *owner;
   PGconn *conn; /* NULL once a heartbeat failed: the hold is gone */
   int64_t count;
+  long pid;  /* the server process that took the lock */
   bool busy; /* a renewal is using conn */
 } pg_hold;
 
@@ -117,6 +120,7 @@ typedef struct pg_wait {
   PGconn *conn;
   int state;
   bool got_ok; /* W_SENT: the statement's result came, and said granted */
+  long pid;    /* the server process the statement ran on */
   bool got_err;
   char err[200];
 } pg_wait;
@@ -382,7 +386,11 @@ static int read_result(pg *p, PGconn *c, int64_t deadline, char *val,
     if (first && rc == 0) {
       if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
         if (val && cap && PQntuples(res) > 0 && PQnfields(res) > 0)
-          snprintf(val, cap, "%s", PQgetvalue(res, 0, 0));
+          for (int f = 0, o = 0; f < PQnfields(res) && o + 1 < (int)cap; f++) {
+            int w = snprintf(val + o, cap - (size_t)o, "%s%s", f ? "|" : "",
+                             PQgetvalue(res, 0, f));
+            o += w > 0 ? w : 0;
+          }
       } else {
         rc = result_error(p, res);
       }
@@ -437,7 +445,8 @@ static void hold_free(pg_hold *h) {
   dlock__free(h);
 }
 
-static int hold_add(pg *p, const char *name, const char *owner, PGconn *c) {
+static int hold_add(pg *p, const char *name, const char *owner, PGconn *c,
+                    long pid) {
   pg_hold *h = dlock__calloc(1, sizeof *h);
   char *n = dlock__strdup(name), *o = dlock__strdup(owner);
   if (!h || !n || !o) {
@@ -450,6 +459,7 @@ static int hold_add(pg *p, const char *name, const char *owner, PGconn *c) {
   h->owner = o;
   h->conn = c;
   h->count = 1;
+  h->pid = pid;
   pthread_mutex_lock(&p->mu);
   h->next = p->holds;
   p->holds = h;
@@ -483,12 +493,28 @@ static void give_back(pg *p, PGconn *c, const char *name, bool granted) {
 
 /* ------------------------------------------------------------ operations */
 
-static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, bool *got) {
-  char lease[32], out[8];
+/* A statement of this connection ran in another server process than the
+ * one that took the lock: something between dlock and PostgreSQL (a
+ * transaction-mode pooler such as PgBouncer) shares server sessions, and
+ * session locks cannot be kept through it. */
+static int pooler_error(pg *p, const char *name) {
+  return dlock__seterr(DLOCK_ENOTSUP,
+                       "postgres %s: lock '%.200s': the server session "
+                       "changed under the connection (a transaction-mode "
+                       "pooler such as PgBouncer?); advisory locks need a "
+                       "direct or session-mode connection",
+                       p->where, name);
+}
+
+static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, bool *got,
+                    long *pid) {
+  char lease[32], out[48];
   lease_text(a->lease_ms, lease, sizeof lease);
   const char *v[3] = {a->name, lease, a->owner};
   int rc = exec_sql(p, c, SQL_TRY, 3, v, cmd_deadline(p), out, sizeof out);
   *got = rc == 0 && out[0] == 't';
+  const char *bar = strchr(out, '|');
+  *pid = bar ? atol(bar + 1) : 0;
   return rc;
 }
 
@@ -542,12 +568,13 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   }
   if (r && r->state == W_GRANTED) {
     PGconn *c = r->conn;
+    long pid = r->pid;
     r->conn = NULL;
     r->state = W_IDLE;
     pthread_mutex_unlock(&p->mu);
     /* claim: one round trip restarts the server's idle clock after this
      * attempt's start, from which the core dates the hold */
-    char out[8];
+    char out[32];
     int rc =
         exec_sql(p, c, SQL_BEAT, 0, NULL, cmd_deadline(p), out, sizeof out);
     if (rc != 0) {
@@ -555,7 +582,11 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       *pttl = 0;
       return 0;
     }
-    if (hold_add(p, a->name, a->owner, c) != 0) {
+    if (atol(out) != pid) {
+      PQfinish(c);
+      return pooler_error(p, a->name);
+    }
+    if (hold_add(p, a->name, a->owner, c, pid) != 0) {
       give_back(p, c, a->name, true);
       return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
     }
@@ -592,12 +623,13 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   for (int round = 0; round < 2; round++) {
     PGconn *c;
     bool fresh, got = false;
+    long pid = 0;
     int rc = conn_get(p, &c, &fresh);
     if (rc)
       return rc;
-    rc = try_lock(p, a, c, &got);
+    rc = try_lock(p, a, c, &got, &pid);
     if (rc == 0 && got) {
-      if (hold_add(p, a->name, a->owner, c) != 0) {
+      if (hold_add(p, a->name, a->owner, c, pid) != 0) {
         give_back(p, c, a->name, true);
         return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
       }
@@ -694,8 +726,10 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
     h->busy = true;
     PGconn *c = h->conn;
     pthread_mutex_unlock(&p->mu);
-    char out[8];
+    char out[32];
     int rc = exec_sql(p, c, SQL_BEAT, 0, NULL, deadline, out, sizeof out);
+    if (rc == 0 && atol(out) != h->pid)
+      rc = pooler_error(p, items[i].name);
     pthread_mutex_lock(&p->mu);
     h->busy = false;
     if (rc) {
@@ -1046,6 +1080,8 @@ static void pending_read(pg_wait *r) {
     if (!r->got_ok && !r->got_err) {
       if (PQresultStatus(res) == PGRES_TUPLES_OK) {
         r->got_ok = true;
+        if (PQntuples(res) > 0 && PQnfields(res) > 3)
+          r->pid = atol(PQgetvalue(res, 0, 3));
       } else {
         r->got_err = true;
         char line[150];
