@@ -36,9 +36,12 @@
  *   server's idle clock after the attempt's send time, so the hold's date
  *   is safe). A wait that ends without claiming cancels its statement
  *   with libpq's cancel request and unlocks a grant that raced with it.
- * - Kinds: reentrant only (lock_kinds); the core refuses the others with
- *   DLOCK_ENOTSUP before anything is sent. Semaphores and latches are not
- *   offered (sync_kinds 0).
+ * - Kinds: reentrant and fenced (lock_kinds; one advisory lock per name for
+ *   both); the core refuses the others with DLOCK_ENOTSUP before anything
+ *   is sent. A fenced grant raises the name's row of the table dlock_fence
+ *   (created on first use) on the holding connection while the lock is
+ *   held, so tokens grow with every grant and survive a restart. Semaphores and
+ * latches are not offered (sync_kinds 0).
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
@@ -85,6 +88,17 @@ static const char SQL_UNLOCK[] =
 /* the heartbeat: the server process must be the one that took the lock
  * (a transaction-mode pooler would hand statements to any) */
 static const char SQL_BEAT[] = "SELECT pg_backend_pid()";
+/* Fencing tokens: one row per fenced name, its token raised by every grant
+ * while the lock is held (so grants of a name are serialised), in a table
+ * created on first use; a resource checks a token against it
+ * (docs/POSTGRES.md). */
+static const char SQL_TOKEN[] =
+    "INSERT INTO dlock_fence AS f (key, name, token) VALUES "
+    "(hashtextextended($1, 0), $1, 1) ON CONFLICT (key) DO UPDATE SET token "
+    "= f.token + 1 RETURNING token";
+static const char SQL_FENCE_TABLE[] =
+    "CREATE TABLE IF NOT EXISTS dlock_fence (key bigint PRIMARY KEY, name "
+    "text NOT NULL, token bigint NOT NULL)";
 /* pg_locks rows of the lock $1: a bigint key is classid (high 32 bits),
  * objid (low 32 bits) and objsubid 1 */
 #define SQL_MATCH                                                              \
@@ -108,8 +122,9 @@ typedef struct pg_hold {
   char *name, *owner;
   PGconn *conn; /* NULL once a heartbeat failed: the hold is gone */
   int64_t count;
-  long pid;  /* the server process that took the lock */
-  bool busy; /* a renewal is using conn */
+  long pid;      /* the server process that took the lock */
+  int64_t token; /* a fenced lock's token (0: none) */
+  bool busy;     /* a renewal is using conn */
 } pg_hold;
 
 enum { W_IDLE, W_SENT, W_GRANTED, W_FAILED };
@@ -518,21 +533,73 @@ static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, bool *got,
   return rc;
 }
 
+/* A fenced grant's token, raised on the holding connection; the table is
+ * created on first use (a concurrent creation is taken as done). */
+static int next_token(pg *p, PGconn *c, const char *name, int64_t *token) {
+  const char *v[1] = {name};
+  char out[32];
+  for (int round = 0;; round++) {
+    int rc = exec_sql(p, c, SQL_TOKEN, 1, v, cmd_deadline(p), out, sizeof out);
+    if (rc == 0) {
+      *token = atoll(out);
+      return 0;
+    }
+    if (round > 0 || !strstr(dlock_last_error(), "dlock_fence") ||
+        PQstatus(c) != CONNECTION_OK)
+      return rc;
+    char ignored[8];
+    rc = exec_sql(p, c, SQL_FENCE_TABLE, 0, NULL, cmd_deadline(p), ignored,
+                  sizeof ignored);
+    if (rc && PQstatus(c) != CONNECTION_OK)
+      return rc;
+  }
+}
+
+/* A grant on c: a fenced lock gets its token, then the hold is recorded.
+ * On failure the lock is given up (the connection unlocked or closed). */
+static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
+                 int64_t *token) {
+  int64_t tok = 0;
+  if (a->kind == DLOCK_FENCED) {
+    int rc = next_token(p, c, a->name, &tok);
+    if (rc) {
+      char saved[512];
+      snprintf(saved, sizeof saved, "%s", dlock_last_error());
+      give_back(p, c, a->name, true);
+      return dlock__seterr(rc, "%s", saved);
+    }
+  }
+  if (hold_add(p, a->name, a->owner, c, pid) != 0) {
+    give_back(p, c, a->name, true);
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  }
+  pthread_mutex_lock(&p->mu);
+  pg_hold *h = hold_find(p, a->name, a->owner, NULL);
+  if (h)
+    h->token = tok;
+  pthread_mutex_unlock(&p->mu);
+  if (token)
+    *token = tok;
+  return 1;
+}
+
 static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
   pg *p = be;
   if (token)
     *token = 0;
   *pttl = -1;
-  if (a->kind != DLOCK_REENTRANT)
+  if (a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED)
     return dlock__seterr(DLOCK_ENOTSUP,
                          "the postgres backend offers only the reentrant "
-                         "lock");
+                         "and fenced locks");
   pthread_mutex_lock(&p->mu);
   pg_hold **link = NULL;
   pg_hold *h = hold_find(p, a->name, a->owner, &link);
   if (h && h->conn && !h->busy) {
     h->count++; /* reentry: the session holds it; counted here */
+    if (token)
+      *token = h->token;
     pthread_mutex_unlock(&p->mu);
     return 1;
   }
@@ -543,6 +610,8 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   }
   if (h) { /* busy: a heartbeat in flight on it; reentry all the same */
     h->count++;
+    if (token)
+      *token = h->token;
     pthread_mutex_unlock(&p->mu);
     return 1;
   }
@@ -586,11 +655,7 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       PQfinish(c);
       return pooler_error(p, a->name);
     }
-    if (hold_add(p, a->name, a->owner, c, pid) != 0) {
-      give_back(p, c, a->name, true);
-      return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
-    }
-    return 1;
+    return grant(p, a, c, pid, token);
   }
   pthread_mutex_unlock(&p->mu);
 
@@ -628,13 +693,8 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     if (rc)
       return rc;
     rc = try_lock(p, a, c, &got, &pid);
-    if (rc == 0 && got) {
-      if (hold_add(p, a->name, a->owner, c, pid) != 0) {
-        give_back(p, c, a->name, true);
-        return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
-      }
-      return 1;
-    }
+    if (rc == 0 && got)
+      return grant(p, a, c, pid, token);
     if (rc == 0) {
       conn_put(p, c);
       return 0;
@@ -1304,7 +1364,7 @@ static void pg_close(void *be) { pg_free(be); }
 const dlock__backend_ops dlock__postgres_backend = {
     .name = "postgres",
     .schemes = pg_schemes,
-    .lock_kinds = 1u << DLOCK_REENTRANT,
+    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED),
     .sync_kinds = 0,
     .queue_kinds = 0,
     .open = pg_open,
