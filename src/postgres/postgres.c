@@ -36,12 +36,16 @@
  *   server's idle clock after the attempt's send time, so the hold's date
  *   is safe). A wait that ends without claiming cancels its statement
  *   with libpq's cancel request and unlocks a grant that raced with it.
- * - Kinds: reentrant and fenced (lock_kinds; one advisory lock per name for
- *   both); the core refuses the others with DLOCK_ENOTSUP before anything
- *   is sent. A fenced grant raises the name's row of the table dlock_fence
- *   (created on first use) on the holding connection while the lock is
- *   held, so tokens grow with every grant and survive a restart. Semaphores and
- * latches are not offered (sync_kinds 0).
+ * - Kinds: reentrant, fenced and the write side of a read-write lock take
+ *   the exclusive advisory lock of the name (one lock for the three); the
+ *   read side takes its shared lock (pg_advisory_lock_shared). A thread
+ *   never holds both sides (its two sessions would block each other):
+ *   DLOCK_EDEADLK. The fair lock, semaphores and latches are not offered:
+ *   the core refuses them with DLOCK_ENOTSUP before anything is sent. A fenced
+ * grant raises the name's row of the table dlock_fence (created on first use)
+ * on the holding connection while the lock is held, so tokens grow with every
+ * grant and survive a restart. Semaphores and latches are not offered
+ * (sync_kinds 0).
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
@@ -72,19 +76,24 @@ static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
 /* The SQL (docs/POSTGRES.md shows it). $1 the name, $2 the lease in ms,
  * $3 the owner, shown as the session's application_name while it holds or
  * waits (pg_stat_activity; dlock_lock_state reads it back). */
-static const char SQL_TRY[] =
-    "SELECT CASE WHEN pg_try_advisory_lock(hashtextextended($1, 0)) "
-    "THEN set_config('idle_session_timeout', $2, false) IS NOT NULL AND "
-    "set_config('application_name', $3, false) IS NOT NULL "
-    "ELSE false END, pg_backend_pid()";
-static const char SQL_LOCK[] =
-    "SELECT set_config('application_name', $3, false), "
-    "pg_advisory_lock(hashtextextended($1, 0)), "
-    "set_config('idle_session_timeout', $2, false), pg_backend_pid()";
-static const char SQL_UNLOCK[] =
-    "SELECT pg_advisory_unlock(hashtextextended($1, 0)), "
-    "set_config('idle_session_timeout', '0', false), "
-    "set_config('application_name', 'dlock', false)";
+/* [0] exclusive (reentrant, fenced, write), [1] shared (read) */
+#define SQL_TRY(f)                                                             \
+  "SELECT CASE WHEN pg_try_advisory_lock" f "(hashtextextended($1, 0)) "       \
+  "THEN set_config('idle_session_timeout', $2, false) IS NOT NULL AND "        \
+  "set_config('application_name', $3, false) IS NOT NULL "                     \
+  "ELSE false END, pg_backend_pid()"
+#define SQL_LOCK(f)                                                            \
+  "SELECT set_config('application_name', $3, false), "                         \
+  "pg_advisory_lock" f "(hashtextextended($1, 0)), "                           \
+  "set_config('idle_session_timeout', $2, false), pg_backend_pid()"
+#define SQL_UNLOCK(f)                                                          \
+  "SELECT pg_advisory_unlock" f "(hashtextextended($1, 0)), "                  \
+  "set_config('idle_session_timeout', '0', false), "                           \
+  "set_config('application_name', 'dlock', false)"
+static const char *const sql_try[2] = {SQL_TRY(""), SQL_TRY("_shared")};
+static const char *const sql_lock[2] = {SQL_LOCK(""), SQL_LOCK("_shared")};
+static const char *const sql_unlock[2] = {SQL_UNLOCK(""),
+                                          SQL_UNLOCK("_shared")};
 /* the heartbeat: the server process must be the one that took the lock
  * (a transaction-mode pooler would hand statements to any) */
 static const char SQL_BEAT[] = "SELECT pg_backend_pid()";
@@ -109,7 +118,8 @@ static const char SQL_FENCE_TABLE[] =
 static const char SQL_LOCKED[] =
     "SELECT count(*) FROM pg_locks l WHERE l.granted AND " SQL_MATCH;
 static const char SQL_STATE[] =
-    "SELECT l.granted, l.pid, coalesce(a.application_name, '') FROM pg_locks "
+    "SELECT l.granted, l.pid, coalesce(a.application_name, ''), l.mode FROM "
+    "pg_locks "
     "l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE " SQL_MATCH
     " ORDER BY l.granted DESC, l.waitstart NULLS FIRST LIMIT 101";
 /* ends the holding sessions, waiting up to 5 s for each to end */
@@ -122,6 +132,7 @@ typedef struct pg_hold {
   char *name, *owner;
   PGconn *conn; /* NULL once a heartbeat failed: the hold is gone */
   int64_t count;
+  bool shared;   /* the read side (a shared advisory lock) */
   long pid;      /* the server process that took the lock */
   int64_t token; /* a fenced lock's token (0: none) */
   bool busy;     /* a renewal is using conn */
@@ -441,10 +452,13 @@ static void lease_text(int64_t lease_ms, char *buf, size_t cap) {
 
 /* ------------------------------------------------------------ bookkeeping */
 
+static bool is_shared(dlock_lock_kind_t k) { return k == DLOCK_READ; }
+
 static pg_hold *hold_find(pg *p, const char *name, const char *owner,
-                          pg_hold ***link) {
+                          bool shared, pg_hold ***link) {
   for (pg_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
-    if (strcmp((*hp)->name, name) == 0 && strcmp((*hp)->owner, owner) == 0) {
+    if ((*hp)->shared == shared && strcmp((*hp)->name, name) == 0 &&
+        strcmp((*hp)->owner, owner) == 0) {
       if (link)
         *link = hp;
       return *hp;
@@ -460,8 +474,8 @@ static void hold_free(pg_hold *h) {
   dlock__free(h);
 }
 
-static int hold_add(pg *p, const char *name, const char *owner, PGconn *c,
-                    long pid) {
+static int hold_add(pg *p, const char *name, const char *owner, bool shared,
+                    PGconn *c, long pid) {
   pg_hold *h = dlock__calloc(1, sizeof *h);
   char *n = dlock__strdup(name), *o = dlock__strdup(owner);
   if (!h || !n || !o) {
@@ -474,6 +488,7 @@ static int hold_add(pg *p, const char *name, const char *owner, PGconn *c,
   h->owner = o;
   h->conn = c;
   h->count = 1;
+  h->shared = shared;
   h->pid = pid;
   pthread_mutex_lock(&p->mu);
   h->next = p->holds;
@@ -491,14 +506,15 @@ static pg_wait *wait_find(pg *p, const char *name, const char *owner) {
 }
 
 /* Unlocks (if granted) and pools a connection whose hold nobody claims. */
-static void give_back(pg *p, PGconn *c, const char *name, bool granted) {
+static void give_back(pg *p, PGconn *c, const char *name, bool shared,
+                      bool granted) {
   if (!c)
     return;
   if (granted) {
     const char *v[1] = {name};
     char out[8];
-    if (exec_sql(p, c, SQL_UNLOCK, 1, v, cmd_deadline(p), out, sizeof out) !=
-        0) {
+    if (exec_sql(p, c, sql_unlock[shared], 1, v, cmd_deadline(p), out,
+                 sizeof out) != 0) {
       PQfinish(c); /* the session ends, and the lock with it */
       return;
     }
@@ -526,7 +542,8 @@ static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, bool *got,
   char lease[32], out[48];
   lease_text(a->lease_ms, lease, sizeof lease);
   const char *v[3] = {a->name, lease, a->owner};
-  int rc = exec_sql(p, c, SQL_TRY, 3, v, cmd_deadline(p), out, sizeof out);
+  int rc = exec_sql(p, c, sql_try[is_shared(a->kind)], 3, v, cmd_deadline(p),
+                    out, sizeof out);
   *got = rc == 0 && out[0] == 't';
   const char *bar = strchr(out, '|');
   *pid = bar ? atol(bar + 1) : 0;
@@ -565,16 +582,16 @@ static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
     if (rc) {
       char saved[512];
       snprintf(saved, sizeof saved, "%s", dlock_last_error());
-      give_back(p, c, a->name, true);
+      give_back(p, c, a->name, false, true);
       return dlock__seterr(rc, "%s", saved);
     }
   }
-  if (hold_add(p, a->name, a->owner, c, pid) != 0) {
-    give_back(p, c, a->name, true);
+  if (hold_add(p, a->name, a->owner, is_shared(a->kind), c, pid) != 0) {
+    give_back(p, c, a->name, is_shared(a->kind), true);
     return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
   }
   pthread_mutex_lock(&p->mu);
-  pg_hold *h = hold_find(p, a->name, a->owner, NULL);
+  pg_hold *h = hold_find(p, a->name, a->owner, is_shared(a->kind), NULL);
   if (h)
     h->token = tok;
   pthread_mutex_unlock(&p->mu);
@@ -589,13 +606,27 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   if (token)
     *token = 0;
   *pttl = -1;
-  if (a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED)
+  if (a->kind == DLOCK_FAIR)
     return dlock__seterr(DLOCK_ENOTSUP,
-                         "the postgres backend offers only the reentrant "
-                         "and fenced locks");
+                         "the postgres backend has no fair lock");
+  bool shared = is_shared(a->kind);
   pthread_mutex_lock(&p->mu);
+  /* the other side held by this thread: its session and a new one would
+   * block each other */
+  pg_hold *other = hold_find(p, a->name, a->owner, !shared, NULL);
+  if (other && other->conn) {
+    pthread_mutex_unlock(&p->mu);
+    return dlock__seterr(
+        DLOCK_EDEADLK,
+        shared ? "lock '%.200s': this thread holds the write side; the "
+                 "postgres backend cannot add the read side (release the "
+                 "write side first)"
+               : "lock '%.200s': this thread holds the read side; a reader "
+                 "cannot take the write side",
+        a->name);
+  }
   pg_hold **link = NULL;
-  pg_hold *h = hold_find(p, a->name, a->owner, &link);
+  pg_hold *h = hold_find(p, a->name, a->owner, shared, &link);
   if (h && h->conn && !h->busy) {
     h->count++; /* reentry: the session holds it; counted here */
     if (token)
@@ -669,7 +700,7 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     char lease[32];
     lease_text(a->lease_ms, lease, sizeof lease);
     const char *v[3] = {a->name, lease, a->owner};
-    rc = send_sql(p, c, SQL_LOCK, 3, v, cmd_deadline(p));
+    rc = send_sql(p, c, sql_lock[shared], 3, v, cmd_deadline(p));
     if (rc) {
       PQfinish(c); /* its session ends: nothing stays queued */
       dlock__err_set_unsent(true);
@@ -727,16 +758,16 @@ static int pg_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
                            const char *name, const char *owner,
                            int64_t lease_ms, const char *request_id) {
   (void)bh;
-  (void)kind;
   (void)lease_ms;
   (void)request_id;
   pg *p = be;
+  bool shared = is_shared(kind);
   pthread_mutex_lock(&p->mu);
   pg_hold **link = NULL;
-  pg_hold *h = hold_find(p, name, owner, &link);
+  pg_hold *h = hold_find(p, name, owner, shared, &link);
   while (h && h->busy) {
     pthread_cond_wait(&p->cond, &p->mu);
-    h = hold_find(p, name, owner, &link);
+    h = hold_find(p, name, owner, shared, &link);
   }
   if (!h) {
     pthread_mutex_unlock(&p->mu);
@@ -755,7 +786,8 @@ static int pg_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
     return DLOCK__REL_NOTOWNER; /* its session was lost */
   const char *v[1] = {name};
   char out[8];
-  int rc = exec_sql(p, c, SQL_UNLOCK, 1, v, cmd_deadline(p), out, sizeof out);
+  int rc = exec_sql(p, c, sql_unlock[shared], 1, v, cmd_deadline(p), out,
+                    sizeof out);
   if (rc) {
     /* the server had closed the session (terminated, restarted): the lock
      * went with it before this release; otherwise (no answer) the session
@@ -777,7 +809,8 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
     deadline = cap;
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&p->mu);
-    pg_hold *h = hold_find(p, items[i].name, items[i].owner, NULL);
+    pg_hold *h = hold_find(p, items[i].name, items[i].owner,
+                           items[i].kind == DLOCK__HK_READ, NULL);
     if (!h || !h->conn || h->busy) {
       items[i].result = h && h->conn ? 1 : 0;
       pthread_mutex_unlock(&p->mu);
@@ -812,11 +845,11 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
 
 static int pg_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
                          const char *owner, dlock__lock_query q, int64_t *out) {
-  (void)kind;
   pg *p = be;
   if (q == DLOCK__Q_HELD || q == DLOCK__Q_COUNT) {
     pthread_mutex_lock(&p->mu);
-    pg_hold *h = owner ? hold_find(p, name, owner, NULL) : NULL;
+    pg_hold *h =
+        owner ? hold_find(p, name, owner, is_shared(kind), NULL) : NULL;
     *out = h && h->conn ? (q == DLOCK__Q_HELD ? 1 : h->count) : 0;
     pthread_mutex_unlock(&p->mu);
     return 0;
@@ -852,8 +885,8 @@ static char *owner_of(const char *pid, const char *app) {
 
 static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out) {
-  (void)kind;
   pg *p = be;
+  bool any_shared = false;
   *out = NULL;
   PGconn *c;
   bool fresh;
@@ -910,14 +943,18 @@ static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   }
   for (int i = 0; i < rows; i++) {
     bool granted = PQgetvalue(res, i, 0)[0] == 't';
+    bool sh = strcmp(PQgetvalue(res, i, 3), "ShareLock") == 0;
     char *o = owner_of(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
     if (!o)
       break;
     if (granted) {
       st->holders[st->nholders].owner = o;
       st->holders[st->nholders].count = 1;
+      if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+        st->holders[st->nholders].side = sh ? "read" : "write";
+      any_shared |= sh;
       pthread_mutex_lock(&p->mu);
-      pg_hold *h = hold_find(p, name, o, NULL);
+      pg_hold *h = hold_find(p, name, o, sh, NULL);
       if (h)
         st->holders[st->nholders].count = h->count;
       pthread_mutex_unlock(&p->mu);
@@ -929,7 +966,11 @@ static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
     }
   }
   PQclear(res);
-  st->kind = st->nholders ? "reentrant" : "free";
+  st->kind = !st->nholders                               ? "free"
+             : any_shared                                ? "read"
+             : kind == DLOCK_READ || kind == DLOCK_WRITE ? "write"
+             : kind == DLOCK_FENCED                      ? "fenced"
+                                                         : "reentrant";
   st->ttl_ms = st->nholders ? -1 : -2;
   *out = st;
   return 0;
@@ -1063,7 +1104,7 @@ static void pg_wait_end(void *be, dlock__wait *w) {
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
   if (state == W_GRANTED) {
-    give_back(p, c, w->spec->name, true);
+    give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), true);
   } else if (state == W_SENT) {
     bool granted = got_ok;
     if (!got_ok && !got_err)
@@ -1071,7 +1112,7 @@ static void pg_wait_end(void *be, dlock__wait *w) {
     else if (!PQisBusy(c)) /* drain what is left */
       granted = read_result(p, c, cmd_deadline(p), NULL, 0) == 0 && got_ok;
     if (c)
-      give_back(p, c, w->spec->name, granted);
+      give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), granted);
   } else {
     PQfinish(c);
   }
@@ -1364,7 +1405,8 @@ static void pg_close(void *be) { pg_free(be); }
 const dlock__backend_ops dlock__postgres_backend = {
     .name = "postgres",
     .schemes = pg_schemes,
-    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED),
+    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) |
+                  (1u << DLOCK_READ) | (1u << DLOCK_WRITE),
     .sync_kinds = 0,
     .queue_kinds = 0,
     .open = pg_open,

@@ -74,7 +74,9 @@ static const offers_t offers[] = {
     {.backend = "etcd",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
                    K(DLOCK_READ) | K(DLOCK_WRITE)},
-    {.backend = "postgres", .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FENCED)},
+    {.backend = "postgres",
+     .lock_kinds =
+         K(DLOCK_REENTRANT) | K(DLOCK_FENCED) | K(DLOCK_READ) | K(DLOCK_WRITE)},
 };
 
 static unsigned offered_kinds(void) {

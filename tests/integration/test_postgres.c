@@ -110,6 +110,39 @@ static void t_dlock_excludes_psql(void) {
   th_pg_stop(s);
 }
 
+/* dlock's read side is psql's shared lock: psql's shared try succeeds
+ * beside it, its exclusive try does not; dlock's write side excludes
+ * both. */
+static void t_read_side_with_psql(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  dlock_client_t *c = client_for(th_pg_url(s));
+  dlock_lock_t *r = NULL, *w = NULL;
+  CHECK_OK(dlock_lock_new_kind(c, "rw-res", DLOCK_READ, &r));
+  CHECK_OK(dlock_lock_new_kind(c, "rw-res", DLOCK_WRITE, &w));
+  char out[64];
+  const char *shared_try[] = {
+      "SELECT pg_try_advisory_lock_shared(hashtextextended('rw-res', 0))",
+      NULL};
+  CHECK_OK(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(th_pg_psql(s, shared_try, out, sizeof out), ==, 0);
+  CHECK_STR(out, "t");
+  CHECK_INT(psql_try(s, "rw-res"), ==, 'f');
+  /* a reader asking for the write side */
+  CHECK_RC(dlock_lock_acquire(w, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EDEADLK);
+  CHECK_OK(dlock_lock_release(r));
+  CHECK_OK(dlock_lock_acquire(w, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(th_pg_psql(s, shared_try, out, sizeof out), ==, 0);
+  CHECK_STR(out, "f");
+  CHECK_OK(dlock_lock_release(w));
+  printf("dlock's read side shares with psql's shared lock; its write side "
+         "excludes it\n");
+  dlock_lock_free(r);
+  dlock_lock_free(w);
+  dlock_client_free(c);
+  th_pg_stop(s);
+}
+
 /* A holder that freezes (SIGSTOP) stops its heartbeats: the server ends
  * its idle session after the lease, and a waiter gets the lock. */
 static void t_frozen_holder_loses(void) {
@@ -278,8 +311,8 @@ static void t_bad_input(void) {
               "name \"bad\\xff\\xfe\" (wait)", "UTF-8", NULL);
   dlock_lock_free(l);
   /* a kind the backend does not offer: refused before anything is sent */
-  CHECK_RC(dlock_lock_new_kind(c, "k", DLOCK_READ, &l), DLOCK_ENOTSUP);
-  printf("read -> %s\n", dlock_last_error());
+  CHECK_RC(dlock_lock_new_kind(c, "k", DLOCK_FAIR, &l), DLOCK_ENOTSUP);
+  printf("fair -> %s\n", dlock_last_error());
   dlock_client_free(c);
   th_pg_stop(s);
 }
@@ -287,6 +320,7 @@ static void t_bad_input(void) {
 static const check_case_t cases[] = {
     {"psql_excludes_dlock", t_psql_excludes_dlock},
     {"dlock_excludes_psql", t_dlock_excludes_psql},
+    {"read_side_with_psql", t_read_side_with_psql},
     {"frozen_holder_loses", t_frozen_holder_loses},
     {"restart_reports_lost", t_restart_reports_lost},
     {"fence_survives_restart", t_fence_survives_restart},
