@@ -166,6 +166,12 @@ typedef struct pg {
   PGconn *idle[PG_POOL_MAX];
   int nidle;
   pg_hold *holds;
+  /* connections of holds whose heartbeat failed, closed only at the next
+   * renewal pass (or close): closing at once could end the session on the
+   * server (its FIN may get through where the heartbeat did not) before
+   * the core has reported the hold lost */
+  PGconn *doomed[16];
+  int ndoomed;
   pg_wait *waits;
 } pg;
 
@@ -807,6 +813,14 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
   int64_t cap = cmd_deadline(p);
   if (deadline > cap)
     deadline = cap;
+  PGconn *old[16];
+  pthread_mutex_lock(&p->mu);
+  int nold = p->ndoomed;
+  memcpy(old, p->doomed, sizeof old);
+  p->ndoomed = 0;
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < nold; i++)
+    PQfinish(old[i]);
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&p->mu);
     pg_hold *h = hold_find(p, items[i].name, items[i].owner,
@@ -828,17 +842,23 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
     if (rc) {
       /* no heartbeat: this client can no longer vouch for the session; the
        * server ends it (closed, or idle past the lease) */
-      dlock__log(p->core, DLOCK_LOG_WARN,
-                 "postgres: heartbeat of lock '%.200s' failed (%s): the "
-                 "hold is lost",
-                 h->name, dlock_last_error());
       h->conn = NULL;
+      if (p->ndoomed < (int)(sizeof p->doomed / sizeof p->doomed[0])) {
+        p->doomed[p->ndoomed++] = c;
+        c = NULL;
+      }
     }
     items[i].result = rc ? 0 : 1;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->mu);
-    if (rc)
-      PQfinish(c);
+    if (rc) {
+      dlock__log(p->core, DLOCK_LOG_WARN,
+                 "postgres: heartbeat of lock '%.200s' failed (%s): the "
+                 "hold is lost",
+                 items[i].name, dlock_last_error());
+      if (c)
+        PQfinish(c);
+    }
   }
   return 0;
 }
@@ -1221,6 +1241,8 @@ static void pg_free(pg *p) {
     return;
   for (int i = 0; i < p->nidle; i++)
     PQfinish(p->idle[i]);
+  for (int i = 0; i < p->ndoomed; i++)
+    PQfinish(p->doomed[i]);
   while (p->holds) {
     pg_hold *h = p->holds;
     p->holds = h->next;
