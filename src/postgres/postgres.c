@@ -149,6 +149,7 @@ typedef struct pg_wait {
   long pid;    /* the server process the statement ran on */
   bool got_err;
   char err[200];
+  char sqlstate[6]; /* the statement's error, if it failed with one */
 } pg_wait;
 
 typedef struct pg {
@@ -661,9 +662,28 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     PGconn *c = r->conn;
     r->conn = NULL;
     r->state = W_IDLE;
-    char err[sizeof r->err];
+    char err[sizeof r->err], state[sizeof r->sqlstate];
     memcpy(err, r->err, sizeof err);
+    memcpy(state, r->sqlstate, sizeof state);
+    r->sqlstate[0] = '\0';
     pthread_mutex_unlock(&p->mu);
+    if (state[0]) {
+      /* the statement failed, its session lives (and holds nothing from
+       * it: its set_config calls were undone with it) */
+      conn_put(p, c);
+      /* the server's statement_timeout or lock_timeout cut the wait
+       * short: wait again */
+      if (strcmp(state, "57014") == 0 || strcmp(state, "55P03") == 0) {
+        *pttl = 0;
+        return 0;
+      }
+      if (strcmp(state, "40P01") == 0)
+        return dlock__seterr(DLOCK_EDEADLK,
+                             "%s (the server found this wait in a "
+                             "deadlock)",
+                             err);
+      return dlock__seterr(DLOCK_ESERVER, "%s", err);
+    }
     if (c)
       PQfinish(c);
     /* the session that waited is gone, and with it whatever it had
@@ -1205,6 +1225,8 @@ static void pending_read(pg_wait *r) {
           r->pid = atol(PQgetvalue(res, 0, 3));
       } else {
         r->got_err = true;
+        const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        snprintf(r->sqlstate, sizeof r->sqlstate, "%s", st ? st : "");
         char line[150];
         one_line(PQresultErrorMessage(res), line, sizeof line);
         snprintf(r->err, sizeof r->err, "postgres: waiting failed: %s", line);

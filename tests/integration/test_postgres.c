@@ -143,6 +143,45 @@ static void t_read_side_with_psql(void) {
   th_pg_stop(s);
 }
 
+/* A server statement_timeout shorter than the wait cuts the blocking
+ * statement again and again: the wait sends it again each time and gets
+ * the lock once psql's session lets it go. */
+static void t_statement_timeout_waits_on(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  th_pg_session_t *q = th_pg_session_open(s);
+  CHECK(q != NULL);
+  CHECK_OK(th_pg_session_send(
+      q, "SELECT pg_advisory_lock(hashtextextended('st-res', 0)); "
+         "SELECT 'held';"));
+  char line[128] = "";
+  for (int i = 0; i < 4 && strcmp(line, "held") != 0; i++)
+    CHECK_OK(th_pg_session_line(q, line, sizeof line, 10000));
+  CHECK_STR(line, "held");
+  char url[320];
+  snprintf(url, sizeof url, "%s?options=-c%%20statement_timeout%%3D100",
+           th_pg_url(s));
+  /* no outage grace: a cut statement is not an outage to ride out */
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_outage_grace(o, 0));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, o));
+  dlock_options_free(o);
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, "st-res", &l));
+  /* several statement timeouts pass within this wait */
+  CHECK_RC(dlock_lock_acquire(l, 600, DLOCK_LEASE_WATCHDOG), DLOCK_ETIMEDOUT);
+  CHECK_OK(th_pg_session_send(
+      q, "SELECT pg_advisory_unlock(hashtextextended('st-res', 0));"));
+  CHECK_OK(dlock_lock_acquire(l, 20000, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_pg_session_close(q);
+  th_pg_stop(s);
+}
+
 /* A holder that freezes (SIGSTOP) stops its heartbeats: the server ends
  * its idle session after the lease, and a waiter gets the lock. */
 static void t_frozen_holder_loses(void) {
@@ -321,6 +360,7 @@ static const check_case_t cases[] = {
     {"psql_excludes_dlock", t_psql_excludes_dlock},
     {"dlock_excludes_psql", t_dlock_excludes_psql},
     {"read_side_with_psql", t_read_side_with_psql},
+    {"statement_timeout_waits_on", t_statement_timeout_waits_on},
     {"frozen_holder_loses", t_frozen_holder_loses},
     {"restart_reports_lost", t_restart_reports_lost},
     {"fence_survives_restart", t_fence_survives_restart},
