@@ -182,6 +182,42 @@ static void t_statement_timeout_waits_on(void) {
   th_pg_stop(s);
 }
 
+/* A multilock of two names, all or nothing: while psql holds one, dlock
+ * takes neither; once psql lets go, dlock holds both. */
+static void t_multilock(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  th_pg_session_t *q = th_pg_session_open(s);
+  CHECK(q != NULL);
+  CHECK_OK(th_pg_session_send(
+      q, "SELECT pg_advisory_lock(hashtextextended('ml-b', 0)); "
+         "SELECT 'held';"));
+  char line[128] = "";
+  for (int i = 0; i < 4 && strcmp(line, "held") != 0; i++)
+    CHECK_OK(th_pg_session_line(q, line, sizeof line, 10000));
+  CHECK_STR(line, "held");
+  dlock_client_t *c = client_for(th_pg_url(s));
+  dlock_lock_t *l[2] = {NULL, NULL};
+  CHECK_OK(dlock_lock_new(c, "ml-a", &l[0]));
+  CHECK_OK(dlock_lock_new(c, "ml-b", &l[1]));
+  dlock_multilock_t *m = NULL;
+  CHECK_OK(dlock_multilock_new(&m, l, 2));
+  CHECK_RC(dlock_multilock_acquire(m, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  /* nothing held: psql can take the other one */
+  CHECK_INT(psql_try(s, "ml-a"), ==, 't');
+  th_pg_session_close(q);
+  CHECK_OK(dlock_multilock_acquire(m, 20000, DLOCK_LEASE_WATCHDOG));
+  CHECK_INT(psql_try(s, "ml-a"), ==, 'f');
+  CHECK_INT(psql_try(s, "ml-b"), ==, 'f');
+  CHECK_OK(dlock_multilock_release(m));
+  CHECK_INT(psql_try(s, "ml-b"), ==, 't');
+  dlock_multilock_free(m);
+  dlock_lock_free(l[0]);
+  dlock_lock_free(l[1]);
+  dlock_client_free(c);
+  th_pg_stop(s);
+}
+
 /* A holder that freezes (SIGSTOP) stops its heartbeats: the server ends
  * its idle session after the lease, and a waiter gets the lock. */
 static void t_frozen_holder_loses(void) {
@@ -361,6 +397,7 @@ static const check_case_t cases[] = {
     {"dlock_excludes_psql", t_dlock_excludes_psql},
     {"read_side_with_psql", t_read_side_with_psql},
     {"statement_timeout_waits_on", t_statement_timeout_waits_on},
+    {"multilock", t_multilock},
     {"frozen_holder_loses", t_frozen_holder_loses},
     {"restart_reports_lost", t_restart_reports_lost},
     {"fence_survives_restart", t_fence_survives_restart},
