@@ -6,6 +6,8 @@
  *   - pairs/s of the bare SQL a client needs for a lock: one
  *     pg_try_advisory_lock and one pg_advisory_unlock on one connection
  *     (the two-statement floor, about half the limit),
+ *   - pairs/s of dlock's statements that also set the lease and owner (a
+ *     connection's first hold), sent bare,
  *   - dlock's pairs/s: dlock_lock_acquire (wait 0, watchdog lease) and
  *     dlock_lock_release.
  * Rounds alternate (limit, floor, dlock, limit, ...) so that drift of a
@@ -51,7 +53,8 @@ static double round_floor(PGconn *c, int n) {
   return rate(n, t0);
 }
 
-/* dlock's own statements (src/postgres/postgres.c), bare */
+/* dlock's statements that set the lease and owner (a connection's first
+ * hold, src/postgres/postgres.c), bare */
 static double round_dlock_sql(PGconn *c, int n) {
   const char *v[3] = {"bench-sql", "30000", "bench:1"};
   int64_t t0 = th_now_ms();
@@ -133,7 +136,9 @@ int main(int argc, char **argv) {
          rounds, n);
   printf("| SELECT 1 round trips, one connection | %.0f | 1.00 |\n", S);
   printf("| bare SQL pairs (try lock + unlock) | %.0f | %.2f |\n", F, F / S);
-  printf("| dlock's two statements, bare (libpq) | %.0f | %.2f |\n", Q, Q / S);
+  printf("| dlock's statements that set the lease and owner, bare | %.0f | "
+         "%.2f |\n",
+         Q, Q / S);
   printf("| dlock pairs (acquire wait 0 + release) | %.0f | %.2f (%.2f of "
          "the bare pairs) |\n",
          D, D / S, D / F);

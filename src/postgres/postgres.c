@@ -24,8 +24,12 @@
  *   calls lock_renew every third of the lease, which sends `SELECT 1` on
  *   each hold's connection (a heartbeat, resetting the server's idle
  *   clock); a heartbeat that fails closes that connection and reports the
- *   hold gone, so the core reports it lost. The release sets the timeout
- *   back to 0 before the connection returns to the pool.
+ *   hold gone, so the core reports it lost. The release leaves the
+ *   timeout (and the owner, the application_name) set: the pool records
+ *   each connection's timeout and since when it is idle, lends it only
+ *   well within that timeout, and a try on a connection whose timeout and
+ *   owner are already the ones wanted sends the bare pg_try_advisory_lock,
+ *   so that an uncontended pair costs what the bare two statements cost.
  * - Try (wait 0): pg_try_advisory_lock on a pooled connection. A wait:
  *   the first attempt tries (wait_hot is always false); then the attempt
  *   sends a blocking pg_advisory_lock asynchronously on a connection of
@@ -94,6 +98,16 @@ static const char *const sql_try[2] = {SQL_TRY(""), SQL_TRY("_shared")};
 static const char *const sql_lock[2] = {SQL_LOCK(""), SQL_LOCK("_shared")};
 static const char *const sql_unlock[2] = {SQL_UNLOCK(""),
                                           SQL_UNLOCK("_shared")};
+/* A try and a release on a connection whose lease and owner are set
+ * already (a pooled connection this owner used last with this lease):
+ * the settings stay, so the pair costs the bare statements. */
+static const char *const sql_try_bare[2] = {
+    "SELECT pg_try_advisory_lock(hashtextextended($1, 0)), pg_backend_pid()",
+    "SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0)), "
+    "pg_backend_pid()"};
+static const char *const sql_unlock_keep[2] = {
+    "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+    "SELECT pg_advisory_unlock_shared(hashtextextended($1, 0))"};
 /* the heartbeat: the server process must be the one that took the lock
  * (a transaction-mode pooler would hand statements to any) */
 static const char SQL_BEAT[] = "SELECT pg_backend_pid()";
@@ -135,6 +149,7 @@ typedef struct pg_hold {
   bool shared;   /* the read side (a shared advisory lock) */
   long pid;      /* the server process that took the lock */
   int64_t token; /* a fenced lock's token (0: none) */
+  int64_t idle;  /* its connection's idle_session_timeout (the lease) */
   bool busy;     /* a renewal is using conn */
 } pg_hold;
 
@@ -150,6 +165,7 @@ typedef struct pg_wait {
   bool got_err;
   char err[200];
   char sqlstate[6]; /* the statement's error, if it failed with one */
+  int64_t idle0;    /* conn's idle_session_timeout before the statement */
 } pg_wait;
 
 typedef struct pg {
@@ -165,6 +181,9 @@ typedef struct pg {
   pthread_mutex_t mu;
   pthread_cond_t cond;
   PGconn *idle[PG_POOL_MAX];
+  /* each pooled connection's idle_session_timeout (ms, 0 none) and since
+   * when it is idle: one idle too long for it is dropped, not lent */
+  int64_t idle_ms[PG_POOL_MAX], idle_since[PG_POOL_MAX];
   int nidle;
   pg_hold *holds;
   /* connections of holds whose heartbeat failed, closed only at the next
@@ -311,15 +330,23 @@ static int dial(pg *p, PGconn **out) {
   return 0;
 }
 
-/* An idle connection (pooled or new). *fresh tells which. */
-static int conn_get(pg *p, PGconn **out, bool *fresh) {
+/* An idle connection (pooled or new). *fresh tells which; *idle is its
+ * idle_session_timeout (0 on a new one). */
+static int conn_get(pg *p, PGconn **out, bool *fresh, int64_t *idle) {
   PGconn *c = NULL;
+  *idle = 0;
+  int64_t now = dlock__now_ms();
   pthread_mutex_lock(&p->mu);
   while (!c && p->nidle > 0) {
-    c = p->idle[--p->nidle];
-    if (PQstatus(c) != CONNECTION_OK) {
-      PQfinish(c);
+    p->nidle--;
+    c = p->idle[p->nidle];
+    *idle = p->idle_ms[p->nidle];
+    int64_t margin = *idle / 4 > 50 ? *idle / 4 : 50;
+    if (PQstatus(c) != CONNECTION_OK ||
+        (*idle > 0 && now - p->idle_since[p->nidle] >= *idle - margin)) {
+      PQfinish(c); /* gone, or soon ended by the server */
       c = NULL;
+      *idle = 0;
     }
   }
   pthread_mutex_unlock(&p->mu);
@@ -334,15 +361,21 @@ static int conn_get(pg *p, PGconn **out, bool *fresh) {
   return rc;
 }
 
-static void conn_put(pg *p, PGconn *c) {
+/* Pools c, whose idle_session_timeout is `idle` ms (0 none; -1 unknown:
+ * then it is closed). */
+static void conn_put(pg *p, PGconn *c, int64_t idle) {
   if (!c)
     return;
-  if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE) {
+  if (idle < 0 || PQstatus(c) != CONNECTION_OK ||
+      PQtransactionStatus(c) != PQTRANS_IDLE) {
     PQfinish(c);
     return;
   }
+  int64_t now = dlock__now_ms();
   pthread_mutex_lock(&p->mu);
   if (p->nidle < p->pool_max) {
+    p->idle_ms[p->nidle] = idle;
+    p->idle_since[p->nidle] = now;
     p->idle[p->nidle++] = c;
     c = NULL;
   }
@@ -449,12 +482,13 @@ static int64_t cmd_deadline(pg *p) {
   return dlock__deadline_after(p->command_timeout_ms);
 }
 
+/* The idle_session_timeout a lease sets (its maximum is INT_MAX ms). */
+static int64_t lease_idle(int64_t lease_ms) {
+  return lease_ms > 2147483647 ? 2147483647 : lease_ms < 1 ? 1 : lease_ms;
+}
+
 static void lease_text(int64_t lease_ms, char *buf, size_t cap) {
-  if (lease_ms > 2147483647)
-    lease_ms = 2147483647; /* idle_session_timeout's maximum */
-  if (lease_ms < 1)
-    lease_ms = 1;
-  snprintf(buf, cap, "%lld", (long long)lease_ms);
+  snprintf(buf, cap, "%lld", (long long)lease_idle(lease_ms));
 }
 
 /* ------------------------------------------------------------ bookkeeping */
@@ -514,7 +548,7 @@ static pg_wait *wait_find(pg *p, const char *name, const char *owner) {
 
 /* Unlocks (if granted) and pools a connection whose hold nobody claims. */
 static void give_back(pg *p, PGconn *c, const char *name, bool shared,
-                      bool granted) {
+                      bool granted, int64_t idle) {
   if (!c)
     return;
   if (granted) {
@@ -525,8 +559,9 @@ static void give_back(pg *p, PGconn *c, const char *name, bool shared,
       PQfinish(c); /* the session ends, and the lock with it */
       return;
     }
+    idle = 0; /* the unlock reset it */
   }
-  conn_put(p, c);
+  conn_put(p, c, idle);
 }
 
 /* ------------------------------------------------------------ operations */
@@ -544,13 +579,18 @@ static int pooler_error(pg *p, const char *name) {
                        p->where, name);
 }
 
-static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, bool *got,
-                    long *pid) {
+static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, int64_t idle,
+                    bool *got, long *pid) {
   char lease[32], out[48];
   lease_text(a->lease_ms, lease, sizeof lease);
   const char *v[3] = {a->name, lease, a->owner};
-  int rc = exec_sql(p, c, sql_try[is_shared(a->kind)], 3, v, cmd_deadline(p),
-                    out, sizeof out);
+  const char *app = PQparameterStatus(c, "application_name");
+  bool set =
+      idle != lease_idle(a->lease_ms) || !app || strcmp(app, a->owner) != 0;
+  int rc = exec_sql(p, c,
+                    set ? sql_try[is_shared(a->kind)]
+                        : sql_try_bare[is_shared(a->kind)],
+                    set ? 3 : 1, v, cmd_deadline(p), out, sizeof out);
   *got = rc == 0 && out[0] == 't';
   const char *bar = strchr(out, '|');
   *pid = bar ? atol(bar + 1) : 0;
@@ -589,18 +629,20 @@ static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
     if (rc) {
       char saved[512];
       snprintf(saved, sizeof saved, "%s", dlock_last_error());
-      give_back(p, c, a->name, false, true);
+      give_back(p, c, a->name, false, true, 0);
       return dlock__seterr(rc, "%s", saved);
     }
   }
   if (hold_add(p, a->name, a->owner, is_shared(a->kind), c, pid) != 0) {
-    give_back(p, c, a->name, is_shared(a->kind), true);
+    give_back(p, c, a->name, is_shared(a->kind), true, 0);
     return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
   }
   pthread_mutex_lock(&p->mu);
   pg_hold *h = hold_find(p, a->name, a->owner, is_shared(a->kind), NULL);
-  if (h)
+  if (h) {
     h->token = tok;
+    h->idle = lease_idle(a->lease_ms);
+  }
   pthread_mutex_unlock(&p->mu);
   if (token)
     *token = tok;
@@ -666,11 +708,12 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     memcpy(err, r->err, sizeof err);
     memcpy(state, r->sqlstate, sizeof state);
     r->sqlstate[0] = '\0';
+    int64_t idle0 = r->idle0;
     pthread_mutex_unlock(&p->mu);
     if (state[0]) {
       /* the statement failed, its session lives (and holds nothing from
        * it: its set_config calls were undone with it) */
-      conn_put(p, c);
+      conn_put(p, c, idle0);
       /* the server's statement_timeout or lock_timeout cut the wait
        * short: wait again */
       if (strcmp(state, "57014") == 0 || strcmp(state, "55P03") == 0) {
@@ -720,7 +763,8 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     /* within a wait: the server's queue does the waiting */
     PGconn *c;
     bool fresh;
-    int rc = conn_get(p, &c, &fresh);
+    int64_t idle0;
+    int rc = conn_get(p, &c, &fresh, &idle0);
     if (rc)
       return rc;
     char lease[32];
@@ -734,6 +778,7 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     }
     pthread_mutex_lock(&p->mu);
     r->conn = c;
+    r->idle0 = idle0;
     r->state = W_SENT;
     r->got_ok = r->got_err = false;
     pthread_mutex_unlock(&p->mu);
@@ -746,14 +791,15 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     PGconn *c;
     bool fresh, got = false;
     long pid = 0;
-    int rc = conn_get(p, &c, &fresh);
+    int64_t idle;
+    int rc = conn_get(p, &c, &fresh, &idle);
     if (rc)
       return rc;
-    rc = try_lock(p, a, c, &got, &pid);
+    rc = try_lock(p, a, c, idle, &got, &pid);
     if (rc == 0 && got)
       return grant(p, a, c, pid, token);
     if (rc == 0) {
-      conn_put(p, c);
+      conn_put(p, c, idle);
       return 0;
     }
     bool lost = PQstatus(c) != CONNECTION_OK;
@@ -807,12 +853,14 @@ static int pg_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   *link = h->next;
   pthread_mutex_unlock(&p->mu);
   PGconn *c = h->conn;
+  int64_t idle = h->idle;
   hold_free(h);
   if (!c)
     return DLOCK__REL_NOTOWNER; /* its session was lost */
   const char *v[1] = {name};
   char out[8];
-  int rc = exec_sql(p, c, sql_unlock[shared], 1, v, cmd_deadline(p), out,
+  /* the lease and owner settings stay for the connection's next hold */
+  int rc = exec_sql(p, c, sql_unlock_keep[shared], 1, v, cmd_deadline(p), out,
                     sizeof out);
   if (rc) {
     /* the server had closed the session (terminated, restarted): the lock
@@ -822,7 +870,7 @@ static int pg_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
     PQfinish(c);
     return closed ? DLOCK__REL_NOTOWNER : rc;
   }
-  conn_put(p, c);
+  conn_put(p, c, idle);
   return out[0] == 't' ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
 }
 
@@ -896,7 +944,8 @@ static int pg_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   }
   PGconn *c;
   bool fresh;
-  int rc = conn_get(p, &c, &fresh);
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
   if (rc)
     return rc;
   const char *v[1] = {name};
@@ -906,7 +955,7 @@ static int pg_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
     PQfinish(c);
     return rc;
   }
-  conn_put(p, c);
+  conn_put(p, c, idle);
   bool locked = atoll(val) > 0;
   if (q == DLOCK__Q_LOCKED)
     *out = locked;
@@ -930,7 +979,8 @@ static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   *out = NULL;
   PGconn *c;
   bool fresh;
-  int rc = conn_get(p, &c, &fresh);
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
   if (rc)
     return rc;
   const char *v[1] = {name};
@@ -966,7 +1016,7 @@ static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
     PQfinish(c);
     return rc;
   }
-  conn_put(p, c);
+  conn_put(p, c, idle);
   if (!res)
     return dlock__seterr(DLOCK_EPROTO, "postgres %s: no rows", p->where);
   int rows = PQntuples(res);
@@ -1023,7 +1073,8 @@ static int pg_lock_force_release(void *be, dlock_lock_kind_t kind,
   *deleted = false;
   PGconn *c;
   bool fresh;
-  int rc = conn_get(p, &c, &fresh);
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
   if (rc)
     return rc;
   const char *v[1] = {name};
@@ -1035,7 +1086,7 @@ static int pg_lock_force_release(void *be, dlock_lock_kind_t kind,
     PQfinish(c);
     return rc;
   }
-  conn_put(p, c);
+  conn_put(p, c, idle);
   *deleted = atoll(val) > 0;
   return 0;
 }
@@ -1044,7 +1095,8 @@ static int pg_ping(void *be) {
   pg *p = be;
   PGconn *c;
   bool fresh;
-  int rc = conn_get(p, &c, &fresh);
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
   if (rc)
     return rc;
   char out[8];
@@ -1052,7 +1104,7 @@ static int pg_ping(void *be) {
   if (rc)
     PQfinish(c);
   else
-    conn_put(p, c);
+    conn_put(p, c, idle);
   return rc;
 }
 
@@ -1132,6 +1184,7 @@ static void pg_wait_end(void *be, dlock__wait *w) {
   PGconn *c = r->conn;
   int state = r->state;
   bool got_ok = r->got_ok, got_err = r->got_err;
+  int64_t idle0 = r->idle0;
   pthread_mutex_unlock(&p->mu);
   w->reg = NULL;
   char err[sizeof r->err];
@@ -1144,7 +1197,7 @@ static void pg_wait_end(void *be, dlock__wait *w) {
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
   if (state == W_GRANTED) {
-    give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), true);
+    give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), true, 0);
   } else if (state == W_SENT) {
     bool granted = got_ok;
     if (!got_ok && !got_err)
@@ -1152,7 +1205,8 @@ static void pg_wait_end(void *be, dlock__wait *w) {
     else if (!PQisBusy(c)) /* drain what is left */
       granted = read_result(p, c, cmd_deadline(p), NULL, 0) == 0 && got_ok;
     if (c)
-      give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), granted);
+      give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), granted,
+                idle0);
   } else {
     PQfinish(c);
   }
@@ -1439,7 +1493,7 @@ static int pg_open(void **be, const char *url, const struct dlock_options *o,
     pg_free(p);
     return rc;
   }
-  conn_put(p, c);
+  conn_put(p, c, 0);
   *be = p;
   return 0;
 }
