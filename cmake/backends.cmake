@@ -6,18 +6,21 @@
 #   DLOCK_WITH_ZOOKEEPER  libzookeeper-mt (Debian: libzookeeper-mt-dev)
 #   DLOCK_WITH_ETCD       libcurl and json-c through pkg-config (Debian:
 #                         libcurl4-openssl-dev, libjson-c-dev)
+#   DLOCK_WITH_POSTGRES   libpq through pkg-config (Debian: libpq-dev)
 # AUTO (the default) builds the backend when its libraries are found, ON
 # fails here naming the packages when they are not, OFF never builds it.
 #
 # Sets, for the rest of the build (and in the cache, for scripts that read
 # an existing build directory's CMakeCache.txt):
-#   DLOCK_HAVE_ZOOKEEPER, DLOCK_HAVE_ETCD   TRUE or FALSE
+#   DLOCK_HAVE_ZOOKEEPER, DLOCK_HAVE_ETCD,
+#   DLOCK_HAVE_POSTGRES                      TRUE or FALSE
 #   DLOCK_BACKENDS                           the built backends' names
 #                                            ("redis zookeeper etcd")
 # and the imported targets the library links privately, named as the
 # installed CMake package names them again for the static library's
 # consumers (cmake/dlockConfig.cmake.in): dlock::hiredis, dlock::zookeeper_mt
-# (with its headers and THREADED), dlock::curl, dlock::json_c. Adding a
+# (with its headers and THREADED), dlock::curl, dlock::json_c, dlock::libpq.
+# Adding a
 # backend: its option and detection here, its sources in src/CMakeLists.txt,
 # its line in src/core/registry.c (docs/BACKENDS.md).
 
@@ -46,6 +49,7 @@ endfunction()
 
 dlock_backend_option(DLOCK_WITH_ZOOKEEPER "Build the ZooKeeper backend")
 dlock_backend_option(DLOCK_WITH_ETCD "Build the etcd backend")
+dlock_backend_option(DLOCK_WITH_POSTGRES "Build the PostgreSQL backend")
 
 set(_summary "redis (sentinel, cluster, redlock)")
 
@@ -108,6 +112,27 @@ else()
   endif()
 endif()
 
+# -------------------------------------------------------------- PostgreSQL
+# libpq (advisory locks, src/postgres/)
+set(DLOCK_HAVE_POSTGRES FALSE)
+if(DLOCK_WITH_POSTGRES STREQUAL "OFF")
+  string(APPEND _summary "; postgres: off (DLOCK_WITH_POSTGRES=OFF)")
+else()
+  pkg_check_modules(LIBPQ QUIET IMPORTED_TARGET libpq)
+  if(LIBPQ_FOUND)
+    set(DLOCK_HAVE_POSTGRES TRUE)
+    add_library(dlock::libpq INTERFACE IMPORTED)
+    target_link_libraries(dlock::libpq INTERFACE PkgConfig::LIBPQ)
+    string(APPEND _summary " postgres")
+  elseif(DLOCK_WITH_POSTGRES STREQUAL "ON")
+    message(FATAL_ERROR "DLOCK_WITH_POSTGRES=ON but libpq was not found "
+      "through pkg-config: install libpq-dev, or configure with "
+      "-DDLOCK_WITH_POSTGRES=OFF")
+  else()
+    string(APPEND _summary "; postgres: off (no libpq-dev)")
+  endif()
+endif()
+
 set(DLOCK_BACKENDS redis)
 if(DLOCK_HAVE_ZOOKEEPER)
   list(APPEND DLOCK_BACKENDS zookeeper)
@@ -115,11 +140,16 @@ endif()
 if(DLOCK_HAVE_ETCD)
   list(APPEND DLOCK_BACKENDS etcd)
 endif()
+if(DLOCK_HAVE_POSTGRES)
+  list(APPEND DLOCK_BACKENDS postgres)
+endif()
 string(REPLACE ";" " " DLOCK_BACKENDS "${DLOCK_BACKENDS}")
 set(DLOCK_HAVE_ZOOKEEPER ${DLOCK_HAVE_ZOOKEEPER} CACHE INTERNAL
   "the ZooKeeper backend is built")
 set(DLOCK_HAVE_ETCD ${DLOCK_HAVE_ETCD} CACHE INTERNAL
   "the etcd backend is built")
+set(DLOCK_HAVE_POSTGRES ${DLOCK_HAVE_POSTGRES} CACHE INTERNAL
+  "the PostgreSQL backend is built")
 set(DLOCK_BACKENDS ${DLOCK_BACKENDS} CACHE INTERNAL
   "the backends built, as dlock_backends() lists them")
 message(STATUS "dlock backends: ${_summary}")

@@ -27,19 +27,25 @@
 #ifdef DLOCK_HAVE_ETCD
 #include "etcd/etcd.h"
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+#include "postgres/postgres.h"
+#endif
 
 static const dlock__backend_ops *const built[] = {
-    &dlock__redis_backend,
-    &dlock__redis_cluster_backend,
+    &dlock__redis_backend,     &dlock__redis_cluster_backend,
 #ifdef DLOCK_HAVE_ZOOKEEPER
     &dlock__zookeeper_backend,
 #endif
 #ifdef DLOCK_HAVE_ETCD
     &dlock__etcd_backend,
 #endif
+#ifdef DLOCK_HAVE_POSTGRES
+    &dlock__postgres_backend,
+#endif
 };
 
-#if !defined(DLOCK_HAVE_ZOOKEEPER) || !defined(DLOCK_HAVE_ETCD)
+#if !defined(DLOCK_HAVE_ZOOKEEPER) || !defined(DLOCK_HAVE_ETCD) ||             \
+    !defined(DLOCK_HAVE_POSTGRES)
 static const dlock__backend_absent absent[] = {
 #ifndef DLOCK_HAVE_ZOOKEEPER
     {"zookeeper", (const char *const[]){"zookeeper", "zk", NULL},
@@ -49,6 +55,10 @@ static const dlock__backend_absent absent[] = {
     {"etcd", (const char *const[]){"etcd", "etcds", NULL},
      "rebuild with -DDLOCK_WITH_ETCD=ON (needs libcurl4-openssl-dev and "
      "libjson-c-dev)"},
+#endif
+#ifndef DLOCK_HAVE_POSTGRES
+    {"postgres", (const char *const[]){"postgres", "postgresql", NULL},
+     "rebuild with -DDLOCK_WITH_POSTGRES=ON (needs libpq-dev)"},
 #endif
 };
 #define ABSENT absent
@@ -76,6 +86,9 @@ const char *dlock_backends(void) {
 #endif
 #ifdef DLOCK_HAVE_ETCD
          " etcd"
+#endif
+#ifdef DLOCK_HAVE_POSTGRES
+         " postgres"
 #endif
       ;
 }

@@ -36,6 +36,8 @@
  * holders against N instead of 1. leader_faults_zk and leader_faults_etcd
  * hit the service itself: its leader killed or stopped while one process
  * holds and three wait (no waiter may give up; the gaps are reported).
+ * kill_holder_pg, pause_holder_pg and partition_pg run the fenced lock on
+ * one PostgreSQL server (its lease: the session's idle_session_timeout).
  * Main thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
@@ -46,6 +48,7 @@
 #include "fnet.h"
 #include "fproc.h"
 #include "harness.h"
+#include "pg.h"
 #include "sentinel.h"
 #include "zk.h"
 
@@ -76,6 +79,7 @@ typedef struct env {
   th_cluster_t *cluster; /* the lock servers of a _cluster case, or NULL */
   th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
   th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
+  th_pg_t *pg;           /* a _pg case's PostgreSQL server, or NULL */
   th_sentinels_t *sent;  /* a _sentinel case's master, replica, sentinels */
   char url[520];         /* the URL the workers lock on */
   char resource[64];     /* "127.0.0.1:PORT" of the resource server */
@@ -102,7 +106,14 @@ static void find_worker(void) {
 }
 
 /* Where a scenario's locks live. */
-typedef enum backend { B_REDIS, B_CLUSTER, B_ZK, B_ETCD, B_SENTINEL } backend_t;
+typedef enum backend {
+  B_REDIS,
+  B_CLUSTER,
+  B_ZK,
+  B_ETCD,
+  B_SENTINEL,
+  B_PG
+} backend_t;
 
 /* The lock servers: one redis-server (with lock_conf), a 3-master Redis
  * Cluster, a 3-node ZooKeeper ensemble or a 3-member etcd cluster; then
@@ -137,6 +148,15 @@ static void env_start_on(env_t *e, const char *const *lock_conf,
     url = th_etcd_url(e->etcd);
 #else
     CHECKF(false, "this build has no etcd backend");
+#endif
+    break;
+  case B_PG:
+#ifdef TH_HAVE_POSTGRES
+    e->pg = th_pg_start();
+    CHECK(e->pg);
+    url = th_pg_url(e->pg);
+#else
+    CHECKF(false, "this build has no postgres backend");
 #endif
     break;
   case B_SENTINEL: /* the lock server changes with a failover */
@@ -186,6 +206,10 @@ static void env_stop(env_t *e) {
 #ifdef TH_HAVE_ETCD
   else if (e->etcd)
     th_etcd_stop(e->etcd);
+#endif
+#ifdef TH_HAVE_POSTGRES
+  else if (e->pg)
+    th_pg_stop(e->pg);
 #endif
   else
     th_server_stop(e->lock);
@@ -409,6 +433,11 @@ static const kcase_t K_ZK = {
     "_zk", {"fenced", "fenced", "fenced"}, WAIT20, 1500, 0, B_ZK, 2000};
 static const kcase_t K_ETCD = {
     "_etcd", {"fenced", "fenced", "fenced"}, WAIT20, 1500, 0, B_ETCD, 2000};
+/* PostgreSQL: the fenced lock (tokens from its dlock_fence row) on one
+ * server; the watchdog lease is the session's idle_session_timeout, so the
+ * service's slack is its timer's (and a kill is seen at once). */
+static const kcase_t K_PG = {
+    "_pg", {"fenced", "fenced", "fenced"}, WAIT20, 300, 0, B_PG, 0};
 
 /* What a hold lasts once its holder stops: the watchdog lease (1000 ms,
  * as the workers are told), or the session. */
@@ -475,7 +504,7 @@ static void stop_fillers(fproc_t **f, int n) {
 static int64_t lease_left(env_t *e, const kcase_t *k, const char *lock,
                           const char *acq) {
   if (!e->lock) /* a session: it runs out in full once its client stops */
-    return k->session_ms;
+    return lease_of(k);
   if (k->limit == 0)
     return th_redis_int(e->lock, "PTTL %s", lock);
   char key[128], id[64];
@@ -2039,6 +2068,9 @@ static void t_kill_holder_zk(void) { kill_holder(&K_ZK); }
 static void t_pause_holder_zk(void) { pause_holder(&K_ZK); }
 static void t_kill_holder_etcd(void) { kill_holder(&K_ETCD); }
 static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
+static void t_kill_holder_pg(void) { kill_holder(&K_PG); }
+static void t_pause_holder_pg(void) { pause_holder(&K_PG); }
+static void t_partition_pg(void) { partition_group(&K_PG); }
 
 /* ------------------------------------------- leader killed or paused */
 
@@ -2558,6 +2590,9 @@ static const check_case_t cases[] = {
     {"partition_cluster", t_partition_cluster},
     {"partition_zk", t_partition_zk},
     {"partition_etcd", t_partition_etcd},
+    {"kill_holder_pg", t_kill_holder_pg},
+    {"pause_holder_pg", t_pause_holder_pg},
+    {"partition_pg", t_partition_pg},
     {"leader_faults_sentinel", t_leader_faults_sentinel},
     {"leader_faults_zk", t_leader_faults_zk},
     {"leader_faults_etcd", t_leader_faults_etcd},

@@ -3,8 +3,9 @@
  *
  * Design note: a table of the backends this build tests, each a start and
  * a stop over its own harness (harness.c for Redis, sentinel.c for a
- * Sentinel-managed master, cluster.c for a Redis Cluster; zk.c and etcd.c when
- * TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD are defined by the build). The choice is
+ * Sentinel-managed master, cluster.c for a Redis Cluster; zk.c, etcd.c and
+ * pg.c when TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD / TH_HAVE_POSTGRES are defined
+ * by the build). The choice is
  * read from the environment so that ctest can run one test binary once per
  * backend. Single threaded (main thread).
  */
@@ -14,14 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
 #include "cluster.h"
+#include "harness.h"
 #include "sentinel.h"
 #ifdef TH_HAVE_ZOOKEEPER
 #include "zk.h"
 #endif
 #ifdef TH_HAVE_ETCD
 #include "etcd.h"
+#endif
+#ifdef TH_HAVE_POSTGRES
+#include "pg.h"
 #endif
 
 struct th_backend {
@@ -55,8 +59,7 @@ th_backend_t *th_backend_start(void) {
       b->stop = stop_redis;
       url = s->url;
     }
-  }
-  else if (strcmp(name, "cluster") == 0) {
+  } else if (strcmp(name, "cluster") == 0) {
     th_cluster_t *t = th_cluster_start();
     if (t) {
       b->name = "redis-cluster";
@@ -64,8 +67,7 @@ th_backend_t *th_backend_start(void) {
       b->stop = (void (*)(void *))th_cluster_stop;
       url = t->url;
     }
-  }
-  else if (strcmp(name, "sentinel") == 0) {
+  } else if (strcmp(name, "sentinel") == 0) {
     th_sentinels_t *t = th_sentinels_start();
     if (t) {
       b->name = "sentinel";
@@ -96,9 +98,21 @@ th_backend_t *th_backend_start(void) {
     }
   }
 #endif
+#ifdef TH_HAVE_POSTGRES
+  else if (strcmp(name, "postgres") == 0) {
+    th_pg_t *p = th_pg_start();
+    if (p) {
+      b->name = "postgres";
+      b->impl = p;
+      b->stop = (void (*)(void *))th_pg_stop;
+      url = th_pg_url(p);
+    }
+  }
+#endif
   else {
-    fprintf(stderr, "th_backend_start: no backend \"%s\" in this build "
-                    "(members %d)\n",
+    fprintf(stderr,
+            "th_backend_start: no backend \"%s\" in this build "
+            "(members %d)\n",
             name, members());
   }
   if (!url || strlen(url) >= sizeof b->url) {

@@ -74,6 +74,9 @@ static const offers_t offers[] = {
     {.backend = "etcd",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
                    K(DLOCK_READ) | K(DLOCK_WRITE)},
+    {.backend = "postgres",
+     .lock_kinds =
+         K(DLOCK_REENTRANT) | K(DLOCK_FENCED) | K(DLOCK_READ) | K(DLOCK_WRITE)},
 };
 
 static unsigned offered_kinds(void) {
@@ -85,11 +88,16 @@ static unsigned offered_kinds(void) {
 
 static const char *kind_name(dlock_lock_kind_t k) {
   switch (k) {
-  case DLOCK_REENTRANT: return "reentrant";
-  case DLOCK_FAIR: return "fair";
-  case DLOCK_FENCED: return "fenced";
-  case DLOCK_READ: return "read";
-  case DLOCK_WRITE: return "write";
+  case DLOCK_REENTRANT:
+    return "reentrant";
+  case DLOCK_FAIR:
+    return "fair";
+  case DLOCK_FENCED:
+    return "fenced";
+  case DLOCK_READ:
+    return "read";
+  case DLOCK_WRITE:
+    return "write";
   }
   return "?";
 }
@@ -473,10 +481,10 @@ static void t_fencing_tokens_grow(void) {
   for (int i = 0; i < 6; i++) {
     dlock_lock_t *l = i % 2 ? lb : la;
     int64_t token = 0;
-    CHECK_OK(dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG,
-                                       &token));
-    CHECKF(token > last, "grant %d: token %lld after %lld", i,
-           (long long)token, (long long)last);
+    CHECK_OK(
+        dlock_lock_acquire_fenced(l, WAIT_MS, DLOCK_LEASE_WATCHDOG, &token));
+    CHECKF(token > last, "grant %d: token %lld after %lld", i, (long long)token,
+           (long long)last);
     last = token;
     CHECK_OK(dlock_lock_release(l));
   }

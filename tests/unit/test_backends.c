@@ -7,8 +7,8 @@
  * that the registry agrees: a URL of a built optional backend reaches that
  * backend's own parser (a URL without a host, refused before any network
  * I/O), a URL of a missing one gets the "rebuild with" line.
- * `absent_zookeeper` and `absent_etcd` are registered only in a build
- * without that backend: each of its schemes, in any case, fails with
+ * `absent_zookeeper`, `absent_etcd` and `absent_postgres` are registered only
+ * in a build without that backend: each of its schemes, in any case, fails with
  * DLOCK_EURL and exactly the one line that says how to get it, and so does
  * a Redlock node given such a URL. No server needed.
  */
@@ -42,6 +42,14 @@ static const optional_t ETCD = {
     {"etcd://", "etcds://", NULL},
     "this build has no etcd backend: rebuild with -DDLOCK_WITH_ETCD=ON "
     "(needs libcurl4-openssl-dev and libjson-c-dev)"};
+
+static const optional_t POSTGRES = {
+    "postgres",
+    {"postgres://127.0.0.1:5432/db", "postgresql://u:p@127.0.0.1/db",
+     "PostgreSQL://127.0.0.1", NULL},
+    {"postgres://127.0.0.1/db?no_such_parameter=1", "postgresql://[::1", NULL},
+    "this build has no postgres backend: rebuild with "
+    "-DDLOCK_WITH_POSTGRES=ON (needs libpq-dev)"};
 
 /* Whether the space-separated list has the word. */
 static bool listed_in(const char *list, const char *word) {
@@ -92,7 +100,7 @@ static void t_listed(void) {
   CHECK_STR(have, DLOCK_EXPECTED_BACKENDS);
   CHECK(strncmp(have, "redis", 5) == 0);
   CHECK(dlock_backends() == have); /* static storage */
-  const optional_t *opt[] = {&ZOOKEEPER, &ETCD};
+  const optional_t *opt[] = {&ZOOKEEPER, &ETCD, &POSTGRES};
   for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
     printf("%s: %s\n", opt[i]->name,
            listed_in(have, opt[i]->name) ? "built" : "not built");
@@ -117,10 +125,16 @@ static void t_absent_etcd(void) {
   check_absent(&ETCD);
 }
 
+static void t_absent_postgres(void) {
+  CHECK(!listed_in(dlock_backends(), "postgres"));
+  check_absent(&POSTGRES);
+}
+
 static const check_case_t cases[] = {
     {"listed", t_listed},
     {"absent_zookeeper", t_absent_zookeeper},
     {"absent_etcd", t_absent_etcd},
+    {"absent_postgres", t_absent_postgres},
 };
 
 CHECK_MAIN(cases)

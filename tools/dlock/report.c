@@ -106,6 +106,8 @@ static const char *server_kind(const char *url) {
       {"zk://", " (is the ZooKeeper server running?)"},
       {"etcd://", " (is etcd running?)"},
       {"etcds://", " (is etcd running?)"},
+      {"postgres://", " (is PostgreSQL running?)"},
+      {"postgresql://", " (is PostgreSQL running?)"},
       {"redis-sentinel://", " (are the sentinels running?)"},
       {"redis-cluster://", " (are the cluster's nodes running?)"},
   };
@@ -127,8 +129,9 @@ static const char *hint_for(const struct cli_ctx *c, int err) {
            "--password-file)";
   case DLOCK_EURL:
     return " (expected redis://[[user]:password@]host[:port][/db], "
-           "unix:///path/redis.sock, zookeeper://host[:port][,...] or "
-           "etcd://host:port[,host:port...])";
+           "unix:///path/redis.sock, zookeeper://host[:port][,...], "
+           "etcd://host:port[,host:port...] or "
+           "postgres://[user@]host[:port]/db)";
   case DLOCK_EWRONGTYPE:
     return " (that key is not a lock: choose another NAME)";
   case DLOCK_ENOMEM:

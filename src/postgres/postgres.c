@@ -1,0 +1,1513 @@
+/*
+ * postgres.c - the PostgreSQL backend: session-level advisory locks.
+ *
+ *   postgres://[user[:password]@]host[:port][/dbname][?param=value...]
+ *   postgresql://...   (libpq's own URI syntax, parsed by libpq)
+ *
+ * Design note
+ * - The URL is parsed by libpq (PQconninfoParse): every libpq parameter
+ *   works as libpq documents it. dlock adds, unless the URL sets them:
+ *   application_name=dlock, client_encoding=UTF8, TCP keepalives and
+ *   tcp_user_timeout from the watchdog lease. dlock_options_set_credentials
+ *   overrides the URL's user and password.
+ * - The lock of name N is the session-level advisory lock on the 64-bit key
+ *   hashtextextended(N, 0), computed by the server, so that
+ *   `SELECT pg_advisory_lock(hashtextextended('N', 0))` in psql takes the
+ *   same lock (docs/POSTGRES.md).
+ * - Advisory locks belong to sessions: every hold (name, owner) keeps the
+ *   connection that took it until its release; reentry counts locally on
+ *   that hold. Connections not holding nor waiting sit in an idle pool.
+ * - The lease is the server's: the statement that takes the lock also sets
+ *   idle_session_timeout to the lease (PostgreSQL 14 or later), so a holder
+ *   that stops talking for longer than its lease has its session ended by
+ *   the server and the lock goes to the next waiter. The core's watchdog
+ *   calls lock_renew every third of the lease, which sends `SELECT 1` on
+ *   each hold's connection (a heartbeat, resetting the server's idle
+ *   clock); a heartbeat that fails closes that connection and reports the
+ *   hold gone, so the core reports it lost. The release leaves the
+ *   timeout (and the owner, the application_name) set: the pool records
+ *   each connection's timeout and since when it is idle, lends it only
+ *   well within that timeout, and a try on a connection whose timeout and
+ *   owner are already the ones wanted sends the bare pg_try_advisory_lock,
+ *   so that an uncontended pair costs what the bare two statements cost.
+ * - Try (wait 0): pg_try_advisory_lock on a pooled connection. A wait:
+ *   the first attempt tries (wait_hot is always false); then the attempt
+ *   sends a blocking pg_advisory_lock asynchronously on a connection of
+ *   the wait's own and returns 0 with no bound (-1). The event loop polls
+ *   the sockets of such pending statements (loop_prepare / loop_dispatch)
+ *   and wakes the wait when its statement finished; the next attempt
+ *   claims the granted connection with one `SELECT 1` (which restarts the
+ *   server's idle clock after the attempt's send time, so the hold's date
+ *   is safe). A wait that ends without claiming cancels its statement
+ *   with libpq's cancel request and unlocks a grant that raced with it.
+ * - Kinds: reentrant, fenced and the write side of a read-write lock take
+ *   the exclusive advisory lock of the name (one lock for the three); the
+ *   read side takes its shared lock (pg_advisory_lock_shared). A thread
+ *   never holds both sides (its two sessions would block each other):
+ *   DLOCK_EDEADLK. The fair lock, semaphores and latches are not offered:
+ *   the core refuses them with DLOCK_ENOTSUP before anything is sent. A fenced
+ * grant raises the name's row of the table dlock_fence (created on first use)
+ * on the holding connection while the lock is held, so tokens grow with every
+ * grant and survive a restart. Semaphores and latches are not offered
+ * (sync_kinds 0).
+ * - Locking: p->mu guards the pool, the holds and the waits' states; it is
+ *   never held across I/O. A hold's connection is used by one thread at a
+ *   time: a renewal marks the hold busy, and a release waits on p->cond
+ *   until it is not.
+ */
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/alloc.h"
+#include "core/backend.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/options.h"
+#include "core/wait.h"
+#include "postgres/postgres.h"
+
+#define PG_POOL_MAX 16
+#define PG_MIN_VERSION 140000
+#define PG_KW_MAX 64
+
+static const char *const pg_schemes[] = {"postgres", "postgresql", NULL};
+
+/* The SQL (docs/POSTGRES.md shows it). $1 the name, $2 the lease in ms,
+ * $3 the owner, shown as the session's application_name while it holds or
+ * waits (pg_stat_activity; dlock_lock_state reads it back). */
+/* [0] exclusive (reentrant, fenced, write), [1] shared (read) */
+#define SQL_TRY(f)                                                             \
+  "SELECT CASE WHEN pg_try_advisory_lock" f "(hashtextextended($1, 0)) "       \
+  "THEN set_config('idle_session_timeout', $2, false) IS NOT NULL AND "        \
+  "set_config('application_name', $3, false) IS NOT NULL "                     \
+  "ELSE false END, pg_backend_pid()"
+#define SQL_LOCK(f)                                                            \
+  "SELECT set_config('application_name', $3, false), "                         \
+  "pg_advisory_lock" f "(hashtextextended($1, 0)), "                           \
+  "set_config('idle_session_timeout', $2, false), pg_backend_pid()"
+#define SQL_UNLOCK(f)                                                          \
+  "SELECT pg_advisory_unlock" f "(hashtextextended($1, 0)), "                  \
+  "set_config('idle_session_timeout', '0', false), "                           \
+  "set_config('application_name', 'dlock', false)"
+static const char *const sql_try[2] = {SQL_TRY(""), SQL_TRY("_shared")};
+static const char *const sql_lock[2] = {SQL_LOCK(""), SQL_LOCK("_shared")};
+static const char *const sql_unlock[2] = {SQL_UNLOCK(""),
+                                          SQL_UNLOCK("_shared")};
+/* A try and a release on a connection whose lease and owner are set
+ * already (a pooled connection this owner used last with this lease):
+ * the settings stay, so the pair costs the bare statements. */
+static const char *const sql_try_bare[2] = {
+    "SELECT pg_try_advisory_lock(hashtextextended($1, 0)), pg_backend_pid()",
+    "SELECT pg_try_advisory_lock_shared(hashtextextended($1, 0)), "
+    "pg_backend_pid()"};
+static const char *const sql_unlock_keep[2] = {
+    "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+    "SELECT pg_advisory_unlock_shared(hashtextextended($1, 0))"};
+/* the heartbeat: the server process must be the one that took the lock
+ * (a transaction-mode pooler would hand statements to any) */
+static const char SQL_BEAT[] = "SELECT pg_backend_pid()";
+/* Fencing tokens: one row per fenced name, its token raised by every grant
+ * while the lock is held (so grants of a name are serialised), in a table
+ * created on first use; a resource checks a token against it
+ * (docs/POSTGRES.md). */
+static const char SQL_TOKEN[] =
+    "INSERT INTO dlock_fence AS f (key, name, token) VALUES "
+    "(hashtextextended($1, 0), $1, 1) ON CONFLICT (key) DO UPDATE SET token "
+    "= f.token + 1 RETURNING token";
+static const char SQL_FENCE_TABLE[] =
+    "CREATE TABLE IF NOT EXISTS dlock_fence (key bigint PRIMARY KEY, name "
+    "text NOT NULL, token bigint NOT NULL)";
+/* pg_locks rows of the lock $1: a bigint key is classid (high 32 bits),
+ * objid (low 32 bits) and objsubid 1 */
+#define SQL_MATCH                                                              \
+  "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = (SELECT oid "   \
+  "FROM pg_database WHERE datname = current_database()) AND l.classid = "      \
+  "((hashtextextended($1, 0) >> 32) & 4294967295)::oid AND l.objid = "         \
+  "(hashtextextended($1, 0) & 4294967295)::oid"
+static const char SQL_LOCKED[] =
+    "SELECT count(*) FROM pg_locks l WHERE l.granted AND " SQL_MATCH;
+static const char SQL_STATE[] =
+    "SELECT l.granted, l.pid, coalesce(a.application_name, ''), l.mode FROM "
+    "pg_locks "
+    "l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE " SQL_MATCH
+    " ORDER BY l.granted DESC, l.waitstart NULLS FIRST LIMIT 101";
+/* ends the holding sessions, waiting up to 5 s for each to end */
+static const char SQL_FORCE[] =
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid, 5000)) FROM "
+    "pg_locks l WHERE l.granted AND " SQL_MATCH;
+
+typedef struct pg_hold {
+  struct pg_hold *next;
+  char *name, *owner;
+  PGconn *conn; /* NULL once a heartbeat failed: the hold is gone */
+  int64_t count;
+  bool shared;   /* the read side (a shared advisory lock) */
+  long pid;      /* the server process that took the lock */
+  int64_t token; /* a fenced lock's token (0: none) */
+  int64_t idle;  /* its connection's idle_session_timeout (the lease) */
+  bool busy;     /* a renewal is using conn */
+} pg_hold;
+
+enum { W_IDLE, W_SENT, W_GRANTED, W_FAILED };
+
+typedef struct pg_wait {
+  struct pg_wait *next;
+  dlock__wait *w;
+  PGconn *conn;
+  int state;
+  bool got_ok; /* W_SENT: the statement's result came, and said granted */
+  long pid;    /* the server process the statement ran on */
+  bool got_err;
+  char err[200];
+  char sqlstate[6]; /* the statement's error, if it failed with one */
+  int64_t idle0;    /* conn's idle_session_timeout before the statement */
+} pg_wait;
+
+typedef struct pg {
+  struct dlock_client *core;
+  int64_t connect_timeout_ms, command_timeout_ms;
+  int pool_max;
+  const char *kw[PG_KW_MAX + 1];
+  const char *val[PG_KW_MAX + 1];
+  char *owned[PG_KW_MAX * 2]; /* strings kw/val point to */
+  int nowned;
+  char where[160]; /* host:port/db, for messages */
+  char *password;  /* scrubbed from messages */
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  PGconn *idle[PG_POOL_MAX];
+  /* each pooled connection's idle_session_timeout (ms, 0 none) and since
+   * when it is idle: one idle too long for it is dropped, not lent */
+  int64_t idle_ms[PG_POOL_MAX], idle_since[PG_POOL_MAX];
+  int nidle;
+  pg_hold *holds;
+  /* connections of holds whose heartbeat failed, closed only at the next
+   * renewal pass (or close): closing at once could end the session on the
+   * server (its FIN may get through where the heartbeat did not) before
+   * the core has reported the hold lost */
+  PGconn *doomed[16];
+  int ndoomed;
+  pg_wait *waits;
+} pg;
+
+static void quiet_notices(void *arg, const char *msg) {
+  (void)arg;
+  (void)msg;
+}
+
+/* libpq's message on one line: newlines become "; ", no trailing space. */
+static void one_line(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  bool sep = false;
+  for (const char *s = in ? in : ""; *s && o + 3 < cap; s++) {
+    if (*s == '\n' || *s == '\r' || *s == '\t') {
+      sep = o > 0;
+      continue;
+    }
+    if (sep) {
+      out[o++] = ';';
+      out[o++] = ' ';
+      sep = false;
+    }
+    if (*s == ' ' && o > 0 && out[o - 1] == ' ')
+      continue;
+    out[o++] = *s;
+  }
+  while (o > 0 && (out[o - 1] == ' ' || out[o - 1] == ';'))
+    o--;
+  out[o] = '\0';
+}
+
+static int pg_err(pg *p, int code, const char *what, const char *libpq_msg) {
+  char line[400];
+  one_line(libpq_msg, line, sizeof line);
+  dlock__seterr(code, "postgres %s: %s%s%s", p->where, what,
+                line[0] ? ": " : "", line);
+  if (p->password && p->password[0])
+    dlock__scrub_error(p->password);
+  return code;
+}
+
+/* The code a failed connection attempt gets, from libpq's text. */
+static int connect_code(const char *msg) {
+  if (!msg)
+    return DLOCK_EUNAVAILABLE;
+  if (strstr(msg, "password authentication failed") ||
+      strstr(msg, "no password supplied") ||
+      strstr(msg, "authentication failed") ||
+      strstr(msg, "no pg_hba.conf entry"))
+    return DLOCK_EAUTH;
+  if (strstr(msg, "does not exist"))
+    return DLOCK_ESERVER;
+  if (strstr(msg, "SSL") && strstr(msg, "certificate"))
+    return DLOCK_ETLS;
+  if (strstr(msg, "invalid response to SSL negotiation") ||
+      strstr(msg, "expected authentication request") ||
+      strstr(msg, "unsupported frontend protocol") ||
+      strstr(msg, "invalid length of startup packet") ||
+      strstr(msg, "received invalid response") ||
+      strstr(msg, "unexpected message from server") ||
+      strstr(msg, "server closed the connection unexpectedly"))
+    return DLOCK_EPROTO;
+  return DLOCK_EUNAVAILABLE;
+}
+
+/* ------------------------------------------------------------ connections */
+
+static int wait_socket(PGconn *c, short ev, int64_t deadline) {
+  struct pollfd pfd = {.fd = PQsocket(c), .events = ev};
+  if (pfd.fd < 0)
+    return -1;
+  for (;;) {
+    int t = dlock__poll_timeout(deadline);
+    int n = poll(&pfd, 1, t);
+    if (n > 0)
+      return 1;
+    if (n == 0)
+      return 0;
+  }
+}
+
+static int dial(pg *p, PGconn **out) {
+  *out = NULL;
+  int64_t deadline = dlock__deadline_after(p->connect_timeout_ms);
+  PGconn *c = PQconnectStartParams(p->kw, p->val, 0);
+  if (!c)
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  if (PQstatus(c) == CONNECTION_BAD) {
+    int code = connect_code(PQerrorMessage(c));
+    pg_err(p, code, "cannot connect", PQerrorMessage(c));
+    PQfinish(c);
+    return code;
+  }
+  PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+  while (st != PGRES_POLLING_OK) {
+    if (st == PGRES_POLLING_FAILED) {
+      int code = connect_code(PQerrorMessage(c));
+      const char *msg = PQerrorMessage(c);
+      pg_err(p, code,
+             code == DLOCK_EPROTO ? "cannot connect (is it a PostgreSQL "
+                                    "server?)"
+                                  : "cannot connect",
+             msg);
+      PQfinish(c);
+      return code;
+    }
+    int r = wait_socket(c, st == PGRES_POLLING_READING ? POLLIN : POLLOUT,
+                        deadline);
+    if (r == 0) {
+      PQfinish(c);
+      dlock__seterr(DLOCK_EIOTIMEOUT,
+                    "postgres %s: no answer within the connect timeout "
+                    "(%lld ms; is it a PostgreSQL server?)",
+                    p->where, (long long)p->connect_timeout_ms);
+      dlock__err_set_unsent(true);
+      return DLOCK_EIOTIMEOUT;
+    }
+    st = PQconnectPoll(c);
+  }
+  PQsetNoticeProcessor(c, quiet_notices, NULL);
+  if (PQserverVersion(c) < PG_MIN_VERSION) {
+    int v = PQserverVersion(c);
+    PQfinish(c);
+    return dlock__seterr(DLOCK_ENOTSUP,
+                         "postgres %s: the server is version %d.%d; dlock "
+                         "needs PostgreSQL 14 or later (idle_session_timeout "
+                         "enforces the lease)",
+                         p->where, v / 10000, v % 10000);
+  }
+  if (PQsetnonblocking(c, 1) != 0) {
+    PQfinish(c);
+    return dlock__seterr(DLOCK_ESYS, "postgres: cannot make the connection "
+                                     "non-blocking");
+  }
+  *out = c;
+  return 0;
+}
+
+/* An idle connection (pooled or new). *fresh tells which; *idle is its
+ * idle_session_timeout (0 on a new one). */
+static int conn_get(pg *p, PGconn **out, bool *fresh, int64_t *idle) {
+  PGconn *c = NULL;
+  *idle = 0;
+  int64_t now = dlock__now_ms();
+  pthread_mutex_lock(&p->mu);
+  while (!c && p->nidle > 0) {
+    p->nidle--;
+    c = p->idle[p->nidle];
+    *idle = p->idle_ms[p->nidle];
+    int64_t margin = *idle / 4 > 50 ? *idle / 4 : 50;
+    if (PQstatus(c) != CONNECTION_OK ||
+        (*idle > 0 && now - p->idle_since[p->nidle] >= *idle - margin)) {
+      PQfinish(c); /* gone, or soon ended by the server */
+      c = NULL;
+      *idle = 0;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  *fresh = c == NULL;
+  if (c) {
+    *out = c;
+    return 0;
+  }
+  int rc = dial(p, out);
+  if (rc)
+    dlock__err_set_unsent(true);
+  return rc;
+}
+
+/* Pools c, whose idle_session_timeout is `idle` ms (0 none; -1 unknown:
+ * then it is closed). */
+static void conn_put(pg *p, PGconn *c, int64_t idle) {
+  if (!c)
+    return;
+  if (idle < 0 || PQstatus(c) != CONNECTION_OK ||
+      PQtransactionStatus(c) != PQTRANS_IDLE) {
+    PQfinish(c);
+    return;
+  }
+  int64_t now = dlock__now_ms();
+  pthread_mutex_lock(&p->mu);
+  if (p->nidle < p->pool_max) {
+    p->idle_ms[p->nidle] = idle;
+    p->idle_since[p->nidle] = now;
+    p->idle[p->nidle++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (c)
+    PQfinish(c);
+}
+
+/* Sends sql on c (non-blocking), flushing by deadline. */
+static int send_sql(pg *p, PGconn *c, const char *sql, int n,
+                    const char *const *vals, int64_t deadline) {
+  if (!PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0))
+    return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+  for (;;) {
+    int f = PQflush(c);
+    if (f == 0)
+      return 0;
+    if (f < 0)
+      return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
+                    PQerrorMessage(c));
+    int r = wait_socket(c, POLLOUT | POLLIN, deadline);
+    if (r == 0)
+      return dlock__seterr(DLOCK_EIOTIMEOUT,
+                           "postgres %s: could not send within %lld ms",
+                           p->where, (long long)p->command_timeout_ms);
+    if (r > 0 && !PQconsumeInput(c))
+      return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
+                    PQerrorMessage(c));
+  }
+}
+
+/* The code of a statement's error result. */
+static int result_error(pg *p, const PGresult *r) {
+  const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  const char *msg = PQresultErrorMessage(r);
+  if (state && (strcmp(state, "22021") == 0 || strcmp(state, "22P05") == 0))
+    return pg_err(p, DLOCK_EINVAL,
+                  "the lock name is not valid text in the database's "
+                  "encoding (names must be UTF-8)",
+                  msg);
+  if (state && strncmp(state, "57P", 3) == 0)
+    return pg_err(p, DLOCK_EUNAVAILABLE, "the server ended the session", msg);
+  if (state && strcmp(state, "42883") == 0)
+    return pg_err(p, DLOCK_ENOTSUP,
+                  "the server lacks a function dlock needs (PostgreSQL 14 or "
+                  "later)",
+                  msg);
+  return pg_err(p, DLOCK_ESERVER, "statement failed", msg);
+}
+
+/* Reads every result of the statement in flight by deadline. *val gets the
+ * first column of the first row of the first result ('\0' if none). */
+static int read_result(pg *p, PGconn *c, int64_t deadline, char *val,
+                       size_t cap) {
+  int rc = 0;
+  bool first = true;
+  if (val && cap)
+    val[0] = '\0';
+  for (;;) {
+    while (PQisBusy(c)) {
+      int r = wait_socket(c, POLLIN, deadline);
+      if (r == 0)
+        return dlock__seterr(DLOCK_EIOTIMEOUT,
+                             "postgres %s: no answer within %lld ms", p->where,
+                             (long long)p->command_timeout_ms);
+      if (r < 0 || !PQconsumeInput(c))
+        return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
+                      PQerrorMessage(c));
+    }
+    PGresult *res = PQgetResult(c);
+    if (!res)
+      break;
+    ExecStatusType st = PQresultStatus(res);
+    if (first && rc == 0) {
+      if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        if (val && cap && PQntuples(res) > 0 && PQnfields(res) > 0)
+          for (int f = 0, o = 0; f < PQnfields(res) && o + 1 < (int)cap; f++) {
+            int w = snprintf(val + o, cap - (size_t)o, "%s%s", f ? "|" : "",
+                             PQgetvalue(res, 0, f));
+            o += w > 0 ? w : 0;
+          }
+      } else {
+        rc = result_error(p, res);
+      }
+      first = false;
+    }
+    PQclear(res);
+  }
+  if (rc == 0 && PQstatus(c) != CONNECTION_OK)
+    rc = pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+  return rc;
+}
+
+static int exec_sql(pg *p, PGconn *c, const char *sql, int n,
+                    const char *const *vals, int64_t deadline, char *val,
+                    size_t cap) {
+  int rc = send_sql(p, c, sql, n, vals, deadline);
+  if (rc == 0)
+    rc = read_result(p, c, deadline, val, cap);
+  return rc;
+}
+
+static int64_t cmd_deadline(pg *p) {
+  return dlock__deadline_after(p->command_timeout_ms);
+}
+
+/* The idle_session_timeout a lease sets (its maximum is INT_MAX ms). */
+static int64_t lease_idle(int64_t lease_ms) {
+  return lease_ms > 2147483647 ? 2147483647 : lease_ms < 1 ? 1 : lease_ms;
+}
+
+static void lease_text(int64_t lease_ms, char *buf, size_t cap) {
+  snprintf(buf, cap, "%lld", (long long)lease_idle(lease_ms));
+}
+
+/* ------------------------------------------------------------ bookkeeping */
+
+static bool is_shared(dlock_lock_kind_t k) { return k == DLOCK_READ; }
+
+static pg_hold *hold_find(pg *p, const char *name, const char *owner,
+                          bool shared, pg_hold ***link) {
+  for (pg_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
+    if ((*hp)->shared == shared && strcmp((*hp)->name, name) == 0 &&
+        strcmp((*hp)->owner, owner) == 0) {
+      if (link)
+        *link = hp;
+      return *hp;
+    }
+  return NULL;
+}
+
+static void hold_free(pg_hold *h) {
+  if (!h)
+    return;
+  dlock__free(h->name);
+  dlock__free(h->owner);
+  dlock__free(h);
+}
+
+static int hold_add(pg *p, const char *name, const char *owner, bool shared,
+                    PGconn *c, long pid) {
+  pg_hold *h = dlock__calloc(1, sizeof *h);
+  char *n = dlock__strdup(name), *o = dlock__strdup(owner);
+  if (!h || !n || !o) {
+    dlock__free(h);
+    dlock__free(n);
+    dlock__free(o);
+    return DLOCK_ENOMEM;
+  }
+  h->name = n;
+  h->owner = o;
+  h->conn = c;
+  h->count = 1;
+  h->shared = shared;
+  h->pid = pid;
+  pthread_mutex_lock(&p->mu);
+  h->next = p->holds;
+  p->holds = h;
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
+static pg_wait *wait_find(pg *p, const char *name, const char *owner) {
+  for (pg_wait *r = p->waits; r; r = r->next)
+    if (!r->w->spec->sync && strcmp(r->w->spec->name, name) == 0 &&
+        strcmp(r->w->spec->owner, owner) == 0)
+      return r;
+  return NULL;
+}
+
+/* Unlocks (if granted) and pools a connection whose hold nobody claims. */
+static void give_back(pg *p, PGconn *c, const char *name, bool shared,
+                      bool granted, int64_t idle) {
+  if (!c)
+    return;
+  if (granted) {
+    const char *v[1] = {name};
+    char out[8];
+    if (exec_sql(p, c, sql_unlock[shared], 1, v, cmd_deadline(p), out,
+                 sizeof out) != 0) {
+      PQfinish(c); /* the session ends, and the lock with it */
+      return;
+    }
+    idle = 0; /* the unlock reset it */
+  }
+  conn_put(p, c, idle);
+}
+
+/* ------------------------------------------------------------ operations */
+
+/* A statement of this connection ran in another server process than the
+ * one that took the lock: something between dlock and PostgreSQL (a
+ * transaction-mode pooler such as PgBouncer) shares server sessions, and
+ * session locks cannot be kept through it. */
+static int pooler_error(pg *p, const char *name) {
+  return dlock__seterr(DLOCK_ENOTSUP,
+                       "postgres %s: lock '%.200s': the server session "
+                       "changed under the connection (a transaction-mode "
+                       "pooler such as PgBouncer?); advisory locks need a "
+                       "direct or session-mode connection",
+                       p->where, name);
+}
+
+static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, int64_t idle,
+                    bool *got, long *pid) {
+  char lease[32], out[48];
+  lease_text(a->lease_ms, lease, sizeof lease);
+  const char *v[3] = {a->name, lease, a->owner};
+  const char *app = PQparameterStatus(c, "application_name");
+  bool set =
+      idle != lease_idle(a->lease_ms) || !app || strcmp(app, a->owner) != 0;
+  int rc = exec_sql(p, c,
+                    set ? sql_try[is_shared(a->kind)]
+                        : sql_try_bare[is_shared(a->kind)],
+                    set ? 3 : 1, v, cmd_deadline(p), out, sizeof out);
+  *got = rc == 0 && out[0] == 't';
+  const char *bar = strchr(out, '|');
+  *pid = bar ? atol(bar + 1) : 0;
+  return rc;
+}
+
+/* A fenced grant's token, raised on the holding connection; the table is
+ * created on first use (a concurrent creation is taken as done). */
+static int next_token(pg *p, PGconn *c, const char *name, int64_t *token) {
+  const char *v[1] = {name};
+  char out[32];
+  for (int round = 0;; round++) {
+    int rc = exec_sql(p, c, SQL_TOKEN, 1, v, cmd_deadline(p), out, sizeof out);
+    if (rc == 0) {
+      *token = atoll(out);
+      return 0;
+    }
+    if (round > 0 || !strstr(dlock_last_error(), "dlock_fence") ||
+        PQstatus(c) != CONNECTION_OK)
+      return rc;
+    char ignored[8];
+    rc = exec_sql(p, c, SQL_FENCE_TABLE, 0, NULL, cmd_deadline(p), ignored,
+                  sizeof ignored);
+    if (rc && PQstatus(c) != CONNECTION_OK)
+      return rc;
+  }
+}
+
+/* A grant on c: a fenced lock gets its token, then the hold is recorded.
+ * On failure the lock is given up (the connection unlocked or closed). */
+static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
+                 int64_t *token) {
+  int64_t tok = 0;
+  if (a->kind == DLOCK_FENCED) {
+    int rc = next_token(p, c, a->name, &tok);
+    if (rc) {
+      char saved[512];
+      snprintf(saved, sizeof saved, "%s", dlock_last_error());
+      give_back(p, c, a->name, false, true, 0);
+      return dlock__seterr(rc, "%s", saved);
+    }
+  }
+  if (hold_add(p, a->name, a->owner, is_shared(a->kind), c, pid) != 0) {
+    give_back(p, c, a->name, is_shared(a->kind), true, 0);
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  }
+  pthread_mutex_lock(&p->mu);
+  pg_hold *h = hold_find(p, a->name, a->owner, is_shared(a->kind), NULL);
+  if (h) {
+    h->token = tok;
+    h->idle = lease_idle(a->lease_ms);
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (token)
+    *token = tok;
+  return 1;
+}
+
+static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                           int64_t *token) {
+  pg *p = be;
+  if (token)
+    *token = 0;
+  *pttl = -1;
+  if (a->kind == DLOCK_FAIR)
+    return dlock__seterr(DLOCK_ENOTSUP,
+                         "the postgres backend has no fair lock");
+  bool shared = is_shared(a->kind);
+  pthread_mutex_lock(&p->mu);
+  /* the other side held by this thread: its session and a new one would
+   * block each other */
+  pg_hold *other = hold_find(p, a->name, a->owner, !shared, NULL);
+  if (other && other->conn) {
+    pthread_mutex_unlock(&p->mu);
+    return dlock__seterr(
+        DLOCK_EDEADLK,
+        shared ? "lock '%.200s': this thread holds the write side; the "
+                 "postgres backend cannot add the read side (release the "
+                 "write side first)"
+               : "lock '%.200s': this thread holds the read side; a reader "
+                 "cannot take the write side",
+        a->name);
+  }
+  pg_hold **link = NULL;
+  pg_hold *h = hold_find(p, a->name, a->owner, shared, &link);
+  if (h && h->conn && !h->busy) {
+    h->count++; /* reentry: the session holds it; counted here */
+    if (token)
+      *token = h->token;
+    pthread_mutex_unlock(&p->mu);
+    return 1;
+  }
+  if (h && !h->conn) { /* a hold whose session was lost: forget it */
+    *link = h->next;
+    hold_free(h);
+    h = NULL;
+  }
+  if (h) { /* busy: a heartbeat in flight on it; reentry all the same */
+    h->count++;
+    if (token)
+      *token = h->token;
+    pthread_mutex_unlock(&p->mu);
+    return 1;
+  }
+  pg_wait *r = wait_find(p, a->name, a->owner);
+  if (r && r->state == W_SENT) {
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  if (r && r->state == W_FAILED) {
+    PGconn *c = r->conn;
+    r->conn = NULL;
+    r->state = W_IDLE;
+    char err[sizeof r->err], state[sizeof r->sqlstate];
+    memcpy(err, r->err, sizeof err);
+    memcpy(state, r->sqlstate, sizeof state);
+    r->sqlstate[0] = '\0';
+    int64_t idle0 = r->idle0;
+    pthread_mutex_unlock(&p->mu);
+    if (state[0]) {
+      /* the statement failed, its session lives (and holds nothing from
+       * it: its set_config calls were undone with it) */
+      conn_put(p, c, idle0);
+      /* the server's statement_timeout or lock_timeout cut the wait
+       * short: wait again */
+      if (strcmp(state, "57014") == 0 || strcmp(state, "55P03") == 0) {
+        *pttl = 0;
+        return 0;
+      }
+      if (strcmp(state, "40P01") == 0)
+        return dlock__seterr(DLOCK_EDEADLK,
+                             "%s (the server found this wait in a "
+                             "deadlock)",
+                             err);
+      return dlock__seterr(DLOCK_ESERVER, "%s", err);
+    }
+    if (c)
+      PQfinish(c);
+    /* the session that waited is gone, and with it whatever it had
+     * queued: the wait may go on as if nothing had been sent */
+    dlock__seterr(DLOCK_EUNAVAILABLE, "%s", err);
+    dlock__err_set_unsent(true);
+    return DLOCK_EUNAVAILABLE;
+  }
+  if (r && r->state == W_GRANTED) {
+    PGconn *c = r->conn;
+    long pid = r->pid;
+    r->conn = NULL;
+    r->state = W_IDLE;
+    pthread_mutex_unlock(&p->mu);
+    /* claim: one round trip restarts the server's idle clock after this
+     * attempt's start, from which the core dates the hold */
+    char out[32];
+    int rc =
+        exec_sql(p, c, SQL_BEAT, 0, NULL, cmd_deadline(p), out, sizeof out);
+    if (rc != 0) {
+      PQfinish(c); /* its session, and the grant, are gone: wait again */
+      *pttl = 0;
+      return 0;
+    }
+    if (atol(out) != pid) {
+      PQfinish(c);
+      return pooler_error(p, a->name);
+    }
+    return grant(p, a, c, pid, token);
+  }
+  pthread_mutex_unlock(&p->mu);
+
+  if (r) {
+    /* within a wait: the server's queue does the waiting */
+    PGconn *c;
+    bool fresh;
+    int64_t idle0;
+    int rc = conn_get(p, &c, &fresh, &idle0);
+    if (rc)
+      return rc;
+    char lease[32];
+    lease_text(a->lease_ms, lease, sizeof lease);
+    const char *v[3] = {a->name, lease, a->owner};
+    rc = send_sql(p, c, sql_lock[shared], 3, v, cmd_deadline(p));
+    if (rc) {
+      PQfinish(c); /* its session ends: nothing stays queued */
+      dlock__err_set_unsent(true);
+      return rc;
+    }
+    pthread_mutex_lock(&p->mu);
+    r->conn = c;
+    r->idle0 = idle0;
+    r->state = W_SENT;
+    r->got_ok = r->got_err = false;
+    pthread_mutex_unlock(&p->mu);
+    dlock__client_poke(p->core);
+    return 0;
+  }
+
+  /* a try */
+  for (int round = 0; round < 2; round++) {
+    PGconn *c;
+    bool fresh, got = false;
+    long pid = 0;
+    int64_t idle;
+    int rc = conn_get(p, &c, &fresh, &idle);
+    if (rc)
+      return rc;
+    rc = try_lock(p, a, c, idle, &got, &pid);
+    if (rc == 0 && got)
+      return grant(p, a, c, pid, token);
+    if (rc == 0) {
+      conn_put(p, c, idle);
+      return 0;
+    }
+    bool lost = PQstatus(c) != CONNECTION_OK;
+    PQfinish(c); /* a failed try's session ends: it holds nothing */
+    /* a pooled connection the server had closed (a restart): once more
+     * on a new one */
+    if (!(lost && !fresh)) {
+      if (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT)
+        dlock__err_set_unsent(true);
+      return rc;
+    }
+  }
+  return dlock__seterr(DLOCK_EUNAVAILABLE, "postgres %s: connection lost",
+                       p->where);
+}
+
+static int pg_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
+                         int64_t *token) {
+  (void)be;
+  (void)a;
+  (void)seq;
+  if (token)
+    *token = 0;
+  return 0; /* a wait's statement is cancelled by wait_end */
+}
+
+static int pg_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
+                           const char *name, const char *owner,
+                           int64_t lease_ms, const char *request_id) {
+  (void)bh;
+  (void)lease_ms;
+  (void)request_id;
+  pg *p = be;
+  bool shared = is_shared(kind);
+  pthread_mutex_lock(&p->mu);
+  pg_hold **link = NULL;
+  pg_hold *h = hold_find(p, name, owner, shared, &link);
+  while (h && h->busy) {
+    pthread_cond_wait(&p->cond, &p->mu);
+    h = hold_find(p, name, owner, shared, &link);
+  }
+  if (!h) {
+    pthread_mutex_unlock(&p->mu);
+    return DLOCK__REL_NOTOWNER;
+  }
+  if (h->conn && h->count > 1) {
+    h->count--;
+    pthread_mutex_unlock(&p->mu);
+    return DLOCK__REL_DOWN;
+  }
+  *link = h->next;
+  pthread_mutex_unlock(&p->mu);
+  PGconn *c = h->conn;
+  int64_t idle = h->idle;
+  hold_free(h);
+  if (!c)
+    return DLOCK__REL_NOTOWNER; /* its session was lost */
+  const char *v[1] = {name};
+  char out[8];
+  /* the lease and owner settings stay for the connection's next hold */
+  int rc = exec_sql(p, c, sql_unlock_keep[shared], 1, v, cmd_deadline(p), out,
+                    sizeof out);
+  if (rc) {
+    /* the server had closed the session (terminated, restarted): the lock
+     * went with it before this release; otherwise (no answer) the session
+     * ends now, and the core's retry finds no hold: released */
+    bool closed = rc == DLOCK_EUNAVAILABLE && PQstatus(c) == CONNECTION_BAD;
+    PQfinish(c);
+    return closed ? DLOCK__REL_NOTOWNER : rc;
+  }
+  conn_put(p, c, idle);
+  return out[0] == 't' ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
+                         int64_t lease_ms, int64_t deadline) {
+  (void)lease_ms;
+  pg *p = be;
+  int64_t cap = cmd_deadline(p);
+  if (deadline > cap)
+    deadline = cap;
+  PGconn *old[16];
+  pthread_mutex_lock(&p->mu);
+  int nold = p->ndoomed;
+  memcpy(old, p->doomed, sizeof old);
+  p->ndoomed = 0;
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < nold; i++)
+    PQfinish(old[i]);
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&p->mu);
+    pg_hold *h = hold_find(p, items[i].name, items[i].owner,
+                           items[i].kind == DLOCK__HK_READ, NULL);
+    if (!h || !h->conn || h->busy) {
+      items[i].result = h && h->conn ? 1 : 0;
+      pthread_mutex_unlock(&p->mu);
+      continue;
+    }
+    h->busy = true;
+    PGconn *c = h->conn;
+    pthread_mutex_unlock(&p->mu);
+    char out[32];
+    int rc = exec_sql(p, c, SQL_BEAT, 0, NULL, deadline, out, sizeof out);
+    if (rc == 0 && atol(out) != h->pid)
+      rc = pooler_error(p, items[i].name);
+    pthread_mutex_lock(&p->mu);
+    h->busy = false;
+    if (rc) {
+      /* no heartbeat: this client can no longer vouch for the session; the
+       * server ends it (closed, or idle past the lease) */
+      h->conn = NULL;
+      if (p->ndoomed < (int)(sizeof p->doomed / sizeof p->doomed[0])) {
+        p->doomed[p->ndoomed++] = c;
+        c = NULL;
+      }
+    }
+    items[i].result = rc ? 0 : 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+    if (rc) {
+      dlock__log(p->core, DLOCK_LOG_WARN,
+                 "postgres: heartbeat of lock '%.200s' failed (%s): the "
+                 "hold is lost",
+                 items[i].name, dlock_last_error());
+      if (c)
+        PQfinish(c);
+    }
+  }
+  return 0;
+}
+
+static int pg_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
+                         const char *owner, dlock__lock_query q, int64_t *out) {
+  pg *p = be;
+  if (q == DLOCK__Q_HELD || q == DLOCK__Q_COUNT) {
+    pthread_mutex_lock(&p->mu);
+    pg_hold *h =
+        owner ? hold_find(p, name, owner, is_shared(kind), NULL) : NULL;
+    *out = h && h->conn ? (q == DLOCK__Q_HELD ? 1 : h->count) : 0;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  PGconn *c;
+  bool fresh;
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
+  if (rc)
+    return rc;
+  const char *v[1] = {name};
+  char val[32];
+  rc = exec_sql(p, c, SQL_LOCKED, 1, v, cmd_deadline(p), val, sizeof val);
+  if (rc) {
+    PQfinish(c);
+    return rc;
+  }
+  conn_put(p, c, idle);
+  bool locked = atoll(val) > 0;
+  if (q == DLOCK__Q_LOCKED)
+    *out = locked;
+  else /* REMAINING: the server keeps no expiry date, only idle time */
+    *out = locked ? -1 : -2;
+  return 0;
+}
+
+/* A session's owner as dlock_lock_state shows it: the owner a dlock
+ * client set as its application_name, else "pid N (application)". */
+static char *owner_of(const char *pid, const char *app) {
+  if (strlen(app) >= 38 && strchr(app, ':'))
+    return dlock__strdup(app);
+  return dlock__asprintf("pid %s (%s)", pid, app[0] ? app : "?");
+}
+
+static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
+                         dlock_lock_state_t **out) {
+  pg *p = be;
+  bool any_shared = false;
+  *out = NULL;
+  PGconn *c;
+  bool fresh;
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
+  if (rc)
+    return rc;
+  const char *v[1] = {name};
+  rc = send_sql(p, c, SQL_STATE, 1, v, cmd_deadline(p));
+  PGresult *res = NULL;
+  int64_t deadline = cmd_deadline(p);
+  while (rc == 0) {
+    while (rc == 0 && PQisBusy(c)) {
+      int r = wait_socket(c, POLLIN, deadline);
+      if (r == 0)
+        rc = dlock__seterr(DLOCK_EIOTIMEOUT,
+                           "postgres %s: no answer within %lld ms", p->where,
+                           (long long)p->command_timeout_ms);
+      else if (r < 0 || !PQconsumeInput(c))
+        rc =
+            pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+    }
+    if (rc)
+      break;
+    PGresult *r = PQgetResult(c);
+    if (!r)
+      break;
+    if (!res && PQresultStatus(r) == PGRES_TUPLES_OK)
+      res = r;
+    else {
+      if (!res)
+        rc = result_error(p, r);
+      PQclear(r);
+    }
+  }
+  if (rc) {
+    PQclear(res);
+    PQfinish(c);
+    return rc;
+  }
+  conn_put(p, c, idle);
+  if (!res)
+    return dlock__seterr(DLOCK_EPROTO, "postgres %s: no rows", p->where);
+  int rows = PQntuples(res);
+  dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
+  if (st) {
+    st->name = dlock__strdup(name);
+    st->holders = dlock__calloc((size_t)rows + 1, sizeof *st->holders);
+    st->waiters = dlock__calloc((size_t)rows + 1, sizeof *st->waiters);
+  }
+  if (!st || !st->name || !st->holders || !st->waiters) {
+    PQclear(res);
+    dlock_lock_state_free(st);
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  }
+  for (int i = 0; i < rows; i++) {
+    bool granted = PQgetvalue(res, i, 0)[0] == 't';
+    bool sh = strcmp(PQgetvalue(res, i, 3), "ShareLock") == 0;
+    char *o = owner_of(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+    if (!o)
+      break;
+    if (granted) {
+      st->holders[st->nholders].owner = o;
+      st->holders[st->nholders].count = 1;
+      if (kind == DLOCK_READ || kind == DLOCK_WRITE)
+        st->holders[st->nholders].side = sh ? "read" : "write";
+      any_shared |= sh;
+      pthread_mutex_lock(&p->mu);
+      pg_hold *h = hold_find(p, name, o, sh, NULL);
+      if (h)
+        st->holders[st->nholders].count = h->count;
+      pthread_mutex_unlock(&p->mu);
+      st->nholders++;
+    } else if (st->nwaiters < 100) {
+      st->waiters[st->nwaiters++] = o;
+    } else {
+      dlock__free(o);
+    }
+  }
+  PQclear(res);
+  st->kind = !st->nholders                               ? "free"
+             : any_shared                                ? "read"
+             : kind == DLOCK_READ || kind == DLOCK_WRITE ? "write"
+             : kind == DLOCK_FENCED                      ? "fenced"
+                                                         : "reentrant";
+  st->ttl_ms = st->nholders ? -1 : -2;
+  *out = st;
+  return 0;
+}
+
+static int pg_lock_force_release(void *be, dlock_lock_kind_t kind,
+                                 const char *name, bool *deleted) {
+  (void)kind;
+  pg *p = be;
+  *deleted = false;
+  PGconn *c;
+  bool fresh;
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
+  if (rc)
+    return rc;
+  const char *v[1] = {name};
+  char val[32];
+  /* the holder's session ends: allow for its five seconds */
+  int64_t deadline = dlock__deadline_after(p->command_timeout_ms + 5000);
+  rc = exec_sql(p, c, SQL_FORCE, 1, v, deadline, val, sizeof val);
+  if (rc) {
+    PQfinish(c);
+    return rc;
+  }
+  conn_put(p, c, idle);
+  *deleted = atoll(val) > 0;
+  return 0;
+}
+
+static int pg_ping(void *be) {
+  pg *p = be;
+  PGconn *c;
+  bool fresh;
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
+  if (rc)
+    return rc;
+  char out[8];
+  rc = exec_sql(p, c, SQL_BEAT, 0, NULL, cmd_deadline(p), out, sizeof out);
+  if (rc)
+    PQfinish(c);
+  else
+    conn_put(p, c, idle);
+  return rc;
+}
+
+/* ------------------------------------------------------------ waits */
+
+static int pg_wait_begin(void *be, dlock__wait *w) {
+  pg *p = be;
+  if (w->spec->sync)
+    return dlock__seterr(DLOCK_ENOTSUP,
+                         "the postgres backend has no semaphores or latches");
+  pg_wait *r = dlock__calloc(1, sizeof *r);
+  if (!r)
+    return DLOCK_ENOMEM;
+  r->w = w;
+  w->reg = r;
+  pthread_mutex_lock(&p->mu);
+  r->next = p->waits;
+  p->waits = r;
+  pthread_mutex_unlock(&p->mu);
+  /* the wake-up path is the statement the next attempt sends */
+  dlock__wait_set_ready(w, true, false);
+  return 0;
+}
+
+static bool pg_wait_hot(void *be, const dlock__wait_spec *spec) {
+  (void)be;
+  (void)spec;
+  return false; /* always try once before waiting */
+}
+
+/* Cancels a pending lock statement; true when it had been granted all the
+ * same (the caller then unlocks). The connection is finished on failure
+ * (*c NULL). */
+static bool cancel_pending(pg *p, PGconn **c) {
+  PGcancel *k = PQgetCancel(*c);
+  char errbuf[256];
+  if (k) {
+    PQcancel(k, errbuf, sizeof errbuf);
+    PQfreeCancel(k);
+  }
+  char out[8];
+  int rc = read_result(p, *c, cmd_deadline(p), out, sizeof out);
+  if (rc == 0)
+    return true; /* granted before the cancel arrived */
+  if (PQstatus(*c) != CONNECTION_OK || PQisBusy(*c) ||
+      PQtransactionStatus(*c) != PQTRANS_IDLE) {
+    PQfinish(*c);
+    *c = NULL;
+  }
+  return false;
+}
+
+static void pg_wait_end(void *be, dlock__wait *w) {
+  pg *p = be;
+  pg_wait *r = w->reg;
+  if (!r)
+    return;
+  pthread_mutex_lock(&p->mu);
+  for (pg_wait **rp = &p->waits; *rp; rp = &(*rp)->next)
+    if (*rp == r) {
+      *rp = r->next;
+      break;
+    }
+  PGconn *c = r->conn;
+  int state = r->state;
+  bool got_ok = r->got_ok, got_err = r->got_err;
+  int64_t idle0 = r->idle0;
+  pthread_mutex_unlock(&p->mu);
+  w->reg = NULL;
+  char err[sizeof r->err];
+  memcpy(err, r->err, sizeof err);
+  dlock__free(r);
+  if (!c)
+    return;
+  /* the wait's outcome keeps its own error detail */
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
+  if (state == W_GRANTED) {
+    give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), true, 0);
+  } else if (state == W_SENT) {
+    bool granted = got_ok;
+    if (!got_ok && !got_err)
+      granted = cancel_pending(p, &c);
+    else if (!PQisBusy(c)) /* drain what is left */
+      granted = read_result(p, c, cmd_deadline(p), NULL, 0) == 0 && got_ok;
+    if (c)
+      give_back(p, c, w->spec->name, is_shared(w->spec->lock_kind), granted,
+                idle0);
+  } else {
+    PQfinish(c);
+  }
+  (void)err;
+  dlock__seterr(DLOCK_OK, "%s", saved);
+  dlock__err_set_unsent(unsent);
+  if (worded)
+    dlock__err_set_worded();
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
+                           int64_t *until) {
+  (void)now;
+  pg *p = be;
+  int n = 0;
+  bool more = false;
+  pthread_mutex_lock(&p->mu);
+  for (pg_wait *r = p->waits; r; r = r->next) {
+    if (r->state != W_SENT || !r->conn)
+      continue;
+    if (n == max) {
+      more = true;
+      break;
+    }
+    fds[n].fd = PQsocket(r->conn);
+    fds[n].events = POLLIN;
+    fds[n].revents = 0;
+    n++;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (more) { /* more waits than the loop polls: look again soon */
+    int64_t soon = now + 100;
+    if (soon < *until)
+      *until = soon;
+  }
+  return n;
+}
+
+/* A pending statement's connection is readable: its outcome, if complete. */
+static void pending_read(pg_wait *r) {
+  PGconn *c = r->conn;
+  if (!PQconsumeInput(c)) {
+    r->state = W_FAILED;
+    char line[150];
+    one_line(PQerrorMessage(c), line, sizeof line);
+    snprintf(r->err, sizeof r->err,
+             "postgres: connection lost while "
+             "waiting (%s)",
+             line);
+    return;
+  }
+  while (!PQisBusy(c)) {
+    PGresult *res = PQgetResult(c);
+    if (!res) {
+      if (r->got_ok) {
+        r->state = W_GRANTED;
+      } else {
+        r->state = W_FAILED;
+        if (!r->err[0])
+          snprintf(r->err, sizeof r->err, "postgres: the wait ended");
+      }
+      return;
+    }
+    if (!r->got_ok && !r->got_err) {
+      if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+        r->got_ok = true;
+        if (PQntuples(res) > 0 && PQnfields(res) > 3)
+          r->pid = atol(PQgetvalue(res, 0, 3));
+      } else {
+        r->got_err = true;
+        const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        snprintf(r->sqlstate, sizeof r->sqlstate, "%s", st ? st : "");
+        char line[150];
+        one_line(PQresultErrorMessage(res), line, sizeof line);
+        snprintf(r->err, sizeof r->err, "postgres: waiting failed: %s", line);
+      }
+    }
+    PQclear(res);
+  }
+}
+
+static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
+                             int n) {
+  (void)now;
+  pg *p = be;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < n; i++) {
+    if (!fds[i].revents)
+      continue;
+    for (pg_wait *r = p->waits; r; r = r->next) {
+      if (r->state != W_SENT || !r->conn || PQsocket(r->conn) != fds[i].fd)
+        continue;
+      pending_read(r);
+      if (r->state != W_SENT)
+        dlock__wait_wake(r->w);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* ------------------------------------------------------------ open, close */
+
+static void pg_free(pg *p) {
+  if (!p)
+    return;
+  for (int i = 0; i < p->nidle; i++)
+    PQfinish(p->idle[i]);
+  for (int i = 0; i < p->ndoomed; i++)
+    PQfinish(p->doomed[i]);
+  while (p->holds) {
+    pg_hold *h = p->holds;
+    p->holds = h->next;
+    if (h->conn)
+      PQfinish(h->conn); /* the session ends, and its locks with it */
+    hold_free(h);
+  }
+  while (p->waits) {
+    pg_wait *r = p->waits;
+    p->waits = r->next;
+    if (r->conn)
+      PQfinish(r->conn);
+    dlock__free(r);
+  }
+  for (int i = 0; i < p->nowned; i++)
+    dlock__free(p->owned[i]);
+  dlock__free(p->password);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cond);
+  dlock__free(p);
+}
+
+static const char *own(pg *p, char *s) {
+  if (!s || p->nowned >= (int)(sizeof p->owned / sizeof p->owned[0])) {
+    dlock__free(s);
+    return NULL;
+  }
+  p->owned[p->nowned++] = s;
+  return s;
+}
+
+/* Sets keyword kw to val unless the URL set it (or `force`). */
+static int set_kw(pg *p, int *n, const char *kw, const char *val, bool force) {
+  for (int i = 0; i < *n; i++)
+    if (strcmp(p->kw[i], kw) == 0) {
+      if (force)
+        p->val[i] = own(p, dlock__strdup(val));
+      return p->val[i] ? 0 : DLOCK_ENOMEM;
+    }
+  if (*n >= PG_KW_MAX)
+    return dlock__seterr(DLOCK_EURL, "bad URL: too many parameters");
+  p->kw[*n] = own(p, dlock__strdup(kw));
+  p->val[*n] = own(p, dlock__strdup(val));
+  if (!p->kw[*n] || !p->val[*n])
+    return DLOCK_ENOMEM;
+  (*n)++;
+  return 0;
+}
+
+/* The password of a URL's userinfo, to scrub from libpq's messages. */
+static char *url_password(const char *url) {
+  const char *s = strstr(url, "://");
+  if (!s)
+    return NULL;
+  s += 3;
+  const char *end = s + strcspn(s, "/?#");
+  const char *at = NULL;
+  for (const char *q = s; q < end; q++)
+    if (*q == '@')
+      at = q;
+  if (!at)
+    return NULL;
+  const char *colon = memchr(s, ':', (size_t)(at - s));
+  if (!colon || colon + 1 >= at)
+    return NULL;
+  return dlock__strndup(colon + 1, (size_t)(at - colon - 1));
+}
+
+static int parse_url(pg *p, const char *url, const struct dlock_options *o) {
+  /* libpq knows its schemes in lower case only */
+  const char *sep = strstr(url, "://");
+  size_t slen = sep ? (size_t)(sep - url) : 0;
+  char *copy = dlock__strdup(url);
+  if (!copy)
+    return DLOCK_ENOMEM;
+  for (size_t i = 0; i < slen; i++)
+    if (copy[i] >= 'A' && copy[i] <= 'Z')
+      copy[i] = (char)(copy[i] - 'A' + 'a');
+  p->password = url_password(url);
+  char *errmsg = NULL;
+  PQconninfoOption *opts = PQconninfoParse(copy, &errmsg);
+  dlock__free(copy);
+  if (!opts) {
+    char line[300];
+    one_line(errmsg ? errmsg : "out of memory", line, sizeof line);
+    if (errmsg)
+      PQfreemem(errmsg);
+    dlock__seterr(DLOCK_EURL, "bad URL: %s", line);
+    if (p->password && p->password[0])
+      dlock__scrub_error(p->password);
+    return DLOCK_EURL;
+  }
+  int n = 0, rc = 0;
+  for (PQconninfoOption *it = opts; it->keyword && rc == 0; it++)
+    if (it->val)
+      rc = set_kw(p, &n, it->keyword, it->val, true);
+  PQconninfoFree(opts);
+  if (rc)
+    return rc;
+  char buf[32];
+  int64_t lease_s = (o->watchdog_ms + 999) / 1000;
+  if (lease_s < 3)
+    lease_s = 3;
+  rc = set_kw(p, &n, "application_name", "dlock", false);
+  if (!rc)
+    rc = set_kw(p, &n, "client_encoding", "UTF8", false);
+  if (!rc)
+    rc = set_kw(p, &n, "keepalives", "1", false);
+  snprintf(buf, sizeof buf, "%lld", (long long)(lease_s / 3));
+  if (!rc)
+    rc = set_kw(p, &n, "keepalives_idle", buf, false);
+  if (!rc)
+    rc = set_kw(p, &n, "keepalives_interval", "1", false);
+  if (!rc)
+    rc = set_kw(p, &n, "keepalives_count", "3", false);
+  snprintf(buf, sizeof buf, "%lld", (long long)o->watchdog_ms);
+  if (!rc)
+    rc = set_kw(p, &n, "tcp_user_timeout", buf, false);
+  if (!rc && o->credentials_set && o->user)
+    rc = set_kw(p, &n, "user", o->user, true);
+  if (!rc && o->credentials_set && o->password) {
+    rc = set_kw(p, &n, "password", o->password, true);
+    dlock__free(p->password);
+    p->password = dlock__strdup(o->password);
+  }
+  if (rc)
+    return rc;
+  p->kw[n] = NULL;
+  p->val[n] = NULL;
+  const char *host = "localhost", *port = "5432", *db = NULL, *user = NULL;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(p->kw[i], "host") == 0 || strcmp(p->kw[i], "hostaddr") == 0)
+      host = p->val[i];
+    else if (strcmp(p->kw[i], "port") == 0)
+      port = p->val[i];
+    else if (strcmp(p->kw[i], "dbname") == 0)
+      db = p->val[i];
+    else if (strcmp(p->kw[i], "user") == 0)
+      user = p->val[i];
+  }
+  snprintf(p->where, sizeof p->where, "%.60s:%.10s/%.60s", host, port,
+           db     ? db
+           : user ? user
+                  : "");
+  return 0;
+}
+
+static int pg_open(void **be, const char *url, const struct dlock_options *o,
+                   struct dlock_client *core) {
+  *be = NULL;
+  pg *p = dlock__calloc(1, sizeof *p);
+  if (!p)
+    return DLOCK_ENOMEM;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_cond_init(&p->cond, &attr);
+  pthread_condattr_destroy(&attr);
+  p->core = core;
+  p->connect_timeout_ms = o->connect_timeout_ms;
+  p->command_timeout_ms = o->command_timeout_ms;
+  p->pool_max = o->pool_size > 0 && o->pool_size < PG_POOL_MAX ? o->pool_size
+                                                               : PG_POOL_MAX;
+  int rc = parse_url(p, url, o);
+  if (rc) {
+    pg_free(p);
+    return rc;
+  }
+  PGconn *c;
+  rc = dial(p, &c);
+  if (rc) {
+    pg_free(p);
+    return rc;
+  }
+  conn_put(p, c, 0);
+  *be = p;
+  return 0;
+}
+
+static void pg_close(void *be) { pg_free(be); }
+
+const dlock__backend_ops dlock__postgres_backend = {
+    .name = "postgres",
+    .schemes = pg_schemes,
+    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) |
+                  (1u << DLOCK_READ) | (1u << DLOCK_WRITE),
+    .sync_kinds = 0,
+    .queue_kinds = 0,
+    .open = pg_open,
+    .close = pg_close,
+    .ping = pg_ping,
+    .lock_acquire = pg_lock_acquire,
+    .lock_leave = pg_lock_leave,
+    .lock_release = pg_lock_release,
+    .lock_renew = pg_lock_renew,
+    .lock_force_release = pg_lock_force_release,
+    .lock_query = pg_lock_query,
+    .lock_state = pg_lock_state,
+    .wait_begin = pg_wait_begin,
+    .wait_hot = pg_wait_hot,
+    .wait_end = pg_wait_end,
+    .loop_prepare = pg_loop_prepare,
+    .loop_dispatch = pg_loop_dispatch,
+};
