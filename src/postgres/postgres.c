@@ -483,6 +483,24 @@ static int64_t cmd_deadline(pg *p) {
   return dlock__deadline_after(p->command_timeout_ms);
 }
 
+/* One statement on a pooled connection, given back after (closed when the
+ * statement failed: its state is unknown). */
+static int exec_pooled(pg *p, const char *sql, int n, const char *const *vals,
+                       int64_t deadline, char *val, size_t cap) {
+  PGconn *c;
+  bool fresh;
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
+  if (rc)
+    return rc;
+  rc = exec_sql(p, c, sql, n, vals, deadline, val, cap);
+  if (rc)
+    PQfinish(c);
+  else
+    conn_put(p, c, idle);
+  return rc;
+}
+
 /* The idle_session_timeout a lease sets (its maximum is INT_MAX ms). */
 static int64_t lease_idle(int64_t lease_ms) {
   return lease_ms > 2147483647 ? 2147483647 : lease_ms < 1 ? 1 : lease_ms;
@@ -943,20 +961,11 @@ static int pg_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
     pthread_mutex_unlock(&p->mu);
     return 0;
   }
-  PGconn *c;
-  bool fresh;
-  int64_t idle;
-  int rc = conn_get(p, &c, &fresh, &idle);
-  if (rc)
-    return rc;
   const char *v[1] = {name};
   char val[32];
-  rc = exec_sql(p, c, SQL_LOCKED, 1, v, cmd_deadline(p), val, sizeof val);
-  if (rc) {
-    PQfinish(c);
+  int rc = exec_pooled(p, SQL_LOCKED, 1, v, cmd_deadline(p), val, sizeof val);
+  if (rc)
     return rc;
-  }
-  conn_put(p, c, idle);
   bool locked = atoll(val) > 0;
   if (q == DLOCK__Q_LOCKED)
     *out = locked;
@@ -1072,41 +1081,20 @@ static int pg_lock_force_release(void *be, dlock_lock_kind_t kind,
   (void)kind;
   pg *p = be;
   *deleted = false;
-  PGconn *c;
-  bool fresh;
-  int64_t idle;
-  int rc = conn_get(p, &c, &fresh, &idle);
-  if (rc)
-    return rc;
   const char *v[1] = {name};
   char val[32];
   /* the holder's session ends: allow for its five seconds */
   int64_t deadline = dlock__deadline_after(p->command_timeout_ms + 5000);
-  rc = exec_sql(p, c, SQL_FORCE, 1, v, deadline, val, sizeof val);
-  if (rc) {
-    PQfinish(c);
+  int rc = exec_pooled(p, SQL_FORCE, 1, v, deadline, val, sizeof val);
+  if (rc)
     return rc;
-  }
-  conn_put(p, c, idle);
   *deleted = atoll(val) > 0;
   return 0;
 }
 
 static int pg_ping(void *be) {
-  pg *p = be;
-  PGconn *c;
-  bool fresh;
-  int64_t idle;
-  int rc = conn_get(p, &c, &fresh, &idle);
-  if (rc)
-    return rc;
   char out[8];
-  rc = exec_sql(p, c, SQL_BEAT, 0, NULL, cmd_deadline(p), out, sizeof out);
-  if (rc)
-    PQfinish(c);
-  else
-    conn_put(p, c, idle);
-  return rc;
+  return exec_pooled(be, SQL_BEAT, 0, NULL, cmd_deadline(be), out, sizeof out);
 }
 
 /* ------------------------------------------------------------ waits */

@@ -63,18 +63,28 @@ static char psql_try(th_pg_t *s, const char *name) {
 
 /* psql holds the lock (the documented one-liner) and dlock cannot take it;
  * once psql's session ends, dlock's wait gets it. */
-static void t_psql_excludes_dlock(void) {
-  th_pg_t *s = th_pg_start();
-  CHECK(s != NULL);
+/* A psql session that holds the advisory lock of NAME, as a user would
+ * take it by hand. */
+static th_pg_session_t *psql_holds(th_pg_t *s, const char *name) {
   th_pg_session_t *q = th_pg_session_open(s);
   CHECK(q != NULL);
-  CHECK_OK(th_pg_session_send(
-      q, "SELECT pg_advisory_lock(hashtextextended('nightly-report', 0)); "
-         "SELECT 'held';"));
+  char sql[256];
+  snprintf(sql, sizeof sql,
+           "SELECT pg_advisory_lock(hashtextextended('%s', 0)); "
+           "SELECT 'held';",
+           name);
+  CHECK_OK(th_pg_session_send(q, sql));
   char line[128] = "";
   for (int i = 0; i < 4 && strcmp(line, "held") != 0; i++)
     CHECK_OK(th_pg_session_line(q, line, sizeof line, 10000));
   CHECK_STR(line, "held");
+  return q;
+}
+
+static void t_psql_excludes_dlock(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  th_pg_session_t *q = psql_holds(s, "nightly-report");
   dlock_client_t *c = client_for(th_pg_url(s));
   dlock_lock_t *l = NULL;
   CHECK_OK(dlock_lock_new(c, "nightly-report", &l));
@@ -149,15 +159,7 @@ static void t_read_side_with_psql(void) {
 static void t_statement_timeout_waits_on(void) {
   th_pg_t *s = th_pg_start();
   CHECK(s != NULL);
-  th_pg_session_t *q = th_pg_session_open(s);
-  CHECK(q != NULL);
-  CHECK_OK(th_pg_session_send(
-      q, "SELECT pg_advisory_lock(hashtextextended('st-res', 0)); "
-         "SELECT 'held';"));
-  char line[128] = "";
-  for (int i = 0; i < 4 && strcmp(line, "held") != 0; i++)
-    CHECK_OK(th_pg_session_line(q, line, sizeof line, 10000));
-  CHECK_STR(line, "held");
+  th_pg_session_t *q = psql_holds(s, "st-res");
   char url[320];
   snprintf(url, sizeof url, "%s?options=-c%%20statement_timeout%%3D100",
            th_pg_url(s));
@@ -187,15 +189,7 @@ static void t_statement_timeout_waits_on(void) {
 static void t_multilock(void) {
   th_pg_t *s = th_pg_start();
   CHECK(s != NULL);
-  th_pg_session_t *q = th_pg_session_open(s);
-  CHECK(q != NULL);
-  CHECK_OK(th_pg_session_send(
-      q, "SELECT pg_advisory_lock(hashtextextended('ml-b', 0)); "
-         "SELECT 'held';"));
-  char line[128] = "";
-  for (int i = 0; i < 4 && strcmp(line, "held") != 0; i++)
-    CHECK_OK(th_pg_session_line(q, line, sizeof line, 10000));
-  CHECK_STR(line, "held");
+  th_pg_session_t *q = psql_holds(s, "ml-b");
   dlock_client_t *c = client_for(th_pg_url(s));
   dlock_lock_t *l[2] = {NULL, NULL};
   CHECK_OK(dlock_lock_new(c, "ml-a", &l[0]));
