@@ -297,6 +297,11 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
                           size_t want, int64_t timeout_ms,
                           redisReply **replies);
 
+/* dlock__conn_exec on a connection of r: through Sentinel, a wait for a
+ * master that the sentinels no longer name ends at once
+ * (DLOCK_EUNAVAILABLE, the conn broken) instead of at the deadline. */
+int dlock__redis_exec(dlock__redis *r, dlock__conn *c, int64_t deadline,
+                      size_t n, redisReply **rep);
 /* READONLY: a replica (a demoted master) refused a write. */
 bool dlock__redis_is_readonly(const redisReply *rep);
 /* Looks at a round trip's replies: through Sentinel, a READONLY one means
@@ -321,6 +326,11 @@ void dlock__redis_sentinel_free(dlock__redis_sentinel *s);
 const char *dlock__redis_sentinel_display(const dlock__redis_sentinel *s);
 /* Asks the sentinels for the master (raises master_gen when it moved). */
 int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline);
+/* The same, unless any thread asked them within the last 500 ms: for
+ * callers that wait on a master that does not answer (it may be stopped,
+ * and the sentinels may have named another one meanwhile). The caller's
+ * last error is kept. */
+void dlock__redis_sentinel_recheck(dlock__redis *r, int64_t deadline);
 /* The master's endpoint as known now (ep borrows host[] and r->ep's
  * credentials), and its generation; DLOCK_EUNAVAILABLE when unknown. */
 int dlock__redis_sentinel_master(dlock__redis *r, dlock__endpoint *ep,
