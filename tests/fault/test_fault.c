@@ -2044,8 +2044,10 @@ static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
 
 /*
  * The service's own faults on a ZooKeeper ensemble or an etcd cluster (3
- * members): while one process holds a fenced lock and three wait (sessions
- * of 2000 ms, the library's default timeouts, as the dlock command has
+ * members), or a Sentinel-managed master (one replica, three sentinels,
+ * down-after 1 s; the "leader" is the master): while one process holds a
+ * fenced lock and three wait (sessions of 2000 ms, a 2000 ms watchdog lease
+ * on Redis, the library's default timeouts, as the dlock command has
  * them), the leader is
  *   kill:  killed with SIGKILL, and the holder releases at once (its
  *          release meets the election);
@@ -2057,7 +2059,11 @@ static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
  * waiter gives up (no acquire returns an error, no worker dies), every
  * waiter is served in turn at the end, no overlap, no stale write accepted.
  * Reported, not asserted: the time from each fault to the next grant
- * (FIGURE <scenario>.<fault>), and what the holder's release said.
+ * (FIGURE <scenario>.<fault>), what the holder's release said, and on
+ * Sentinel when the first client learned of the new master (the failover
+ * as the clients see it). A stopped master's kernel still accepts
+ * connections and requests: the stop round checks that they move to the
+ * new master when the sentinels name it, not at their timeouts.
  */
 typedef enum lfault { LF_KILL, LF_PAUSE, LF_BOTH } lfault_t;
 
@@ -2072,6 +2078,22 @@ static int sentinel_master(env_t *e) {
       return 1;
   }
   return -1;
+}
+
+/* The data node that every sentinel names as the master, -1 while they
+ * do not agree (a failover still spreading) or one does not answer. */
+static int sentinels_agree(env_t *e) {
+  int m = -1;
+  for (int s = 0; s < TH_SENTINELS; s++) {
+    int port = th_sentinel_master_port(e->sent->sent[s], TH_SENTINEL_MASTER);
+    int n = port == e->sent->master->port    ? 0
+            : port == e->sent->replica->port ? 1
+                                             : -1;
+    if (n < 0 || (m >= 0 && n != m))
+      return -1;
+    m = n;
+  }
+  return m;
 }
 
 static th_server_t *sentinel_node(env_t *e, int i) {
@@ -2110,12 +2132,18 @@ static int svc_member(env_t *e, int i, char what) {
       return th_server_kill9(n);
     if (what == 's')
       return th_server_pause(n);
+    /* back once every sentinel names the other node (a node back while
+     * the failover still spreads could be taken for the master again),
+     * as a master of its own: made a replica of that master at once, as
+     * an operator would (the sentinels do it within their 10 s INFO
+     * period, which would cost each round that) */
+    int m = -1;
+    bool agreed;
+    TH_WAIT_FOR(agreed, (m = sentinels_agree(e)) >= 0 && m != i, BOUND(20000));
+    if (!agreed)
+      printf("the sentinels do not agree on a new master (%d)\n", m);
     int rc = what == 'u' ? th_server_up(n) : th_server_resume(n);
-    /* back as a master of its own: made a replica of the master the
-     * sentinels name at once, as an operator would (the sentinels do it
-     * within their 10 s INFO period, which would cost each round that) */
-    int m = sentinel_master(e);
-    if (rc == 0 && m >= 0 && m != i) {
+    if (rc == 0 && agreed) {
       redisReply *rep =
           th_redis_cmd(n, "REPLICAOF 127.0.0.1 %d", sentinel_node(e, m)->port);
       if (rep)
@@ -2123,6 +2151,13 @@ static int svc_member(env_t *e, int i, char what) {
     }
     bool ok;
     TH_WAIT_FOR(ok, sentinel_replica_synced(e, i), BOUND(30000));
+    if (!ok) {
+      char *info = th_redis_str(n, "INFO replication");
+      printf("node %d (restart rc %d, the sentinels' master then %d, now "
+             "%d) not a synced replica: %s\n",
+             i, rc, m, sentinel_master(e), info ? info : "(no answer)");
+      free(info);
+    }
     return rc == 0 && ok ? 0 : -1;
   }
 #ifdef TH_HAVE_ZOOKEEPER
@@ -2298,6 +2333,10 @@ static void leader_faults(const kcase_t *k) {
           fproc_dump(w[i]);
     CHECKF(next >= 0, "%s: no grant within 30 s", plan[r].name);
     int64_t gap = (line_us(line) - t_f) / 1000;
+    if (gap < 0) /* a grant before the fault: show how */
+      for (int i = 0; i < LEADER_WORKERS; i++)
+        if (w[i])
+          fproc_dump(w[i]);
     tokens[next] = fproc_field(line, "token");
     char rel_note[300] = "";
     if (f != LF_BOTH) {
