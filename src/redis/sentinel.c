@@ -102,10 +102,11 @@ int dlock__redis_sentinel_parse(const char *url, const char *user,
                                 const char *password,
                                 dlock__redis_sentinel **out,
                                 dlock__endpoint *data) {
-  /* sentinels without a port get 6379, as they always have here */
+  /* a sentinel written without a port is at Sentinel's port, 26379
+   * (Lettuce's default too); 6379 is the data nodes' */
   static const dlock__uri_rules rules = {
       .example = "redis-sentinel://host:port[,host:port...]/master-name",
-      .default_port = 6379,
+      .default_port = 26379,
       .min_hosts = 1,
       .max_hosts = MAX_SENTINELS,
       .list_scheme = "redis-sentinel://",
