@@ -74,6 +74,7 @@ typedef struct env {
    * (env_route), one of cluster's */
   th_server_t *lock, *res;
   th_cluster_t *cluster; /* the lock servers of a _cluster case, or NULL */
+  int shard;             /* on a cluster: the master (env_route) index */
   th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
   th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
   th_sentinels_t *sent;  /* a _sentinel case's master, replica, sentinels */
@@ -102,7 +103,14 @@ static void find_worker(void) {
 }
 
 /* Where a scenario's locks live. */
-typedef enum backend { B_REDIS, B_CLUSTER, B_ZK, B_ETCD, B_SENTINEL } backend_t;
+typedef enum backend {
+  B_REDIS,
+  B_CLUSTER,
+  B_CLUSTER_REPL, /* with a replica of each master */
+  B_ZK,
+  B_ETCD,
+  B_SENTINEL
+} backend_t;
 
 /* The lock servers: one redis-server (with lock_conf), a 3-master Redis
  * Cluster, a 3-node ZooKeeper ensemble or a 3-member etcd cluster; then
@@ -117,7 +125,9 @@ static void env_start_on(env_t *e, const char *const *lock_conf,
   const char *url = NULL;
   switch (b) {
   case B_CLUSTER:
-    e->cluster = th_cluster_start();
+  case B_CLUSTER_REPL:
+    e->cluster = b == B_CLUSTER ? th_cluster_start()
+                                : th_cluster_start_replicated();
     CHECK(e->cluster);
     url = e->cluster->url;
     break;
@@ -167,8 +177,10 @@ static void env_route(env_t *e, const char *lock) {
     return;
   e->lock = NULL;
   for (int i = 0; i < TH_CLUSTER_MASTERS && !e->lock; i++)
-    if (th_redis_int(e->cluster->node[i], "EXISTS %s", lock) != INT64_MIN)
+    if (th_redis_int(e->cluster->node[i], "EXISTS %s", lock) != INT64_MIN) {
       e->lock = e->cluster->node[i];
+      e->shard = i;
+    }
   CHECKF(e->lock, "no master serves the slot of %s", lock);
   printf("cluster: %s is on the master at port %d\n", lock, e->lock->port);
 }
@@ -2110,7 +2122,29 @@ static bool sentinel_replica_synced(env_t *e, int i) {
   return ok;
 }
 
+/* A Redis Cluster with replicas: the master of the lock's slot (0: the
+ * node started as its master, 1: its replica) and the other one. */
+static th_server_t *cluster_node(env_t *e, int i) {
+  return i == 0 ? e->cluster->node[e->shard] : e->cluster->replica[e->shard];
+}
+
+static bool node_says(th_server_t *n, const char *a, const char *b) {
+  char *info = th_redis_str(n, "INFO replication");
+  bool ok = info && strstr(info, a) && (!b || strstr(info, b));
+  free(info);
+  return ok;
+}
+
+static int cluster_master(env_t *e) {
+  for (int i = 0; i < 2; i++)
+    if (node_says(cluster_node(e, i), "role:master", NULL))
+      return i;
+  return -1;
+}
+
 static int svc_leader(env_t *e) {
+  if (e->cluster)
+    return cluster_master(e);
   if (e->sent)
     return sentinel_master(e);
 #ifdef TH_HAVE_ZOOKEEPER
@@ -2126,6 +2160,22 @@ static int svc_leader(env_t *e) {
 
 /* what: 'k' SIGKILL, 'u' start again, 's' SIGSTOP, 'c' SIGCONT */
 static int svc_member(env_t *e, int i, char what) {
+  if (e->cluster) {
+    /* a master back after its replica took over learns so from the
+     * cluster and becomes that one's replica by itself */
+    th_server_t *n = cluster_node(e, i);
+    if (what == 'k')
+      return th_server_kill9(n);
+    if (what == 's')
+      return th_server_pause(n);
+    int rc = what == 'u' ? th_server_up(n) : th_server_resume(n);
+    bool ok;
+    TH_WAIT_FOR(ok, node_says(n, "role:slave", "master_link_status:up"),
+                BOUND(30000));
+    if (!ok)
+      printf("cluster node %d is not a synced replica\n", i);
+    return rc == 0 && ok ? 0 : -1;
+  }
   if (e->sent) {
     th_server_t *n = sentinel_node(e, i);
     if (what == 'k')
@@ -2261,6 +2311,8 @@ static void leader_faults(const kcase_t *k) {
   env_start_on(&e, NULL, k->backend);
   char sname[64], L[64], opts[256];
   kname(k, "leader_faults", "fault-leader", sname, L);
+  env_route(&e, L);
+  bool redis = e.sent || e.cluster; /* the "leader" is a master */
   snprintf(opts, sizeof opts,
            "--name %s --wait 60000 --connect-timeout 0 --command-timeout 0 "
            "--watchdog 2000 --max-life 110000 %s%s",
@@ -2358,12 +2410,12 @@ static void leader_faults(const kcase_t *k) {
     printf("FIGURE %s.%s: %lld ms from the fault to the next grant (%s "
            "%d %s; %s %lld ms%s)\n",
            sname, plan[r].name, (long long)gap,
-           e.sent ? "master" : "leader member", leader,
+           redis ? "master" : "leader member", leader,
            f == LF_KILL    ? "killed as the holder released"
            : f == LF_PAUSE ? "stopped as the holder released"
                            : "killed with the holder",
-           e.sent ? "watchdog lease" : "session",
-           (long long)(e.sent ? 2000 : k->session_ms), rel_note);
+           redis ? "watchdog lease" : "session",
+           (long long)(redis ? 2000 : k->session_ms), rel_note);
     if (gap > worst)
       worst = gap;
     /* the service whole again before the next fault */
@@ -2427,6 +2479,12 @@ static void leader_faults(const kcase_t *k) {
 static const kcase_t K_SENTINEL = {
     "_sentinel", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_SENTINEL, 0};
 static void t_leader_faults_sentinel(void) { leader_faults(&K_SENTINEL); }
+/* A Redis Cluster (three masters, a replica of each, node timeout 2 s):
+ * the faults hit the master of the lock's slot; the fenced lock. */
+static const kcase_t K_CLUSTER_L = {
+    "_cluster", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_CLUSTER_REPL,
+    0};
+static void t_leader_faults_cluster(void) { leader_faults(&K_CLUSTER_L); }
 static void t_leader_faults_zk(void) { leader_faults(&K_ZK); }
 static void t_leader_faults_etcd(void) { leader_faults(&K_ETCD); }
 
@@ -2643,6 +2701,7 @@ static const check_case_t cases[] = {
     {"partition_zk", t_partition_zk},
     {"partition_etcd", t_partition_etcd},
     {"leader_faults_sentinel", t_leader_faults_sentinel},
+    {"leader_faults_cluster", t_leader_faults_cluster},
     {"leader_faults_zk", t_leader_faults_zk},
     {"leader_faults_etcd", t_leader_faults_etcd},
     {"soak", t_soak},
