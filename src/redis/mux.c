@@ -215,25 +215,27 @@ static void lead_locked(dlock__redis *r, dlock__redis_mux *m, mux_slot *me) {
     if (m->conn_failed)
       break; /* me was failed with the rest */
     int64_t now = dlock__now_ms();
-    if (dlock__redis_conn_stale(r, m->conn)) {
-      /* Sentinel: the sentinels name another master now; the old one may
-       * be stopped, and would keep its requests until their deadline */
+    uint32_t gen = dlock__conn_tag(m->conn);
+    if ((r->sentinel || r->left) &&
+        dlock__redis_master_left(r, gen, false, 0)) {
+      /* the service names another master now; the old one may be
+       * stopped, and would keep its requests until their deadline */
       fail_all_locked(m, dlock__seterr(DLOCK_EUNAVAILABLE,
-                                       "%s: no answer, and the sentinels "
-                                       "name another master now",
+                                       "%s: no answer, and another master "
+                                       "serves it now",
                                        dlock__conn_peer(m->conn)));
       break;
     }
-    if (r->sentinel && now - m->head->sent_at >= MUX_SLOW_MS) {
-      /* the oldest request waits long: are the sentinels failing over?
+    if ((r->sentinel || r->left) && now - m->head->sent_at >= MUX_SLOW_MS) {
+      /* the oldest request waits long: is the service failing over?
        * (asked without mu, at most every 500 ms in the client) */
       int64_t d = m->head->deadline;
       pthread_mutex_unlock(&m->mu);
-      dlock__redis_sentinel_recheck(r, d);
+      bool left = dlock__redis_master_left(r, gen, true, d);
       pthread_mutex_lock(&m->mu);
       if (m->conn_failed)
         break;
-      if (dlock__redis_conn_stale(r, m->conn))
+      if (left)
         continue;
     }
     if (now >= m->head->deadline) {

@@ -16,7 +16,8 @@
  * generation and those of an older one are closed, not reused; a script
  * refused READONLY (a demoted master) is sent once more; a dial or request
  * still waiting for a master that the sentinels no longer name ends at
- * once (master_watch: a stopped master would hold it to its deadline),
+ * once (master_watch: a stopped master would hold it to its deadline; a
+ * Cluster's masters have the same watch, through cluster.c's hook),
  * and a request made before a failover waits for the new master's
  * replicas as far as they are known, not the old master's (WAIT).
  *
@@ -161,17 +162,39 @@ int dlock__redis_append_cmd(dlock__conn *c, int argc, const char **argv) {
 
 /* ------------------------------------------------- a master that is slow */
 
-/* Sentinel: a wait for the master's answer (a dial's connect and
- * handshake, a request's reply) checks every MASTER_CHECK_MS whether the
- * sentinels name another master now, and ends at once when they do (a
- * stopped master's kernel still accepts connections and requests, which
- * would otherwise wait out their whole timeout). Once it has waited
- * MASTER_SLOW_MS, the waiter asks the sentinels itself (at most every
- * 500 ms in the client: dlock__redis_sentinel_recheck), so a client that
- * only holds locks, whose event loop does not check the sentinels, learns
- * of the failover too. */
+/* Sentinel or a Cluster's master: a wait for the master's answer (a
+ * dial's connect and handshake, a request's reply) checks every
+ * MASTER_CHECK_MS whether the service names another master now (the
+ * sentinels another address; the cluster's map none of this node's slots),
+ * and ends at once when it does (a stopped master's kernel still accepts
+ * connections and requests, which would otherwise wait out their whole
+ * timeout). Once it has waited MASTER_SLOW_MS, the waiter asks the service
+ * itself (at most every 500 ms in the client:
+ * dlock__redis_sentinel_recheck, cluster.c's hook), so a client that only
+ * holds locks, whose event loop does not check, learns of the failover
+ * too. The service's own answers are read with no such check (tl_checking:
+ * asking a cluster's other masters must not ask again). */
 #define MASTER_CHECK_MS 100
 #define MASTER_SLOW_MS 500
+
+static _Thread_local bool tl_checking;
+
+bool dlock__redis_master_left(dlock__redis *r, uint32_t gen, bool ask,
+                              int64_t deadline) {
+  if (tl_checking)
+    return false;
+  tl_checking = true;
+  bool left = false;
+  if (r->sentinel) {
+    if (ask && atomic_load(&r->master_gen) == gen)
+      dlock__redis_sentinel_recheck(r, deadline);
+    left = atomic_load(&r->master_gen) != gen;
+  } else if (r->left) {
+    left = r->left(r->left_ud, r, ask, deadline);
+  }
+  tl_checking = false;
+  return left;
+}
 
 typedef struct master_watch {
   dlock__redis *r;
@@ -183,21 +206,26 @@ typedef struct master_watch {
 static int master_check(void *ud) {
   master_watch *x = ud;
   dlock__redis *r = x->r;
-  if (atomic_load(&r->master_gen) == x->gen && dlock__now_ms() >= x->slow_at)
-    dlock__redis_sentinel_recheck(r, x->deadline);
-  if (atomic_load(&r->master_gen) == x->gen)
+  if (!dlock__redis_master_left(r, x->gen, dlock__now_ms() >= x->slow_at,
+                                x->deadline))
     return 0;
+  if (!r->sentinel)
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "%s: no answer, and the cluster serves its slots "
+                         "elsewhere now",
+                         r->ep->display);
   return dlock__seterr(DLOCK_EUNAVAILABLE,
                        "%s: no answer from %s, and the sentinels name "
                        "another master now",
                        dlock__redis_sentinel_display(r->sentinel), x->peer);
 }
 
-/* Starts watching (Sentinel only); returns the watch to put back. */
+/* Starts watching (Sentinel, a Cluster's master); returns the watch to put
+ * back. */
 static dlock__conn_watch master_watch_begin(dlock__redis *r, master_watch *x,
                                             uint32_t gen, int64_t deadline,
                                             const char *peer) {
-  if (!r->sentinel)
+  if ((!r->sentinel && !r->left) || tl_checking)
     return dlock__conn_watch_set((dlock__conn_watch){0});
   x->r = r;
   x->gen = gen;
@@ -293,8 +321,13 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
   int64_t deadline = dlock__deadline_after(r->connect_timeout_ms);
   if (until < deadline)
     deadline = until;
-  if (!r->sentinel)
-    return dial_at(r, r->ep, select_db, false, deadline, out);
+  if (!r->sentinel) {
+    master_watch x;
+    dlock__conn_watch prev = master_watch_begin(r, &x, 0, deadline, "");
+    int rc = dial_at(r, r->ep, select_db, false, deadline, out);
+    dlock__conn_watch_set(prev);
+    return rc;
+  }
   /* through the sentinels: the master they name, checked by ROLE; during
    * a failover, ask them again until the deadline */
   char why[400] = "";

@@ -70,6 +70,11 @@ typedef struct dlock__redis {
    * tagged with the generation it was dialled at */
   dlock__redis_sentinel *sentinel;
   _Atomic uint32_t master_gen;
+  /* a Redis Cluster's master (cluster.c; NULL otherwise): true when the
+   * cluster serves none of its slots there any more; `ask`: read the map
+   * again first (rate-limited there). Never blocks when !ask. */
+  bool (*left)(void *ud, struct dlock__redis *r, bool ask, int64_t deadline);
+  void *left_ud;
   _Atomic int pooled_busy; /* scripts on pooled connections now */
 
   dlock__conn *watch; /* the event loop thread only */
@@ -297,6 +302,11 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
                           size_t want, int64_t timeout_ms,
                           redisReply **replies);
 
+/* Whether the master that r's connections of generation gen reach is no
+ * longer the one to use (Sentinel: another is named; a Cluster's master:
+ * it serves no slot now); `ask`: ask the service first (rate-limited). */
+bool dlock__redis_master_left(dlock__redis *r, uint32_t gen, bool ask,
+                              int64_t deadline);
 /* dlock__conn_exec on a connection of r: through Sentinel, a wait for a
  * master that the sentinels no longer name ends at once
  * (DLOCK_EUNAVAILABLE, the conn broken) instead of at the deadline. */

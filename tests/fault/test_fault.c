@@ -2317,8 +2317,8 @@ static void leader_faults(const kcase_t *k) {
            "--name %s --wait 60000 --connect-timeout 0 --command-timeout 0 "
            "--watchdog 2000 --max-life 110000 %s%s",
            L, kind_opts(k, 0),
-           /* Sentinel: each client logs when it learns of a new master */
-           e.sent ? " --log-level 2" : "");
+           /* Redis: each client logs what it learns of a failover */
+           redis ? " --log-level 2" : "");
   fproc_t *w[LEADER_WORKERS];
   size_t from[LEADER_WORKERS] = {0};
   int64_t tokens[LEADER_WORKERS] = {0};
