@@ -24,6 +24,10 @@
  * at least a record's largest plaintext (16384), so every SSL_read
  * consumes its whole record; read_some also drains SSL_pending.
  *
+ * A thread may set a watch (conn.h) that the blocking waits call every
+ * few ms: wait_fd polls in slices then, and a check that answers nonzero
+ * ends the wait as a failure of its own (WAIT_CHECKED).
+ *
  * Errors on a side that speaks the other protocol: a TLS client at a plain
  * port sees a non-TLS answer (reported by tls.c) or no answer until the
  * deadline ("TLS handshake timed out"); a plain client at a TLS port has
@@ -223,17 +227,45 @@ static int fail(dlock__conn *c, int code, const char *fmt, const char *what) {
   return dlock__seterr(code, fmt, c->peer, what);
 }
 
-/* Waits for `events` on fd until deadline: 1 ready, 0 timed out, <0 error. */
+/* The calling thread's watch (dlock__conn_watch_set), and the code its
+ * check ended the last wait with. */
+static _Thread_local dlock__conn_watch tl_watch;
+static _Thread_local int tl_watch_rc;
+
+dlock__conn_watch dlock__conn_watch_set(dlock__conn_watch w) {
+  dlock__conn_watch prev = tl_watch;
+  tl_watch = w;
+  return prev;
+}
+
+#define WAIT_CHECKED (-2) /* the watch's check ended the wait */
+
+/* Waits for `events` on fd until deadline: 1 ready, 0 timed out,
+ * WAIT_CHECKED (tl_watch_rc says with what), -1 error (errno). */
 static int wait_fd(int fd, short events, int64_t deadline) {
+  bool watched = tl_watch.check && tl_watch.every_ms > 0;
+  int64_t next = watched ? dlock__now_ms() + tl_watch.every_ms : DLOCK__NEVER;
   for (int spins = 0; spins < 1000000; spins++) {
+    int64_t until = next < deadline ? next : deadline;
     struct pollfd p = {.fd = fd, .events = events};
-    int r = poll(&p, 1, dlock__poll_timeout(deadline));
+    int r = poll(&p, 1, dlock__poll_timeout(until));
     if (r > 0)
       return 1;
-    if (r == 0)
-      return 0;
-    if (errno != EINTR)
+    if (r < 0 && errno != EINTR)
       return -1;
+    int64_t now = dlock__now_ms();
+    if (r == 0 && now >= deadline)
+      return 0;
+    if (watched && now >= next) {
+      dlock__conn_watch w = dlock__conn_watch_set((dlock__conn_watch){0});
+      int rc = w.check(w.ud);
+      dlock__conn_watch_set(w);
+      if (rc) {
+        tl_watch_rc = rc;
+        return WAIT_CHECKED;
+      }
+      next = dlock__now_ms() + w.every_ms;
+    }
   }
   return -1;
 }
@@ -260,6 +292,8 @@ static int connect_fd(int fd, const struct sockaddr *addr, socklen_t alen,
   int w = wait_fd(fd, POLLOUT, deadline);
   if (w == 0)
     return dlock__seterr(DLOCK_EIOTIMEOUT, "%s: connect timed out", peer);
+  if (w == WAIT_CHECKED)
+    return tl_watch_rc;
   if (w < 0)
     goto failed;
   int err = 0;
@@ -388,6 +422,7 @@ static int connect_tcp(dlock__conn *c, const dlock__endpoint *ep,
                          strerror(errno));
       continue;
     }
+    tl_watch_rc = 0;
     rc = connect_fd(fd, ai->ai_addr, ai->ai_addrlen, deadline, c->peer);
     if (rc == 0) {
       c->fd = fd;
@@ -395,7 +430,7 @@ static int connect_tcp(dlock__conn *c, const dlock__endpoint *ep,
       break;
     }
     close(fd);
-    if (rc == DLOCK_EIOTIMEOUT)
+    if (rc == DLOCK_EIOTIMEOUT || tl_watch_rc) /* out of time, or told */
       break;
   }
   freeaddrinfo(res);
@@ -471,6 +506,8 @@ static int tls_handshake(dlock__conn *c, const dlock__tls *tls,
       return dlock__seterr(DLOCK_ETLS, "%s: TLS: %s", c->peer, why);
     }
     int w = wait_fd(c->fd, ev, deadline);
+    if (w == WAIT_CHECKED)
+      return tl_watch_rc;
     if (w == 0)
       return dlock__seterr(DLOCK_EIOTIMEOUT,
                            "%s: TLS handshake timed out (no TLS answer: a "
@@ -698,6 +735,11 @@ int dlock__conn_exec(dlock__conn *c, int64_t deadline, size_t n,
     if (!dlock__conn_want_write(c))
       break;
     int w = wait_fd(c->fd, c->write_wait, deadline);
+    if (w == WAIT_CHECKED) {
+      c->broken = true;
+      rc = tl_watch_rc;
+      goto failed;
+    }
     if (w == 0) {
       rc = fail(c, DLOCK_EIOTIMEOUT, "%s: %s",
                 "timed out writing to the server");
@@ -720,6 +762,11 @@ int dlock__conn_exec(dlock__conn *c, int64_t deadline, size_t n,
       continue;
     }
     int w = wait_fd(c->fd, c->read_wait, deadline);
+    if (w == WAIT_CHECKED) {
+      c->broken = true;
+      rc = tl_watch_rc;
+      goto failed;
+    }
     if (w == 0) {
       rc = fail(c, DLOCK_EIOTIMEOUT, "%s: %s",
                 "the server did not answer in time");

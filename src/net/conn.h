@@ -53,6 +53,21 @@ int dlock__conn_append(dlock__conn *c, int argc, const char **argv,
 int dlock__conn_exec(dlock__conn *c, int64_t deadline, size_t n,
                      redisReply **replies);
 
+/* A check that the calling thread's blocking waits (connect, the TLS
+ * handshake, dlock__conn_exec) make every `every_ms` while they wait for
+ * the server: a nonzero return (an error code, its message set by the
+ * check) ends the wait with that code, and the conn is broken (a request
+ * sent on it has an unknown outcome). The check runs with no watch set.
+ * Scoped: set it, wait, put the previous one back (the one set returns
+ * it). Used by Sentinel (redis.c): a wait on a master the sentinels no
+ * longer name ends at once, not at its deadline. */
+typedef struct dlock__conn_watch {
+  int (*check)(void *ud);
+  void *ud;
+  int64_t every_ms;
+} dlock__conn_watch;
+dlock__conn_watch dlock__conn_watch_set(dlock__conn_watch w);
+
 /* Non-blocking primitives. write_some: 0 when all is written or it would
  * block (check dlock__conn_want_write), <0 on error. read_some: reads what
  * the socket has, 0 or <0 (closed, error). take_reply: 1 and *out when a

@@ -1033,6 +1033,13 @@ void dlock__redis_loop_dispatch(void *be, int64_t now,
   dlock__redis *r = be;
   if (n < 1 || !fds[0].revents || !r->watch)
     return;
+  /* Sentinel: nothing is read from a master the sentinels no longer name
+   * (one stopped and resumed sends the wakes and grants its last commands
+   * published, for a lock that the new master may have given since) */
+  if (dlock__redis_conn_stale(r, r->watch)) {
+    watch_down(r, "the master changed (Sentinel)");
+    return;
+  }
   /* any readiness drives both directions: over TLS a stalled write may
    * wait for POLLIN and a read for POLLOUT (conn.h); a call that still
    * cannot proceed just reports that it would block */

@@ -23,7 +23,11 @@
  * says and the map is read again; ASK sends it once after ASKING;
  * TRYAGAIN (a slot mid-migration) retries it within the command timeout;
  * a call that could not be sent (its master is gone) waits, within the
- * connect timeout, for the map to name another master. Masters are added
+ * connect timeout, for the map to name another master; a call or dial
+ * that a master leaves unanswered for 500 ms reads the map again from the
+ * other masters (node_left, the masters' `left` hook: a stopped master's
+ * kernel still takes connections and requests) and ends as soon as the
+ * map gives that master no slot, so the call is made again where it says. Masters are added
  * as they appear and never removed. A wait is registered with one master
  * (its cwait record, w->route); when the map moves its slot, it is woken,
  * and its next arm or queue check moves it to the new master.
@@ -93,6 +97,7 @@ typedef struct cluster {
   _Atomic size_t n;
   _Atomic uint8_t owner[SLOTS]; /* slot -> node index (NOBODY) */
   uint8_t next_owner[SLOTS];    /* a map being read; under mu */
+  _Atomic int64_t asked_at;     /* a slow master's waiter read the map then */
   pthread_mutex_t wmu; /* the waits' list and their nodes */
   cwait *waits;
   int loop_nfds[MAX_MASTERS]; /* the loop thread's (prepare, dispatch) */
@@ -100,6 +105,7 @@ typedef struct cluster {
 } cluster;
 
 static const dlock__backend_ops *const RB = &dlock__redis_backend;
+static bool node_left(void *ud, dlock__redis *r, bool ask, int64_t deadline);
 
 /* CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0. */
 static uint16_t crc16(const char *p, size_t n) {
@@ -211,6 +217,8 @@ static int master_index(cluster *cl, const char *host, size_t hlen, long port,
   dlock__redis *r = cl->node[n];
   r->sharded = true;
   r->publish = "spublish";
+  r->left = node_left;
+  r->left_ud = cl;
   *index = (uint8_t)n;
   atomic_store_explicit(&cl->n, n + 1, memory_order_release);
   return 0;
@@ -312,6 +320,45 @@ static int refresh(cluster *cl, void *first, void *avoid) {
   if (changed)
     waits_follow_map(cl);
   return rc;
+}
+
+/* Whether any slot of the map is served by `node`. */
+static bool serves_any(cluster *cl, void *node) {
+  size_t n = nodes_now(cl);
+  size_t k = 0;
+  while (k < n && cl->node[k] != node)
+    k++;
+  if (k == n)
+    return true; /* not one of ours: nothing to say */
+  for (unsigned s = 0; s < SLOTS; s++)
+    if (atomic_load_explicit(&cl->owner[s], memory_order_relaxed) == k)
+      return true;
+  return false;
+}
+
+/* The masters' `left` hook (redis.h): a request or dial that waits long
+ * on a master (one stopped keeps them unanswered) reads the map again from
+ * the other masters, at most every LEFT_ASK_MS in the client and never
+ * while another thread reads it (mu is not waited for: the thread that
+ * holds it may be this one, and its reading updates the map anyway); the
+ * master is left when the map gives it no slot. */
+#define LEFT_ASK_MS 500
+static bool node_left(void *ud, dlock__redis *r, bool ask, int64_t deadline) {
+  (void)deadline; /* the reading is bounded by the other masters' timeouts */
+  cluster *cl = ud;
+  int64_t now = dlock__now_ms(), at = atomic_load(&cl->asked_at);
+  if (ask && now - at >= LEFT_ASK_MS &&
+      atomic_compare_exchange_strong(&cl->asked_at, &at, now) &&
+      pthread_mutex_trylock(&cl->mu) == 0) {
+    pthread_mutex_unlock(&cl->mu);
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    bool unsent = dlock__err_unsent();
+    refresh(cl, NULL, r);
+    dlock__seterr(0, "%s", saved);
+    dlock__err_set_unsent(unsent);
+  }
+  return !serves_any(cl, r);
 }
 
 /* Reads the slot map from one seed (a Redis backend of its own). */

@@ -1018,7 +1018,7 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
     rc = renew_append(c, &b[i], lease, r->holder_info != NULL, false,
                       argv + i * args, lens);
   if (!rc)
-    rc = dlock__conn_exec(c, deadline, nb, rep);
+    rc = dlock__redis_exec(r, c, deadline, nb, rep);
   if (!rc)
     dlock__redis_saw_replies(r, c, rep, nb); /* a demoted master */
   for (size_t i = 0; !rc && i < nb; i++) {
@@ -1028,7 +1028,7 @@ int dlock__redis_lock_renew(void *be, dlock__renewal *items, size_t n,
       rc = renew_append(c, &b[i], lease, r->holder_info != NULL, true,
                         argv + i * args, lens);
       if (!rc)
-        rc = dlock__conn_exec(c, deadline, 1, &rep[i]);
+        rc = dlock__redis_exec(r, c, deadline, 1, &rep[i]);
     }
     if (!rc)
       rc = renew_results(rep[i], &b[i]);

@@ -32,6 +32,11 @@
  * is the one that sees it pass; the conn is closed only when nobody polls
  * it (no leader), so that no thread polls a closed descriptor.
  *
+ * Sentinel: the leader ends the connection (its slots fail) as soon as it
+ * was dialled at an older master than the one the sentinels name, and
+ * asks the sentinels itself when the oldest slot has waited MUX_SLOW_MS
+ * (a stopped master keeps requests unanswered, see sentinel.c).
+ *
  * Requests that block the connection on the server (WAIT for replicas) do
  * not come here: they go on a pooled connection of their own (redis.c).
  *
@@ -50,6 +55,7 @@
 #include "core/error.h"
 
 #define LEADER_TICK_MS 50
+#define MUX_SLOW_MS 500 /* Sentinel: the sentinels are asked after this */
 #define MUX_MAX_REPLIES 3
 
 typedef struct mux_slot {
@@ -59,7 +65,7 @@ typedef struct mux_slot {
   int rc;    /* <0: failed (err says why) */
   bool done; /* complete or failed */
   char err[300];
-  int64_t deadline;
+  int64_t sent_at, deadline;
   pthread_cond_t cv;
 } mux_slot;
 
@@ -204,11 +210,34 @@ static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
 
 /* Leads: reads for every slot until `me` is done. Called and returns with
  * mu held and m->leader set by the caller; clears it. */
-static void lead_locked(dlock__redis_mux *m, mux_slot *me) {
+static void lead_locked(dlock__redis *r, dlock__redis_mux *m, mux_slot *me) {
   while (!me->done) {
     if (m->conn_failed)
       break; /* me was failed with the rest */
     int64_t now = dlock__now_ms();
+    uint32_t gen = dlock__conn_tag(m->conn);
+    if ((r->sentinel || r->left) &&
+        dlock__redis_master_left(r, gen, false, 0)) {
+      /* the service names another master now; the old one may be
+       * stopped, and would keep its requests until their deadline */
+      fail_all_locked(m, dlock__seterr(DLOCK_EUNAVAILABLE,
+                                       "%s: no answer, and another master "
+                                       "serves it now",
+                                       dlock__conn_peer(m->conn)));
+      break;
+    }
+    if ((r->sentinel || r->left) && now - m->head->sent_at >= MUX_SLOW_MS) {
+      /* the oldest request waits long: is the service failing over?
+       * (asked without mu, at most every 500 ms in the client) */
+      int64_t d = m->head->deadline;
+      pthread_mutex_unlock(&m->mu);
+      bool left = dlock__redis_master_left(r, gen, true, d);
+      pthread_mutex_lock(&m->mu);
+      if (m->conn_failed)
+        break;
+      if (left)
+        continue;
+    }
     if (now >= m->head->deadline) {
       fail_all_locked(m, dlock__seterr(DLOCK_EIOTIMEOUT,
                                        "%s: the server did not answer in time",
@@ -282,6 +311,7 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
     pthread_cond_destroy(&me.cv);
     return rc;
   }
+  me.sent_at = dlock__now_ms();
   me.deadline = dlock__deadline_after(timeout_ms);
   if (m->tail)
     m->tail->next = &me;
@@ -294,7 +324,7 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
   while (!me.done) {
     if (!m->leader) {
       m->leader = true;
-      lead_locked(m, &me);
+      lead_locked(r, m, &me);
     } else {
       pthread_cond_wait(&me.cv, &m->mu);
     }

@@ -14,7 +14,12 @@
  * master the sentinels name; each dial checks ROLE and rides through a
  * failover within its connect timeout; connections carry the master's
  * generation and those of an older one are closed, not reused; a script
- * refused READONLY (a demoted master) is sent once more.
+ * refused READONLY (a demoted master) is sent once more; a dial or request
+ * still waiting for a master that the sentinels no longer name ends at
+ * once (master_watch: a stopped master would hold it to its deadline; a
+ * Cluster's masters have the same watch, through cluster.c's hook),
+ * and a request made before a failover waits for the new master's
+ * replicas as far as they are known, not the old master's (WAIT).
  *
  * TLS (rediss:// or the options' switch): one OpenSSL context per client
  * (net/tls.c), built at open so a bad CA or certificate file is reported
@@ -156,6 +161,92 @@ int dlock__redis_append_cmd(dlock__conn *c, int argc, const char **argv) {
   return dlock__conn_append(c, argc, argv, lens);
 }
 
+/* ------------------------------------------------- a master that is slow */
+
+/* Sentinel or a Cluster's master: a wait for the master's answer (a
+ * dial's connect and handshake, a request's reply) checks every
+ * MASTER_CHECK_MS whether the service names another master now (the
+ * sentinels another address; the cluster's map none of this node's slots),
+ * and ends at once when it does (a stopped master's kernel still accepts
+ * connections and requests, which would otherwise wait out their whole
+ * timeout). Once it has waited MASTER_SLOW_MS, the waiter asks the service
+ * itself (at most every 500 ms in the client:
+ * dlock__redis_sentinel_recheck, cluster.c's hook), so a client that only
+ * holds locks, whose event loop does not check, learns of the failover
+ * too. The service's own answers are read with no such check (tl_checking:
+ * asking a cluster's other masters must not ask again). */
+#define MASTER_CHECK_MS 100
+#define MASTER_SLOW_MS 500
+
+static _Thread_local bool tl_checking;
+
+bool dlock__redis_master_left(dlock__redis *r, uint32_t gen, bool ask,
+                              int64_t deadline) {
+  if (tl_checking)
+    return false;
+  tl_checking = true;
+  bool left = false;
+  if (r->sentinel) {
+    if (ask && atomic_load(&r->master_gen) == gen)
+      dlock__redis_sentinel_recheck(r, deadline);
+    left = atomic_load(&r->master_gen) != gen;
+  } else if (r->left) {
+    left = r->left(r->left_ud, r, ask, deadline);
+  }
+  tl_checking = false;
+  return left;
+}
+
+typedef struct master_watch {
+  dlock__redis *r;
+  uint32_t gen; /* the master generation the conn was dialled at */
+  int64_t slow_at, deadline;
+  char peer[300];
+} master_watch;
+
+static int master_check(void *ud) {
+  master_watch *x = ud;
+  dlock__redis *r = x->r;
+  if (!dlock__redis_master_left(r, x->gen, dlock__now_ms() >= x->slow_at,
+                                x->deadline))
+    return 0;
+  if (!r->sentinel)
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "%s: no answer, and the cluster serves its slots "
+                         "elsewhere now",
+                         r->ep->display);
+  return dlock__seterr(DLOCK_EUNAVAILABLE,
+                       "%s: no answer from %s, and the sentinels name "
+                       "another master now",
+                       dlock__redis_sentinel_display(r->sentinel), x->peer);
+}
+
+/* Starts watching (Sentinel, a Cluster's master); returns the watch to put
+ * back. */
+static dlock__conn_watch master_watch_begin(dlock__redis *r, master_watch *x,
+                                            uint32_t gen, int64_t deadline,
+                                            const char *peer) {
+  if ((!r->sentinel && !r->left) || tl_checking)
+    return dlock__conn_watch_set((dlock__conn_watch){0});
+  x->r = r;
+  x->gen = gen;
+  x->slow_at = dlock__now_ms() + MASTER_SLOW_MS;
+  x->deadline = deadline;
+  snprintf(x->peer, sizeof x->peer, "%s", peer);
+  return dlock__conn_watch_set((dlock__conn_watch){
+      .check = master_check, .ud = x, .every_ms = MASTER_CHECK_MS});
+}
+
+int dlock__redis_exec(dlock__redis *r, dlock__conn *c, int64_t deadline,
+                      size_t n, redisReply **rep) {
+  master_watch x;
+  dlock__conn_watch prev =
+      master_watch_begin(r, &x, dlock__conn_tag(c), deadline, "the master");
+  int rc = dlock__conn_exec(c, deadline, n, rep);
+  dlock__conn_watch_set(prev);
+  return rc;
+}
+
 /* ----------------------------------------------------------- handshake */
 
 /* Connects to ep and runs the handshake before deadline; `role`: also
@@ -231,24 +322,49 @@ int dlock__redis_dial(dlock__redis *r, bool select_db, int64_t until,
   int64_t deadline = dlock__deadline_after(r->connect_timeout_ms);
   if (until < deadline)
     deadline = until;
-  if (!r->sentinel)
-    return dial_at(r, r->ep, select_db, false, deadline, out);
+  if (!r->sentinel) {
+    master_watch x;
+    dlock__conn_watch prev = master_watch_begin(r, &x, 0, deadline, "");
+    int rc = dial_at(r, r->ep, select_db, false, deadline, out);
+    dlock__conn_watch_set(prev);
+    return rc;
+  }
   /* through the sentinels: the master they name, checked by ROLE; during
    * a failover, ask them again until the deadline */
   char why[400] = "";
+  bool failed = false; /* a dial of this call failed: a failover is on */
   for (;;) {
     dlock__endpoint ep;
     char host[256];
     uint32_t gen = 0;
     int rc = dlock__redis_sentinel_master(r, &ep, host, sizeof host, &gen);
     if (!rc) {
+      char peer[300];
+      snprintf(peer, sizeof peer, "%s:%d", host, ep.port);
+      master_watch x;
+      dlock__conn_watch prev = master_watch_begin(r, &x, gen, deadline, peer);
       rc = dial_at(r, &ep, select_db, true, deadline, out);
+      dlock__conn_watch_set(prev);
+      /* after a failed dial, the one that answered as a master is checked
+       * with the sentinels: an old master restarted (a master until the
+       * sentinels demote it) may be where the client's last answer
+       * pointed, though the sentinels name another master now */
+      if (!rc && failed && !dlock__redis_sentinel_resolve(r, deadline) &&
+          atomic_load(&r->master_gen) != gen) {
+        dlock__conn_close(*out);
+        *out = NULL;
+        rc = dlock__seterr(DLOCK_EUNAVAILABLE,
+                           "%s answered as a master, but the sentinels name "
+                           "another one",
+                           peer);
+      }
       if (!rc) {
         dlock__conn_set_tag(*out, gen);
         return 0;
       }
       if (rc == DLOCK_EAUTH || rc == DLOCK_ETLS || rc == DLOCK_ENOMEM)
         return rc;
+      failed = true;
       snprintf(why, sizeof why, "%s", dlock_last_error());
     }
     if (dlock__now_ms() >= deadline)
@@ -391,8 +507,8 @@ static int request(dlock__redis *r, bool may_share,
   if (!rc)
     rc = append(c, arg);
   if (!rc)
-    rc = dlock__conn_exec(c, dlock__deadline_after(budget_ms),
-                          want + (asking ? 1 : 0), asking ? all : rep);
+    rc = dlock__redis_exec(r, c, dlock__deadline_after(budget_ms),
+                           want + (asking ? 1 : 0), asking ? all : rep);
   if (!rc && asking) {
     freeReplyObject(all[0]);
     memcpy(rep, all + 1, want * sizeof *rep);
@@ -514,7 +630,9 @@ typedef struct script_req {
   dlock__redis *r;
   const dlock__script *s;
   bool body, role;
-  int wait_n;
+  int wait_n;    /* WAIT's count (0: no WAIT), as known when q was made */
+  int wait_sent; /* the count sent (see script_append) */
+  uint32_t gen;  /* the master generation when q was made (Sentinel) */
   int nkeys, argc;
   const char **argv;
   size_t *lens;
@@ -530,9 +648,19 @@ static int script_append(dlock__conn *c, void *arg) {
   if (!rc)
     rc = dlock__redis_append_script(c, q->s, q->body, q->nkeys, q->argc,
                                     q->argv, q->lens);
+  /* a connection to a master newer than q (dialled by this request, in a
+   * failover) waits for the replicas of that master, as far as they are
+   * known (none until its first ROLE): the old master's count would make
+   * WAIT on the new one, whose replicas are not connected yet, wait out
+   * its whole timeout */
+  q->wait_sent = q->wait_n;
+  if (q->wait_n > 0 && q->r->sentinel && dlock__conn_tag(c) != q->gen) {
+    int known = atomic_load(&q->r->replicas);
+    q->wait_sent = known > 0 ? known : 0;
+  }
   if (!rc && q->wait_n > 0) {
     char wn[DLOCK__I64_BUF], wt[DLOCK__I64_BUF];
-    dlock__fmt_i64(wn, q->wait_n);
+    dlock__fmt_i64(wn, q->wait_sent);
     dlock__fmt_i64(wt, q->r->replica_wait_ms);
     const char *a[3] = {"WAIT", wn, wt};
     rc = dlock__redis_append_cmd(c, 3, a);
@@ -599,6 +727,7 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
     q.body = false;
     q.role = sync && dlock__now_ms() - atomic_load(&r->replicas_at) >=
                          REPLICAS_REFRESH_MS;
+    q.gen = atomic_load(&r->master_gen);
     q.wait_n = sync ? atomic_load(&r->replicas) : 0;
     bool broke = false;
     rc = script_roundtrip(r, &q, reply, &acked, &broke);
@@ -626,10 +755,10 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
     freeReplyObject(*reply);
     *reply = NULL;
   }
-  if (!rc && q.wait_n > 0 && acked == 0 &&
+  if (!rc && q.wait_sent > 0 && acked == 0 &&
       !(r->sentinel && atomic_load(&r->master_gen) != gen0 &&
         replicas_now(r) == 0))
-    *unsynced = q.wait_n;
+    *unsynced = q.wait_sent;
   return rc;
 }
 
@@ -747,8 +876,8 @@ static int probe_publish(dlock__redis *r) {
   if (!rc)
     rc = dlock__redis_append_cmd(c, 3, argv);
   if (!rc)
-    rc = dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), 1,
-                          &rep);
+    rc = dlock__redis_exec(r, c, dlock__deadline_after(r->command_timeout_ms),
+                           1, &rep);
   dlock__redis_pool_put(r, c);
   if (rc)
     return rc;
@@ -774,8 +903,8 @@ static void learn_replicas(dlock__redis *r) {
   if (!rc)
     rc = dlock__redis_append_cmd(c, 1, argv);
   if (!rc)
-    rc = dlock__conn_exec(c, dlock__deadline_after(r->command_timeout_ms), 1,
-                          &rep);
+    rc = dlock__redis_exec(r, c, dlock__deadline_after(r->command_timeout_ms),
+                           1, &rep);
   dlock__redis_pool_put(r, c);
   if (rc)
     return; /* the first write asks again */

@@ -72,6 +72,11 @@ typedef struct dlock__redis {
    * tagged with the generation it was dialled at */
   dlock__redis_sentinel *sentinel;
   _Atomic uint32_t master_gen;
+  /* a Redis Cluster's master (cluster.c; NULL otherwise): true when the
+   * cluster serves none of its slots there any more; `ask`: read the map
+   * again first (rate-limited there). Never blocks when !ask. */
+  bool (*left)(void *ud, struct dlock__redis *r, bool ask, int64_t deadline);
+  void *left_ud;
   _Atomic int pooled_busy; /* scripts on pooled connections now */
 
   dlock__conn *watch; /* the event loop thread only */
@@ -313,6 +318,16 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
                           size_t want, int64_t timeout_ms,
                           redisReply **replies);
 
+/* Whether the master that r's connections of generation gen reach is no
+ * longer the one to use (Sentinel: another is named; a Cluster's master:
+ * it serves no slot now); `ask`: ask the service first (rate-limited). */
+bool dlock__redis_master_left(dlock__redis *r, uint32_t gen, bool ask,
+                              int64_t deadline);
+/* dlock__conn_exec on a connection of r: through Sentinel, a wait for a
+ * master that the sentinels no longer name ends at once
+ * (DLOCK_EUNAVAILABLE, the conn broken) instead of at the deadline. */
+int dlock__redis_exec(dlock__redis *r, dlock__conn *c, int64_t deadline,
+                      size_t n, redisReply **rep);
 /* READONLY: a replica (a demoted master) refused a write. */
 bool dlock__redis_is_readonly(const redisReply *rep);
 /* Looks at a round trip's replies: through Sentinel, a READONLY one means
@@ -337,6 +352,11 @@ void dlock__redis_sentinel_free(dlock__redis_sentinel *s);
 const char *dlock__redis_sentinel_display(const dlock__redis_sentinel *s);
 /* Asks the sentinels for the master (raises master_gen when it moved). */
 int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline);
+/* The same, unless any thread asked them within the last 500 ms: for
+ * callers that wait on a master that does not answer (it may be stopped,
+ * and the sentinels may have named another one meanwhile). The caller's
+ * last error is kept. */
+void dlock__redis_sentinel_recheck(dlock__redis *r, int64_t deadline);
 /* The master's endpoint as known now (ep borrows host[] and r->ep's
  * credentials), and its generation; DLOCK_EUNAVAILABLE when unknown. */
 int dlock__redis_sentinel_master(dlock__redis *r, dlock__endpoint *ep,

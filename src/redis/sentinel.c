@@ -16,7 +16,9 @@
  * master, or one that cannot be reached, makes the dial ask the sentinels
  * again and retry until its deadline, so a call made during a failover
  * waits for the new master for up to the connect timeout instead of
- * failing.
+ * failing; and a dial that succeeds after one failed asks them once more
+ * before it is used (a killed old master restarted answers ROLE as a
+ * master until the sentinels demote it).
  *
  * Following a failover: the master's address has a generation
  * (`master_gen`), raised whenever the sentinels name another address.
@@ -25,13 +27,23 @@
  * pipelined connection is ended, and the event loop redials the pub/sub
  * connection on the new master, which makes every waiter retry (a message
  * published on the new master never reaches a subscription on the old
- * one). The client learns of a failover three ways: a dial that finds no
- * master, a script answered READONLY (the old master, demoted), and a
- * check of the sentinels once a second from the dialling worker while the
- * client has waits or holds (SENTINEL_CHECK_MS), which catches a demoted
- * master that nobody writes to. dlock does not subscribe to the
- * sentinels' +switch-master: the once-a-second check costs one command and
- * no connection of its own.
+ * one). The client learns of a failover four ways: a dial that finds no
+ * master, a script answered READONLY (the old master, demoted), a check
+ * of the sentinels once a second from the dialling worker while the
+ * client has waits (SENTINEL_CHECK_MS, channels.c), which catches a
+ * demoted master that nobody writes to, and any wait for the master's
+ * answer (a dial's handshake, a request, the shared connection's oldest
+ * request) that lasts over 500 ms: it asks the sentinels, at most every
+ * SENTINEL_RECHECK_MS in the client (dlock__redis_sentinel_recheck). A
+ * stopped master (SIGSTOP, a frozen VM) is the case for the last: its
+ * kernel still accepts connections and requests, which would wait out
+ * their whole timeouts. Every such wait also checks master_gen every
+ * 100 ms and ends (DLOCK_EUNAVAILABLE, the conn broken) as soon as the
+ * sentinels name another master (redis.c, conn.h's watch), so the
+ * requests pending on the old master move to the new one within about
+ * half a second of the sentinels' switch. dlock does not subscribe to the
+ * sentinels' +switch-master: the checks cost one command each and no
+ * connection of its own.
  *
  * Threads: any caller thread (dial, resolve), the dialling worker (the
  * periodic check). `mu` guards the address and the sentinel order.
@@ -50,6 +62,8 @@
 #define MAX_SENTINELS 16
 
 #define SENTINEL_TIMEOUT_MS 1000 /* one sentinel's answer, at most */
+/* a slow master's waiters ask the sentinels at most this often */
+#define SENTINEL_RECHECK_MS 500
 
 struct dlock__redis_sentinel {
   dlock__endpoint sentinels[MAX_SENTINELS];
@@ -60,6 +74,7 @@ struct dlock__redis_sentinel {
   pthread_mutex_t mu;
   char *host; /* the master's address, NULL before the first answer */
   int port;
+  _Atomic int64_t asked_at; /* when the sentinels were last asked */
   char display[200];
 };
 
@@ -87,10 +102,11 @@ int dlock__redis_sentinel_parse(const char *url, const char *user,
                                 const char *password,
                                 dlock__redis_sentinel **out,
                                 dlock__endpoint *data) {
-  /* sentinels without a port get 6379, as they always have here */
+  /* a sentinel written without a port is at Sentinel's port, 26379
+   * (Lettuce's default too); 6379 is the data nodes' */
   static const dlock__uri_rules rules = {
       .example = "redis-sentinel://host:port[,host:port...]/master-name",
-      .default_port = 6379,
+      .default_port = 26379,
       .min_hosts = 1,
       .max_hosts = MAX_SENTINELS,
       .list_scheme = "redis-sentinel://",
@@ -236,6 +252,7 @@ int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline) {
   pthread_mutex_unlock(&s->mu);
   char host[256], why[400] = "";
   int port = 0, rc = DLOCK_EUNAVAILABLE, auth_rc = 0, unknown = 0, asked = 0;
+  atomic_store(&s->asked_at, dlock__now_ms());
   for (int k = 0; k < s->n; k++) {
     int i = (first + k) % s->n;
     port = 0;
@@ -286,6 +303,22 @@ int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline) {
   return dlock__seterr(auth_rc ? auth_rc : DLOCK_EUNAVAILABLE,
                        "%s: no sentinel named the master (%s)", s->display,
                        why);
+}
+
+void dlock__redis_sentinel_recheck(dlock__redis *r, int64_t deadline) {
+  dlock__redis_sentinel *s = r->sentinel;
+  int64_t now = dlock__now_ms(), at = atomic_load(&s->asked_at);
+  if (now - at < SENTINEL_RECHECK_MS ||
+      !atomic_compare_exchange_strong(&s->asked_at, &at, now))
+    return; /* asked lately, or being asked by another thread */
+  char saved[400];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
+  dlock__redis_sentinel_resolve(r, deadline);
+  dlock__seterr(0, "%s", saved);
+  dlock__err_set_unsent(unsent);
+  if (worded)
+    dlock__err_set_worded();
 }
 
 int dlock__redis_sentinel_master(dlock__redis *r, dlock__endpoint *ep,

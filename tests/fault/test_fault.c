@@ -77,6 +77,7 @@ typedef struct env {
    * (env_route), one of cluster's */
   th_server_t *lock, *res;
   th_cluster_t *cluster; /* the lock servers of a _cluster case, or NULL */
+  int shard;             /* on a cluster: the master (env_route) index */
   th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
   th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
   th_pg_t *pg;           /* a _pg case's PostgreSQL server, or NULL */
@@ -109,6 +110,7 @@ static void find_worker(void) {
 typedef enum backend {
   B_REDIS,
   B_CLUSTER,
+  B_CLUSTER_REPL, /* with a replica of each master */
   B_ZK,
   B_ETCD,
   B_SENTINEL,
@@ -128,7 +130,9 @@ static void env_start_on(env_t *e, const char *const *lock_conf,
   const char *url = NULL;
   switch (b) {
   case B_CLUSTER:
-    e->cluster = th_cluster_start();
+  case B_CLUSTER_REPL:
+    e->cluster = b == B_CLUSTER ? th_cluster_start()
+                                : th_cluster_start_replicated();
     CHECK(e->cluster);
     url = e->cluster->url;
     break;
@@ -187,8 +191,10 @@ static void env_route(env_t *e, const char *lock) {
     return;
   e->lock = NULL;
   for (int i = 0; i < TH_CLUSTER_MASTERS && !e->lock; i++)
-    if (th_redis_int(e->cluster->node[i], "EXISTS %s", lock) != INT64_MIN)
+    if (th_redis_int(e->cluster->node[i], "EXISTS %s", lock) != INT64_MIN) {
       e->lock = e->cluster->node[i];
+      e->shard = i;
+    }
   CHECKF(e->lock, "no master serves the slot of %s", lock);
   printf("cluster: %s is on the master at port %d\n", lock, e->lock->port);
 }
@@ -2076,8 +2082,10 @@ static void t_partition_pg(void) { partition_group(&K_PG); }
 
 /*
  * The service's own faults on a ZooKeeper ensemble or an etcd cluster (3
- * members): while one process holds a fenced lock and three wait (sessions
- * of 2000 ms, the library's default timeouts, as the dlock command has
+ * members), or a Sentinel-managed master (one replica, three sentinels,
+ * down-after 1 s; the "leader" is the master): while one process holds a
+ * fenced lock and three wait (sessions of 2000 ms, a 2000 ms watchdog lease
+ * on Redis, the library's default timeouts, as the dlock command has
  * them), the leader is
  *   kill:  killed with SIGKILL, and the holder releases at once (its
  *          release meets the election);
@@ -2089,7 +2097,11 @@ static void t_partition_pg(void) { partition_group(&K_PG); }
  * waiter gives up (no acquire returns an error, no worker dies), every
  * waiter is served in turn at the end, no overlap, no stale write accepted.
  * Reported, not asserted: the time from each fault to the next grant
- * (FIGURE <scenario>.<fault>), and what the holder's release said.
+ * (FIGURE <scenario>.<fault>), what the holder's release said, and on
+ * Sentinel when the first client learned of the new master (the failover
+ * as the clients see it). A stopped master's kernel still accepts
+ * connections and requests: the stop round checks that they move to the
+ * new master when the sentinels name it, not at their timeouts.
  */
 typedef enum lfault { LF_KILL, LF_PAUSE, LF_BOTH } lfault_t;
 
@@ -2106,6 +2118,22 @@ static int sentinel_master(env_t *e) {
   return -1;
 }
 
+/* The data node that every sentinel names as the master, -1 while they
+ * do not agree (a failover still spreading) or one does not answer. */
+static int sentinels_agree(env_t *e) {
+  int m = -1;
+  for (int s = 0; s < TH_SENTINELS; s++) {
+    int port = th_sentinel_master_port(e->sent->sent[s], TH_SENTINEL_MASTER);
+    int n = port == e->sent->master->port    ? 0
+            : port == e->sent->replica->port ? 1
+                                             : -1;
+    if (n < 0 || (m >= 0 && n != m))
+      return -1;
+    m = n;
+  }
+  return m;
+}
+
 static th_server_t *sentinel_node(env_t *e, int i) {
   return i == 0 ? e->sent->master : e->sent->replica;
 }
@@ -2120,7 +2148,29 @@ static bool sentinel_replica_synced(env_t *e, int i) {
   return ok;
 }
 
+/* A Redis Cluster with replicas: the master of the lock's slot (0: the
+ * node started as its master, 1: its replica) and the other one. */
+static th_server_t *cluster_node(env_t *e, int i) {
+  return i == 0 ? e->cluster->node[e->shard] : e->cluster->replica[e->shard];
+}
+
+static bool node_says(th_server_t *n, const char *a, const char *b) {
+  char *info = th_redis_str(n, "INFO replication");
+  bool ok = info && strstr(info, a) && (!b || strstr(info, b));
+  free(info);
+  return ok;
+}
+
+static int cluster_master(env_t *e) {
+  for (int i = 0; i < 2; i++)
+    if (node_says(cluster_node(e, i), "role:master", NULL))
+      return i;
+  return -1;
+}
+
 static int svc_leader(env_t *e) {
+  if (e->cluster)
+    return cluster_master(e);
   if (e->sent)
     return sentinel_master(e);
 #ifdef TH_HAVE_ZOOKEEPER
@@ -2136,15 +2186,54 @@ static int svc_leader(env_t *e) {
 
 /* what: 'k' SIGKILL, 'u' start again, 's' SIGSTOP, 'c' SIGCONT */
 static int svc_member(env_t *e, int i, char what) {
-  if (e->sent) {
-    th_server_t *n = sentinel_node(e, i);
+  if (e->cluster) {
+    /* a master back after its replica took over learns so from the
+     * cluster and becomes that one's replica by itself */
+    th_server_t *n = cluster_node(e, i);
     if (what == 'k')
       return th_server_kill9(n);
     if (what == 's')
       return th_server_pause(n);
     int rc = what == 'u' ? th_server_up(n) : th_server_resume(n);
     bool ok;
+    TH_WAIT_FOR(ok, node_says(n, "role:slave", "master_link_status:up"),
+                BOUND(30000));
+    if (!ok)
+      printf("cluster node %d is not a synced replica\n", i);
+    return rc == 0 && ok ? 0 : -1;
+  }
+  if (e->sent) {
+    th_server_t *n = sentinel_node(e, i);
+    if (what == 'k')
+      return th_server_kill9(n);
+    if (what == 's')
+      return th_server_pause(n);
+    /* back once every sentinel names the other node (a node back while
+     * the failover still spreads could be taken for the master again),
+     * as a master of its own: made a replica of that master at once, as
+     * an operator would (the sentinels do it within their 10 s INFO
+     * period, which would cost each round that) */
+    int m = -1;
+    bool agreed;
+    TH_WAIT_FOR(agreed, (m = sentinels_agree(e)) >= 0 && m != i, BOUND(20000));
+    if (!agreed)
+      printf("the sentinels do not agree on a new master (%d)\n", m);
+    int rc = what == 'u' ? th_server_up(n) : th_server_resume(n);
+    if (rc == 0 && agreed) {
+      redisReply *rep =
+          th_redis_cmd(n, "REPLICAOF 127.0.0.1 %d", sentinel_node(e, m)->port);
+      if (rep)
+        freeReplyObject(rep);
+    }
+    bool ok;
     TH_WAIT_FOR(ok, sentinel_replica_synced(e, i), BOUND(30000));
+    if (!ok) {
+      char *info = th_redis_str(n, "INFO replication");
+      printf("node %d (restart rc %d, the sentinels' master then %d, now "
+             "%d) not a synced replica: %s\n",
+             i, rc, m, sentinel_master(e), info ? info : "(no answer)");
+      free(info);
+    }
     return rc == 0 && ok ? 0 : -1;
   }
 #ifdef TH_HAVE_ZOOKEEPER
@@ -2223,15 +2312,54 @@ static int current_holder(fproc_t **w, size_t *from, int64_t *tokens, int h,
   return next;
 }
 
+/* Sentinel: when the first client logged that the sentinels name a new
+ * master (the failover as the clients see it), at or after t_f; -1 when
+ * none did. mark[i]: w[i]'s first line to look at. */
+static int64_t first_switch_seen(fproc_t **w, const size_t *mark, int64_t t_f) {
+  int64_t best = -1;
+  for (int i = 0; i < LEADER_WORKERS; i++) {
+    if (!w[i])
+      continue;
+    fproc_pump(w[i], 0);
+    for (size_t j = mark[i]; j < w[i]->nlines; j++) {
+      if (!strstr(w[i]->lines[j], ": the master is "))
+        continue;
+      int64_t t = fproc_field(w[i]->lines[j], "t");
+      if (t >= t_f && (best < 0 || t < best))
+        best = t;
+    }
+  }
+  return best;
+}
+
+/* Sentinel: whether every live worker logged a new master since mark. */
+static bool all_switched(fproc_t **w, const size_t *mark, int64_t t_f) {
+  for (int i = 0; i < LEADER_WORKERS; i++) {
+    if (!w[i] || w[i]->pid <= 0)
+      continue;
+    size_t m[LEADER_WORKERS] = {0};
+    fproc_t *one[LEADER_WORKERS] = {0};
+    m[0] = mark[i];
+    one[0] = w[i];
+    if (first_switch_seen(one, m, t_f) < 0)
+      return false;
+  }
+  return true;
+}
+
 static void leader_faults(const kcase_t *k) {
   env_t e;
   env_start_on(&e, NULL, k->backend);
   char sname[64], L[64], opts[256];
   kname(k, "leader_faults", "fault-leader", sname, L);
+  env_route(&e, L);
+  bool redis = e.sent || e.cluster; /* the "leader" is a master */
   snprintf(opts, sizeof opts,
            "--name %s --wait 60000 --connect-timeout 0 --command-timeout 0 "
-           "--watchdog 2000 --max-life 110000 %s",
-           L, kind_opts(k, 0));
+           "--watchdog 2000 --max-life 110000 %s%s",
+           L, kind_opts(k, 0),
+           /* Redis: each client logs what it learns of a failover */
+           redis ? " --log-level 2" : "");
   fproc_t *w[LEADER_WORKERS];
   size_t from[LEADER_WORKERS] = {0};
   int64_t tokens[LEADER_WORKERS] = {0};
@@ -2263,17 +2391,18 @@ static void leader_faults(const kcase_t *k) {
     lfault_t f = plan[r].f;
     if (plan[r].etcd_only && !e.etcd)
       continue;
-    /* Sentinel: a stopped master is not run here yet. A release sent to it
-     * took 30 s to fail (DLOCK_EIOTIMEOUT) and a waiter's 60 s wait ran
-     * out behind it: an open defect (docs/RELIABILITY.md) */
-    if (f == LF_PAUSE && e.sent)
-      continue;
     holder = current_holder(w, from, tokens, holder, &told);
     WANT(w[holder], "WRITE ok", &from[holder], BOUND(5000));
     int leader = -1;
     bool ok;
     TH_WAIT_FOR(ok, (leader = svc_leader(&e)) >= 0, BOUND(10000));
     CHECKF(ok, "no leader before fault %s", plan[r].name);
+    size_t mark[LEADER_WORKERS] = {0};
+    for (int i = 0; i < LEADER_WORKERS; i++)
+      if (w[i]) {
+        fproc_pump(w[i], 0);
+        mark[i] = w[i]->nlines;
+      }
     int64_t t_f = fproc_now_us();
     if (f == LF_BOTH) {
       CHECK(fproc_signal(w[holder], SIGKILL) == 0);
@@ -2297,24 +2426,52 @@ static void leader_faults(const kcase_t *k) {
           fproc_dump(w[i]);
     CHECKF(next >= 0, "%s: no grant within 30 s", plan[r].name);
     int64_t gap = (line_us(line) - t_f) / 1000;
+    if (gap < 0) /* a grant before the fault: show how */
+      for (int i = 0; i < LEADER_WORKERS; i++)
+        if (w[i])
+          fproc_dump(w[i]);
     tokens[next] = fproc_field(line, "token");
-    char rel_note[160] = "";
+    char rel_note[300] = "";
     if (f != LF_BOTH) {
       const char *rel =
           WANT(w[holder], "RELEASED", &from[holder], BOUND(30000));
       snprintf(rel_note, sizeof rel_note, "; the release said %s after %lld ms",
                str_field(rel, "rc"), (long long)fproc_field(rel, "took_ms"));
     }
-    printf("FIGURE %s.%s: %lld ms from the fault to the next grant (leader "
-           "member %d %s; session %lld ms%s)\n",
-           sname, plan[r].name, (long long)gap, leader,
+    if (e.sent) {
+      int64_t seen = first_switch_seen(w, mark, t_f);
+      char note[100] = "; no client logged the new master";
+      if (seen >= 0)
+        snprintf(note, sizeof note,
+                 "; the clients learned of the new master after %lld ms",
+                 (long long)((seen - t_f) / 1000));
+      snprintf(rel_note + strlen(rel_note), sizeof rel_note - strlen(rel_note),
+               "%s", note);
+    }
+    printf("FIGURE %s.%s: %lld ms from the fault to the next grant (%s "
+           "%d %s; %s %lld ms%s)\n",
+           sname, plan[r].name, (long long)gap,
+           redis ? "master" : "leader member", leader,
            f == LF_KILL    ? "killed as the holder released"
            : f == LF_PAUSE ? "stopped as the holder released"
                            : "killed with the holder",
-           (long long)k->session_ms, rel_note);
+           redis ? "watchdog lease" : "session",
+           (long long)(redis ? 2000 : k->session_ms), rel_note);
     if (gap > worst)
       worst = gap;
-    /* the service whole again before the next fault */
+    /* the service whole again before the next fault. Sentinel: a stopped
+     * master is resumed once every client knows the new one. Resumed
+     * sooner, it sends what its last commands published (a release's
+     * hand-off) to clients that still listen to it, and it answers as a
+     * master until the sentinels demote it: such a client was granted the
+     * lock there with the token the new master gave another (see
+     * docs/RELIABILITY.md, an open limit) */
+    if (f == LF_PAUSE && e.sent) {
+      bool all;
+      TH_WAIT_FOR(all, all_switched(w, mark, t_f), BOUND(5000));
+      if (!all)
+        printf("not every client learned of the new master within 5 s\n");
+    }
     if (f == LF_PAUSE)
       CHECK_INT(svc_member(&e, leader, 'c'), ==, 0);
     else
@@ -2375,6 +2532,12 @@ static void leader_faults(const kcase_t *k) {
 static const kcase_t K_SENTINEL = {
     "_sentinel", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_SENTINEL, 0};
 static void t_leader_faults_sentinel(void) { leader_faults(&K_SENTINEL); }
+/* A Redis Cluster (three masters, a replica of each, node timeout 2 s):
+ * the faults hit the master of the lock's slot; the fenced lock. */
+static const kcase_t K_CLUSTER_L = {
+    "_cluster", {"fenced", "fenced", "fenced"}, WAIT20, 0, 0, B_CLUSTER_REPL,
+    0};
+static void t_leader_faults_cluster(void) { leader_faults(&K_CLUSTER_L); }
 static void t_leader_faults_zk(void) { leader_faults(&K_ZK); }
 static void t_leader_faults_etcd(void) { leader_faults(&K_ETCD); }
 
@@ -2594,6 +2757,7 @@ static const check_case_t cases[] = {
     {"pause_holder_pg", t_pause_holder_pg},
     {"partition_pg", t_partition_pg},
     {"leader_faults_sentinel", t_leader_faults_sentinel},
+    {"leader_faults_cluster", t_leader_faults_cluster},
     {"leader_faults_zk", t_leader_faults_zk},
     {"leader_faults_etcd", t_leader_faults_etcd},
     {"soak", t_soak},

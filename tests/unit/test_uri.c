@@ -309,8 +309,9 @@ static void t_sentinel(void) {
   CHECK_OK(dlock__redis_sentinel_parse(
       "Redis-Sentinel://u:p%40w@h1,[::1]:26379/mymaster/2", NULL, NULL, &s,
       &data));
+  /* a sentinel without a port is at Sentinel's port, 26379 */
   CHECK_STR(dlock__redis_sentinel_display(s),
-            "redis-sentinel://h1:6379/mymaster");
+            "redis-sentinel://h1:26379/mymaster");
   CHECK_STR(data.user, "u");
   CHECK_STR(data.password, "p@w");
   CHECK_STR(data.host, "h1");
