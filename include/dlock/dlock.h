@@ -590,9 +590,8 @@ DLOCK_EXTERN int dlock_lock_remaining_lease(dlock_lock_t *lock, int64_t *out);
  * grant's request, or the latest confirmed renewal), so it holds until
  * S + lease, less the 5% margin the renewer keeps. On ZooKeeper and etcd
  * the lease is the client's session (an etcd lease: its latest confirmed
- * keep-alive; a ZooKeeper session: its latest answered request, or a third
- * of its timeout after its connection dropped if that is later, so an idle
- * session's bound is early, never late). 0 with *valid_ms > 0;
+ * keep-alive; a ZooKeeper session: its latest answered request, so an
+ * idle session's bound is early, never late). 0 with *valid_ms > 0;
  * DLOCK_ELOST when the hold was lost or can no longer be vouched for, with
  * *valid_ms <= 0 when its lease lapsed by the clock (minus the ms since
  * then), > 0 when it was lost otherwise (the key removed, the session

@@ -305,11 +305,14 @@ void dlock__holds_session_lost(struct dlock_client *c,
  * thread, with the backend's own mutexes held or not: a new session `sid`
  * of `length` ms is in use; the service cannot end session `sid` before
  * `until` (monotonic ms, from a send instant); a live connection does (or
- * no longer does) vouch for session `sid`. Reports about any session but
- * the latest begun are ignored. */
+ * no longer does) vouch for session `sid` (when it drops: `grace`, the
+ * bound the link's own rule gives, or DLOCK__NEVER to run to the
+ * confirmed one). Reports about any session but the latest begun are
+ * ignored. */
 void dlock__session_begin(struct dlock_client *c, int64_t sid, int64_t length);
 void dlock__session_confirm(struct dlock_client *c, int64_t sid, int64_t until);
-void dlock__session_linked(struct dlock_client *c, int64_t sid, bool linked);
+void dlock__session_linked(struct dlock_client *c, int64_t sid, bool linked,
+                           int64_t grace);
 /* The user's log callback, if any, at `level` or below. Never call it with
  * a mutex of the backend held: the callback is the user's code. */
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,

@@ -26,7 +26,8 @@ void dlock__session_begin(struct dlock_client *c, int64_t sid, int64_t length) {
                                       .linked = false,
                                       .sid = sid,
                                       .length = length,
-                                      .until = DLOCK__NEVER};
+                                      .until = DLOCK__NEVER,
+                                      .grace = DLOCK__NEVER};
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -45,11 +46,13 @@ void dlock__session_confirm(struct dlock_client *c, int64_t sid,
     dlock__client_poke(c);
 }
 
-void dlock__session_linked(struct dlock_client *c, int64_t sid, bool linked) {
+void dlock__session_linked(struct dlock_client *c, int64_t sid, bool linked,
+                           int64_t grace) {
   bool poke = false;
   pthread_mutex_lock(&c->mu);
   if (current(c, sid) && c->session.linked != linked) {
     c->session.linked = linked;
+    c->session.grace = linked ? DLOCK__NEVER : grace;
     poke = !linked; /* the clock runs again */
   }
   pthread_mutex_unlock(&c->mu);
@@ -67,6 +70,8 @@ static int64_t vouched_until(const struct dlock_client *c) {
 int64_t dlock__session_due_locked(const struct dlock_client *c) {
   if (!c->session.begun || c->session.linked || c->session.gone)
     return DLOCK__NEVER;
+  if (c->session.grace != DLOCK__NEVER) /* a dropped link's own rule */
+    return c->session.grace - dlock__vouch_margin(c->session.length);
   return vouched_until(c);
 }
 

@@ -21,11 +21,18 @@
  *              ZooKeeper connection that just dropped);
  *   linked     whether a live connection vouches for the session (a
  *              ZooKeeper connection, whose own pings keep it alive and
- *              whose loss is reported at once): while it does, the clock
- *              is paused.
- * The session is vouched for until the latest confirmed bound less the
- * margin of holds.h (5% of its length, at least 5 ms): its loss is reported
- * before the service can give any of its locks to someone else.
+ *              whose loss is noticed within a known time): while it does,
+ *              the clock is paused; when it drops, the backend may give
+ *              the bound that rule implies (a ZooKeeper drop: a third of
+ *              the timeout after it), and the clock then runs to that
+ *              bound instead of the confirmed one.
+ * The loss is reported when that bound less the margin of holds.h (5% of
+ * the session's length, at least 5 ms) passes: before the service can
+ * give any of its locks to someone else. A hold's validity
+ * (dlock_lock_hold_valid) is answered from the confirmed bound alone,
+ * which only answers prove: a link's rule assumes the process ran all
+ * along, and a process stopped (SIGSTOP) notices its dropped link only
+ * once it runs again.
  * dlock__holds_session_lost (backend.h) reports a loss the service itself
  * made known (an expired session, a lease not found).
  */
@@ -45,6 +52,7 @@ typedef struct dlock__session_clock {
   int64_t sid;    /* the backend's id of the session */
   int64_t length; /* ms; for the margin */
   int64_t until;  /* the latest bound the service confirmed */
+  int64_t grace;  /* since the link dropped: the bound its rule gives */
 } dlock__session_clock;
 
 /* mu held: the moment the session stops being vouched for, DLOCK__NEVER

@@ -296,9 +296,11 @@ bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline) {
  * packet, so it notices a loss at most 2T/3 after its last packet from the
  * server, whose reply proves the server heard us shortly before: the
  * server cannot expire the session earlier than T/3 (less a round trip)
- * after we notice. The core's loss clock (core/session.h) takes the later
- * of that and what answered requests proved, less its margin (5% of T),
- * and gives the holds up then, before anyone else can be given the lock. */
+ * after we notice. The core's loss clock (core/session.h) runs to that,
+ * less its margin (5% of T), and gives the holds up then, before anyone
+ * else can be given the lock. (This assumes the process ran all along: a
+ * stopped one notices only once it runs again, so a hold's validity is
+ * answered from answered requests alone.) */
 static int64_t suspended_bound(int64_t suspended_at, int64_t timeout) {
   return suspended_at + timeout / 3;
 }
@@ -356,13 +358,10 @@ static void session_watcher(zhandle_t *zh, int type, int state,
   if (began)
     dlock__session_begin(z->core, sid, timeout);
   if (linked)
-    dlock__session_linked(z->core, sid, true);
-  if (unlinked) {
-    /* the bound first, then the clock: see suspended_bound */
-    dlock__session_confirm(z->core, sid,
-                           suspended_bound(suspended_at, timeout));
-    dlock__session_linked(z->core, sid, false);
-  }
+    dlock__session_linked(z->core, sid, true, DLOCK__NEVER);
+  if (unlinked)
+    dlock__session_linked(z->core, sid, false,
+                          suspended_bound(suspended_at, timeout));
   if (say)
     dlock__log(z->core, state == ZOO_CONNECTED_STATE ? DLOCK_LOG_INFO
                                                      : DLOCK_LOG_WARN,

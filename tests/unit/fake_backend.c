@@ -313,7 +313,11 @@ void fake_confirm_sid(fake_be *b, int64_t sid, int64_t until) {
 }
 
 void fake_link(fake_be *b, bool linked) {
-  dlock__session_linked(b->core, atomic_load(&b->sid), linked);
+  dlock__session_linked(b->core, atomic_load(&b->sid), linked, DLOCK__NEVER);
+}
+
+void fake_drop(fake_be *b, int64_t grace) {
+  dlock__session_linked(b->core, atomic_load(&b->sid), false, grace);
 }
 
 int64_t fake_sid(fake_be *b) { return atomic_load(&b->sid); }

@@ -42,8 +42,10 @@ fake_be *fake_of(dlock_client_t *c);
  * ms), or a given session id (fake_confirm_sid). */
 void fake_confirm(fake_be *b, int64_t until);
 void fake_confirm_sid(fake_be *b, int64_t sid, int64_t until);
-/* A live connection does (or no longer does) vouch for the session. */
+/* A live connection does (or no longer does) vouch for the session; a
+ * dropped one may give the bound its own rule implies (fake_drop). */
 void fake_link(fake_be *b, bool linked);
+void fake_drop(fake_be *b, int64_t grace);
 /* The current session's id; a new session (its locks dropped), returning
  * the old id. */
 int64_t fake_sid(fake_be *b);

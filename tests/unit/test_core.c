@@ -112,6 +112,40 @@ static void t_link_pauses_clock(void) {
   dlock_client_free(a);
 }
 
+/* A dropped link runs the clock to the bound its own rule gives, not to
+ * the confirmed one, either way; a hold's validity keeps to what answers
+ * proved (a link's rule assumes the process ran all along, which a
+ * stopped process cannot know). */
+static void t_drop_grace(void) {
+  lost_rec rec = {0};
+  dlock_client_t *a = fake_client("grace", 60000, on_lost, &rec);
+  CHECK(a);
+  fake_be *fa = fake_of(a);
+  dlock_lock_t *la = lock_on(a, "x");
+  fake_new_session(fa);
+  fake_link(fa, true);
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  /* proven long ago (lapsed less the 3 s margin); the drop's rule gives
+   * ten minutes: no loss yet, but the hold is not vouched for */
+  fake_confirm(fa, th_now_ms() + 100);
+  fake_drop(fa, th_now_ms() + 600000);
+  th_sleep_ms(300);
+  CHECK_INT(atomic_load(&rec.n), ==, 0);
+  int64_t v = 0;
+  CHECK_RC(dlock_lock_hold_valid(la, dlock_thread_id(), &v), DLOCK_ELOST);
+  CHECK_INT(v, <=, 0);
+  /* linked again, then dropped with a rule already past: lost, however
+   * far the confirmed bound */
+  fake_link(fa, true);
+  fake_confirm(fa, th_now_ms() + 600000);
+  CHECK_OK(dlock_lock_hold_valid(la, dlock_thread_id(), &v));
+  fake_drop(fa, th_now_ms() + 100);
+  CHECK(lost_within(&rec));
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  dlock_lock_free(la);
+  dlock_client_free(a);
+}
+
 /* A later confirmation moves the bound on; one about an earlier session
  * is ignored. */
 static void t_confirmations(void) {
@@ -224,6 +258,7 @@ static void t_wait_woken_or_times_out(void) {
 static const check_case_t cases[] = {
     {"session_bound_passes", t_session_bound_passes},
     {"link_pauses_clock", t_link_pauses_clock},
+    {"drop_grace", t_drop_grace},
     {"confirmations", t_confirmations},
     {"service_ends_session", t_service_ends_session},
     {"wait_woken_or_times_out", t_wait_woken_or_times_out},
