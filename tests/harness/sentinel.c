@@ -6,6 +6,7 @@
  */
 #include "sentinel.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,9 +117,9 @@ static th_sentinels_t *start(const char *data_pw, const char *sentinel_pw,
   snprintf(monitor, sizeof monitor, "sentinel monitor %s 127.0.0.1 %d 2",
            TH_SENTINEL_MASTER, tls_dir ? t->master->port2 : t->master->port);
   const char *sconf[16] = {
-      TH_SENTINEL_LINE,
-      monitor,
-      "sentinel down-after-milliseconds " TH_SENTINEL_MASTER " 1000",
+      TH_SENTINEL_LINE, monitor,
+      /* above the sentinels' 1 s ping period (sentinel.h) */
+      "sentinel down-after-milliseconds " TH_SENTINEL_MASTER " 2000",
       "sentinel failover-timeout " TH_SENTINEL_MASTER " 5000",
       "sentinel parallel-syncs " TH_SENTINEL_MASTER " 1"};
   size_t ns = 5;
@@ -169,4 +170,46 @@ void th_sentinels_stop(th_sentinels_t *t) {
   th_server_stop(t->replica);
   th_server_stop(t->master);
   free(t);
+}
+
+/* Prints one log's lines that contain any of the needles, prefixed. */
+static void print_matching(const char *path, const char *who,
+                           const char *const *needles, FILE *out) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(out, "  %s: no log (%s)\n", who, strerror(errno));
+    return;
+  }
+  char line[1024];
+  for (int i = 0; i < 200000 && fgets(line, sizeof line, f); i++)
+    for (const char *const *n = needles; *n; n++)
+      if (strstr(line, *n)) {
+        fprintf(out, "  %s %s", who, line);
+        break;
+      }
+  fclose(f);
+}
+
+void th_sentinels_events(const th_sentinels_t *t, FILE *out) {
+  /* the sentinels' events ("+sdown", "+switch-master", ...) and the
+   * data nodes' whole logs (a few dozen lines at the default level) */
+  static const char *const sent_needles[] = {" +", " -", NULL};
+  static const char *const node_needles[] = {"", NULL}; /* all */
+  char path[512], who[32];
+  for (int i = 0; i < TH_SENTINELS; i++) {
+    if (!t->sent[i])
+      continue;
+    snprintf(path, sizeof path, "%s/redis.log", t->sent[i]->dir);
+    snprintf(who, sizeof who, "S%d", i);
+    print_matching(path, who, sent_needles, out);
+  }
+  const th_server_t *nodes[2] = {t->master, t->replica};
+  for (int i = 0; i < 2; i++) {
+    if (!nodes[i])
+      continue;
+    snprintf(path, sizeof path, "%s/redis.log", nodes[i]->dir);
+    snprintf(who, sizeof who, "N%d:%d", i, nodes[i]->port);
+    print_matching(path, who, node_needles, out);
+  }
+  fflush(out);
 }

@@ -1,8 +1,17 @@
 /*
  * sentinel.h - a Sentinel-managed master for the tests: one master, one
  * replica and three sentinels (redis-server --sentinel) monitoring it with
- * a quorum of 2 and a 1 s down-after, each a harness server (harness.c:
+ * a quorum of 2 and a 2 s down-after, each a harness server (harness.c:
  * free 127.0.0.1 ports, stopped by PID).
+ *
+ * Why not 1 s: a sentinel pings each instance once a second and, after a
+ * failover, reconnects to the new master only a second after its last
+ * attempt on the old one, while it dates the new master's first ping from
+ * the switch. With a down-after of 1 s a sentinel can call the healthy new
+ * master down in the very tick its first ping is sent, and the others'
+ * "down" answers about the old master (kept for 5 s) make that an
+ * objective down at once: a second failover, and the grants made on the
+ * new master before a replica had them are gone.
  *
  * th_sentinels_start returns once the replica is in sync and every
  * sentinel knows the two others (only then can a failover happen), at most
@@ -43,5 +52,10 @@ th_sentinels_t *th_sentinels_start_conf(const char *data_pw,
 th_sentinels_t *th_sentinels_start_tls(const char *certs_dir);
 /* Stops every server of it; accepts NULL. */
 void th_sentinels_stop(th_sentinels_t *t);
+
+/* Prints, for a failed run, what the sentinels logged as events (+sdown,
+ * +switch-master, ...) and the data nodes' role changes, in log order per
+ * process. */
+void th_sentinels_events(const th_sentinels_t *t, FILE *out);
 
 #endif
