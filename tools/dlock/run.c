@@ -132,7 +132,7 @@ extern char **environ;
 struct run {
   struct cli_ctx *c;
   int sigfd;
-  int evr, evw; /* event pipe: 'A' acquire finished, 'G'/'U' lock lost */
+  int evr, evw; /* event pipe: 'A' acquire finished, 'G'/'U'/'S' lost */
   sigset_t oldmask;
   bool pipe_was_default; /* SIGPIPE had SIG_DFL before we ignored it */
   uint64_t owner;        /* thread id the lock is held as */
@@ -180,7 +180,7 @@ struct run {
   bool watch_stop;
   pthread_cond_t cv;
   bool lost;        /* the library reported the hold lost */
-  char lost_reason; /* 'G' gone, 'U' unreachable */
+  char lost_reason; /* 'G' gone, 'U' unreachable, 'S' session ended */
   int64_t lost_lapsed_ms; /* 'P': its lease ran out that long ago; -1 */
   bool acted;             /* --on-lost signalled the child */
 };
@@ -191,13 +191,15 @@ struct event {
   enum ev_kind kind;
   int signo;
   int code;  /* si_code of a signal */
-  char lost; /* 'G' gone, 'U' unreachable */
+  char lost; /* 'G' gone, 'U' unreachable, 'S' session ended */
 };
 
 static void on_lost(void *userdata, const char *name, uint64_t thread_id,
                     dlock_lost_reason_t reason) {
   struct run *r = userdata;
-  char b = reason == DLOCK_LOST_UNREACHABLE ? 'U' : 'G';
+  char b = reason == DLOCK_LOST_UNREACHABLE ? 'U'
+           : reason == DLOCK_LOST_SESSION   ? 'S'
+                                            : 'G';
   ssize_t n;
   (void)name;
   (void)thread_id;
@@ -610,6 +612,8 @@ static _Noreturn void die_by_signal(int signo) {
 static const char *lost_reason(char b) {
   return b == 'U'   ? "the backend was unreachable for longer than the lease"
          : b == 'P' ? "its lease ran out while this process was stopped"
+         : b == 'S' ? "the client's session with the service ended (expired "
+                      "or revoked), which freed the lock"
                     : "its key was removed or taken by another owner";
 }
 

@@ -74,6 +74,27 @@ if [ "$backend" = zookeeper ]; then
     "session timeout 0.400 s (negotiated; asked for 0.200 s)" "$T/neg.err"
 fi
 
+# etcd: a holder whose lease is revoked (etcdctl lease revoke) is told
+# that its session ended (not that its key was taken), its command is
+# ended, and dlock exits 75.
+if [ "$backend" = etcd ]; then
+  require etcdctl "revoking the holder's lease"
+  ep=${DLOCK_URL#etcd://}
+  f=$T/revoked
+  run_bg p "$DLOCK" --session 5 "$name" sh -c \
+    'touch "$0"; exec "$1" "$0.never"' "$f" "$T/waitfor" 2>"$f.err"
+  expect_true "etcd: revoked: the holder's command runs" \
+    wait_until 20000 test -e "$f"
+  for id in $(ETCDCTL_API=3 etcdctl --endpoints="$ep" lease list |
+    sed -n 's/^\([0-9a-f]\{6,\}\)$/\1/p'); do
+    ETCDCTL_API=3 etcdctl --endpoints="$ep" lease revoke "$id" >/dev/null
+  done
+  wait_exit "$p" 20000
+  expect "etcd: revoked: exit 75" 75 "$ST"
+  expect_grep "etcd: revoked: says the session ended" \
+    "session with the service ended" "$f.err"
+fi
+
 # -l stays a fixed lease (Redis), has no effect on etcd, is refused on
 # ZooKeeper; with --session it is a usage error everywhere.
 "$DLOCK" -l 1 --session 2 "$name" true 2>"$T/l.err"
