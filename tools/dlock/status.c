@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void cli_json_string(FILE *f, const char *s) {
   const unsigned char *p = (const unsigned char *)s;
@@ -76,6 +77,18 @@ struct view {
   bool held;
 };
 
+/* What keeps a hold whose key has no expiry (ttl -1): on ZooKeeper and
+ * PostgreSQL the holder's session, which the service ends when the client
+ * stops; on Redis nothing but a release. */
+static const char *no_expiry_means(const char *url) {
+  if (url &&
+      (strncasecmp(url, "zk", 2) == 0 || strncasecmp(url, "zookeeper", 9) == 0))
+    return "the holder's ZooKeeper session (its node is ephemeral)";
+  if (url && strncasecmp(url, "postgres", 8) == 0)
+    return "the holder's database session (the server ends it when the "
+           "holder stops for longer than its lease)";
+  return "none (the key has no expiry)";
+}
 static void print_plain(const struct cli_ctx *c, const struct view *v) {
   const dlock_lock_state_t *st = v->st;
   char *buf;
@@ -106,7 +119,7 @@ static void print_plain(const struct cli_ctx *c, const struct view *v) {
     if (st->ttl_ms >= 0)
       printf("lease:   %lld ms left\n", (long long)st->ttl_ms);
     else
-      printf("lease:   none (the key has no expiry)\n");
+      printf("lease:   %s\n", no_expiry_means(c->url));
   }
   for (i = 0; i < st->nwaiters; i++) {
     cli_printable(st->waiters[i] ? st->waiters[i] : "?", DLOCK_NAME_MAX, buf,

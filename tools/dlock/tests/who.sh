@@ -41,6 +41,14 @@ expect_true "$backend: the holder holds" wait_until 20000 \
 
 "$DLOCK" --status "$name" >"$T/held.out"
 expect "$backend: --status of a held lock exits 0" 0 $?
+# what keeps the hold: Redis's key lease, the holder's ZooKeeper session
+# or etcd lease
+case $backend in
+redis | etcd) keeps="[0-9]* ms left" ;;
+zookeeper) keeps="the holder's ZooKeeper session" ;;
+esac
+expect_true "$backend: --status says what keeps the hold ($keeps)" \
+  grep -Eq "^lease: +$keeps" "$T/held.out"
 expect_grep "$backend: --status names the holder's pid and host" \
   "  who:   pid $hp on $host (user " "$T/held.out"
 expect_grep "$backend: --status shows the holder's command line" \
