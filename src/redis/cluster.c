@@ -274,12 +274,36 @@ static int apply_map(cluster *cl, const redisReply *map, bool *changed) {
     memset(next + lo, idx, (size_t)(hi - lo + 1));
   }
   *changed = false;
-  for (size_t s = 0; s < SLOTS; s++)
-    if (atomic_load_explicit(&cl->owner[s], memory_order_relaxed) !=
-        next[s]) {
+  size_t moved = 0;
+  uint8_t from = NOBODY, to = NOBODY;
+  uint64_t gained = 0; /* the masters given slots they did not serve */
+  for (size_t s = 0; s < SLOTS; s++) {
+    uint8_t was = atomic_load_explicit(&cl->owner[s], memory_order_relaxed);
+    if (was != next[s]) {
       atomic_store_explicit(&cl->owner[s], next[s], memory_order_relaxed);
-      *changed = true;
+      if (next[s] != NOBODY)
+        gained |= UINT64_C(1) << next[s];
+      if (moved++ == 0) {
+        from = was;
+        to = next[s];
+      }
     }
+  }
+  *changed = moved > 0;
+  /* a replica promoted in a failover: its replicas are not its old
+   * master's, which its backend may still count (WAIT would wait out
+   * replica_wait on every write until ROLE is asked again) */
+  for (size_t k = 0; k < MAX_MASTERS; k++)
+    if (gained & (UINT64_C(1) << k))
+      dlock__redis_new_master(cl->node[k]);
+  /* said once per change (a failover, a resharding), as Sentinel's new
+   * master is: the first moved slot's old and new master */
+  if (moved > 0 && from != NOBODY)
+    dlock__log(cl->core, DLOCK_LOG_INFO,
+               "redis-cluster: the map moved %zu slot%s, from %s to %s%s",
+               moved, moved == 1 ? "" : "s", cl->addr[from],
+               to == NOBODY ? "nobody" : cl->addr[to],
+               moved > 1 ? " (the first of them)" : "");
   return 0;
 }
 

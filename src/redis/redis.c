@@ -616,6 +616,11 @@ static int replicas_now(dlock__redis *r) {
   return n;
 }
 
+void dlock__redis_new_master(dlock__redis *r) {
+  atomic_store(&r->replicas, 0);
+  atomic_store(&r->replicas_at, INT64_MIN / 2);
+}
+
 int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
   return dlock__seterr(DLOCK_EUNAVAILABLE,
                        "%s: %s: none of the %d connected replica%s "

@@ -179,6 +179,11 @@ int dlock__redis_script_synced(dlock__redis *r, const dlock__script *s,
                                int *unsynced);
 /* DLOCK_EUNAVAILABLE: "<what>: none of the <n> connected replicas ...". */
 int dlock__redis_unsynced(dlock__redis *r, const char *what, int n);
+/* r's server has just become a master (a Sentinel failover, a Cluster
+ * slot moved to it): the replicas counted before are not its own. Its
+ * writes wait for none until the next write asks ROLE (in the same
+ * pipeline): a stale count would make WAIT on it wait out replica_wait. */
+void dlock__redis_new_master(dlock__redis *r);
 int dlock__redis_append_cmd(dlock__conn *c, int argc, const char **argv);
 int dlock__redis_append_script(dlock__conn *c, const dlock__script *s,
                                bool body, int nkeys, int argc,

@@ -268,10 +268,7 @@ int dlock__redis_sentinel_resolve(dlock__redis *r, int64_t deadline) {
         dlock__free(s->host);
         s->host = copy;
         s->port = port;
-        /* the new master's replicas are not the old one's: ask ROLE at
-         * the next write, and wait for none until then */
-        atomic_store(&r->replicas, 0);
-        atomic_store(&r->replicas_at, INT64_MIN / 2);
+        dlock__redis_new_master(r);
         atomic_fetch_add(&r->master_gen, 1);
       }
       pthread_mutex_unlock(&s->mu);
