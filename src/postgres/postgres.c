@@ -152,6 +152,7 @@ typedef struct pg_hold {
   int64_t token; /* a fenced lock's token (0: none) */
   int64_t idle;  /* its connection's idle_session_timeout (the lease) */
   bool busy;     /* a renewal is using conn */
+  bool broken;   /* the loop saw conn closed: its next heartbeat fails */
 } pg_hold;
 
 enum { W_IDLE, W_SENT, W_GRANTED, W_FAILED };
@@ -1214,6 +1215,20 @@ static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
     fds[n].revents = 0;
     n++;
   }
+  /* an idle holding connection says something only when the server ends
+   * the session (a restart, pg_terminate_backend, its idle timeout) */
+  for (pg_hold *h = p->holds; h && !more; h = h->next) {
+    if (!h->conn || h->busy || h->broken)
+      continue;
+    if (n == max) {
+      more = true;
+      break;
+    }
+    fds[n].fd = PQsocket(h->conn);
+    fds[n].events = POLLIN;
+    fds[n].revents = 0;
+    n++;
+  }
   pthread_mutex_unlock(&p->mu);
   if (more) { /* more waits than the loop polls: look again soon */
     int64_t soon = now + 100;
@@ -1270,20 +1285,37 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   (void)now;
   pg *p = be;
+  bool broke = false;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < n; i++) {
     if (!fds[i].revents)
       continue;
+    bool found = false;
     for (pg_wait *r = p->waits; r; r = r->next) {
       if (r->state != W_SENT || !r->conn || PQsocket(r->conn) != fds[i].fd)
         continue;
       pending_read(r);
       if (r->state != W_SENT)
         dlock__wait_wake(r->w);
+      found = true;
+      break;
+    }
+    /* a holding connection not in use (a renewal marks it busy under mu
+     * before it touches it): the server closed it, or sent its reason
+     * first (FATAL) and closes next */
+    for (pg_hold *h = p->holds; h && !found; h = h->next) {
+      if (!h->conn || h->busy || h->broken || PQsocket(h->conn) != fds[i].fd)
+        continue;
+      if (!PQconsumeInput(h->conn) || PQstatus(h->conn) == CONNECTION_BAD) {
+        h->broken = true;
+        broke = true;
+      }
       break;
     }
   }
   pthread_mutex_unlock(&p->mu);
+  if (broke) /* its heartbeat fails now, and the core reports the loss */
+    dlock__holds_renew_now(p->core);
 }
 
 /* ------------------------------------------------------------ open, close */
