@@ -52,6 +52,9 @@
  *   every grant and survive a restart. GET_LOCK has no shared mode nor a
  *   visible queue: read-write, fair, semaphores and latches are refused by
  *   the core (DLOCK_ENOTSUP) before anything is sent.
+ * - State: IS_USED_LOCK gives the holder's connection id (this client's
+ *   own holds are shown by owner); waiters are the sessions whose running
+ *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
@@ -82,8 +85,6 @@
 /* a waiting GET_LOCK's bound (s): past it the statement answers 0 and is
  * sent again; a wait that ends sooner kills its session */
 #define MY_WAIT_BOUND_S 600
-#define MY_STR_(x) #x
-#define MY_STR(x) MY_STR_(x)
 
 static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 
@@ -93,6 +94,12 @@ static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
   "IF(CHAR_LENGTH(%1$s) <= 64, %1$s, CONCAT(LEFT(%1$s, 23), '#', "             \
   "LEFT(SHA2(%1$s, 256), 40)))"
 static const char SQL_BEAT[] = "SELECT CONNECTION_ID()";
+#define MY_STR_(x) #x
+#define MY_STR(x) MY_STR_(x)
+/* a wait's statement; dlock_lock_state finds waiters by its text */
+static const char SQL_WAIT[] =
+    "SELECT GET_LOCK(" LOCKNAME
+    ", " MY_STR(MY_WAIT_BOUND_S) "), CONNECTION_ID()";
 /* Fencing tokens: one row per fenced name, raised by every grant while the
  * lock is held; LAST_INSERT_ID(expr) hands the new token back in the OK
  * packet (mysql_insert_id). */
@@ -643,12 +650,7 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     if (rc)
       return rc;
     rc = set_lease(p, c, &wt, a->lease_ms);
-    char *sql =
-        rc ? NULL
-           : with_name(c,
-                       "SELECT GET_LOCK(" LOCKNAME
-                       ", " MY_STR(MY_WAIT_BOUND_S) "), CONNECTION_ID()",
-                       a->name);
+    char *sql = rc ? NULL : with_name(c, SQL_WAIT, a->name);
     if (!rc && !sql)
       rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
     if (!rc && mysql_send_query(c, sql, (unsigned long)strlen(sql)))
@@ -836,6 +838,50 @@ static int my_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   return 0;
 }
 
+/* The sessions whose running statement is dlock's wait for name (the
+ * server lists no queue of GET_LOCK; a wait by another client's own SQL is
+ * not seen): ids and user@host, oldest first, into st->waiters. */
+static int state_waiters(my *p, MYSQL *c, const char *name,
+                         dlock_lock_state_t *st) {
+  char *wait_sql = with_name(c, SQL_WAIT, name);
+  char *q = wait_sql ? with_name(c,
+                                 "SELECT ID, CONCAT(USER, '@', HOST) FROM "
+                                 "information_schema.PROCESSLIST WHERE INFO = "
+                                 "%1$s ORDER BY TIME DESC, ID LIMIT 100",
+                                 wait_sql)
+                     : NULL;
+  dlock__free(wait_sql);
+  if (!q)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  int rc =
+      mysql_real_query(c, q, (unsigned long)strlen(q)) ? sql_error(p, c) : 0;
+  dlock__free(q);
+  if (rc)
+    return rc;
+  MYSQL_RES *r = mysql_store_result(c);
+  if (!r)
+    return sql_error(p, c);
+  MYSQL_ROW row;
+  while ((row = mysql_fetch_row(r)) && st->nwaiters < 100) {
+    unsigned long id = row[0] ? strtoul(row[0], NULL, 10) : 0;
+    char *o = NULL;
+    pthread_mutex_lock(&p->mu);
+    for (my_wait *w = p->waits; w; w = w->next)
+      if (w->conn && w->id == id) {
+        o = dlock__strdup(w->w->spec->owner);
+        break;
+      }
+    pthread_mutex_unlock(&p->mu);
+    if (!o)
+      o = dlock__asprintf("connection %lu (%s)", id, row[1] ? row[1] : "?");
+    if (!o)
+      break;
+    st->waiters[st->nwaiters++] = o;
+  }
+  mysql_free_result(r);
+  return 0;
+}
+
 static int my_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out) {
   my *p = be;
@@ -843,28 +889,41 @@ static int my_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   int rc = check_name(name);
   if (rc)
     return rc;
-  char val[400];
-  rc = exec_pooled(p,
-                   "SELECT IS_USED_LOCK(" LOCKNAME "), (SELECT CONCAT(USER, "
-                   "'@', HOST) FROM information_schema.PROCESSLIST WHERE ID = "
-                   "IS_USED_LOCK(" LOCKNAME "))",
-                   name, val, sizeof val);
+  MYSQL *c;
+  bool fresh;
+  int64_t wt;
+  rc = conn_get(p, &c, &fresh, &wt);
   if (rc)
     return rc;
+  char val[400];
+  rc = exec_named(p, c,
+                  "SELECT IS_USED_LOCK(" LOCKNAME "), (SELECT CONCAT(USER, "
+                  "'@', HOST) FROM information_schema.PROCESSLIST WHERE ID = "
+                  "IS_USED_LOCK(" LOCKNAME "))",
+                  name, val, sizeof val);
+  dlock_lock_state_t *st = NULL;
+  if (rc == 0) {
+    st = dlock__calloc(1, sizeof *st);
+    if (st) {
+      st->name = dlock__strdup(name);
+      st->holders = dlock__calloc(2, sizeof *st->holders);
+      st->waiters = dlock__calloc(101, sizeof *st->waiters);
+    }
+    if (!st || !st->name || !st->holders || !st->waiters)
+      rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  if (rc == 0)
+    rc = state_waiters(p, c, name, st);
+  if (rc) {
+    dlock_lock_state_free(st);
+    mysql_close(c);
+    return rc;
+  }
+  conn_put(p, c, wt);
   char *bar = strchr(val, '|');
   if (bar)
     *bar++ = '\0';
   bool held = val[0] && strcmp(val, "NULL") != 0;
-  dlock_lock_state_t *st = dlock__calloc(1, sizeof *st);
-  if (st) {
-    st->name = dlock__strdup(name);
-    st->holders = dlock__calloc(2, sizeof *st->holders);
-    st->waiters = dlock__calloc(1, sizeof *st->waiters);
-  }
-  if (!st || !st->name || !st->holders || !st->waiters) {
-    dlock_lock_state_free(st);
-    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
-  }
   if (held) {
     unsigned long id = strtoul(val, NULL, 10);
     char *o = NULL;
