@@ -614,12 +614,15 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     unsigned long got_id = 0;
     int got = read_pending(p, c, &got_id);
     if (got < 0) {
-      bool lost = lost_errno(mysql_errno(c));
-      mysql_close(c);
-      if (lost) { /* the session is gone with whatever it queued */
-        dlock__err_set_unsent(true);
-        return got;
+      unsigned e = mysql_errno(c);
+      if (e == 1317 || e == 1028) { /* interrupted (KILL QUERY): again */
+        conn_put(p, c, wt);
+        *pttl = 0;
+        return 0;
       }
+      mysql_close(c);
+      if (lost_errno(e)) /* the session is gone with whatever it queued */
+        dlock__err_set_unsent(true);
       return got;
     }
     if (got == 0) { /* the bound passed: wait again */
