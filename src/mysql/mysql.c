@@ -42,10 +42,11 @@
  *   / loop_dispatch) and wakes the wait when its answer arrives; the next
  *   attempt reads it and claims a grant with one `SELECT CONNECTION_ID()`
  *   (restarting the server's idle clock after the attempt's start); an
- *   answer of 0 (the bound passed) sends the statement again. A wait that
- *   ends with its statement pending or unread ends that session (`KILL
- *   <id>` from a pooled connection, then closing it), which frees a grant
- *   that raced with the end.
+ *   answer of 0 (the bound passed) or an interrupted statement sends it
+ *   again. A wait that ends with its statement pending interrupts it
+ *   (`KILL QUERY <id>` from a pooled connection) and reads its answer, so
+ *   the statement is over when the wait ends; a grant that raced with the
+ *   end is released on its connection.
  * - Kinds: reentrant and fenced take the same lock. A fenced grant raises
  *   the name's row of the InnoDB table dlock_fence (created on first use)
  *   on the holding connection while the lock is held, so tokens grow with
@@ -460,21 +461,6 @@ static my_wait *wait_find(my *p, const char *name, const char *owner) {
         strcmp(r->w->spec->owner, owner) == 0)
       return r;
   return NULL;
-}
-
-/* Ends a session that may hold the lock: the server frees what it held. */
-static void end_session(my *p, MYSQL *c, unsigned long id, bool kill) {
-  if (!c)
-    return;
-  if (kill && id) {
-    char sql[48];
-    snprintf(sql, sizeof sql, "KILL %lu", id);
-    char saved[512];
-    snprintf(saved, sizeof saved, "%s", dlock_last_error());
-    (void)exec_pooled(p, sql, NULL, NULL, 0);
-    dlock__seterr(DLOCK_OK, "%s", saved);
-  }
-  mysql_close(c);
 }
 
 /* Releases a lock nobody claims and pools its connection. */
@@ -1008,6 +994,40 @@ static bool my_wait_hot(void *be, const dlock__wait_spec *spec) {
   return false; /* always try once before waiting */
 }
 
+/* Ends a wait's statement before wait_end returns, so that the lock is
+ * free for others then: a pending GET_LOCK is interrupted (`KILL QUERY`
+ * from a pooled connection) and its answer read on its own connection (the
+ * statement is over once it comes); a grant that raced with the end is
+ * released there. A connection a kill was sent to is closed after (a kill
+ * that came once the statement had ended could cut its next one). */
+static void end_wait(my *p, MYSQL *c, unsigned long id, int64_t wt,
+                     const char *name, bool pending) {
+  if (pending && id) {
+    char sql[48];
+    snprintf(sql, sizeof sql, "KILL QUERY %lu", id);
+    if (exec_pooled(p, sql, NULL, NULL, 0) != 0) {
+      mysql_close(c); /* the server ends the statement at its bound */
+      return;
+    }
+  }
+  unsigned long got_id = 0;
+  int got = read_pending(p, c, &got_id);
+  if (got < 0) {
+    mysql_close(c);
+    return;
+  }
+  char out[16];
+  if (got == 1 && exec_named(p, c, "SELECT RELEASE_LOCK(" LOCKNAME ")", name,
+                             out, sizeof out) != 0) {
+    mysql_close(c); /* the session ends, and the lock with it */
+    return;
+  }
+  if (pending)
+    mysql_close(c);
+  else
+    conn_put(p, c, wt);
+}
+
 static void my_wait_end(void *be, dlock__wait *w) {
   my *p = be;
   my_wait *r = w->reg;
@@ -1021,6 +1041,7 @@ static void my_wait_end(void *be, dlock__wait *w) {
     }
   MYSQL *c = r->conn;
   unsigned long id = r->id;
+  int64_t wt = r->wt;
   int state = r->state;
   pthread_mutex_unlock(&p->mu);
   w->reg = NULL;
@@ -1030,9 +1051,7 @@ static void my_wait_end(void *be, dlock__wait *w) {
   bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
-  /* pending: the session may be waiting still, or granted unread; ending
-   * it frees whatever it got */
-  end_session(p, c, id, state == W_SENT);
+  end_wait(p, c, id, wt, w->spec->name, state == W_SENT);
   dlock__seterr(DLOCK_OK, "%s", saved);
   dlock__err_set_unsent(unsent);
   if (worded)

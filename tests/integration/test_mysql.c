@@ -112,8 +112,8 @@ static void t_client_excludes_dlock(void) {
   CHECK_OK(dlock_lock_release(ll));
   CHECK_INT(client_try(s, rule), ==, '1');
   dlock_lock_free(ll);
-  /* a waiter that times out ends its server session: the lock is free for
-   * the client right after */
+  /* a waiter that times out has its GET_LOCK interrupted before the call
+   * returns: once the holder lets go, the lock is free for the client */
   q = client_holds(s, "w");
   dlock_lock_t *w = NULL;
   CHECK_OK(dlock_lock_new(c, "w", &w));
