@@ -296,6 +296,12 @@ void dlock__client_poke(struct dlock_client *c);
  * event loop); 0, or an error with detail set (fn then never runs). */
 int dlock__client_run_dial(struct dlock_client *c, void (*fn)(void *),
                            void *arg);
+/* A link a hold depends on broke (its holding connection closed by the
+ * server, say): every watchdog hold of the client is renewed now instead
+ * of at its next period, so that the one whose renewal fails is reported
+ * lost at once. Takes client->mu; never call it with a mutex the renewal
+ * path takes. */
+void dlock__holds_renew_now(struct dlock_client *c);
 /* The backend's session (a ZooKeeper session, an etcd lease) ended: every
  * hold of the client is lost, reported once each by the event loop (an
  * acquire still waiting holds nothing: it is not reported). */

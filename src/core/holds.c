@@ -380,6 +380,20 @@ void dlock__holds_report_lost(struct dlock_client *c) {
   }
 }
 
+void dlock__holds_renew_now(struct dlock_client *c) {
+  pthread_mutex_lock(&c->mu);
+  int64_t now = dlock__now_ms();
+  size_t cur;
+  for (dlock__map_entry *e = dlock__map_first(&c->holds, &cur); e;
+       e = dlock__map_next(&c->holds, e, &cur)) {
+    dlock__hold *h = e->value;
+    if (live_watchdog(h) && h->next_renew > now)
+      h->next_renew = now;
+  }
+  dlock__holds_schedule_locked(c); /* pokes the loop: renew_due is now */
+  pthread_mutex_unlock(&c->mu);
+}
+
 void dlock__holds_session_lost(struct dlock_client *c,
                                dlock_lost_reason_t reason) {
   pthread_mutex_lock(&c->mu);

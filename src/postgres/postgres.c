@@ -24,7 +24,11 @@
  *   calls lock_renew every third of the lease, which sends `SELECT 1` on
  *   each hold's connection (a heartbeat, resetting the server's idle
  *   clock); a heartbeat that fails closes that connection and reports the
- *   hold gone, so the core reports it lost. The release leaves the
+ *   hold gone, so the core reports it lost. The event loop also polls each
+ *   idle holding connection: when the server closes it (a restart,
+ *   pg_terminate_backend, the idle timeout) the core is asked to renew at
+ *   once (dlock__holds_renew_now), so the loss is reported then, not at
+ *   the next heartbeat. The release leaves the
  *   timeout (and the owner, the application_name) set: the pool records
  *   each connection's timeout and since when it is idle, lends it only
  *   well within that timeout, and a try on a connection whose timeout and
@@ -152,6 +156,7 @@ typedef struct pg_hold {
   int64_t token; /* a fenced lock's token (0: none) */
   int64_t idle;  /* its connection's idle_session_timeout (the lease) */
   bool busy;     /* a renewal is using conn */
+  bool broken;   /* the loop saw conn closed: its next heartbeat fails */
 } pg_hold;
 
 enum { W_IDLE, W_SENT, W_GRANTED, W_FAILED };
@@ -1195,6 +1200,18 @@ static void pg_wait_end(void *be, dlock__wait *w) {
 
 /* ------------------------------------------------------------ the loop */
 
+/* Adds c's socket to the loop's poll set for reading; false when the set
+ * is full. */
+static bool poll_in(struct pollfd *fds, int *n, int max, PGconn *c) {
+  if (*n == max)
+    return false;
+  fds[*n].fd = PQsocket(c);
+  fds[*n].events = POLLIN;
+  fds[*n].revents = 0;
+  (*n)++;
+  return true;
+}
+
 static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   (void)now;
@@ -1202,20 +1219,16 @@ static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   int n = 0;
   bool more = false;
   pthread_mutex_lock(&p->mu);
-  for (pg_wait *r = p->waits; r; r = r->next) {
-    if (r->state != W_SENT || !r->conn)
-      continue;
-    if (n == max) {
-      more = true;
-      break;
-    }
-    fds[n].fd = PQsocket(r->conn);
-    fds[n].events = POLLIN;
-    fds[n].revents = 0;
-    n++;
-  }
+  for (pg_wait *r = p->waits; r && !more; r = r->next)
+    if (r->state == W_SENT && r->conn)
+      more = !poll_in(fds, &n, max, r->conn);
+  /* an idle holding connection says something only when the server ends
+   * the session (a restart, pg_terminate_backend, its idle timeout) */
+  for (pg_hold *h = p->holds; h && !more; h = h->next)
+    if (h->conn && !h->busy && !h->broken)
+      more = !poll_in(fds, &n, max, h->conn);
   pthread_mutex_unlock(&p->mu);
-  if (more) { /* more waits than the loop polls: look again soon */
+  if (more) { /* more than the loop polls: look again soon */
     int64_t soon = now + 100;
     if (soon < *until)
       *until = soon;
@@ -1270,20 +1283,37 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   (void)now;
   pg *p = be;
+  bool broke = false;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < n; i++) {
     if (!fds[i].revents)
       continue;
+    bool found = false;
     for (pg_wait *r = p->waits; r; r = r->next) {
       if (r->state != W_SENT || !r->conn || PQsocket(r->conn) != fds[i].fd)
         continue;
       pending_read(r);
       if (r->state != W_SENT)
         dlock__wait_wake(r->w);
+      found = true;
+      break;
+    }
+    /* a holding connection not in use (a renewal marks it busy under mu
+     * before it touches it): the server closed it, or sent its reason
+     * first (FATAL) and closes next */
+    for (pg_hold *h = p->holds; h && !found; h = h->next) {
+      if (!h->conn || h->busy || h->broken || PQsocket(h->conn) != fds[i].fd)
+        continue;
+      if (!PQconsumeInput(h->conn) || PQstatus(h->conn) == CONNECTION_BAD) {
+        h->broken = true;
+        broke = true;
+      }
       break;
     }
   }
   pthread_mutex_unlock(&p->mu);
+  if (broke) /* its heartbeat fails now, and the core reports the loss */
+    dlock__holds_renew_now(p->core);
 }
 
 /* ------------------------------------------------------------ open, close */

@@ -39,7 +39,7 @@
  * kill_holder_pg, pause_holder_pg and partition_pg run the fenced lock on
  * one PostgreSQL server (its lease: the session's idle_session_timeout);
  * kill_holder_my, pause_holder_my and partition_my the same on one MariaDB
- * server (its lease: the session's wait_timeout).
+ * server (its lease: the session's wait_timeout). restart_pg restarts the server itself under a holder and a waiter.
  * Main thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
@@ -2100,6 +2100,76 @@ static void t_kill_holder_zk(void) { kill_holder(&K_ZK); }
 static void t_pause_holder_zk(void) { pause_holder(&K_ZK); }
 static void t_kill_holder_etcd(void) { kill_holder(&K_ETCD); }
 static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
+/*
+ * The PostgreSQL server itself restarted (its postmaster killed with
+ * SIGKILL, then started again on its data, as after a crash) while one
+ * process holds the fenced lock and another waits. Every session ends
+ * with the server, and with them the advisory lock: the holder must be
+ * told it lost the lock, its release must say so, and none of its writes
+ * after the restart may be accepted (the waiter's token is higher: the
+ * fence row is committed, so it survives the crash). The waiter's wait
+ * rides out the restart (its connection broke) and it is granted once the
+ * server answers. Reported: the time from the kill to the grant and to
+ * the holder's loss.
+ */
+static void restart_pg(void) {
+#ifndef TH_HAVE_POSTGRES
+  CHECKF(false, "this build has no postgres backend");
+#else
+  env_t e;
+  env_start_on(&e, NULL, B_PG);
+  char sname[64], L[64], o0[160], o1[160];
+  kname(&K_PG, "restart", "fault-restart", sname, L);
+  env_route(&e, L);
+  snprintf(o0, sizeof o0, "--name %s --watchdog 2000 --wait 30000 %s", L,
+           kind_opts(&K_PG, 0));
+  snprintf(o1, sizeof o1, "--name %s --watchdog 2000 --wait 30000 %s", L,
+           kind_opts(&K_PG, 1));
+  size_t f0 = 0, f1 = 0;
+  fproc_t *a = spawn_worker(&e, "r0", e.url, "hold", o0);
+  int64_t old_token =
+      fproc_field(WANT(a, "ACQUIRED", &f0, BOUND(10000)), "token");
+  fproc_t *b = spawn_worker(&e, "r1", e.url, "hold", o1);
+  wait_waiter(&e, L, K_PG.kinds[1], b, 1);
+  WANT(a, "WRITE ok", &f0, BOUND(2000));
+  int64_t t_kill = fproc_now_us();
+  CHECK(th_pg_kill9(e.pg) == 0);
+  CHECK(th_pg_up(e.pg) == 0);
+  int64_t up_ms = (fproc_now_us() - t_kill) / 1000;
+  const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(20000));
+  int64_t new_token = fproc_field(acq, "token");
+  size_t fl = 0;
+  const char *lost = WANT(a, "LOST ", &fl, BOUND(10000));
+  printf("FIGURE %s: the server answered again %lld ms after its kill; "
+         "the waiter was granted after %lld ms (token %lld, the holder's "
+         "%lld); the holder was told after %lld ms (reason %s)\n",
+         sname, (long long)up_ms, (long long)(line_us(acq) - t_kill) / 1000,
+         (long long)new_token, (long long)old_token,
+         (long long)(line_us(lost) - t_kill) / 1000, str_field(lost, "reason"));
+  CHECK_INT(new_token, >, old_token);
+  WANT(b, "WRITE ok", &f1, BOUND(2000));
+  CHECK(fproc_send(a, "release") == 0);
+  const char *rel = WANT(a, "RELEASED", &f0, BOUND(10000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_ELOST");
+  CHECK(fproc_send(a, "quit") == 0);
+  finish_worker(a);
+  CHECK(fproc_send(b, "release") == 0);
+  rel = WANT(b, "RELEASED", &f1, BOUND(5000));
+  CHECK_STR(str_field(rel, "rc"), "DLOCK_OK");
+  CHECK(fproc_send(b, "quit") == 0);
+  finish_worker(b);
+  fproc_free(a);
+  fproc_free(b);
+  /* no write of the holder after the restart accepted; an overlap (the
+   * holder learns of the restart only when its connection fails) is the
+   * token's to stop, as for a paused holder */
+  const char *locks[] = {L, NULL};
+  fence_report_t rep = checker_x(&e, sname, locks, 0, false);
+  CHECK_INT(rep.stale_accepted, ==, 0);
+  env_stop(&e);
+#endif
+}
+
 static void t_kill_holder_pg(void) { kill_holder(&K_PG); }
 static void t_pause_holder_pg(void) { pause_holder(&K_PG); }
 static void t_partition_pg(void) { partition_group(&K_PG); }
@@ -2837,6 +2907,7 @@ static const check_case_t cases[] = {
     {"kill_holder_my", t_kill_holder_my},
     {"pause_holder_my", t_pause_holder_my},
     {"partition_my", t_partition_my},
+    {"restart_pg", restart_pg},
     {"leader_faults_sentinel", t_leader_faults_sentinel},
     {"leader_faults_cluster", t_leader_faults_cluster},
     {"leader_faults_zk", t_leader_faults_zk},

@@ -279,6 +279,45 @@ static void t_restart_reports_lost(void) {
   th_pg_stop(s);
 }
 
+/* A holding session ended by the server (an administrator's
+ * pg_terminate_backend; a restart or a crash alike) is reported lost when
+ * its connection closes, not at the next heartbeat: with a 60 s watchdog
+ * the first heartbeat would come after 20 s, and the loss is expected
+ * well before. */
+static void t_terminated_session_told(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  atomic_store(&g_lost, 0);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 60000));
+  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, th_pg_url(s), o));
+  dlock_options_free(o);
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, "terminated", &l));
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  int64_t t0 = th_now_ms();
+  char out[64];
+  const char *cmds[] = {
+      "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_locks "
+      "WHERE locktype = 'advisory' AND granted",
+      NULL};
+  CHECK_INT(th_pg_psql(s, cmds, out, sizeof out), ==, 0);
+  CHECK_STR(out, "1");
+  bool lost;
+  TH_WAIT_FOR(lost, atomic_load(&g_lost) >= 1, 15000);
+  CHECKF(lost, "the loss was not reported before the first heartbeat");
+  printf("FIGURE postgres.terminated: the loss reported %lld ms after "
+         "pg_terminate_backend was sent\n",
+         (long long)(th_now_ms() - t0));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_pg_stop(s);
+}
+
 /* Fencing tokens grow across a server restart, and the row a resource
  * checks them against (docs/POSTGRES.md) holds the last one. */
 static void t_fence_survives_restart(void) {
@@ -394,6 +433,7 @@ static const check_case_t cases[] = {
     {"multilock", t_multilock},
     {"frozen_holder_loses", t_frozen_holder_loses},
     {"restart_reports_lost", t_restart_reports_lost},
+    {"terminated_session_told", t_terminated_session_told},
     {"fence_survives_restart", t_fence_survives_restart},
     {"bad_input", t_bad_input},
 };
