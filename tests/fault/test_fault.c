@@ -39,7 +39,8 @@
  * kill_holder_pg, pause_holder_pg and partition_pg run the fenced lock on
  * one PostgreSQL server (its lease: the session's idle_session_timeout);
  * kill_holder_my, pause_holder_my and partition_my the same on one MariaDB
- * server (its lease: the session's wait_timeout). restart_pg restarts the server itself under a holder and a waiter.
+ * server (its lease: the session's wait_timeout). restart_pg restarts
+ * the PostgreSQL server itself under a holder and a waiter.
  * Main thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
