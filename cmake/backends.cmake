@@ -7,19 +7,22 @@
 #   DLOCK_WITH_ETCD       libcurl and json-c through pkg-config (Debian:
 #                         libcurl4-openssl-dev, libjson-c-dev)
 #   DLOCK_WITH_POSTGRES   libpq through pkg-config (Debian: libpq-dev)
+#   DLOCK_WITH_MYSQL      MariaDB Connector/C through pkg-config (Debian:
+#                         libmariadb-dev)
 # AUTO (the default) builds the backend when its libraries are found, ON
 # fails here naming the packages when they are not, OFF never builds it.
 #
 # Sets, for the rest of the build (and in the cache, for scripts that read
 # an existing build directory's CMakeCache.txt):
 #   DLOCK_HAVE_ZOOKEEPER, DLOCK_HAVE_ETCD,
-#   DLOCK_HAVE_POSTGRES                      TRUE or FALSE
+#   DLOCK_HAVE_POSTGRES, DLOCK_HAVE_MYSQL    TRUE or FALSE
 #   DLOCK_BACKENDS                           the built backends' names
 #                                            ("redis zookeeper etcd")
 # and the imported targets the library links privately, named as the
 # installed CMake package names them again for the static library's
 # consumers (cmake/dlockConfig.cmake.in): dlock::hiredis, dlock::zookeeper_mt
-# (with its headers and THREADED), dlock::curl, dlock::json_c, dlock::libpq.
+# (with its headers and THREADED), dlock::curl, dlock::json_c, dlock::libpq,
+# dlock::libmariadb.
 # Adding a
 # backend: its option and detection here, its sources in src/CMakeLists.txt,
 # its line in src/core/registry.c (docs/BACKENDS.md).
@@ -50,6 +53,7 @@ endfunction()
 dlock_backend_option(DLOCK_WITH_ZOOKEEPER "Build the ZooKeeper backend")
 dlock_backend_option(DLOCK_WITH_ETCD "Build the etcd backend")
 dlock_backend_option(DLOCK_WITH_POSTGRES "Build the PostgreSQL backend")
+dlock_backend_option(DLOCK_WITH_MYSQL "Build the MySQL/MariaDB backend")
 
 set(_summary "redis (sentinel, cluster, redlock)")
 
@@ -133,6 +137,27 @@ else()
   endif()
 endif()
 
+# ------------------------------------------------------------ MySQL/MariaDB
+# MariaDB Connector/C (user-level locks, src/mysql/)
+set(DLOCK_HAVE_MYSQL FALSE)
+if(DLOCK_WITH_MYSQL STREQUAL "OFF")
+  string(APPEND _summary "; mysql: off (DLOCK_WITH_MYSQL=OFF)")
+else()
+  pkg_check_modules(LIBMARIADB QUIET IMPORTED_TARGET libmariadb)
+  if(LIBMARIADB_FOUND)
+    set(DLOCK_HAVE_MYSQL TRUE)
+    add_library(dlock::libmariadb INTERFACE IMPORTED)
+    target_link_libraries(dlock::libmariadb INTERFACE PkgConfig::LIBMARIADB)
+    string(APPEND _summary " mysql")
+  elseif(DLOCK_WITH_MYSQL STREQUAL "ON")
+    message(FATAL_ERROR "DLOCK_WITH_MYSQL=ON but libmariadb was not found "
+      "through pkg-config: install libmariadb-dev, or configure with "
+      "-DDLOCK_WITH_MYSQL=OFF")
+  else()
+    string(APPEND _summary "; mysql: off (no libmariadb-dev)")
+  endif()
+endif()
+
 set(DLOCK_BACKENDS redis)
 if(DLOCK_HAVE_ZOOKEEPER)
   list(APPEND DLOCK_BACKENDS zookeeper)
@@ -143,6 +168,9 @@ endif()
 if(DLOCK_HAVE_POSTGRES)
   list(APPEND DLOCK_BACKENDS postgres)
 endif()
+if(DLOCK_HAVE_MYSQL)
+  list(APPEND DLOCK_BACKENDS mysql)
+endif()
 string(REPLACE ";" " " DLOCK_BACKENDS "${DLOCK_BACKENDS}")
 set(DLOCK_HAVE_ZOOKEEPER ${DLOCK_HAVE_ZOOKEEPER} CACHE INTERNAL
   "the ZooKeeper backend is built")
@@ -150,6 +178,8 @@ set(DLOCK_HAVE_ETCD ${DLOCK_HAVE_ETCD} CACHE INTERNAL
   "the etcd backend is built")
 set(DLOCK_HAVE_POSTGRES ${DLOCK_HAVE_POSTGRES} CACHE INTERNAL
   "the PostgreSQL backend is built")
+set(DLOCK_HAVE_MYSQL ${DLOCK_HAVE_MYSQL} CACHE INTERNAL
+  "the MySQL/MariaDB backend is built")
 set(DLOCK_BACKENDS ${DLOCK_BACKENDS} CACHE INTERNAL
   "the backends built, as dlock_backends() lists them")
 message(STATUS "dlock backends: ${_summary}")

@@ -11,6 +11,9 @@ set -euo pipefail
 # etcd-server + etcd-client: its tests and interop (etcdctl lock);
 # libpq-dev: the PostgreSQL backend; postgresql: its tests run a private
 # server (initdb and postgres from /usr/lib/postgresql/15/bin) and psql;
+# libmariadb-dev: the MySQL/MariaDB backend; mariadb-server + mariadb-client:
+# its tests run a private mariadbd (mariadb-install-db) and the mariadb
+# client (in a root without an init system the package starts no server);
 # jq: the command's tests read its --json output with it (the JSON tool
 # Debian ships for shell scripts); procps: cli_password looks at the
 # command's arguments through ps; python3-minimal: with-redis.sh asks the
@@ -20,7 +23,8 @@ pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
       redis-server redis-tools clang libclang-rt-14-dev valgrind
       iproute2 iptables openssl zookeeper libzookeeper-mt-dev
       libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client
-      libpq-dev postgresql jq procps python3-minimal)
+      libpq-dev postgresql libmariadb-dev mariadb-server mariadb-client
+      jq procps python3-minimal)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -30,6 +30,9 @@
 #ifdef DLOCK_HAVE_POSTGRES
 #include "postgres/postgres.h"
 #endif
+#ifdef DLOCK_HAVE_MYSQL
+#include "mysql/mysql.h"
+#endif
 
 static const dlock__backend_ops *const built[] = {
     &dlock__redis_backend,     &dlock__redis_cluster_backend,
@@ -42,10 +45,13 @@ static const dlock__backend_ops *const built[] = {
 #ifdef DLOCK_HAVE_POSTGRES
     &dlock__postgres_backend,
 #endif
+#ifdef DLOCK_HAVE_MYSQL
+    &dlock__mysql_backend,
+#endif
 };
 
 #if !defined(DLOCK_HAVE_ZOOKEEPER) || !defined(DLOCK_HAVE_ETCD) ||             \
-    !defined(DLOCK_HAVE_POSTGRES)
+    !defined(DLOCK_HAVE_POSTGRES) || !defined(DLOCK_HAVE_MYSQL)
 static const dlock__backend_absent absent[] = {
 #ifndef DLOCK_HAVE_ZOOKEEPER
     {"zookeeper", (const char *const[]){"zookeeper", "zk", NULL},
@@ -59,6 +65,10 @@ static const dlock__backend_absent absent[] = {
 #ifndef DLOCK_HAVE_POSTGRES
     {"postgres", (const char *const[]){"postgres", "postgresql", NULL},
      "rebuild with -DDLOCK_WITH_POSTGRES=ON (needs libpq-dev)"},
+#endif
+#ifndef DLOCK_HAVE_MYSQL
+    {"mysql", (const char *const[]){"mysql", "mariadb", NULL},
+     "rebuild with -DDLOCK_WITH_MYSQL=ON (needs libmariadb-dev)"},
 #endif
 };
 #define ABSENT absent
@@ -89,6 +99,9 @@ const char *dlock_backends(void) {
 #endif
 #ifdef DLOCK_HAVE_POSTGRES
          " postgres"
+#endif
+#ifdef DLOCK_HAVE_MYSQL
+         " mysql"
 #endif
       ;
 }

@@ -38,7 +38,9 @@
  * holds and three wait (no waiter may give up; the gaps are reported).
  * kill_holder_pg, pause_holder_pg and partition_pg run the fenced lock on
  * one PostgreSQL server (its lease: the session's idle_session_timeout);
- * restart_pg restarts the server itself under a holder and a waiter.
+ * kill_holder_my, pause_holder_my and partition_my the same on one MariaDB
+ * server (its lease: the session's wait_timeout). restart_pg restarts
+ * the PostgreSQL server itself under a holder and a waiter.
  * Main thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
@@ -49,6 +51,7 @@
 #include "fnet.h"
 #include "fproc.h"
 #include "harness.h"
+#include "mysql.h"
 #include "pg.h"
 #include "sentinel.h"
 #include "zk.h"
@@ -82,6 +85,7 @@ typedef struct env {
   th_zk_t *zk;           /* a _zk case's ensemble, or NULL */
   th_etcd_t *etcd;       /* an _etcd case's cluster, or NULL */
   th_pg_t *pg;           /* a _pg case's PostgreSQL server, or NULL */
+  th_my_t *my;           /* a _my case's MariaDB server, or NULL */
   th_sentinels_t *sent;  /* a _sentinel case's master, replica, sentinels */
   char url[520];         /* the URL the workers lock on */
   char resource[64];     /* "127.0.0.1:PORT" of the resource server */
@@ -115,7 +119,8 @@ typedef enum backend {
   B_ZK,
   B_ETCD,
   B_SENTINEL,
-  B_PG
+  B_PG,
+  B_MY
 } backend_t;
 
 /* The lock servers: one redis-server (with lock_conf), a 3-master Redis
@@ -162,6 +167,19 @@ static void env_start_on(env_t *e, const char *const *lock_conf,
     url = th_pg_url(e->pg);
 #else
     CHECKF(false, "this build has no postgres backend");
+#endif
+    break;
+  case B_MY:
+#ifdef TH_HAVE_MYSQL
+    if (!th_my_available()) {
+      printf("SKIP: no mariadbd (install mariadb-server)\n");
+      exit(77);
+    }
+    e->my = th_my_start();
+    CHECK(e->my);
+    url = th_my_url(e->my);
+#else
+    CHECKF(false, "this build has no mysql backend");
 #endif
     break;
   case B_SENTINEL: /* the lock server changes with a failover */
@@ -217,6 +235,10 @@ static void env_stop(env_t *e) {
 #ifdef TH_HAVE_POSTGRES
   else if (e->pg)
     th_pg_stop(e->pg);
+#endif
+#ifdef TH_HAVE_MYSQL
+  else if (e->my)
+    th_my_stop(e->my);
 #endif
   else
     th_server_stop(e->lock);
@@ -445,6 +467,10 @@ static const kcase_t K_ETCD = {
  * service's slack is its timer's (and a kill is seen at once). */
 static const kcase_t K_PG = {
     "_pg", {"fenced", "fenced", "fenced"}, WAIT20, 300, 0, B_PG, 0};
+/* MariaDB: the same; the lease is the session's wait_timeout in whole
+ * seconds (the workers' 1000 ms lease is 1 s exactly). */
+static const kcase_t K_MY = {
+    "_my", {"fenced", "fenced", "fenced"}, WAIT20, 1000, 0, B_MY, 0};
 
 /* What a hold lasts once its holder stops: the watchdog lease (1000 ms,
  * as the workers are told), or the session. */
@@ -2148,6 +2174,9 @@ static void restart_pg(void) {
 static void t_kill_holder_pg(void) { kill_holder(&K_PG); }
 static void t_pause_holder_pg(void) { pause_holder(&K_PG); }
 static void t_partition_pg(void) { partition_group(&K_PG); }
+static void t_kill_holder_my(void) { kill_holder(&K_MY); }
+static void t_pause_holder_my(void) { pause_holder(&K_MY); }
+static void t_partition_my(void) { partition_group(&K_MY); }
 
 /* ------------------------------------------- leader killed or paused */
 
@@ -2884,6 +2913,9 @@ static const check_case_t cases[] = {
     {"kill_holder_pg", t_kill_holder_pg},
     {"pause_holder_pg", t_pause_holder_pg},
     {"partition_pg", t_partition_pg},
+    {"kill_holder_my", t_kill_holder_my},
+    {"pause_holder_my", t_pause_holder_my},
+    {"partition_my", t_partition_my},
     {"restart_pg", restart_pg},
     {"leader_faults_sentinel", t_leader_faults_sentinel},
     {"leader_faults_cluster", t_leader_faults_cluster},

@@ -4,7 +4,8 @@
  * Design note: a table of the backends this build tests, each a start and
  * a stop over its own harness (harness.c for Redis, sentinel.c for a
  * Sentinel-managed master, cluster.c for a Redis Cluster; zk.c, etcd.c and
- * pg.c when TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD / TH_HAVE_POSTGRES are defined
+ * pg.c, mysql.c when TH_HAVE_ZOOKEEPER / TH_HAVE_ETCD / TH_HAVE_POSTGRES /
+ * TH_HAVE_MYSQL are defined
  * by the build). The choice is
  * read from the environment so that ctest can run one test binary once per
  * backend. Single threaded (main thread).
@@ -26,6 +27,9 @@
 #endif
 #ifdef TH_HAVE_POSTGRES
 #include "pg.h"
+#endif
+#ifdef TH_HAVE_MYSQL
+#include "mysql.h"
 #endif
 
 struct th_backend {
@@ -106,6 +110,17 @@ th_backend_t *th_backend_start(void) {
       b->impl = p;
       b->stop = (void (*)(void *))th_pg_stop;
       url = th_pg_url(p);
+    }
+  }
+#endif
+#ifdef TH_HAVE_MYSQL
+  else if (strcmp(name, "mysql") == 0) {
+    th_my_t *m = th_my_start();
+    if (m) {
+      b->name = "mysql";
+      b->impl = m;
+      b->stop = (void (*)(void *))th_my_stop;
+      url = th_my_url(m);
     }
   }
 #endif

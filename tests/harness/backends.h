@@ -4,7 +4,7 @@
  * The backend-neutral suite (tests/integration/test_common.c) asks for
  * "the backend of this run" and gets a URL; ctest runs each of its cases
  * once per backend, naming it in TH_BACKEND (redis, sentinel, cluster,
- * zookeeper, etcd, postgres) and
+ * zookeeper, etcd, postgres, mysql) and
  * the member count in TH_MEMBERS (ZooKeeper and etcd; default 1). The
  * servers are real processes started by the backend's own harness
  * (harness.c, zk.c, etcd.c), on free loopback ports, stopped by PID.
@@ -25,9 +25,8 @@ typedef struct th_backend th_backend_t;
 /* Starts the backend named by $TH_BACKEND (default "redis"). NULL after
  * printing why. */
 th_backend_t *th_backend_start(void);
-/* "redis", "sentinel", "redis-cluster", "zookeeper", "etcd", "postgres" (the
- * backend's
- * own name, which its refusals carry) */
+/* "redis", "sentinel", "redis-cluster", "zookeeper", "etcd", "postgres",
+ * "mysql" (the backend's own name, which its refusals carry) */
 const char *th_backend_name(const th_backend_t *b);
 /* The URL a client of this backend is created with. */
 const char *th_backend_url(const th_backend_t *b);

@@ -77,6 +77,7 @@ static const offers_t offers[] = {
     {.backend = "postgres",
      .lock_kinds =
          K(DLOCK_REENTRANT) | K(DLOCK_FENCED) | K(DLOCK_READ) | K(DLOCK_WRITE)},
+    {.backend = "mysql", .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FENCED)},
 };
 
 static unsigned offered_kinds(void) {

@@ -7,7 +7,8 @@
  * that the registry agrees: a URL of a built optional backend reaches that
  * backend's own parser (a URL without a host, refused before any network
  * I/O), a URL of a missing one gets the "rebuild with" line.
- * `absent_zookeeper`, `absent_etcd` and `absent_postgres` are registered only
+ * `absent_zookeeper`, `absent_etcd`, `absent_postgres` and `absent_mysql`
+ * are registered only
  * in a build without that backend: each of its schemes, in any case, fails with
  * DLOCK_EURL and exactly the one line that says how to get it, and so does
  * a Redlock node given such a URL. No server needed.
@@ -50,6 +51,14 @@ static const optional_t POSTGRES = {
     {"postgres://127.0.0.1/db?no_such_parameter=1", "postgresql://[::1", NULL},
     "this build has no postgres backend: rebuild with "
     "-DDLOCK_WITH_POSTGRES=ON (needs libpq-dev)"};
+
+static const optional_t MYSQL = {
+    "mysql",
+    {"mysql://127.0.0.1:3306/db", "mariadb://u:p@127.0.0.1/db",
+     "MySQL://127.0.0.1", NULL},
+    {"mysql://127.0.0.1/db?no_such_parameter=1", "mariadb://[::1", NULL},
+    "this build has no mysql backend: rebuild with "
+    "-DDLOCK_WITH_MYSQL=ON (needs libmariadb-dev)"};
 
 /* Whether the space-separated list has the word. */
 static bool listed_in(const char *list, const char *word) {
@@ -100,7 +109,7 @@ static void t_listed(void) {
   CHECK_STR(have, DLOCK_EXPECTED_BACKENDS);
   CHECK(strncmp(have, "redis", 5) == 0);
   CHECK(dlock_backends() == have); /* static storage */
-  const optional_t *opt[] = {&ZOOKEEPER, &ETCD, &POSTGRES};
+  const optional_t *opt[] = {&ZOOKEEPER, &ETCD, &POSTGRES, &MYSQL};
   for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
     printf("%s: %s\n", opt[i]->name,
            listed_in(have, opt[i]->name) ? "built" : "not built");
@@ -130,11 +139,17 @@ static void t_absent_postgres(void) {
   check_absent(&POSTGRES);
 }
 
+static void t_absent_mysql(void) {
+  CHECK(!listed_in(dlock_backends(), "mysql"));
+  check_absent(&MYSQL);
+}
+
 static const check_case_t cases[] = {
     {"listed", t_listed},
     {"absent_zookeeper", t_absent_zookeeper},
     {"absent_etcd", t_absent_etcd},
     {"absent_postgres", t_absent_postgres},
+    {"absent_mysql", t_absent_mysql},
 };
 
 CHECK_MAIN(cases)

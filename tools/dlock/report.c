@@ -108,6 +108,8 @@ static const char *server_kind(const char *url) {
       {"etcds://", " (is etcd running?)"},
       {"postgres://", " (is PostgreSQL running?)"},
       {"postgresql://", " (is PostgreSQL running?)"},
+      {"mysql://", " (is the MySQL/MariaDB server running?)"},
+      {"mariadb://", " (is the MySQL/MariaDB server running?)"},
       {"redis-sentinel://", " (are the sentinels running?)"},
       {"redis-cluster://", " (are the cluster's nodes running?)"},
   };
@@ -131,7 +133,8 @@ static const char *hint_for(const struct cli_ctx *c, int err) {
     return " (expected redis://[[user]:password@]host[:port][/db], "
            "unix:///path/redis.sock, zookeeper://host[:port][,...], "
            "etcd://host:port[,host:port...] or "
-           "postgres://[user@]host[:port]/db)";
+           "postgres://[user@]host[:port]/db or "
+           "mysql://[user@]host[:port]/db)";
   case DLOCK_EWRONGTYPE:
     return " (that key is not a lock: choose another NAME)";
   case DLOCK_ENOMEM:

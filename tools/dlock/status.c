@@ -78,13 +78,15 @@ struct view {
 };
 
 /* What keeps a hold whose key has no expiry (ttl -1): on ZooKeeper and
- * PostgreSQL the holder's session, which the service ends when the client
- * stops; on Redis nothing but a release. */
+ * PostgreSQL and MySQL the holder's session, which the service ends when the
+ * client stops; on Redis nothing but a release. */
 static const char *no_expiry_means(const char *url) {
   if (url &&
       (strncasecmp(url, "zk", 2) == 0 || strncasecmp(url, "zookeeper", 9) == 0))
     return "the holder's ZooKeeper session (its node is ephemeral)";
-  if (url && strncasecmp(url, "postgres", 8) == 0)
+  if (url && (strncasecmp(url, "postgres", 8) == 0 ||
+              strncasecmp(url, "mysql", 5) == 0 ||
+              strncasecmp(url, "mariadb", 7) == 0))
     return "the holder's database session (the server ends it when the "
            "holder stops for longer than its lease)";
   return "none (the key has no expiry)";

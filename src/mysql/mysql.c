@@ -1,0 +1,1266 @@
+/*
+ * mysql.c - the MySQL/MariaDB backend: user-level locks (GET_LOCK).
+ *
+ *   mysql://[user[:password]@]host[:port][/database][?socket=/path]
+ *   mariadb://...   (the same)
+ *
+ * Design note
+ * - The URL is cut by the core's splitter (core/uri.c); the host, port
+ *   (3306), user, password, database and the one parameter `socket` (a
+ *   unix socket, instead of TCP) go to MariaDB Connector/C, which reads no
+ *   option file. dlock_options_set_credentials overrides the URL's user
+ *   and password. Connections speak utf8mb4, with the connect and command
+ *   timeouts as the connector's (seconds) and TCP keepalives from the
+ *   watchdog lease.
+ * - The lock of name N is the user-level lock GET_LOCK(L) where L is N
+ *   itself when it has at most 64 characters, else
+ *   CONCAT(LEFT(N, 23), '#', LEFT(SHA2(N, 256), 40)), computed by the
+ *   server in the statement that locks (docs/MYSQL.md shows the line), so
+ *   that `SELECT GET_LOCK('N', 10)` from any client takes the same lock.
+ *   Names must be valid UTF-8 (the connection's character set).
+ * - User-level locks belong to sessions: every hold (name, owner) keeps
+ *   the connection that took it until its release; reentry counts locally
+ *   on that hold. Connections neither holding nor waiting sit in a small
+ *   idle pool.
+ * - The lease is the server's: before a hold's connection locks, its
+ *   session's wait_timeout is set to the lease (seconds, rounded up), so a
+ *   holder that stops talking for longer has its session closed by the
+ *   server and the lock freed. The core's watchdog calls lock_renew every
+ *   third of the lease, which sends `SELECT CONNECTION_ID()` on each
+ *   hold's connection (a heartbeat; a different id means a proxy
+ *   multiplexes sessions, which session locks cannot survive: ENOTSUP).
+ *   A heartbeat that fails closes that connection and reports the hold
+ *   gone. The pool records each connection's wait_timeout and since when
+ *   it is idle, and lends it only well within that timeout; a connection
+ *   that has the wanted wait_timeout already skips the SET, so an
+ *   uncontended pair costs the bare GET_LOCK and RELEASE_LOCK.
+ * - Try (wait 0): GET_LOCK(L, 0) on a pooled connection. A wait: the first
+ *   attempt tries (wait_hot is always false); then the attempt sends a
+ *   blocking GET_LOCK(L, MY_WAIT_BOUND_S) on a connection of the wait's
+ *   own (mysql_send_query, not read) and returns 0 with no bound. The
+ *   event loop polls the sockets of such pending statements (loop_prepare
+ *   / loop_dispatch) and wakes the wait when its answer arrives; the next
+ *   attempt reads it and claims a grant with one `SELECT CONNECTION_ID()`
+ *   (restarting the server's idle clock after the attempt's start); an
+ *   answer of 0 (the bound passed) or an interrupted statement sends it
+ *   again. A wait that ends with its statement pending interrupts it
+ *   (`KILL QUERY <id>` from a pooled connection) and reads its answer, so
+ *   the statement is over when the wait ends; a grant that raced with the
+ *   end is released on its connection.
+ * - Kinds: reentrant and fenced take the same lock. A fenced grant raises
+ *   the name's row of the InnoDB table dlock_fence (created on first use)
+ *   on the holding connection while the lock is held, so tokens grow with
+ *   every grant and survive a restart. GET_LOCK has no shared mode nor a
+ *   visible queue: read-write, fair, semaphores and latches are refused by
+ *   the core (DLOCK_ENOTSUP) before anything is sent.
+ * - State: IS_USED_LOCK gives the holder's connection id (this client's
+ *   own holds are shown by owner); waiters are the sessions whose running
+ *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
+ * - Locking: p->mu guards the pool, the holds and the waits' states; it is
+ *   never held across I/O. A hold's connection is used by one thread at a
+ *   time: a renewal marks the hold busy, and a release waits on p->cond
+ *   until it is not.
+ */
+#include <mysql.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/alloc.h"
+#include "core/backend.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/options.h"
+#include "core/uri.h"
+#include "core/wait.h"
+#include "mysql/mysql.h"
+
+#define MY_POOL_MAX 16
+#define MY_DEFAULT_PORT 3306
+/* a waiting GET_LOCK's bound (s): past it the statement answers 0 and is
+ * sent again; a wait that ends sooner kills its session */
+#define MY_WAIT_BOUND_S 600
+
+static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
+
+/* The lock name as the server computes it (docs/MYSQL.md): %1$s is the
+ * quoted name. */
+#define LOCKNAME                                                               \
+  "IF(CHAR_LENGTH(%1$s) <= 64, %1$s, CONCAT(LEFT(%1$s, 23), '#', "             \
+  "LEFT(SHA2(%1$s, 256), 40)))"
+static const char SQL_BEAT[] = "SELECT CONNECTION_ID()";
+#define MY_STR_(x) #x
+#define MY_STR(x) MY_STR_(x)
+/* a wait's statement; dlock_lock_state finds waiters by its text */
+static const char SQL_WAIT[] =
+    "SELECT GET_LOCK(" LOCKNAME
+    ", " MY_STR(MY_WAIT_BOUND_S) "), CONNECTION_ID()";
+/* Fencing tokens: one row per fenced name, raised by every grant while the
+ * lock is held; LAST_INSERT_ID(expr) hands the new token back in the OK
+ * packet (mysql_insert_id). */
+static const char SQL_TOKEN[] =
+    "INSERT INTO dlock_fence (k, name, token) VALUES (UNHEX(SHA2(%1$s, "
+    "256)), %1$s, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = "
+    "LAST_INSERT_ID(token + 1)";
+static const char SQL_FENCE_TABLE[] =
+    "CREATE TABLE IF NOT EXISTS dlock_fence (k BINARY(32) PRIMARY KEY, name "
+    "TEXT NOT NULL, token BIGINT NOT NULL) ENGINE=InnoDB";
+
+typedef struct my_hold {
+  struct my_hold *next;
+  char *name, *owner;
+  MYSQL *conn; /* NULL once a heartbeat failed: the hold is gone */
+  int64_t count;
+  unsigned long id; /* the server connection that took the lock */
+  int64_t token;    /* a fenced lock's token (0: none) */
+  int64_t wt;       /* its session's wait_timeout (s) */
+  bool busy;        /* a renewal is using conn */
+} my_hold;
+
+enum { W_IDLE, W_SENT, W_READY };
+
+typedef struct my_wait {
+  struct my_wait *next;
+  dlock__wait *w;
+  MYSQL *conn;
+  int state;
+  unsigned long id; /* the session of the pending statement */
+  int64_t wt;
+} my_wait;
+
+typedef struct my {
+  struct dlock_client *core;
+  int64_t connect_timeout_ms, command_timeout_ms, watchdog_ms;
+  int pool_max;
+  char *host, *user, *password, *db, *socket;
+  unsigned port;
+  char where[200]; /* host:port/db, for messages */
+  pthread_mutex_t mu;
+  pthread_cond_t cond;
+  MYSQL *idle[MY_POOL_MAX];
+  int64_t idle_wt[MY_POOL_MAX], idle_since[MY_POOL_MAX];
+  int nidle;
+  my_hold *holds;
+  MYSQL *doomed[16]; /* closed at the next renewal pass (see postgres.c) */
+  int ndoomed;
+  my_wait *waits;
+} my;
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static int lib_rc;
+static void lib_init(void) { lib_rc = mysql_library_init(0, NULL, NULL); }
+
+/* The connector's message on one line. */
+static void one_line(const char *in, char *out, size_t cap) {
+  size_t o = 0;
+  for (const char *s = in ? in : ""; *s && o + 1 < cap; s++)
+    out[o++] = (*s == '\n' || *s == '\r' || *s == '\t') ? ' ' : *s;
+  while (o > 0 && out[o - 1] == ' ')
+    o--;
+  out[o] = '\0';
+}
+
+static int my_err(my *p, int code, const char *what, MYSQL *c) {
+  char line[400];
+  one_line(c ? mysql_error(c) : "", line, sizeof line);
+  dlock__seterr(code, "mysql %s: %s%s%s", p->where, what, line[0] ? ": " : "",
+                line);
+  if (p->password && p->password[0])
+    dlock__scrub_error(p->password);
+  return code;
+}
+
+static bool lost_errno(unsigned e) {
+  return e == 2006 || e == 2013 || e == 2055 || e == 2014 || e == 2000;
+}
+
+/* The code of a failed statement. */
+static int sql_error(my *p, MYSQL *c) {
+  unsigned e = mysql_errno(c);
+  if (lost_errno(e))
+    return my_err(p, DLOCK_EUNAVAILABLE, "connection lost", c);
+  if (e == 1046)
+    return my_err(p, DLOCK_EINVAL,
+                  "fenced locks need a database in the URL "
+                  "(mysql://host/database) for the table dlock_fence",
+                  c);
+  if (e == 1213 || e == 3058)
+    return my_err(p, DLOCK_EDEADLK, "the server found a deadlock", c);
+  if (e == 1142 || e == 1044 || e == 1045 || e == 1227)
+    return my_err(p, DLOCK_EAUTH, "not permitted", c);
+  return my_err(p, DLOCK_ESERVER, "statement failed", c);
+}
+
+static int connect_code(unsigned e) {
+  switch (e) {
+  case 1045: /* access denied */
+  case 1044: /* no access to the database */
+  case 1698:
+  case 2059: /* authentication plugin */
+  case 1251:
+    return DLOCK_EAUTH;
+  case 1049: /* unknown database */
+    return DLOCK_ESERVER;
+  case 2013: /* lost during the handshake */
+  case 2027: /* malformed packet */
+  case 2012: /* handshake error */
+  case 2007: /* protocol mismatch */
+  case 2054:
+    return DLOCK_EPROTO;
+  case 2026:
+    return DLOCK_ETLS;
+  default:
+    return DLOCK_EUNAVAILABLE;
+  }
+}
+
+static unsigned secs(int64_t ms) {
+  int64_t s = (ms + 999) / 1000;
+  return s < 1 ? 1 : s > 31536000 ? 31536000 : (unsigned)s;
+}
+
+/* ------------------------------------------------------------ connections */
+
+static void keepalive(my *p, MYSQL *c) {
+  if (p->socket)
+    return;
+  int fd = (int)mysql_get_socket(c);
+  if (fd < 0)
+    return;
+  int on = 1, idle = (int)secs(p->watchdog_ms / 3), intvl = 1, cnt = 3;
+  unsigned ut = (unsigned)(p->watchdog_ms > 0 ? p->watchdog_ms : 30000);
+  (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
+}
+
+static int dial(my *p, MYSQL **out) {
+  *out = NULL;
+  pthread_once(&lib_once, lib_init);
+  if (lib_rc)
+    return dlock__seterr(DLOCK_ESYS, "mysql: the connector did not start");
+  MYSQL *c = mysql_init(NULL);
+  if (!c)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  unsigned ct = secs(p->connect_timeout_ms), rt = secs(p->command_timeout_ms);
+  mysql_optionsv(c, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
+  mysql_optionsv(c, MYSQL_OPT_READ_TIMEOUT, &rt);
+  mysql_optionsv(c, MYSQL_OPT_WRITE_TIMEOUT, &rt);
+  mysql_optionsv(c, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+  unsigned proto = p->socket ? MYSQL_PROTOCOL_SOCKET : MYSQL_PROTOCOL_TCP;
+  mysql_optionsv(c, MYSQL_OPT_PROTOCOL, &proto);
+  if (!mysql_real_connect(c, p->socket ? NULL : p->host, p->user, p->password,
+                          p->db, p->port, p->socket, 0)) {
+    unsigned e = mysql_errno(c);
+    int code = connect_code(e);
+    my_err(p, code,
+           code == DLOCK_EPROTO ? "cannot connect (is it a MySQL or MariaDB "
+                                  "server?)"
+           : e == 1049          ? "cannot connect (no such database)"
+                                : "cannot connect",
+           c);
+    mysql_close(c);
+    return code;
+  }
+  keepalive(p, c);
+  *out = c;
+  return 0;
+}
+
+/* An idle connection (pooled or new); *wt its session's wait_timeout (0:
+ * the server's default). */
+static int conn_get(my *p, MYSQL **out, bool *fresh, int64_t *wt) {
+  MYSQL *c = NULL;
+  *wt = 0;
+  int64_t now = dlock__now_ms();
+  pthread_mutex_lock(&p->mu);
+  while (!c && p->nidle > 0) {
+    p->nidle--;
+    c = p->idle[p->nidle];
+    *wt = p->idle_wt[p->nidle];
+    int64_t ms = *wt * 1000, margin = ms / 4 > 50 ? ms / 4 : 50;
+    if (ms > 0 && now - p->idle_since[p->nidle] >= ms - margin) {
+      mysql_close(c); /* soon closed by the server */
+      c = NULL;
+      *wt = 0;
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  *fresh = c == NULL;
+  if (c) {
+    *out = c;
+    return 0;
+  }
+  int rc = dial(p, out);
+  if (rc)
+    dlock__err_set_unsent(true);
+  return rc;
+}
+
+static void conn_put(my *p, MYSQL *c, int64_t wt) {
+  if (!c)
+    return;
+  if (wt < 0) {
+    mysql_close(c);
+    return;
+  }
+  int64_t now = dlock__now_ms();
+  pthread_mutex_lock(&p->mu);
+  if (p->nidle < p->pool_max) {
+    p->idle_wt[p->nidle] = wt;
+    p->idle_since[p->nidle] = now;
+    p->idle[p->nidle++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (c)
+    mysql_close(c);
+}
+
+/* One statement; the first row's columns joined by '|' into out (NULL as
+ * "NULL"; "" when there is no row). */
+static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
+  if (out && cap)
+    out[0] = '\0';
+  if (mysql_real_query(c, sql, (unsigned long)strlen(sql)))
+    return sql_error(p, c);
+  MYSQL_RES *r = mysql_store_result(c);
+  if (!r)
+    return mysql_field_count(c) ? sql_error(p, c) : 0;
+  MYSQL_ROW row = mysql_fetch_row(r);
+  unsigned nf = mysql_num_fields(r);
+  size_t o = 0;
+  for (unsigned f = 0; row && out && f < nf && o + 1 < cap; f++) {
+    int w = snprintf(out + o, cap - o, "%s%s", f ? "|" : "",
+                     row[f] ? row[f] : "NULL");
+    o += w > 0 ? (size_t)w : 0;
+  }
+  mysql_free_result(r);
+  return 0;
+}
+
+/* The statement fmt with %1$s the name quoted for c (an SQL literal). */
+static char *with_name(MYSQL *c, const char *fmt, const char *name) {
+  size_t n = strlen(name);
+  char *q = dlock__calloc(1, 2 * n + 3);
+  if (!q)
+    return NULL;
+  q[0] = '\'';
+  unsigned long w = mysql_real_escape_string(c, q + 1, name, n);
+  q[w + 1] = '\'';
+  q[w + 2] = '\0';
+  char *sql = dlock__asprintf(fmt, q);
+  dlock__free(q);
+  return sql;
+}
+
+static int exec_named(my *p, MYSQL *c, const char *fmt, const char *name,
+                      char *out, size_t cap) {
+  char *sql = with_name(c, fmt, name);
+  if (!sql)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  int rc = exec_sql(p, c, sql, out, cap);
+  dlock__free(sql);
+  return rc;
+}
+
+/* One statement on a pooled connection (closed when it failed). */
+static int exec_pooled(my *p, const char *fmt, const char *name, char *out,
+                       size_t cap) {
+  for (int round = 0; round < 2; round++) {
+    MYSQL *c;
+    bool fresh;
+    int64_t wt;
+    int rc = conn_get(p, &c, &fresh, &wt);
+    if (rc)
+      return rc;
+    rc = name ? exec_named(p, c, fmt, name, out, cap)
+              : exec_sql(p, c, fmt, out, cap);
+    if (rc == 0) {
+      conn_put(p, c, wt);
+      return 0;
+    }
+    bool lost = lost_errno(mysql_errno(c));
+    mysql_close(c);
+    if (!lost || fresh) /* a pooled connection the server had closed */
+      return rc;
+  }
+  return DLOCK_EUNAVAILABLE;
+}
+
+/* Sets c's session wait_timeout to the lease unless it has it. */
+static int set_lease(my *p, MYSQL *c, int64_t *wt, int64_t lease_ms) {
+  int64_t want = secs(lease_ms);
+  if (*wt == want)
+    return 0;
+  char sql[64];
+  snprintf(sql, sizeof sql, "SET SESSION wait_timeout = %lld", (long long)want);
+  int rc = exec_sql(p, c, sql, NULL, 0);
+  *wt = rc ? -1 : want;
+  return rc;
+}
+
+/* ------------------------------------------------------------ bookkeeping */
+
+static bool valid_utf8(const char *s) {
+  const unsigned char *u = (const unsigned char *)s;
+  while (*u) {
+    int n = *u < 0x80         ? 0
+            : (*u >> 5) == 6  ? 1
+            : (*u >> 4) == 14 ? 2
+            : (*u >> 3) == 30 ? 3
+                              : -1;
+    if (n < 0 || (n == 1 && *u < 0xc2) || (n == 3 && *u > 0xf4))
+      return false;
+    for (int i = 1; i <= n; i++)
+      if ((u[i] & 0xc0) != 0x80)
+        return false;
+    u += n + 1;
+  }
+  return true;
+}
+
+static int check_name(const char *name) {
+  if (!valid_utf8(name))
+    return dlock__seterr(DLOCK_EINVAL,
+                         "the mysql backend needs lock names in UTF-8 (the "
+                         "connection's character set, utf8mb4)");
+  return 0;
+}
+
+static my_hold *hold_find(my *p, const char *name, const char *owner,
+                          my_hold ***link) {
+  for (my_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
+    if (strcmp((*hp)->name, name) == 0 && strcmp((*hp)->owner, owner) == 0) {
+      if (link)
+        *link = hp;
+      return *hp;
+    }
+  return NULL;
+}
+
+static void hold_free(my_hold *h) {
+  if (!h)
+    return;
+  dlock__free(h->name);
+  dlock__free(h->owner);
+  dlock__free(h);
+}
+
+static my_wait *wait_find(my *p, const char *name, const char *owner) {
+  for (my_wait *r = p->waits; r; r = r->next)
+    if (!r->w->spec->sync && strcmp(r->w->spec->name, name) == 0 &&
+        strcmp(r->w->spec->owner, owner) == 0)
+      return r;
+  return NULL;
+}
+
+/* Releases a lock nobody claims and pools its connection. */
+static void give_back(my *p, MYSQL *c, const char *name, int64_t wt) {
+  char out[16];
+  if (exec_named(p, c, "SELECT RELEASE_LOCK(" LOCKNAME ")", name, out,
+                 sizeof out) != 0) {
+    mysql_close(c);
+    return;
+  }
+  conn_put(p, c, wt);
+}
+
+/* A statement ran on another server connection than the one that locked:
+ * a proxy shares sessions, and session locks cannot be kept through it. */
+static int proxy_error(my *p, const char *name) {
+  return dlock__seterr(DLOCK_ENOTSUP,
+                       "mysql %s: lock '%.200s': the server connection "
+                       "changed under the client (a proxy that multiplexes "
+                       "sessions?); user-level locks need a direct "
+                       "connection",
+                       p->where, name);
+}
+
+/* A fenced grant's token, raised on the holding connection; the table is
+ * created on first use. */
+static int next_token(my *p, MYSQL *c, const char *name, int64_t *token) {
+  for (int round = 0;; round++) {
+    int rc = exec_named(p, c, SQL_TOKEN, name, NULL, 0);
+    if (rc == 0) {
+      *token = (int64_t)mysql_insert_id(c);
+      return 0;
+    }
+    if (round > 0 || mysql_errno(c) != 1146) /* no such table */
+      return rc;
+    rc = exec_sql(p, c, SQL_FENCE_TABLE, NULL, 0);
+    if (rc)
+      return rc;
+  }
+}
+
+/* A grant on c: a fenced lock gets its token, then the hold is recorded.
+ * On failure the lock is given up. */
+static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
+                 int64_t wt, int64_t *token) {
+  int64_t tok = 0;
+  if (a->kind == DLOCK_FENCED) {
+    int rc = next_token(p, c, a->name, &tok);
+    if (rc) {
+      char saved[512];
+      snprintf(saved, sizeof saved, "%s", dlock_last_error());
+      if (lost_errno(mysql_errno(c)))
+        mysql_close(c);
+      else
+        give_back(p, c, a->name, wt);
+      return dlock__seterr(rc, "%s", saved);
+    }
+  }
+  my_hold *h = dlock__calloc(1, sizeof *h);
+  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
+  if (!h || !n || !o) {
+    dlock__free(h);
+    dlock__free(n);
+    dlock__free(o);
+    give_back(p, c, a->name, wt);
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  h->name = n;
+  h->owner = o;
+  h->conn = c;
+  h->count = 1;
+  h->id = id;
+  h->token = tok;
+  h->wt = wt;
+  pthread_mutex_lock(&p->mu);
+  h->next = p->holds;
+  p->holds = h;
+  pthread_mutex_unlock(&p->mu);
+  if (token)
+    *token = tok;
+  return 1;
+}
+
+/* ------------------------------------------------------------ operations */
+
+/* The pending GET_LOCK's answer on c: 1 granted, 0 not (the bound
+ * passed, or the statement was interrupted), or an error. */
+static int read_pending(my *p, MYSQL *c, unsigned long *id) {
+  if (mysql_read_query_result(c))
+    return sql_error(p, c);
+  MYSQL_RES *r = mysql_store_result(c);
+  if (!r)
+    return sql_error(p, c);
+  MYSQL_ROW row = mysql_fetch_row(r);
+  int got = row && row[0] && strcmp(row[0], "1") == 0;
+  if (row && row[1])
+    *id = strtoul(row[1], NULL, 10);
+  mysql_free_result(r);
+  return got;
+}
+
+static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
+                           int64_t *token) {
+  my *p = be;
+  if (token)
+    *token = 0;
+  *pttl = -1;
+  int rc = check_name(a->name);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&p->mu);
+  my_hold **link = NULL;
+  my_hold *h = hold_find(p, a->name, a->owner, &link);
+  if (h && h->conn) {
+    h->count++; /* reentry: the session holds it; counted here */
+    if (token)
+      *token = h->token;
+    pthread_mutex_unlock(&p->mu);
+    return 1;
+  }
+  if (h) { /* a hold whose session was lost: forget it */
+    *link = h->next;
+    hold_free(h);
+  }
+  my_wait *r = wait_find(p, a->name, a->owner);
+  if (r && r->state == W_SENT) {
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  if (r && r->state == W_READY) {
+    MYSQL *c = r->conn;
+    int64_t wt = r->wt;
+    unsigned long id = r->id;
+    r->conn = NULL;
+    r->state = W_IDLE;
+    pthread_mutex_unlock(&p->mu);
+    unsigned long got_id = 0;
+    int got = read_pending(p, c, &got_id);
+    if (got < 0) {
+      unsigned e = mysql_errno(c);
+      if (e == 1317 || e == 1028) { /* interrupted (KILL QUERY): again */
+        conn_put(p, c, wt);
+        *pttl = 0;
+        return 0;
+      }
+      mysql_close(c);
+      if (lost_errno(e)) /* the session is gone with whatever it queued */
+        dlock__err_set_unsent(true);
+      return got;
+    }
+    if (got == 0) { /* the bound passed: wait again */
+      conn_put(p, c, wt);
+      *pttl = 0;
+      return 0;
+    }
+    /* claim: restarts the server's idle clock after this attempt's start */
+    char out[32];
+    if (exec_sql(p, c, SQL_BEAT, out, sizeof out) != 0) {
+      mysql_close(c); /* the session, and the grant, are gone */
+      *pttl = 0;
+      return 0;
+    }
+    if (strtoul(out, NULL, 10) != id || got_id != id) {
+      mysql_close(c);
+      return proxy_error(p, a->name);
+    }
+    return grant(p, a, c, id, wt, token);
+  }
+  pthread_mutex_unlock(&p->mu);
+
+  if (r) { /* within a wait: the server's wait does the waiting */
+    MYSQL *c;
+    bool fresh;
+    int64_t wt;
+    rc = conn_get(p, &c, &fresh, &wt);
+    if (rc)
+      return rc;
+    rc = set_lease(p, c, &wt, a->lease_ms);
+    char *sql = rc ? NULL : with_name(c, SQL_WAIT, a->name);
+    if (!rc && !sql)
+      rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    if (!rc && mysql_send_query(c, sql, (unsigned long)strlen(sql)))
+      rc = sql_error(p, c);
+    dlock__free(sql);
+    if (rc) {
+      mysql_close(c); /* its session ends: nothing stays queued */
+      dlock__err_set_unsent(true);
+      return rc;
+    }
+    pthread_mutex_lock(&p->mu);
+    r->conn = c;
+    r->wt = wt;
+    r->id = mysql_thread_id(c);
+    r->state = W_SENT;
+    pthread_mutex_unlock(&p->mu);
+    dlock__client_poke(p->core);
+    return 0;
+  }
+
+  /* a try */
+  for (int round = 0; round < 2; round++) {
+    MYSQL *c;
+    bool fresh;
+    int64_t wt;
+    rc = conn_get(p, &c, &fresh, &wt);
+    if (rc)
+      return rc;
+    char out[48];
+    rc = set_lease(p, c, &wt, a->lease_ms);
+    if (!rc)
+      rc = exec_named(p, c, "SELECT GET_LOCK(" LOCKNAME ", 0), CONNECTION_ID()",
+                      a->name, out, sizeof out);
+    if (rc == 0 && strncmp(out, "1|", 2) == 0)
+      return grant(p, a, c, strtoul(out + 2, NULL, 10), wt, token);
+    if (rc == 0) {
+      conn_put(p, c, wt);
+      return 0;
+    }
+    bool lost = lost_errno(mysql_errno(c));
+    mysql_close(c); /* a failed try's session ends: it holds nothing */
+    if (!(lost && !fresh)) {
+      if (rc == DLOCK_EUNAVAILABLE)
+        dlock__err_set_unsent(true);
+      return rc;
+    }
+  }
+  return dlock__seterr(DLOCK_EUNAVAILABLE, "mysql %s: connection lost",
+                       p->where);
+}
+
+static int my_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
+                         int64_t *token) {
+  (void)be;
+  (void)a;
+  (void)seq;
+  if (token)
+    *token = 0;
+  return 0; /* a wait's statement is ended by wait_end */
+}
+
+static int my_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
+                           const char *name, const char *owner,
+                           int64_t lease_ms, const char *request_id) {
+  (void)bh;
+  (void)kind;
+  (void)lease_ms;
+  (void)request_id;
+  my *p = be;
+  pthread_mutex_lock(&p->mu);
+  my_hold **link = NULL;
+  my_hold *h = hold_find(p, name, owner, &link);
+  while (h && h->busy) {
+    pthread_cond_wait(&p->cond, &p->mu);
+    h = hold_find(p, name, owner, &link);
+  }
+  if (!h) {
+    pthread_mutex_unlock(&p->mu);
+    return DLOCK__REL_NOTOWNER;
+  }
+  if (h->conn && h->count > 1) {
+    h->count--;
+    pthread_mutex_unlock(&p->mu);
+    return DLOCK__REL_DOWN;
+  }
+  *link = h->next;
+  pthread_mutex_unlock(&p->mu);
+  MYSQL *c = h->conn;
+  int64_t wt = h->wt;
+  hold_free(h);
+  if (!c)
+    return DLOCK__REL_NOTOWNER; /* its session was lost */
+  char out[16];
+  int rc = exec_named(p, c, "SELECT RELEASE_LOCK(" LOCKNAME ")", name, out,
+                      sizeof out);
+  if (rc) {
+    /* the server had closed the session: the lock went with it; otherwise
+     * the session ends now, and the core's retry finds no hold */
+    bool closed = rc == DLOCK_EUNAVAILABLE;
+    mysql_close(c);
+    return closed ? DLOCK__REL_NOTOWNER : rc;
+  }
+  conn_put(p, c, wt);
+  return strcmp(out, "1") == 0 ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+static int my_lock_renew(void *be, dlock__renewal *items, size_t n,
+                         int64_t lease_ms, int64_t deadline) {
+  (void)lease_ms;
+  (void)deadline; /* the connector's read timeout bounds each heartbeat */
+  my *p = be;
+  MYSQL *old[16];
+  pthread_mutex_lock(&p->mu);
+  int nold = p->ndoomed;
+  memcpy(old, p->doomed, sizeof old);
+  p->ndoomed = 0;
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < nold; i++)
+    mysql_close(old[i]);
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&p->mu);
+    my_hold *h = hold_find(p, items[i].name, items[i].owner, NULL);
+    if (!h || !h->conn || h->busy) {
+      items[i].result = h && h->conn ? 1 : 0;
+      pthread_mutex_unlock(&p->mu);
+      continue;
+    }
+    h->busy = true;
+    MYSQL *c = h->conn;
+    pthread_mutex_unlock(&p->mu);
+    char out[32];
+    int rc = exec_sql(p, c, SQL_BEAT, out, sizeof out);
+    if (rc == 0 && strtoul(out, NULL, 10) != h->id)
+      rc = proxy_error(p, items[i].name);
+    pthread_mutex_lock(&p->mu);
+    h->busy = false;
+    if (rc) {
+      /* no heartbeat: the server ends the session (closed, or idle past
+       * wait_timeout); closed later, after the core reported the loss */
+      h->conn = NULL;
+      if (p->ndoomed < (int)(sizeof p->doomed / sizeof p->doomed[0])) {
+        p->doomed[p->ndoomed++] = c;
+        c = NULL;
+      }
+    }
+    items[i].result = rc ? 0 : 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+    if (rc) {
+      dlock__log(p->core, DLOCK_LOG_WARN,
+                 "mysql: heartbeat of lock '%.200s' failed (%s): the hold is "
+                 "lost",
+                 items[i].name, dlock_last_error());
+      if (c)
+        mysql_close(c);
+    }
+  }
+  return 0;
+}
+
+static int my_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
+                         const char *owner, dlock__lock_query q, int64_t *out) {
+  (void)kind;
+  my *p = be;
+  if (q == DLOCK__Q_HELD || q == DLOCK__Q_COUNT) {
+    pthread_mutex_lock(&p->mu);
+    my_hold *h = owner ? hold_find(p, name, owner, NULL) : NULL;
+    *out = h && h->conn ? (q == DLOCK__Q_HELD ? 1 : h->count) : 0;
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  int rc = check_name(name);
+  if (rc)
+    return rc;
+  char val[32];
+  rc = exec_pooled(p, "SELECT IS_USED_LOCK(" LOCKNAME ")", name, val,
+                   sizeof val);
+  if (rc)
+    return rc;
+  bool locked = strcmp(val, "NULL") != 0 && val[0];
+  if (q == DLOCK__Q_LOCKED)
+    *out = locked;
+  else /* REMAINING: the server keeps no expiry date, only idle time */
+    *out = locked ? -1 : -2;
+  return 0;
+}
+
+/* The sessions whose running statement is dlock's wait for name (the
+ * server lists no queue of GET_LOCK; a wait by another client's own SQL is
+ * not seen): ids and user@host, oldest first, into st->waiters. */
+static int state_waiters(my *p, MYSQL *c, const char *name,
+                         dlock_lock_state_t *st) {
+  char *wait_sql = with_name(c, SQL_WAIT, name);
+  char *q = wait_sql ? with_name(c,
+                                 "SELECT ID, CONCAT(USER, '@', HOST) FROM "
+                                 "information_schema.PROCESSLIST WHERE INFO = "
+                                 "%1$s ORDER BY TIME DESC, ID LIMIT 100",
+                                 wait_sql)
+                     : NULL;
+  dlock__free(wait_sql);
+  if (!q)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  int rc =
+      mysql_real_query(c, q, (unsigned long)strlen(q)) ? sql_error(p, c) : 0;
+  dlock__free(q);
+  if (rc)
+    return rc;
+  MYSQL_RES *r = mysql_store_result(c);
+  if (!r)
+    return sql_error(p, c);
+  MYSQL_ROW row;
+  while ((row = mysql_fetch_row(r)) && st->nwaiters < 100) {
+    unsigned long id = row[0] ? strtoul(row[0], NULL, 10) : 0;
+    char *o = NULL;
+    pthread_mutex_lock(&p->mu);
+    for (my_wait *w = p->waits; w; w = w->next)
+      if (w->conn && w->id == id) {
+        o = dlock__strdup(w->w->spec->owner);
+        break;
+      }
+    pthread_mutex_unlock(&p->mu);
+    if (!o)
+      o = dlock__asprintf("connection %lu (%s)", id, row[1] ? row[1] : "?");
+    if (!o)
+      break;
+    st->waiters[st->nwaiters++] = o;
+  }
+  mysql_free_result(r);
+  return 0;
+}
+
+static int my_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
+                         dlock_lock_state_t **out) {
+  my *p = be;
+  *out = NULL;
+  int rc = check_name(name);
+  if (rc)
+    return rc;
+  MYSQL *c;
+  bool fresh;
+  int64_t wt;
+  rc = conn_get(p, &c, &fresh, &wt);
+  if (rc)
+    return rc;
+  char val[400];
+  rc = exec_named(p, c,
+                  "SELECT IS_USED_LOCK(" LOCKNAME "), (SELECT CONCAT(USER, "
+                  "'@', HOST) FROM information_schema.PROCESSLIST WHERE ID = "
+                  "IS_USED_LOCK(" LOCKNAME "))",
+                  name, val, sizeof val);
+  dlock_lock_state_t *st = NULL;
+  if (rc == 0) {
+    st = dlock__calloc(1, sizeof *st);
+    if (st) {
+      st->name = dlock__strdup(name);
+      st->holders = dlock__calloc(2, sizeof *st->holders);
+      st->waiters = dlock__calloc(101, sizeof *st->waiters);
+    }
+    if (!st || !st->name || !st->holders || !st->waiters)
+      rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  if (rc == 0)
+    rc = state_waiters(p, c, name, st);
+  if (rc) {
+    dlock_lock_state_free(st);
+    mysql_close(c);
+    return rc;
+  }
+  conn_put(p, c, wt);
+  char *bar = strchr(val, '|');
+  if (bar)
+    *bar++ = '\0';
+  bool held = val[0] && strcmp(val, "NULL") != 0;
+  if (held) {
+    unsigned long id = strtoul(val, NULL, 10);
+    char *o = NULL;
+    int64_t count = 1;
+    pthread_mutex_lock(&p->mu);
+    for (my_hold *h = p->holds; h; h = h->next)
+      if (h->conn && h->id == id && strcmp(h->name, name) == 0) {
+        o = dlock__strdup(h->owner);
+        count = h->count;
+        break;
+      }
+    pthread_mutex_unlock(&p->mu);
+    if (!o)
+      o = dlock__asprintf("connection %lu (%s)", id,
+                          bar && strcmp(bar, "NULL") != 0 ? bar : "?");
+    if (o) {
+      st->holders[0].owner = o;
+      st->holders[0].count = count;
+      st->nholders = 1;
+    }
+  }
+  st->kind = !st->nholders          ? "free"
+             : kind == DLOCK_FENCED ? "fenced"
+                                    : "reentrant";
+  st->ttl_ms = st->nholders ? -1 : -2;
+  *out = st;
+  return 0;
+}
+
+static int my_lock_force_release(void *be, dlock_lock_kind_t kind,
+                                 const char *name, bool *deleted) {
+  (void)kind;
+  my *p = be;
+  *deleted = false;
+  int rc = check_name(name);
+  if (rc)
+    return rc;
+  char val[32];
+  rc = exec_pooled(p, "SELECT IS_USED_LOCK(" LOCKNAME ")", name, val,
+                   sizeof val);
+  if (rc || !val[0] || strcmp(val, "NULL") == 0)
+    return rc;
+  char sql[48];
+  snprintf(sql, sizeof sql, "KILL %lu", strtoul(val, NULL, 10));
+  rc = exec_pooled(p, sql, NULL, NULL, 0);
+  if (rc == 0)
+    *deleted = true;
+  return rc;
+}
+
+static int my_ping(void *be) {
+  char out[32];
+  return exec_pooled(be, SQL_BEAT, NULL, out, sizeof out);
+}
+
+/* ------------------------------------------------------------ waits */
+
+static int my_wait_begin(void *be, dlock__wait *w) {
+  my *p = be;
+  if (w->spec->sync)
+    return dlock__seterr(DLOCK_ENOTSUP,
+                         "the mysql backend has no semaphores or latches");
+  my_wait *r = dlock__calloc(1, sizeof *r);
+  if (!r)
+    return DLOCK_ENOMEM;
+  r->w = w;
+  w->reg = r;
+  pthread_mutex_lock(&p->mu);
+  r->next = p->waits;
+  p->waits = r;
+  pthread_mutex_unlock(&p->mu);
+  dlock__wait_set_ready(w, true, false);
+  return 0;
+}
+
+static bool my_wait_hot(void *be, const dlock__wait_spec *spec) {
+  (void)be;
+  (void)spec;
+  return false; /* always try once before waiting */
+}
+
+/* Ends a wait's statement before wait_end returns, so that the lock is
+ * free for others then: a pending GET_LOCK is interrupted (`KILL QUERY`
+ * from a pooled connection) and its answer read on its own connection (the
+ * statement is over once it comes); a grant that raced with the end is
+ * released there. A connection a kill was sent to is closed after (a kill
+ * that came once the statement had ended could cut its next one). */
+static void end_wait(my *p, MYSQL *c, unsigned long id, int64_t wt,
+                     const char *name, bool pending) {
+  if (pending && id) {
+    char sql[48];
+    snprintf(sql, sizeof sql, "KILL QUERY %lu", id);
+    if (exec_pooled(p, sql, NULL, NULL, 0) != 0) {
+      mysql_close(c); /* the server ends the statement at its bound */
+      return;
+    }
+  }
+  unsigned long got_id = 0;
+  int got = read_pending(p, c, &got_id);
+  if (got < 0) {
+    mysql_close(c);
+    return;
+  }
+  char out[16];
+  if (got == 1 && exec_named(p, c, "SELECT RELEASE_LOCK(" LOCKNAME ")", name,
+                             out, sizeof out) != 0) {
+    mysql_close(c); /* the session ends, and the lock with it */
+    return;
+  }
+  if (pending)
+    mysql_close(c);
+  else
+    conn_put(p, c, wt);
+}
+
+static void my_wait_end(void *be, dlock__wait *w) {
+  my *p = be;
+  my_wait *r = w->reg;
+  if (!r)
+    return;
+  pthread_mutex_lock(&p->mu);
+  for (my_wait **rp = &p->waits; *rp; rp = &(*rp)->next)
+    if (*rp == r) {
+      *rp = r->next;
+      break;
+    }
+  MYSQL *c = r->conn;
+  unsigned long id = r->id;
+  int64_t wt = r->wt;
+  int state = r->state;
+  pthread_mutex_unlock(&p->mu);
+  w->reg = NULL;
+  dlock__free(r);
+  if (!c)
+    return;
+  bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  end_wait(p, c, id, wt, w->spec->name, state == W_SENT);
+  dlock__seterr(DLOCK_OK, "%s", saved);
+  dlock__err_set_unsent(unsent);
+  if (worded)
+    dlock__err_set_worded();
+}
+
+/* ------------------------------------------------------------ the loop */
+
+static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
+                           int64_t *until) {
+  my *p = be;
+  int n = 0;
+  bool more = false;
+  pthread_mutex_lock(&p->mu);
+  for (my_wait *r = p->waits; r; r = r->next) {
+    if (r->state != W_SENT || !r->conn)
+      continue;
+    if (n == max) {
+      more = true;
+      break;
+    }
+    fds[n].fd = (int)mysql_get_socket(r->conn);
+    fds[n].events = POLLIN;
+    fds[n].revents = 0;
+    n++;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (more && now + 100 < *until)
+    *until = now + 100;
+  return n;
+}
+
+static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
+                             int n) {
+  (void)now;
+  my *p = be;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < n; i++) {
+    if (!fds[i].revents)
+      continue;
+    for (my_wait *r = p->waits; r; r = r->next)
+      if (r->state == W_SENT && r->conn &&
+          (int)mysql_get_socket(r->conn) == fds[i].fd) {
+        r->state = W_READY; /* the attempt reads the answer */
+        dlock__wait_wake(r->w);
+        break;
+      }
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* ------------------------------------------------------------ open, close */
+
+static void my_free(my *p) {
+  if (!p)
+    return;
+  for (int i = 0; i < p->nidle; i++)
+    mysql_close(p->idle[i]);
+  for (int i = 0; i < p->ndoomed; i++)
+    mysql_close(p->doomed[i]);
+  while (p->holds) {
+    my_hold *h = p->holds;
+    p->holds = h->next;
+    if (h->conn)
+      mysql_close(h->conn); /* the session ends, and its locks with it */
+    hold_free(h);
+  }
+  while (p->waits) {
+    my_wait *r = p->waits;
+    p->waits = r->next;
+    if (r->conn)
+      mysql_close(r->conn);
+    dlock__free(r);
+  }
+  dlock__free(p->host);
+  dlock__free(p->user);
+  dlock__free(p->password);
+  dlock__free(p->db);
+  dlock__free(p->socket);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->cond);
+  dlock__free(p);
+}
+
+static int parse_url(my *p, const char *url, const struct dlock_options *o) {
+  static const dlock__uri_rules rules = {
+      .example = "mysql://[user[:password]@]host[:port][/database]"
+                 "[?socket=/path]",
+      .default_port = MY_DEFAULT_PORT,
+      .min_hosts = 0,
+      .max_hosts = 1,
+      .example_always = true};
+  dlock__uri u;
+  int rc = dlock__uri_split(url, &rules, &u);
+  if (rc)
+    return rc;
+  if (u.has_fragment)
+    return dlock__seterr(DLOCK_EURL, "bad mysql URL: no #fragment expected");
+  if (u.has_userinfo) {
+    if (!(p->user = dlock__uri_decode_dup(u.user, "user or password", &rc)))
+      return rc;
+    if (u.has_password && !(p->password = dlock__uri_decode_dup(
+                                u.password, "user or password", &rc)))
+      return rc;
+  }
+  if (u.path.n > 1) {
+    dlock__slice d = {u.path.p + 1, u.path.n - 1};
+    if (memchr(d.p, '/', d.n))
+      return dlock__seterr(DLOCK_EURL,
+                           "bad mysql URL: the path is one database name "
+                           "(mysql://host/database)");
+    if (!(p->db = dlock__uri_decode_dup(d, "database", &rc)))
+      return rc;
+  }
+  dlock__uri_query it;
+  dlock__uri_query_begin(&it, &u);
+  while ((rc = dlock__uri_query_next(&it)) == 1) {
+    if (strcmp(it.key, "socket") == 0 && it.value[0] == '/') {
+      dlock__free(p->socket);
+      if (!(p->socket = dlock__strdup(it.value)))
+        return DLOCK_ENOMEM;
+    } else {
+      return dlock__seterr(DLOCK_EURL,
+                           "bad mysql URL: unknown parameter '%.*s' (known: "
+                           "socket=/absolute/path)",
+                           (int)(it.raw.n > 60 ? 60 : it.raw.n), it.raw.p);
+    }
+  }
+  if (rc < 0)
+    return rc;
+  if (u.nhosts == 0 && !p->socket)
+    return dlock__seterr(DLOCK_EURL,
+                         "bad mysql URL: no host (expected mysql://host[:port]"
+                         "/database or ?socket=/path)");
+  if (u.nhosts > 0 &&
+      !(p->host = dlock__strndup(u.hosts[0].name.p, u.hosts[0].name.n)))
+    return DLOCK_ENOMEM;
+  p->port = u.nhosts > 0 ? (unsigned)u.hosts[0].port : 0;
+  if (o->credentials_set) {
+    dlock__free(p->user);
+    dlock__free(p->password);
+    p->user = o->user ? dlock__strdup(o->user) : NULL;
+    p->password = o->password ? dlock__strdup(o->password) : NULL;
+  }
+  if (p->socket)
+    snprintf(p->where, sizeof p->where, "%.120s/%.60s", p->socket,
+             p->db ? p->db : "");
+  else
+    snprintf(p->where, sizeof p->where, "%.100s:%u/%.60s", p->host, p->port,
+             p->db ? p->db : "");
+  return 0;
+}
+
+static int my_open(void **be, const char *url, const struct dlock_options *o,
+                   struct dlock_client *core) {
+  *be = NULL;
+  my *p = dlock__calloc(1, sizeof *p);
+  if (!p)
+    return DLOCK_ENOMEM;
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cond, NULL);
+  p->core = core;
+  p->connect_timeout_ms = o->connect_timeout_ms;
+  p->command_timeout_ms = o->command_timeout_ms;
+  p->watchdog_ms = o->watchdog_ms;
+  p->pool_max = o->pool_size > 0 && o->pool_size < MY_POOL_MAX ? o->pool_size
+                                                               : MY_POOL_MAX;
+  int rc = parse_url(p, url, o);
+  if (rc) {
+    if (p->password && p->password[0])
+      dlock__scrub_error(p->password);
+    my_free(p);
+    return rc;
+  }
+  MYSQL *c;
+  rc = dial(p, &c);
+  if (rc) {
+    my_free(p);
+    return rc;
+  }
+  conn_put(p, c, 0);
+  *be = p;
+  return 0;
+}
+
+static void my_close(void *be) { my_free(be); }
+
+const dlock__backend_ops dlock__mysql_backend = {
+    .name = "mysql",
+    .schemes = my_schemes,
+    .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED),
+    .sync_kinds = 0,
+    .queue_kinds = 0,
+    .kinds_why = "GET_LOCK is exclusive, with no shared mode and no queue "
+                 "order a client can see: the mysql backend offers the "
+                 "reentrant and fenced locks (and multilocks of them)",
+    .open = my_open,
+    .close = my_close,
+    .ping = my_ping,
+    .lock_acquire = my_lock_acquire,
+    .lock_leave = my_lock_leave,
+    .lock_release = my_lock_release,
+    .lock_renew = my_lock_renew,
+    .lock_force_release = my_lock_force_release,
+    .lock_query = my_lock_query,
+    .lock_state = my_lock_state,
+    .wait_begin = my_wait_begin,
+    .wait_hot = my_wait_hot,
+    .wait_end = my_wait_end,
+    .loop_prepare = my_loop_prepare,
+    .loop_dispatch = my_loop_dispatch,
+};
