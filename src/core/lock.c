@@ -317,12 +317,17 @@ typedef struct wait_ctx {
   dlock__wait_spec spec;
   dlock__wait w;
   dlock__queue_entry q;
-  int64_t refresh_at;  /* when the queue entry wants refreshing */
-  int64_t since;       /* when the attempt that got the lock was sent */
-  int64_t refused_at;  /* when the last attempt the server refused was
-                          sent: a grant by message came after it */
-  int64_t entry_until; /* the queue entry cannot outlive this */
+  int64_t refresh_at;   /* when the queue entry wants refreshing */
+  int64_t since;        /* when the attempt that got the lock was sent */
+  int64_t refused_at;   /* when the last attempt the server refused was
+                           sent: a grant by message came after it */
+  int64_t entry_until;  /* the queue entry cannot outlive this */
   dlock__outage outage; /* attempts failed in a row in an outage */
+  /* the wait's step machine (wait_step) */
+  int state;     /* a wait_state: the action issued last */
+  bool armed;    /* the wake-up path was armed by this wait */
+  bool after_ok; /* where an answered attempt leads (wait_ok) */
+  int64_t pttl;  /* the holder's lease left, by the last answer (-1: none) */
 } wait_ctx;
 
 /* A fair wait that must come back to keep its place in the queue. */
@@ -408,75 +413,225 @@ static void note_failure(wait_ctx *x, int rc) {
   }
 }
 
-/* An attempt within the wait that rides out an outage
- * (dlock__wait_retry): 0 once an attempt was answered or a grant came
- * meanwhile, else the error that ends the wait. */
-static int attempt_in_wait(wait_ctx *x, int64_t *pttl) {
-  for (;;) {
-    dlock__err_set_unsent(false);
-    int rc = attempt(x, dlock__wait_can_queue(&x->w), pttl);
+/* ------------------------------------------------- the wait as steps
+ *
+ * The wait of an acquisition is a step machine: wait_step() is given what
+ * just happened (an event) and returns what to do next (an action); it
+ * never blocks, sleeps or sends anything itself. The blocking driver
+ * (wait_loop) does each action on the caller's thread and feeds its
+ * outcome back; another driver (an event loop's) can do the same actions
+ * without blocking, with the same logic.
+ *
+ * States (the action issued last, whose outcome is awaited):
+ *   START        nothing yet;
+ *   PROBE        a hot lock's wake-up path kept if armed already (a
+ *                lingering subscription), before its first attempt
+ *                -> ARMED armed;
+ *   ARM          the wake-up path asked for, and kept while the wait
+ *                lasts -> ARMED;
+ *   AWAIT_READY  until the path is armed, bounded by the command timeout
+ *                and the deadline -> READY (then its failure ends the wait);
+ *   ATTEMPT      one attempt (can_queue: whether it may queue now)
+ *                -> ATTEMPTED rc, pttl;
+ *   RETRY        an outage's backoff (dlock__wait_retry_plan: 50 ms
+ *                doubling to 1 s, within the outage grace and the deadline;
+ *                a wake cuts it short) -> WOKEN, then the attempt again
+ *                unless a grant came meanwhile;
+ *   SLEEP        until a wake, a grant, the holder's lease (a safety net),
+ *                the queue entry's refresh or the deadline -> WOKEN;
+ *   DONE         rc: 1 acquired (by an attempt, or granted by message),
+ *                else the error (detail set).
+ * Events: START, ARMED armed, ATTEMPTED rc pttl, READY, WOKEN woken.
+ * The order is the one the wait always had: a hot lock arms only if armed
+ * already and attempts at once; a cold one (whose plain attempt came
+ * before the wait was registered) and one not armed then arm, await
+ * readiness, and attempt (queuing); then sleep and attempt until done,
+ * a grant by message checked after every sleep.
+ *
+ * An attempt's error detail (dlock_last_error, and whether the failure sent
+ * nothing: dlock__err_unsent) is the thread's: a driver runs the step that
+ * takes an ATTEMPTED event with the detail of that attempt in place. */
+typedef enum {
+  WS_START,
+  WS_PROBE,
+  WS_ARM,
+  WS_AWAIT_READY,
+  WS_ATTEMPT,
+  WS_RETRY,
+  WS_SLEEP,
+  WS_DONE
+} wait_state;
+
+typedef enum {
+  WAIT_EV_START,
+  WAIT_EV_ARMED,
+  WAIT_EV_ATTEMPTED,
+  WAIT_EV_READY,
+  WAIT_EV_WOKEN
+} wait_event_kind;
+
+typedef struct wait_event {
+  wait_event_kind kind;
+  bool armed;   /* ARMED: the path is armed now */
+  int rc;       /* ATTEMPTED: 1 acquired, 0 refused, < 0 failed */
+  int64_t pttl; /* ATTEMPTED: the holder's lease left (-1: none) */
+  bool woken;   /* WOKEN: by a wake (else the time came) */
+} wait_event;
+
+typedef enum {
+  WAIT_DO_ARM,
+  WAIT_DO_AWAIT_READY,
+  WAIT_DO_ATTEMPT,
+  WAIT_DO_RETRY_AFTER,
+  WAIT_DO_SLEEP,
+  WAIT_DO_DONE
+} wait_action_kind;
+
+typedef struct wait_action {
+  wait_action_kind kind;
+  bool only_if_ready; /* ARM */
+  bool can_queue;     /* ATTEMPT */
+  int64_t until;      /* AWAIT_READY, RETRY_AFTER, SLEEP (monotonic ms) */
+  int rc;             /* DONE */
+} wait_action;
+
+static wait_action wait_done(wait_ctx *x, int rc) {
+  x->state = WS_DONE;
+  return (wait_action){.kind = WAIT_DO_DONE, .rc = rc};
+}
+
+static wait_action wait_attempt(wait_ctx *x) {
+  x->state = WS_ATTEMPT;
+  return (wait_action){.kind = WAIT_DO_ATTEMPT,
+                       .can_queue = dlock__wait_can_queue(&x->w)};
+}
+
+/* Arms the path and awaits it, even if it came up meanwhile, so that this
+ * waiter counts among those that keep it up. */
+static wait_action wait_arm(wait_ctx *x) {
+  x->state = WS_ARM;
+  x->armed = true;
+  return (wait_action){.kind = WAIT_DO_ARM, .only_if_ready = false};
+}
+
+/* The head of the wait proper: done, or a sleep. */
+static wait_action wait_next(wait_ctx *x) {
+  if (dlock__wait_granted(&x->w))
+    return wait_done(x, 1);
+  int64_t now = dlock__now_ms();
+  if (now >= x->deadline)
+    return wait_done(x, busy_error(x->l, DLOCK_ETIMEDOUT, x->pttl));
+  /* Safety net for a crashed holder or a lost message: never sleep past
+   * the holder's lease. pttl < 0: the key has no expiry (or vanished):
+   * sleep to the deadline unless woken. */
+  int64_t until = x->deadline;
+  int64_t nap = x->pttl > 0 ? x->pttl : 1;
+  if (x->pttl >= 0 && nap < until - now) /* no overflow on a huge PTTL */
+    until = now + nap;
+  if ((x->q.queued || refreshes_fair(x->l)) && x->refresh_at < until)
+    until = x->refresh_at;
+  x->state = WS_SLEEP;
+  return (wait_action){.kind = WAIT_DO_SLEEP, .until = until};
+}
+
+/* An attempt was answered (refused), or a grant came during an outage's
+ * backoff: a wait whose path is not armed yet arms it (once), else it
+ * sleeps. */
+static wait_action wait_ok(wait_ctx *x) {
+  return x->armed ? wait_next(x) : wait_arm(x);
+}
+
+static wait_action wait_step(wait_ctx *x, const wait_event *ev) {
+  switch ((wait_state)x->state) {
+  case WS_START:
+    if (x->pttl < -1) {
+      /* a hot lock, already watching (a lingering subscription): this
+       * attempt can queue */
+      x->pttl = -1;
+      x->state = WS_PROBE;
+      return (wait_action){.kind = WAIT_DO_ARM, .only_if_ready = true};
+    }
+    /* an attempt was made before the wait was registered (a cold lock):
+     * it refused with that bound, or failed in an outage */
+    return wait_arm(x);
+  case WS_PROBE:
+    x->armed = ev->armed;
+    return wait_attempt(x);
+  case WS_ARM: {
+    struct dlock_client *c = x->l->client;
+    int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
+    if (sub_deadline > x->deadline)
+      sub_deadline = x->deadline;
+    x->state = WS_AWAIT_READY;
+    return (wait_action){.kind = WAIT_DO_AWAIT_READY, .until = sub_deadline};
+  }
+  case WS_AWAIT_READY: {
+    int rc = dlock__wait_error(&x->w);
+    return rc ? wait_done(x, rc) : wait_attempt(x);
+  }
+  case WS_ATTEMPT: {
+    int rc = ev->rc;
+    x->pttl = ev->pttl;
     if (rc < 0)
       note_failure(x, rc);
     if (rc >= 0) {
       dlock__wait_recovered(&x->w, &x->outage);
-      return rc;
+      return rc == 1 ? wait_done(x, 1) : wait_ok(x);
     }
-    if (!dlock__wait_retry(&x->w, rc, x->deadline, &x->outage))
-      return rc;
-    if (dlock__wait_granted(&x->w))
-      return 0;
+    /* an outage is ridden out (dlock__wait_retry) */
+    int64_t until;
+    if (!dlock__wait_retry_plan(&x->w, rc, x->deadline, &x->outage, &until))
+      return wait_done(x, rc);
+    x->state = WS_RETRY;
+    return (wait_action){.kind = WAIT_DO_RETRY_AFTER, .until = until};
   }
+  case WS_RETRY:
+    return dlock__wait_granted(&x->w) ? wait_ok(x) : wait_attempt(x);
+  case WS_SLEEP:
+    return dlock__wait_granted(&x->w) ? wait_done(x, 1) : wait_attempt(x);
+  case WS_DONE:
+    break;
+  }
+  return wait_done(x, dlock__seterr(DLOCK_EINVAL,
+                                    "lock '%.200s': a step "
+                                    "of a wait that has ended",
+                                    x->l->name));
 }
 
-/* `pttl` >= -1: an attempt was made already, before the wait was
- * registered (a cold lock); it refused with that bound, or failed in an
- * outage (dlock__wait_retry). */
+/* The blocking driver: each action on the caller's thread. `pttl` >= -1:
+ * an attempt was made already, before the wait was registered (a cold
+ * lock); it refused with that bound, or failed in an outage
+ * (dlock__wait_retry). */
 static int wait_loop(wait_ctx *x, int64_t pttl) {
-  struct dlock_client *c = x->l->client;
-  bool armed = false;
-  int rc;
-  if (pttl < -1) {
-    pttl = -1;
-    /* already watching (a lingering subscription): this attempt can
-     * queue */
-    armed = dlock__wait_arm(&x->w, true);
-    if ((rc = attempt_in_wait(x, &pttl)) != 0)
-      return rc;
-  }
-  /* not armed by that call (the path was down or coming up): arm it now
-   * and wait for it, even if it came up meanwhile, so that this waiter
-   * counts among those that keep it up */
-  if (!armed) {
-    dlock__wait_arm(&x->w, false);
-    int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
-    if (sub_deadline > x->deadline)
-      sub_deadline = x->deadline;
-    dlock__wait_await_ready(&x->w, sub_deadline);
-    if ((rc = dlock__wait_error(&x->w)) != 0)
-      return rc;
-    if ((rc = attempt_in_wait(x, &pttl)) != 0)
-      return rc;
-  }
+  x->state = WS_START;
+  x->pttl = pttl;
+  wait_event ev = {.kind = WAIT_EV_START};
   for (;;) {
-    if (dlock__wait_granted(&x->w))
-      return 1;
-    int64_t now = dlock__now_ms();
-    if (now >= x->deadline)
-      return busy_error(x->l, DLOCK_ETIMEDOUT, pttl);
-    /* Safety net for a crashed holder or a lost message: never sleep past
-     * the holder's lease. pttl < 0: the key has no expiry (or vanished):
-     * sleep to the deadline unless woken. */
-    int64_t until = x->deadline;
-    int64_t nap = pttl > 0 ? pttl : 1;
-    if (pttl >= 0 && nap < until - now) /* no overflow on a huge PTTL */
-      until = now + nap;
-    if ((x->q.queued || refreshes_fair(x->l)) && x->refresh_at < until)
-      until = x->refresh_at;
-    dlock__wait_sleep(&x->w, until);
-    if (dlock__wait_granted(&x->w))
-      return 1;
-    if ((rc = attempt_in_wait(x, &pttl)) != 0)
-      return rc;
+    wait_action act = wait_step(x, &ev);
+    switch (act.kind) {
+    case WAIT_DO_ARM:
+      ev = (wait_event){.kind = WAIT_EV_ARMED,
+                        .armed = dlock__wait_arm(&x->w, act.only_if_ready)};
+      break;
+    case WAIT_DO_AWAIT_READY:
+      dlock__wait_await_ready(&x->w, act.until);
+      ev = (wait_event){.kind = WAIT_EV_READY};
+      break;
+    case WAIT_DO_ATTEMPT: {
+      int64_t p = x->pttl;
+      dlock__err_set_unsent(false);
+      int rc = attempt(x, act.can_queue, &p);
+      ev = (wait_event){.kind = WAIT_EV_ATTEMPTED, .rc = rc, .pttl = p};
+      break;
+    }
+    case WAIT_DO_RETRY_AFTER:
+    case WAIT_DO_SLEEP:
+      ev = (wait_event){.kind = WAIT_EV_WOKEN,
+                        .woken = dlock__wait_sleep(&x->w, act.until)};
+      break;
+    case WAIT_DO_DONE:
+      return act.rc;
+    }
   }
 }
 
@@ -505,21 +660,20 @@ static void fair_leave(wait_ctx *x, int code) {
 /* A grant by message is dated from the waiter's last refused attempt
  * (the server granted after it, but when is unknown), and a grant by an
  * attempt from that attempt's start (which may have waited for a
- * connection: a failover's new master). When that date is old, against a watchdog lease (a long wait), the hold could no longer
- * be vouched for and would be reported lost at once: one renewal, sent
- * now, confirms a fresh lease instead (its send time is then the hold's
- * start), given up to that lease to answer. If it cannot (gone,
- * unreachable) in time, the old date stands
- * and the renewer and the loop decide, as for any hold. Fixed leases are never
- * vouched for by the client: they keep the safe date. */
+ * connection: a failover's new master). When that date is old, against a
+ * watchdog lease (a long wait), the hold could no longer be vouched for and
+ * would be reported lost at once: one renewal, sent now, confirms a fresh lease
+ * instead (its send time is then the hold's start), given up to that lease to
+ * answer. If it cannot (gone, unreachable) in time, the old date stands and the
+ * renewer and the loop decide, as for any hold. Fixed leases are never vouched
+ * for by the client: they keep the safe date. */
 static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
   struct dlock_client *c = x->l->client;
   int64_t sent = dlock__now_ms();
   if (!x->watchdog || !c->ops->lock_renew || sent - x->since <= x->lease / 3)
     return;
-  dlock__renewal it = {.kind = hold_kind(x->l->kind),
-                       .name = x->l->name,
-                       .owner = x->owner};
+  dlock__renewal it = {
+      .kind = hold_kind(x->l->kind), .name = x->l->name, .owner = x->owner};
   /* bounded by the moment the old date stops vouching for the hold, so
    * that a loss is still reported by then. When that moment has passed
    * already: a grant by message, whose lease began at a release we cannot
@@ -569,12 +723,12 @@ static int wait_and_acquire(wait_ctx *x) {
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
   x->q.seq = x->seq;
   x->spec = (dlock__wait_spec){.bh = x->l->bh,
-                                .lock_kind = x->l->kind,
-                                .name = x->l->name,
-                                .owner = x->owner,
-                                .tid = x->tid,
-                                .seq = x->seq,
-                                .need = 1};
+                               .lock_kind = x->l->kind,
+                               .name = x->l->name,
+                               .owner = x->owner,
+                               .tid = x->tid,
+                               .seq = x->seq,
+                               .need = 1};
   /* A lock nobody here waits on (the backend says its wake-up path is
    * cold) gets one plain attempt before any wait is registered: an
    * acquire that succeeds at once costs no wait, and one that fails
@@ -780,9 +934,8 @@ int dlock_lock_acquire_fenced(dlock_lock_t *l, int64_t wait_ms,
                         "dlock_lock_acquire_fenced");
 }
 
-int dlock_lock_acquire_fenced_as(dlock_lock_t *l, uint64_t tid,
-                                 int64_t wait_ms, int64_t lease_ms,
-                                 int64_t *token) {
+int dlock_lock_acquire_fenced_as(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                                 int64_t lease_ms, int64_t *token) {
   return acquire_fenced(l, tid, wait_ms, lease_ms, token,
                         "dlock_lock_acquire_fenced_as");
 }
@@ -827,8 +980,8 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
       c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
   if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
     retry = true;
-    out = c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease,
-                               req);
+    out =
+        c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
   }
   if (out == DLOCK__REL_NOTOWNER && retry)
     out = DLOCK__REL_FREED;

@@ -17,6 +17,14 @@
  * attempt's bound (a permit semaphore's earliest expiry) or the deadline.
  * Threads: any caller thread; client->mu is taken only inside the wait and
  * handle-list calls, never across a backend call.
+ *
+ * The wait is a step machine, as a lock's is (lock.c): sync_step() takes
+ * what just happened and returns the next action, never blocking itself;
+ * dlock__sync_wait is its blocking driver. States (the action issued
+ * last): START; ARM (-> ARMED armed); AWAIT_READY, when not armed at once
+ * (-> READY, then the path's failure ends the wait); ATTEMPT (-> ATTEMPTED
+ * rc, bound); RETRY, an outage's backoff (dlock__wait_retry_plan), and
+ * SLEEP, until a wake, the bound or the deadline (both -> WOKEN); DONE rc.
  */
 #include "core/sync.h"
 
@@ -34,8 +42,8 @@ int dlock__sync_new(struct dlock_client *c, const char *name,
   int rc = dlock__client_check(c, fn);
   if (!rc)
     rc = dlock__check_name(name, fn);
-  static const char *const kind_names[] = {
-      "semaphores", "permit semaphores", "count-down latches"};
+  static const char *const kind_names[] = {"semaphores", "permit semaphores",
+                                           "count-down latches"};
   if (!rc)
     rc = dlock__need_kind(c, c->ops->sync_kinds & (1u << kind),
                           kind_names[kind]);
@@ -112,51 +120,170 @@ bool dlock__sync_rides_out(int rc, int64_t deadline) {
   return dlock__wait_outage(rc) && dlock__now_ms() < deadline;
 }
 
+typedef enum {
+  SS_START,
+  SS_ARM,
+  SS_AWAIT_READY,
+  SS_ATTEMPT,
+  SS_RETRY,
+  SS_SLEEP,
+  SS_DONE
+} sync_state;
+
+typedef enum {
+  SYNC_EV_START,
+  SYNC_EV_ARMED,
+  SYNC_EV_READY,
+  SYNC_EV_ATTEMPTED,
+  SYNC_EV_WOKEN
+} sync_event_kind;
+
+typedef struct sync_event {
+  sync_event_kind kind;
+  bool armed;    /* ARMED */
+  int rc;        /* ATTEMPTED: 1 done, 0 not yet, < 0 failed */
+  int64_t bound; /* ATTEMPTED: the longest sleep before the next (-1: none) */
+} sync_event;
+
+typedef enum {
+  SYNC_DO_ARM,
+  SYNC_DO_AWAIT_READY,
+  SYNC_DO_ATTEMPT,
+  SYNC_DO_RETRY_AFTER,
+  SYNC_DO_SLEEP,
+  SYNC_DO_DONE
+} sync_action_kind;
+
+typedef struct sync_action {
+  sync_action_kind kind;
+  int64_t until; /* AWAIT_READY, RETRY_AFTER, SLEEP (monotonic ms) */
+  int rc;        /* DONE */
+} sync_action;
+
+typedef struct sync_ctx {
+  dlock__wait w;
+  int64_t deadline;
+  sync_state state;
+  dlock__outage outage; /* attempts failed in an outage */
+} sync_ctx;
+
+static sync_action sync_act(sync_ctx *x, sync_state st, sync_action a) {
+  x->state = st;
+  return a;
+}
+
+static sync_action sync_done(sync_ctx *x, int rc) {
+  return sync_act(x, SS_DONE, (sync_action){.kind = SYNC_DO_DONE, .rc = rc});
+}
+
+static sync_action sync_attempt(sync_ctx *x) {
+  if (dlock__client_stopping(x->w.c))
+    return sync_done(x,
+                     dlock__seterr(DLOCK_ECLOSED, "the client is being freed"));
+  return sync_act(x, SS_ATTEMPT, (sync_action){.kind = SYNC_DO_ATTEMPT});
+}
+
+static sync_action sync_step(sync_ctx *x, const sync_event *ev) {
+  switch (x->state) {
+  case SS_START:
+    return sync_act(x, SS_ARM, (sync_action){.kind = SYNC_DO_ARM});
+  case SS_ARM: {
+    if (ev->armed)
+      return sync_attempt(x);
+    int64_t sub_deadline =
+        dlock__deadline_after(x->w.c->opts.command_timeout_ms);
+    if (sub_deadline > x->deadline)
+      sub_deadline = x->deadline;
+    /* not subscribed by then: attempt anyway; the confirmation, when it
+     * comes, wakes this waiter for another attempt */
+    return sync_act(
+        x, SS_AWAIT_READY,
+        (sync_action){.kind = SYNC_DO_AWAIT_READY, .until = sub_deadline});
+  }
+  case SS_AWAIT_READY: {
+    int rc = dlock__wait_error(&x->w);
+    return rc ? sync_done(x, rc) : sync_attempt(x);
+  }
+  case SS_ATTEMPT: {
+    if (ev->rc != 0) {
+      int64_t until;
+      if (!dlock__wait_retry_plan(&x->w, ev->rc, x->deadline, &x->outage,
+                                  &until))
+        return sync_done(x, ev->rc);
+      /* rode out: try again */
+      return sync_act(
+          x, SS_RETRY,
+          (sync_action){.kind = SYNC_DO_RETRY_AFTER, .until = until});
+    }
+    dlock__wait_recovered(&x->w, &x->outage);
+    int64_t now = dlock__now_ms();
+    if (now >= x->deadline)
+      return sync_done(x, 0);
+    int64_t until = x->deadline;
+    int64_t bound = ev->bound;
+    if (bound >= 0 && bound < until - now) /* no overflow on a huge bound */
+      until = now + (bound > 0 ? bound : 1);
+    return sync_act(x, SS_SLEEP,
+                    (sync_action){.kind = SYNC_DO_SLEEP, .until = until});
+  }
+  case SS_RETRY:
+  case SS_SLEEP:
+    return sync_attempt(x);
+  case SS_DONE:
+    break;
+  }
+  return sync_done(
+      x, dlock__seterr(DLOCK_EINVAL, "a step of a wait that has ended"));
+}
+
 int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
                      dlock__sync_attempt_fn attempt, void *ctx) {
   struct dlock_client *c = h->client;
-  dlock__wait w;
+  sync_ctx x;
+  memset(&x, 0, sizeof x);
+  x.deadline = deadline;
+  x.state = SS_START;
   dlock__wait_spec spec = {.sync = true,
                            .sync_kind = h->kind,
                            .name = h->name,
                            .tid = dlock_thread_id(),
                            .seq = atomic_fetch_add(&wait_seq, 1) + 1,
                            .need = need > 0 ? need : 1};
-  int rc = dlock__wait_begin(c, &w, &spec);
+  int rc = dlock__wait_begin(c, &x.w, &spec);
   if (rc)
     return rc;
-  if (!dlock__wait_arm(&w, false)) {
-    int64_t sub_deadline = dlock__deadline_after(c->opts.command_timeout_ms);
-    if (sub_deadline > deadline)
-      sub_deadline = deadline;
-    /* not subscribed by then: attempt anyway; the confirmation, when it
-     * comes, wakes this waiter for another attempt */
-    dlock__wait_await_ready(&w, sub_deadline);
-    rc = dlock__wait_error(&w);
-  }
-  dlock__outage outage = {0, 0}; /* attempts failed in an outage */
-  while (rc == 0) {
-    if (dlock__client_stopping(c)) {
-      rc = dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
+  sync_event ev = {.kind = SYNC_EV_START};
+  for (;;) {
+    sync_action act = sync_step(&x, &ev);
+    if (act.kind == SYNC_DO_DONE) {
+      rc = act.rc;
       break;
     }
-    int64_t bound = -1;
-    dlock__err_set_unsent(false);
-    if ((rc = attempt(ctx, &bound)) != 0) {
-      if (!dlock__wait_retry(&w, rc, deadline, &outage))
-        break;
-      rc = 0; /* rode out: try again */
-      continue;
-    }
-    dlock__wait_recovered(&w, &outage);
-    int64_t now = dlock__now_ms();
-    if (now >= deadline)
+    switch (act.kind) {
+    case SYNC_DO_ARM:
+      ev = (sync_event){.kind = SYNC_EV_ARMED,
+                        .armed = dlock__wait_arm(&x.w, false)};
       break;
-    int64_t until = deadline;
-    if (bound >= 0 && bound < until - now) /* no overflow on a huge bound */
-      until = now + (bound > 0 ? bound : 1);
-    dlock__wait_sleep(&w, until);
+    case SYNC_DO_AWAIT_READY:
+      dlock__wait_await_ready(&x.w, act.until);
+      ev = (sync_event){.kind = SYNC_EV_READY};
+      break;
+    case SYNC_DO_ATTEMPT: {
+      int64_t bound = -1;
+      dlock__err_set_unsent(false);
+      int arc = attempt(ctx, &bound);
+      ev = (sync_event){.kind = SYNC_EV_ATTEMPTED, .rc = arc, .bound = bound};
+      break;
+    }
+    case SYNC_DO_RETRY_AFTER:
+    case SYNC_DO_SLEEP:
+      dlock__wait_sleep(&x.w, act.until);
+      ev = (sync_event){.kind = SYNC_EV_WOKEN};
+      break;
+    case SYNC_DO_DONE:
+      break;
+    }
   }
-  dlock__wait_end(&w);
+  dlock__wait_end(&x.w);
   return rc;
 }

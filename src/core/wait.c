@@ -105,7 +105,8 @@ bool dlock__wait_sleep(dlock__wait *w, int64_t until) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->woken && !w->granted && !dlock__client_stopping(c) && dlock__now_ms() < until)
+  while (!w->woken && !w->granted && !dlock__client_stopping(c) &&
+         dlock__now_ms() < until)
     sleep_step(w, until, &ts);
   bool woken = w->woken;
   w->woken = false;
@@ -118,8 +119,8 @@ bool dlock__wait_outage(int rc) {
          dlock__err_unsent();
 }
 
-bool dlock__wait_retry(dlock__wait *w, int rc, int64_t deadline,
-                       dlock__outage *o) {
+bool dlock__wait_retry_plan(dlock__wait *w, int rc, int64_t deadline,
+                            dlock__outage *o, int64_t *until_out) {
   int64_t grace = w->c->opts.outage_grace_ms;
   if (!dlock__wait_outage(rc) || grace <= 0 || dlock__client_stopping(w->c))
     return false;
@@ -146,6 +147,15 @@ bool dlock__wait_retry(dlock__wait *w, int rc, int64_t deadline,
     until = o->since + grace;
   if (until > deadline)
     until = deadline;
+  *until_out = until;
+  return true;
+}
+
+bool dlock__wait_retry(dlock__wait *w, int rc, int64_t deadline,
+                       dlock__outage *o) {
+  int64_t until;
+  if (!dlock__wait_retry_plan(w, rc, deadline, o, &until))
+    return false;
   dlock__wait_sleep(w, until);
   return true;
 }

@@ -108,6 +108,12 @@ typedef struct dlock__outage {
  * recovery (info). */
 bool dlock__wait_retry(dlock__wait *w, int rc, int64_t deadline,
                        dlock__outage *o);
+/* dlock__wait_retry without its sleep (for a wait driven as steps,
+ * lock.c): the same decision, streak and log line; on true, the next try
+ * is due at *until (the caller sleeps until then, a wake cutting it
+ * short). Sleeps never. */
+bool dlock__wait_retry_plan(dlock__wait *w, int rc, int64_t deadline,
+                            dlock__outage *o, int64_t *until);
 /* Whether rc is a failure dlock__wait_retry would ride out. */
 bool dlock__wait_outage(int rc);
 /* After a successful attempt: logs the end of a streak of failures. */

@@ -52,6 +52,9 @@ struct fake_be {
   _Atomic int64_t sid;
   _Atomic int expired_calls;
   _Atomic int64_t expired_sid;
+  _Atomic int fail_left;    /* attempts still to fail (fake_fail_attempts) */
+  _Atomic bool fail_unsent; /* ...sending nothing */
+  _Atomic int attempts;     /* attempts made (fake_attempts) */
 };
 
 /* One mutex for every fake server: tests are small. */
@@ -160,6 +163,13 @@ static int fake_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                         int64_t *token) {
   fake_be *b = be;
   *token = 0;
+  atomic_fetch_add(&b->attempts, 1);
+  if (atomic_load(&b->fail_left) > 0) {
+    atomic_fetch_sub(&b->fail_left, 1);
+    int rc = dlock__seterr(DLOCK_EUNAVAILABLE, "fake: the server is down");
+    dlock__err_set_unsent(atomic_load(&b->fail_unsent));
+    return rc;
+  }
   pthread_mutex_lock(&g_mu);
   fake_lock *l = find_locked(b->srv, a->name);
   int rc = 0;
@@ -344,3 +354,10 @@ int fake_expired_calls(fake_be *b, int64_t *last_sid) {
     *last_sid = atomic_load(&b->expired_sid);
   return atomic_load(&b->expired_calls);
 }
+
+void fake_fail_attempts(fake_be *b, int n, bool unsent) {
+  atomic_store(&b->fail_unsent, unsent);
+  atomic_store(&b->fail_left, n);
+}
+
+int fake_attempts(fake_be *b) { return atomic_load(&b->attempts); }

@@ -55,5 +55,11 @@ void fake_service_ends_session(fake_be *b);
 /* How many times the core told the fake a session expired, and the id it
  * named last. */
 int fake_expired_calls(fake_be *b, int64_t *last_sid);
+/* The next n lock attempts fail with DLOCK_EUNAVAILABLE, as a server that
+ * is down does: having sent nothing (unsent: no connection could be had)
+ * or with an unknown outcome. */
+void fake_fail_attempts(fake_be *b, int n, bool unsent);
+/* How many lock attempts this client made. */
+int fake_attempts(fake_be *b);
 
 #endif

@@ -254,6 +254,34 @@ static void t_wait_woken_or_times_out(void) {
   dlock_client_free(b);
 }
 
+/* A wait rides out an outage in which its attempts send nothing (the
+ * backoff of dlock__wait_retry) and gets the free lock once the server
+ * answers; a failure whose outcome is unknown ends the wait at once, as
+ * does any failure of an acquire that does not wait. */
+static void t_wait_rides_out_outage(void) {
+  dlock_client_t *a = fake_client("outage", 60000, NULL, NULL);
+  CHECK(a);
+  fake_be *b = fake_of(a);
+  dlock_lock_t *l = lock_on(a, "x");
+  fake_fail_attempts(b, 3, true);
+  int before = fake_attempts(b);
+  CHECK_OK(dlock_lock_acquire(l, 30000, DLOCK_LEASE_WATCHDOG));
+  CHECK(fake_attempts(b) - before == 4); /* three failed, the fourth got it */
+  CHECK_OK(dlock_lock_release(l));
+  fake_fail_attempts(b, 1, false);
+  before = fake_attempts(b);
+  CHECK_RC(dlock_lock_acquire(l, 30000, DLOCK_LEASE_WATCHDOG),
+           DLOCK_EUNAVAILABLE);
+  CHECK(fake_attempts(b) - before == 1);
+  fake_fail_attempts(b, 1, true);
+  CHECK_RC(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EUNAVAILABLE);
+  fake_fail_attempts(b, 0, false);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(a);
+}
+
 /* clang-format off */
 static const check_case_t cases[] = {
     {"session_bound_passes", t_session_bound_passes},
@@ -262,6 +290,7 @@ static const check_case_t cases[] = {
     {"confirmations", t_confirmations},
     {"service_ends_session", t_service_ends_session},
     {"wait_woken_or_times_out", t_wait_woken_or_times_out},
+    {"wait_rides_out_outage", t_wait_rides_out_outage},
 };
 /* clang-format on */
 
