@@ -94,7 +94,9 @@ DLOCK_EXTERN const char *dlock_backends(void);
  * certificate did not verify (unknown CA, another host name, expired), a
  * CA, certificate or key file could not be read, the server refused the
  * client's certificate, or one side spoke TLS and the other did not;
- * dlock_last_error() says which in one line. */
+ * dlock_last_error() says which in one line.
+ * DLOCK_ECANCELED: an async operation ended because dlock_op_cancel asked
+ * it to (its callback's outcome). */
 #define DLOCK_ERRNO_MAP(X)                                                     \
   X(EINVAL, -1, "invalid argument")                                            \
   X(ENOMEM, -2, "out of memory")                                               \

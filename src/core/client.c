@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/async.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/fmt.h"
@@ -328,6 +329,7 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   dlock__holds_free_all_locked(c);
   dlock__unresolved_free_all_locked(c);
   dlock__gates_free_all_locked(c);
+  dlock__async_free(c, forked);
   if (!forked) {
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&c->mu);
@@ -412,11 +414,14 @@ void dlock_client_free(dlock_client_t *c) {
   atomic_fetch_or(&c->callstate, 1);
   /* wake every waiter so that none sleeps on a dying client */
   dlock__waits_wake_all_locked(c);
+  dlock__async_wake_all_locked(c);
   /* calls in progress see `stopping` at their next step; wait for them
    * (each is bounded by its own network deadlines) before freeing */
   while ((atomic_load(&c->callstate) >> 1) > 0)
     pthread_cond_wait(&c->calls_done, &c->mu);
   pthread_mutex_unlock(&c->mu);
+  /* async operations ended with the calls; their callbacks run here */
+  dlock__async_stop(c);
   dlock__client_poke(c);
   pthread_join(c->bg, NULL);
   client_destroy(c, false);

@@ -103,6 +103,7 @@ struct dlock_client {
   int64_t unresolved_due;   /* next background pass, DLOCK__NEVER if none */
   bool settle_busy;         /* a settling pass is on the settling worker */
   dlock__session_clock session; /* the backend's session (session.h) */
+  struct dlock__async *async;   /* async operations (async.c), or NULL */
   pthread_cond_t unresolved_cv; /* an unresolved wait stopped being busy */
   pthread_cond_t calls_done;    /* signalled when calls drops to 0 */
 };

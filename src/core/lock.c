@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/async.h"
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -328,6 +329,7 @@ typedef struct wait_ctx {
   bool armed;    /* the wake-up path was armed by this wait */
   bool after_ok; /* where an answered attempt leads (wait_ok) */
   int64_t pttl;  /* the holder's lease left, by the last answer (-1: none) */
+  const _Atomic bool *cancel; /* an async wait's cancel flag, or NULL */
 } wait_ctx;
 
 /* A fair wait that must come back to keep its place in the queue. */
@@ -500,7 +502,21 @@ static wait_action wait_done(wait_ctx *x, int rc) {
   return (wait_action){.kind = WAIT_DO_DONE, .rc = rc};
 }
 
+/* An async wait that dlock_op_cancel asked to end makes no further
+ * attempt and arms nothing: it ends, and leaves as one that timed out. */
+static bool cancelled(const wait_ctx *x) {
+  return x->cancel && atomic_load(x->cancel);
+}
+
+static wait_action wait_cancelled(wait_ctx *x) {
+  return wait_done(x, dlock__seterr(DLOCK_ECANCELED,
+                                    "the wait for lock '%.200s' was cancelled",
+                                    x->l->name));
+}
+
 static wait_action wait_attempt(wait_ctx *x) {
+  if (cancelled(x))
+    return wait_cancelled(x);
   x->state = WS_ATTEMPT;
   return (wait_action){.kind = WAIT_DO_ATTEMPT,
                        .can_queue = dlock__wait_can_queue(&x->w)};
@@ -509,6 +525,8 @@ static wait_action wait_attempt(wait_ctx *x) {
 /* Arms the path and awaits it, even if it came up meanwhile, so that this
  * waiter counts among those that keep it up. */
 static wait_action wait_arm(wait_ctx *x) {
+  if (cancelled(x))
+    return wait_cancelled(x);
   x->state = WS_ARM;
   x->armed = true;
   return (wait_action){.kind = WAIT_DO_ARM, .only_if_ready = false};
@@ -518,6 +536,8 @@ static wait_action wait_arm(wait_ctx *x) {
 static wait_action wait_next(wait_ctx *x) {
   if (dlock__wait_granted(&x->w))
     return wait_done(x, 1);
+  if (cancelled(x))
+    return wait_cancelled(x);
   int64_t now = dlock__now_ms();
   if (now >= x->deadline)
     return wait_done(x, busy_error(x->l, DLOCK_ETIMEDOUT, x->pttl));
@@ -598,38 +618,43 @@ static wait_action wait_step(wait_ctx *x, const wait_event *ev) {
                                     x->l->name));
 }
 
-/* The blocking driver: each action on the caller's thread. `pttl` >= -1:
- * an attempt was made already, before the wait was registered (a cold
- * lock); it refused with that bound, or failed in an outage
- * (dlock__wait_retry). */
-static int wait_loop(wait_ctx *x, int64_t pttl) {
-  x->state = WS_START;
-  x->pttl = pttl;
+/* The actions any driver does at once, on its own thread: arming (which
+ * only asks the backend for the path) and an attempt (one round trip). */
+static bool act_now(wait_ctx *x, const wait_action *act, wait_event *ev) {
+  if (act->kind == WAIT_DO_ARM) {
+    *ev = (wait_event){.kind = WAIT_EV_ARMED,
+                       .armed = dlock__wait_arm(&x->w, act->only_if_ready)};
+    return true;
+  }
+  if (act->kind == WAIT_DO_ATTEMPT) {
+    int64_t p = x->pttl;
+    dlock__err_set_unsent(false);
+    int rc = attempt(x, act->can_queue, &p);
+    *ev = (wait_event){.kind = WAIT_EV_ATTEMPTED, .rc = rc, .pttl = p};
+    return true;
+  }
+  return false;
+}
+
+/* The blocking driver: each action on the caller's thread, from where
+ * wait_open left the wait. */
+static int wait_loop(wait_ctx *x) {
   wait_event ev = {.kind = WAIT_EV_START};
   for (;;) {
     wait_action act = wait_step(x, &ev);
+    if (act_now(x, &act, &ev))
+      continue;
     switch (act.kind) {
-    case WAIT_DO_ARM:
-      ev = (wait_event){.kind = WAIT_EV_ARMED,
-                        .armed = dlock__wait_arm(&x->w, act.only_if_ready)};
-      break;
     case WAIT_DO_AWAIT_READY:
       dlock__wait_await_ready(&x->w, act.until);
       ev = (wait_event){.kind = WAIT_EV_READY};
       break;
-    case WAIT_DO_ATTEMPT: {
-      int64_t p = x->pttl;
-      dlock__err_set_unsent(false);
-      int rc = attempt(x, act.can_queue, &p);
-      ev = (wait_event){.kind = WAIT_EV_ATTEMPTED, .rc = rc, .pttl = p};
-      break;
-    }
     case WAIT_DO_RETRY_AFTER:
     case WAIT_DO_SLEEP:
       ev = (wait_event){.kind = WAIT_EV_WOKEN,
                         .woken = dlock__wait_sleep(&x->w, act.until)};
       break;
-    case WAIT_DO_DONE:
+    default: /* WAIT_DO_DONE */
       return act.rc;
     }
   }
@@ -718,7 +743,11 @@ static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
   }
 }
 
-static int wait_and_acquire(wait_ctx *x) {
+/* The wait's opening, before its steps (may block: the cold first
+ * attempt). true: the wait is registered and its steps are to run (from
+ * WS_START, x->pttl set); false: it is over already, with *out (1
+ * acquired, else the error). */
+static bool wait_open(wait_ctx *x, int *out) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
   x->q.seq = x->seq;
@@ -745,15 +774,28 @@ static int wait_and_acquire(wait_ctx *x) {
       note_failure(x, rc);
     if (rc == 1) {
       confirm_late_grant(x, true); /* a slow attempt (a failover's dial) */
-      return rc;
+      *out = rc;
+      return false;
     }
-    if (rc != 0 && !(dlock__wait_outage(rc) && dlock__now_ms() < x->deadline))
-      return rc;
+    if (rc != 0 && !(dlock__wait_outage(rc) && dlock__now_ms() < x->deadline)) {
+      *out = rc;
+      return false;
+    }
   }
   rc = dlock__wait_begin(c, &x->w, &x->spec);
-  if (rc)
-    return rc;
-  rc = wait_loop(x, pttl);
+  if (rc) {
+    *out = rc;
+    return false;
+  }
+  x->state = WS_START;
+  x->pttl = pttl;
+  return true;
+}
+
+/* The wait's close, after its steps ended with rc: a grant by message, a
+ * late grant confirmed, or the queue left; then unregistered. */
+static int wait_close(wait_ctx *x, int rc) {
+  struct dlock_client *c = x->l->client;
   if (dlock__wait_granted(&x->w)) {
     /* the grant came by message (maybe while the last step failed: the
      * grant stands). Its lease started when the release ran, which was
@@ -801,8 +843,24 @@ static int wait_and_acquire(wait_ctx *x) {
   return rc;
 }
 
-static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
-                   int64_t lease_ms, int64_t *token, const char *fn) {
+/* One acquisition, blocking or async: what its steps share. */
+typedef struct acq {
+  dlock_lock_t *l;
+  uint64_t tid;
+  int64_t wait_ms;
+  bool watchdog;
+  bool waited; /* x was set up (the wait path), whatever its outcome */
+  int64_t lease, thread_wait;
+  int64_t since, tok;
+  char owner[64];
+  wait_ctx x;
+} acq;
+
+/* acquire_begin: the wait is registered, its steps are to run */
+#define ACQ_WAIT 2
+
+static int acquire_check(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                         int64_t lease_ms, const char *fn) {
   int rc = dlock__check_wait(wait_ms, fn);
   if (!rc)
     rc = dlock__check_lease(lease_ms, fn);
@@ -810,20 +868,33 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     return rc;
   if (tid == 0)
     return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
-  rc = call_begin(l, fn);
-  if (rc)
-    return rc;
+  (void)l;
+  return 0;
+}
+
+static void acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                         int64_t lease_ms) {
   struct dlock_client *c = l->client;
-  bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
-  int64_t lease = watchdog ? c->opts.watchdog_ms : lease_ms;
-  char owner[64];
-  dlock__owner(c, tid, owner, sizeof owner);
-  int64_t since = dlock__now_ms();
-  int64_t tok = 0;
+  memset(a, 0, sizeof *a);
+  a->l = l;
+  a->tid = tid;
+  a->wait_ms = wait_ms;
+  a->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
+  a->lease = a->watchdog ? c->opts.watchdog_ms : lease_ms;
+  dlock__owner(c, tid, a->owner, sizeof a->owner);
   /* Redisson's rule: a finite wait is also how long the fair queue keeps
    * this waiter's place without news */
-  int64_t thread_wait = wait_ms > 0 ? wait_ms : c->opts.fair_thread_wait_ms;
+  a->thread_wait = wait_ms > 0 ? wait_ms : c->opts.fair_thread_wait_ms;
+}
 
+/* Everything before the wait's steps (may block: claiming an earlier
+ * wait's grant, a try, the cold first attempt): ACQ_WAIT when the steps
+ * are to run, else the outcome (1 acquired, 0 never, or the error). */
+static int acquire_begin(acq *a) {
+  dlock_lock_t *l = a->l;
+  struct dlock_client *c = l->client;
+  uint64_t tid = a->tid;
+  a->since = dlock__now_ms();
   /* the hold's record exists before the server can grant anything, so
    * that a grant is never left unrecorded (held, but neither renewed nor
    * released) for want of memory */
@@ -833,66 +904,72 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   bool reentry = h && h->count > 0 && !h->lost;
   pthread_mutex_unlock(&c->mu);
   if (!h)
-    return call_end(l, DLOCK_ENOMEM);
+    return DLOCK_ENOMEM;
 
   /* an earlier wait of this thread whose outcome is unknown comes first:
    * if it was handed the lock, this acquire claims that grant */
-  rc = takes_grants(l) ? dlock__unresolved_resolve_own(c, l->kind, l->name, tid,
-                                                       lease, &tok)
-                       : 0;
-  if (rc == 0 && wait_ms == 0) {
+  int rc = takes_grants(l) ? dlock__unresolved_resolve_own(
+                                 c, l->kind, l->name, tid, a->lease, &a->tok)
+                           : 0;
+  if (rc != 0)
+    return rc;
+  if (a->wait_ms == 0) {
     int64_t pttl = -1;
-    since = dlock__now_ms();
-    dlock__acquire a = {.bh = l->bh,
-                        .kind = l->kind,
-                        .name = l->name,
-                        .owner = owner,
-                        .lease_ms = lease,
-                        .thread_wait_ms = thread_wait,
-                        .try_once = true,
-                        .reentry = reentry};
+    a->since = dlock__now_ms();
+    dlock__acquire at = {.bh = l->bh,
+                         .kind = l->kind,
+                         .name = l->name,
+                         .owner = a->owner,
+                         .lease_ms = a->lease,
+                         .thread_wait_ms = a->thread_wait,
+                         .try_once = true,
+                         .reentry = reentry};
     bool had = false;
     uint64_t other = 0;
     int g = client_owner(l) ? gate_attempt(l, tid, &had, &other, &pttl) : 0;
-    if (g == 1) {
-      rc = dlock__seterr(DLOCK_EBUSY,
-                         "lock '%.200s' is held by another thread of this "
-                         "client (thread %llu): the layout has one owner "
-                         "per client, whose threads take turns",
-                         l->name, (unsigned long long)other);
-    } else if (g < 0) {
-      rc = g;
-    } else {
-      rc = c->ops->lock_acquire(c->be, &a, &pttl, &tok);
-      if (client_owner(l))
-        gate_after(l, tid, had, rc);
-      if (rc == 0)
-        rc = busy_error(l, DLOCK_EBUSY, pttl);
-    }
-  } else if (rc == 0) {
-    wait_ctx x;
-    memset(&x, 0, sizeof x);
-    x.l = l;
-    x.tid = tid;
-    x.owner = owner;
-    x.lease = lease;
-    x.thread_wait = thread_wait;
-    x.watchdog = watchdog;
-    x.reentry = reentry;
-    x.deadline = dlock__deadline_after(wait_ms);
-    rc = wait_and_acquire(&x);
-    since = x.since;
-    tok = x.token;
+    if (g == 1)
+      return dlock__seterr(DLOCK_EBUSY,
+                           "lock '%.200s' is held by another thread of this "
+                           "client (thread %llu): the layout has one owner "
+                           "per client, whose threads take turns",
+                           l->name, (unsigned long long)other);
+    if (g < 0)
+      return g;
+    rc = c->ops->lock_acquire(c->be, &at, &pttl, &a->tok);
+    if (client_owner(l))
+      gate_after(l, tid, had, rc);
+    return rc == 0 ? busy_error(l, DLOCK_EBUSY, pttl) : rc;
   }
-  /* the server's WRONGTYPE names a command; say what it means here (a
-   * backend that already said which kind of lock is in the way marked its
-   * detail worded, and it is kept) */
+  wait_ctx *x = &a->x;
+  x->l = l;
+  x->tid = tid;
+  x->owner = a->owner;
+  x->lease = a->lease;
+  x->thread_wait = a->thread_wait;
+  x->watchdog = a->watchdog;
+  x->reentry = reentry;
+  x->deadline = dlock__deadline_after(a->wait_ms);
+  a->waited = true;
+  return wait_open(x, &rc) ? ACQ_WAIT : rc;
+}
+
+/* After the outcome rc (1 acquired, else the error): the hold recorded
+ * or its reservation dropped, and the call ended. 0 or the error; *token
+ * (may be NULL) the grant's token. */
+static int acquire_end(acq *a, int rc, int64_t *token) {
+  dlock_lock_t *l = a->l;
+  struct dlock_client *c = l->client;
+  if (a->waited) {
+    a->since = a->x.since;
+    a->tok = a->x.token;
+  }
   if (rc < 0) {
     pthread_mutex_lock(&c->mu);
-    dlock__hold_unreserve_locked(c, hold_kind(l->kind), l->name, tid);
+    dlock__hold_unreserve_locked(c, hold_kind(l->kind), l->name, a->tid);
     pthread_mutex_unlock(&c->mu);
-  }
-  if (rc < 0)
+    /* the server's WRONGTYPE names a command; say what it means here (a
+     * backend that already said which kind of lock is in the way marked
+     * its detail worded, and it is kept) */
     return call_end(l, rc == DLOCK_EWRONGTYPE && !dlock__err_worded()
                            ? dlock__seterr(rc,
                                            "lock '%.200s': the key holds a "
@@ -900,9 +977,139 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                                            "lock)",
                                            l->name)
                            : rc);
+  }
   if (token)
-    *token = tok;
-  return call_end(l, record_acquired(l, tid, lease, watchdog, since, tok));
+    *token = a->tok;
+  return call_end(
+      l, record_acquired(l, a->tid, a->lease, a->watchdog, a->since, a->tok));
+}
+
+static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                   int64_t lease_ms, int64_t *token, const char *fn) {
+  int rc = acquire_check(l, tid, wait_ms, lease_ms, fn);
+  if (rc || (rc = call_begin(l, fn)) != 0)
+    return rc;
+  acq a;
+  acquire_init(&a, l, tid, wait_ms, lease_ms);
+  rc = acquire_begin(&a);
+  if (rc == ACQ_WAIT)
+    rc = wait_close(&a.x, wait_loop(&a.x));
+  return acquire_end(&a, rc, token);
+}
+
+/* ------------------------------------------------ the async driver
+ *
+ * The same steps as acquire(), driven by the client's async pool
+ * (core/async.h): acquire_begin and the actions done at once (arming, an
+ * attempt) run on a pool thread; a wait for readiness, a sleep and an
+ * outage's backoff park the operation instead of a thread, until the
+ * wait's notify hook, the timer or a cancel makes it run again. */
+typedef struct acq_op {
+  dlock__aop op;
+  acq a;
+  bool stepping;   /* the wait is registered; its steps run */
+  wait_action act; /* the action it is parked on */
+} acq_op;
+
+static bool ready_due(dlock__aop *op, void *arg) {
+  acq_op *o = arg;
+  return atomic_load(&op->cancelled) ||
+         dlock__wait_ready_due_locked(&o->a.x.w, o->act.until);
+}
+
+static bool sleep_due(dlock__aop *op, void *arg) {
+  acq_op *o = arg;
+  return atomic_load(&op->cancelled) ||
+         dlock__wait_sleep_due_locked(&o->a.x.w, o->act.until);
+}
+
+/* The event that ends the parked action, as the blocking sleeps return. */
+static wait_event resumed(acq_op *o) {
+  if (o->act.kind == WAIT_DO_AWAIT_READY) {
+    dlock__wait_ready_end(&o->a.x.w);
+    return (wait_event){.kind = WAIT_EV_READY};
+  }
+  return (wait_event){.kind = WAIT_EV_WOKEN,
+                      .woken = dlock__wait_sleep_end(&o->a.x.w)};
+}
+
+static void acq_finish(acq_op *o, int rc) {
+  int64_t token = 0;
+  rc = acquire_end(&o->a, rc, &token);
+  dlock__aop_complete(&o->op, rc, rc == 0 ? token : 0);
+}
+
+static void acq_run(dlock__aop *op) {
+  acq_op *o = (acq_op *)op;
+  wait_ctx *x = &o->a.x;
+  wait_event ev;
+  if (!o->stepping) {
+    int rc = atomic_load(&op->cancelled)
+                 ? dlock__seterr(DLOCK_ECANCELED,
+                                 "the acquire of lock '%.200s' was cancelled",
+                                 o->a.l->name)
+                 : acquire_begin(&o->a);
+    if (rc != ACQ_WAIT) {
+      acq_finish(o, rc);
+      return;
+    }
+    struct dlock_client *c = o->a.l->client;
+    pthread_mutex_lock(&c->mu);
+    x->w.notify = dlock__aop_notify;
+    x->w.notify_arg = op;
+    pthread_mutex_unlock(&c->mu);
+    o->stepping = true;
+    ev = (wait_event){.kind = WAIT_EV_START};
+  } else {
+    ev = resumed(o);
+  }
+  for (;;) {
+    wait_action act = wait_step(x, &ev);
+    if (act_now(x, &act, &ev))
+      continue;
+    if (act.kind == WAIT_DO_DONE) {
+      acq_finish(o, wait_close(x, act.rc));
+      return;
+    }
+    o->act = act;
+    if (dlock__aop_park(op, act.until,
+                        act.kind == WAIT_DO_AWAIT_READY ? ready_due : sleep_due,
+                        o))
+      return;
+    ev = resumed(o);
+  }
+}
+
+static void aop_free(dlock__aop *op) { dlock__free(op); }
+
+int dlock_lock_acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                             int64_t lease_ms, dlock_done_fn done,
+                             void *userdata, dlock_op_t *id) {
+  const char *fn = "dlock_lock_acquire_async";
+  if (id)
+    *id = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  if (tid == 0)
+    tid = dlock_thread_id();
+  int rc = acquire_check(l, tid, wait_ms, lease_ms, fn);
+  if (rc || (rc = call_begin(l, fn)) != 0)
+    return rc;
+  acq_op *o = dlock__calloc(1, sizeof *o);
+  if (!o)
+    return call_end(l, DLOCK_ENOMEM);
+  acquire_init(&o->a, l, tid, wait_ms, lease_ms);
+  o->a.x.cancel = &o->op.cancelled;
+  o->op.run = acq_run;
+  o->op.free_fn = aop_free;
+  o->op.done = done;
+  o->op.userdata = userdata;
+  /* the call stays open until the operation ends (acquire_end) */
+  if ((rc = dlock__aop_start(l->client, &o->op, id)) != 0) {
+    dlock__free(o);
+    return call_end(l, rc);
+  }
+  return 0;
 }
 
 int dlock_lock_acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms) {
@@ -1056,6 +1263,45 @@ int dlock_lock_release(dlock_lock_t *l) {
 
 int dlock_lock_release_as(dlock_lock_t *l, uint64_t tid) {
   return release(l, tid, "dlock_lock_release_as");
+}
+
+typedef struct rel_op {
+  dlock__aop op;
+  dlock_lock_t *l;
+  uint64_t tid;
+} rel_op;
+
+static void rel_run(dlock__aop *op) {
+  rel_op *o = (rel_op *)op;
+  int rc = release(o->l, o->tid, "dlock_lock_release_async");
+  call_end(o->l, 0);
+  dlock__aop_complete(op, rc, 0);
+}
+
+int dlock_lock_release_async(dlock_lock_t *l, uint64_t tid, dlock_done_fn done,
+                             void *userdata, dlock_op_t *id) {
+  const char *fn = "dlock_lock_release_async";
+  if (id)
+    *id = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  int rc = call_begin(l, fn);
+  if (rc)
+    return rc;
+  rel_op *o = dlock__calloc(1, sizeof *o);
+  if (!o)
+    return call_end(l, DLOCK_ENOMEM);
+  o->l = l;
+  o->tid = tid ? tid : dlock_thread_id();
+  o->op.run = rel_run;
+  o->op.free_fn = aop_free;
+  o->op.done = done;
+  o->op.userdata = userdata;
+  if ((rc = dlock__aop_start(l->client, &o->op, id)) != 0) {
+    dlock__free(o);
+    return call_end(l, rc);
+  }
+  return 0;
 }
 
 int dlock_lock_force_release(dlock_lock_t *l, bool *was_locked) {

@@ -27,6 +27,7 @@ void dlock__options_defaults(struct dlock_options *o) {
   o->command_timeout_ms = DEFAULT_COMMAND_TIMEOUT_MS;
   o->watchdog_ms = DEFAULT_WATCHDOG_MS;
   o->outage_grace_ms = DEFAULT_OUTAGE_GRACE_MS;
+  o->async_threads = 4;
   o->pool_size = DEFAULT_POOL_SIZE;
   o->fair_thread_wait_ms = DEFAULT_FAIR_THREAD_WAIT_MS;
   o->log_level = DLOCK_LOG_WARN;
@@ -218,6 +219,15 @@ int dlock_options_set_outage_grace(dlock_options_t *opts, int64_t ms) {
   if (!rc)
     opts->outage_grace_ms = ms;
   return rc;
+}
+
+int dlock_options_set_async_threads(dlock_options_t *opts, int n) {
+  NEED_OPTS("dlock_options_set_async_threads");
+  if (n < 1 || n > 64)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "async threads: %d is out of range (1 .. 64)", n);
+  opts->async_threads = n;
+  return 0;
 }
 
 int dlock_options_set_fair_thread_wait(dlock_options_t *opts, int64_t ms) {

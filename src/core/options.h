@@ -39,6 +39,7 @@ struct dlock_options {
   int64_t watchdog_ms;
   int64_t session_timeout_ms; /* 0: the backend's default */
   int64_t outage_grace_ms;    /* how long a wait rides out an outage */
+  int async_threads;          /* the async operations' pool (async.c) */
   int64_t fair_thread_wait_ms;
   int pool_size;
   char *client_name;

@@ -85,17 +85,51 @@ static void sleep_step(dlock__wait *w, int64_t deadline,
     pthread_cond_timedwait(&w->cond, &w->c->mu, ts);
 }
 
+bool dlock__wait_ready_due_locked(dlock__wait *w, int64_t deadline) {
+  return w->ready || w->granted || w->err || dlock__client_stopping(w->c) ||
+         dlock__now_ms() >= deadline;
+}
+
+bool dlock__wait_sleep_due_locked(dlock__wait *w, int64_t until) {
+  return w->woken || w->granted || dlock__client_stopping(w->c) ||
+         dlock__now_ms() >= until;
+}
+
+/* await_ready's end (mu held) */
+static bool ready_end_locked(dlock__wait *w) {
+  /* the retry that follows sees everything a pending wake announced */
+  w->woken = false;
+  return w->ready;
+}
+
+static bool sleep_end_locked(dlock__wait *w) {
+  bool woken = w->woken;
+  w->woken = false;
+  return woken;
+}
+
+bool dlock__wait_ready_end(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  bool ok = ready_end_locked(w);
+  pthread_mutex_unlock(&w->c->mu);
+  return ok;
+}
+
+bool dlock__wait_sleep_end(dlock__wait *w) {
+  pthread_mutex_lock(&w->c->mu);
+  bool woken = sleep_end_locked(w);
+  pthread_mutex_unlock(&w->c->mu);
+  return woken;
+}
+
 bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline) {
   struct dlock_client *c = w->c;
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->ready && !w->granted && !w->err && !dlock__client_stopping(c) &&
-         dlock__now_ms() < deadline)
+  while (!dlock__wait_ready_due_locked(w, deadline))
     sleep_step(w, deadline, &ts);
-  bool ok = w->ready;
-  /* the retry that follows sees everything a pending wake announced */
-  w->woken = false;
+  bool ok = ready_end_locked(w);
   pthread_mutex_unlock(&c->mu);
   return ok;
 }
@@ -105,11 +139,9 @@ bool dlock__wait_sleep(dlock__wait *w, int64_t until) {
   struct timespec ts;
   dlock__deadline_timespec(until, &ts);
   pthread_mutex_lock(&c->mu);
-  while (!w->woken && !w->granted && !dlock__client_stopping(c) &&
-         dlock__now_ms() < until)
+  while (!dlock__wait_sleep_due_locked(w, until))
     sleep_step(w, until, &ts);
-  bool woken = w->woken;
-  w->woken = false;
+  bool woken = sleep_end_locked(w);
   pthread_mutex_unlock(&c->mu);
   return woken;
 }
@@ -188,6 +220,14 @@ void dlock__wait_end(dlock__wait *w) {
 
 /* ------------------------------------------------------------ up-calls */
 
+/* Wakes whoever waits on w (mu held): the thread sleeping on its
+ * condition, or the async operation parked on it. */
+static void signal_locked(dlock__wait *w) {
+  pthread_cond_signal(&w->cond);
+  if (w->notify)
+    w->notify(w);
+}
+
 /* The wait a node wait stands for (mu held): its parent's wake state is
  * the one that counts. */
 static dlock__wait *waker(dlock__wait *w) { return w->parent ? w->parent : w; }
@@ -196,7 +236,7 @@ void dlock__wait_wake(dlock__wait *w) {
   pthread_mutex_lock(&w->c->mu);
   w = waker(w);
   w->woken = true;
-  pthread_cond_signal(&w->cond);
+  signal_locked(w);
   pthread_mutex_unlock(&w->c->mu);
 }
 
@@ -205,14 +245,14 @@ void dlock__wait_grant(dlock__wait *w, int64_t token) {
   if (w->parent) { /* a node's hand-off is only a wake for the parent */
     w = w->parent;
     w->woken = true;
-    pthread_cond_signal(&w->cond);
+    signal_locked(w);
     pthread_mutex_unlock(&w->c->mu);
     return;
   }
   w->granted = true;
   w->token = token;
   w->woken = true;
-  pthread_cond_signal(&w->cond);
+  signal_locked(w);
   pthread_mutex_unlock(&w->c->mu);
 }
 
@@ -222,7 +262,7 @@ void dlock__wait_fail(dlock__wait *w, int code, const char *msg) {
   snprintf(w->errmsg, sizeof w->errmsg, "%s", msg ? msg : "");
   w = waker(w);
   w->woken = true;
-  pthread_cond_signal(&w->cond);
+  signal_locked(w);
   pthread_mutex_unlock(&w->c->mu);
 }
 
@@ -231,14 +271,14 @@ void dlock__wait_set_ready(dlock__wait *w, bool ready, bool wake) {
   w->ready = ready;
   if (w->parent && ready) { /* one armed node is enough to be woken */
     w->parent->ready = true;
-    pthread_cond_signal(&w->parent->cond);
+    signal_locked(w->parent);
   }
   w = waker(w);
   /* armed: retry (a release may have come before); disarmed: messages may
    * have been lost, retry too */
   if (wake) {
     w->woken = true;
-    pthread_cond_signal(&w->cond);
+    signal_locked(w);
   }
   pthread_mutex_unlock(&w->c->mu);
 }
@@ -261,11 +301,11 @@ void dlock__waits_wake_lock_locked(struct dlock_client *c, const char *name) {
   for (dlock__wait *w = c->waits; w; w = w->next)
     if (!w->parent && !w->spec->sync && strcmp(w->spec->name, name) == 0) {
       w->woken = true;
-      pthread_cond_signal(&w->cond);
+      signal_locked(w);
     }
 }
 
 void dlock__waits_wake_all_locked(struct dlock_client *c) {
   for (dlock__wait *w = c->waits; w; w = w->next)
-    pthread_cond_signal(&w->cond);
+    signal_locked(w);
 }

@@ -62,6 +62,12 @@ typedef struct dlock__wait {
   int64_t token; /* the fencing token its grant carried (0: none) */
   int err;       /* the wait cannot go on: code, and detail in errmsg */
   char errmsg[320];
+  /* A wait nobody sleeps on (an async operation's, core/async.h): called,
+   * mu held, wherever the condition is signalled, so that the operation
+   * parked on this wait runs again. Set under mu after dlock__wait_begin;
+   * NULL for a thread's wait. */
+  void (*notify)(struct dlock__wait *w);
+  void *notify_arg;
 } dlock__wait;
 
 /* Caller side (mu NOT held). begin registers the wait with the backend;
@@ -85,6 +91,15 @@ int64_t dlock__wait_grant_token(dlock__wait *w);
 bool dlock__wait_await_ready(dlock__wait *w, int64_t deadline);
 /* Sleeps until woken or `until`; true when woken. */
 bool dlock__wait_sleep(dlock__wait *w, int64_t until);
+/* The two sleeps' conditions, for a driver that parks instead of sleeping
+ * (mu held; never sleep): true when dlock__wait_await_ready, or
+ * dlock__wait_sleep, would return now. */
+bool dlock__wait_ready_due_locked(dlock__wait *w, int64_t deadline);
+bool dlock__wait_sleep_due_locked(dlock__wait *w, int64_t until);
+/* What those sleeps do as they return (mu NOT held): await_ready's result
+ * (whether armed), and sleep's (whether woken), the wake consumed. */
+bool dlock__wait_ready_end(dlock__wait *w);
+bool dlock__wait_sleep_end(dlock__wait *w);
 void dlock__wait_end(dlock__wait *w);
 
 /* A streak of attempts failed in an outage (zero it at the wait's start). */

@@ -38,11 +38,11 @@ static void t_errors(void) {
 #undef ROW
   };
   size_t n = sizeof table / sizeof table[0];
-  CHECK_INT(n, ==, 19);
+  CHECK_INT(n, ==, 20);
   for (size_t i = 0; i < n; i++) {
     CHECK_STR(dlock_strerror(table[i].code), table[i].msg);
     CHECK_STR(dlock_err_name(table[i].code), table[i].name);
-    /* values are stable: -1 .. -19 in table order */
+    /* values are stable: -1 .. -20 in table order */
     CHECK_INT(table[i].code, ==, -(int)(i + 1));
   }
   CHECK_STR(dlock_err_name(DLOCK_OK), "DLOCK_OK");
@@ -56,10 +56,12 @@ static void t_errors(void) {
   CHECK_STR(dlock_strerror(DLOCK_ESYS), "system call failed");
   CHECK_INT(DLOCK_ETLS, ==, -19);
   CHECK_STR(dlock_err_name(DLOCK_ETLS), "DLOCK_ETLS");
+  CHECK_INT(DLOCK_ECANCELED, ==, -20);
+  CHECK_STR(dlock_err_name(DLOCK_ECANCELED), "DLOCK_ECANCELED");
 }
 
 static void t_err_unknown(void) {
-  const int unknown[] = {-20, -100, 1, 42, INT_MIN, INT_MAX};
+  const int unknown[] = {-21, -100, 1, 42, INT_MIN, INT_MAX};
   for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
     CHECK_STR(dlock_strerror(unknown[i]), "unknown error");
     const char *name = dlock_err_name(unknown[i]);

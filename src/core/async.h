@@ -1,0 +1,93 @@
+/*
+ * async.h - the client's async operations (the async API of dlock.h).
+ *
+ * An operation is a record with a run function. It runs on a small pool
+ * of the client's threads (dlock_options_set_async_threads), one step
+ * after another, the blocking ones (a round trip) included, until it must
+ * wait for something that is not a thread's work: a wake-up of its wait,
+ * a hand-off, a timer, a cancel. Then it parks (dlock__aop_park) and its
+ * thread goes on with other operations; a wait's up-call (wait.h: the
+ * wait's notify hook), its timer, a cancel or the client's teardown makes
+ * it runnable again and a pool thread calls its run function anew. So a
+ * thousand waiting operations are a thousand records, not threads.
+ *
+ * When it ends, it hands its outcome over (dlock__aop_complete): the
+ * outcome waits on the client's completion queue, the completion
+ * descriptor becomes readable, and the program's dlock_client_process()
+ * runs the callback on its own thread, with no library mutex held.
+ *
+ * State: the pool, the run queue, the timers (a binary heap by due time),
+ * the list of pending operations and the completion queue are all under
+ * client->mu, which the wait up-calls hold when they notify: parking
+ * checks its condition under that same mutex, so no wake-up is lost
+ * between the check and the park. A run function is called without any
+ * mutex held, by one pool thread at a time.
+ */
+#ifndef DLOCK_CORE_ASYNC_H
+#define DLOCK_CORE_ASYNC_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlock/dlock.h"
+
+struct dlock_client;
+typedef struct dlock__aop dlock__aop;
+
+struct dlock__aop {
+  struct dlock_client *c;
+  dlock_op_t id;
+  /* Called on a pool thread without a mutex: advances the operation until
+   * it parks (dlock__aop_park returned true) or completes
+   * (dlock__aop_complete), after which it must not touch the record. */
+  void (*run)(dlock__aop *op);
+  /* Frees the record once its callback has run (any thread). */
+  void (*free_fn)(dlock__aop *op);
+  dlock_done_fn done;
+  void *userdata;
+  _Atomic bool cancelled; /* dlock_op_cancel asked it to end */
+  /* --- under client->mu --- */
+  int where;               /* runnable, running, parked, done */
+  int64_t until;           /* parked: when its timer fires (or NEVER) */
+  size_t heap_at;          /* parked with a timer: its place in the heap */
+  dlock__aop *prev, *next; /* the client's pending operations */
+  dlock__aop *qnext;       /* the run queue or the completion queue */
+  /* the outcome */
+  int rc;
+  int64_t value;
+  char errmsg[512];
+};
+
+/* Registers op (c, run, free_fn, done and userdata set; the rest zero)
+ * and queues it to run; starts a pool thread when none is idle. 0 and
+ * *id (id may be NULL), or an error with detail set (op not registered;
+ * the caller frees it). */
+int dlock__aop_start(struct dlock_client *c, dlock__aop *op, dlock_op_t *id);
+/* From op's run function: parks it until `until` (monotonic ms;
+ * DLOCK__NEVER: no timer) unless due(op, arg), checked under client->mu,
+ * is true already; due must also be true once op is cancelled or the
+ * client stops. true: parked, the run function returns at once (the
+ * operation runs again when notified or at `until`); false: it goes on. */
+bool dlock__aop_park(dlock__aop *op, int64_t until,
+                     bool (*due)(dlock__aop *op, void *arg), void *arg);
+/* mu held: a parked op is made runnable (a wait's notify hook). */
+void dlock__aop_wake_locked(dlock__aop *op);
+/* From op's run function: the operation ended with rc (and value); the
+ * thread's error detail is kept for its callback. */
+void dlock__aop_complete(dlock__aop *op, int rc, int64_t value);
+/* A wait notify hook whose notify_arg is the operation parked on it. */
+struct dlock__wait;
+void dlock__aop_notify(struct dlock__wait *w);
+
+/* dlock_client_free, mu held, once `stopping` is set: every parked
+ * operation runs again (and sees the client stop). */
+void dlock__async_wake_all_locked(struct dlock_client *c);
+/* dlock_client_free, after the calls in progress have ended: stops the
+ * pool and runs the callbacks still waiting, on the calling thread. */
+void dlock__async_stop(struct dlock_client *c);
+/* Frees what is left (client teardown); forked: no thread exists here. */
+void dlock__async_free(struct dlock_client *c, bool forked);
+
+#endif
