@@ -30,10 +30,15 @@
  *   hold's connection (a heartbeat; a different id means a proxy
  *   multiplexes sessions, which session locks cannot survive: ENOTSUP).
  *   A heartbeat that fails closes that connection and reports the hold
- *   gone. The pool records each connection's wait_timeout and since when
- *   it is idle, and lends it only well within that timeout; a connection
- *   that has the wanted wait_timeout already skips the SET, so an
- *   uncontended pair costs the bare GET_LOCK and RELEASE_LOCK.
+ *   gone. The event loop also polls each idle holding connection (its
+ *   socket, never reading it): when the server ends the session (a
+ *   restart, KILL, wait_timeout) the socket turns readable, and the core
+ *   is asked to renew at once (dlock__holds_renew_now), so the heartbeat
+ *   that reports the loss runs then, not a third of the lease later. The
+ *   pool records each connection's wait_timeout and since when it is
+ *   idle, and lends it only well within that timeout; a connection that
+ *   has the wanted wait_timeout already skips the SET, so an uncontended
+ *   pair costs the bare GET_LOCK and RELEASE_LOCK.
  * - Try (wait 0): GET_LOCK(L, 0) on a pooled connection. A wait: the first
  *   attempt tries (wait_hot is always false); then the attempt sends a
  *   blocking GET_LOCK(L, MY_WAIT_BOUND_S) on a connection of the wait's
@@ -59,7 +64,9 @@
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
- *   until it is not.
+ *   until it is not; the loop polls only connections of holds not busy
+ *   and acts on a poll's outcome only if no renewal took the connection
+ *   since (a renewal's own answer would look like news).
  */
 #include <mysql.h>
 #include <netinet/in.h>
@@ -121,6 +128,11 @@ typedef struct my_hold {
   int64_t token;    /* a fenced lock's token (0: none) */
   int64_t wt;       /* its session's wait_timeout (s) */
   bool busy;        /* a renewal is using conn */
+  /* conn's socket as the loop's last loop_prepare polled it, -1 when not
+   * (or when a renewal has used conn since): only a connection idle for
+   * the whole poll is judged by what the poll saw */
+  int polled_fd;
+  bool broken; /* the loop saw the server end it: its heartbeat is due */
 } my_hold;
 
 enum { W_IDLE, W_SENT, W_READY };
@@ -132,6 +144,7 @@ typedef struct my_wait {
   int state;
   unsigned long id; /* the session of the pending statement */
   int64_t wt;
+  int polled_fd; /* as for a hold: conn's socket as the loop polled it */
 } my_wait;
 
 typedef struct my {
@@ -535,6 +548,7 @@ static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
   h->id = id;
   h->token = tok;
   h->wt = wt;
+  h->polled_fd = -1;
   pthread_mutex_lock(&p->mu);
   h->next = p->holds;
   p->holds = h;
@@ -655,6 +669,7 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     r->wt = wt;
     r->id = mysql_thread_id(c);
     r->state = W_SENT;
+    r->polled_fd = -1; /* polled from the next loop_prepare on */
     pthread_mutex_unlock(&p->mu);
     dlock__client_poke(p->core);
     return 0;
@@ -768,6 +783,7 @@ static int my_lock_renew(void *be, dlock__renewal *items, size_t n,
       continue;
     }
     h->busy = true;
+    h->polled_fd = -1; /* its answer is no news for the loop */
     MYSQL *c = h->conn;
     pthread_mutex_unlock(&p->mu);
     char out[32];
@@ -979,6 +995,7 @@ static int my_wait_begin(void *be, dlock__wait *w) {
   if (!r)
     return DLOCK_ENOMEM;
   r->w = w;
+  r->polled_fd = -1;
   w->reg = r;
   pthread_mutex_lock(&p->mu);
   r->next = p->waits;
@@ -1060,6 +1077,18 @@ static void my_wait_end(void *be, dlock__wait *w) {
 
 /* ------------------------------------------------------------ the loop */
 
+/* Adds fd to the loop's poll set for reading; false when the set is
+ * full. */
+static bool poll_in(struct pollfd *fds, int *n, int max, int fd) {
+  if (*n == max)
+    return false;
+  fds[*n].fd = fd;
+  fds[*n].events = POLLIN;
+  fds[*n].revents = 0;
+  (*n)++;
+  return true;
+}
+
 static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   my *p = be;
@@ -1067,19 +1096,30 @@ static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   bool more = false;
   pthread_mutex_lock(&p->mu);
   for (my_wait *r = p->waits; r; r = r->next) {
-    if (r->state != W_SENT || !r->conn)
+    r->polled_fd = -1;
+    if (r->state != W_SENT || !r->conn || more)
       continue;
-    if (n == max) {
-      more = true;
-      break;
-    }
-    fds[n].fd = (int)mysql_get_socket(r->conn);
-    fds[n].events = POLLIN;
-    fds[n].revents = 0;
-    n++;
+    int fd = (int)mysql_get_socket(r->conn);
+    more = !poll_in(fds, &n, max, fd);
+    if (!more)
+      r->polled_fd = fd;
+  }
+  /* an idle holding connection says something only when the server ends
+   * the session (a restart, KILL, wait_timeout): nothing is sent on it
+   * between statements. Only connections no renewal is using are polled
+   * (a renewal marks its hold busy under mu before it touches the
+   * connection), and the loop never reads them itself. */
+  for (my_hold *h = p->holds; h; h = h->next) {
+    h->polled_fd = -1;
+    if (!h->conn || h->busy || h->broken || more)
+      continue;
+    int fd = (int)mysql_get_socket(h->conn);
+    more = !poll_in(fds, &n, max, fd);
+    if (!more)
+      h->polled_fd = fd;
   }
   pthread_mutex_unlock(&p->mu);
-  if (more && now + 100 < *until)
+  if (more && now + 100 < *until) /* more than the loop polls */
     *until = now + 100;
   return n;
 }
@@ -1088,19 +1128,35 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   (void)now;
   my *p = be;
+  bool broke = false;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < n; i++) {
     if (!fds[i].revents)
       continue;
-    for (my_wait *r = p->waits; r; r = r->next)
-      if (r->state == W_SENT && r->conn &&
-          (int)mysql_get_socket(r->conn) == fds[i].fd) {
+    bool found = false;
+    /* matched by the socket polled: a descriptor closed during the poll
+     * (a released hold's connection) may be another connection's now */
+    for (my_wait *r = p->waits; r && !found; r = r->next)
+      if (r->state == W_SENT && r->conn && r->polled_fd == fds[i].fd) {
         r->state = W_READY; /* the attempt reads the answer */
         dlock__wait_wake(r->w);
-        break;
+        found = true;
+      }
+    /* a holding connection idle since loop_prepare (no renewal took it
+     * meanwhile: its polled_fd would be -1) that became readable or hung
+     * up: the server closed it, or sent its reason first and closes next.
+     * Not read here: its heartbeat, due now, finds out and reports. */
+    for (my_hold *h = p->holds; h && !found; h = h->next)
+      if (h->conn && !h->busy && !h->broken && h->polled_fd == fds[i].fd) {
+        h->broken = true; /* not polled again: it would stay readable */
+        h->polled_fd = -1;
+        broke = true;
+        found = true;
       }
   }
   pthread_mutex_unlock(&p->mu);
+  if (broke)
+    dlock__holds_renew_now(p->core);
 }
 
 /* ------------------------------------------------------------ open, close */

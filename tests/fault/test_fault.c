@@ -39,8 +39,9 @@
  * kill_holder_pg, pause_holder_pg and partition_pg run the fenced lock on
  * one PostgreSQL server (its lease: the session's idle_session_timeout);
  * kill_holder_my, pause_holder_my and partition_my the same on one MariaDB
- * server (its lease: the session's wait_timeout). restart_pg restarts
- * the PostgreSQL server itself under a holder and a waiter.
+ * server (its lease: the session's wait_timeout). restart_pg and
+ * restart_my restart the PostgreSQL or MariaDB server itself under a
+ * holder and a waiter.
  * Main thread only (the harness wants servers started there).
  */
 #define _GNU_SOURCE 1
@@ -2101,41 +2102,64 @@ static void t_kill_holder_zk(void) { kill_holder(&K_ZK); }
 static void t_pause_holder_zk(void) { pause_holder(&K_ZK); }
 static void t_kill_holder_etcd(void) { kill_holder(&K_ETCD); }
 static void t_pause_holder_etcd(void) { pause_holder(&K_ETCD); }
+/* The _pg or _my case's server killed with SIGKILL, then started again
+ * on its data (as after a crash): 0/-1. */
+static int db_kill9(env_t *e) {
+#ifdef TH_HAVE_POSTGRES
+  if (e->pg)
+    return th_pg_kill9(e->pg);
+#endif
+#ifdef TH_HAVE_MYSQL
+  if (e->my)
+    return th_my_kill9(e->my);
+#endif
+  return -1;
+}
+
+static int db_up(env_t *e) {
+#ifdef TH_HAVE_POSTGRES
+  if (e->pg)
+    return th_pg_up(e->pg);
+#endif
+#ifdef TH_HAVE_MYSQL
+  if (e->my)
+    return th_my_up(e->my);
+#endif
+  return -1;
+}
+
 /*
- * The PostgreSQL server itself restarted (its postmaster killed with
- * SIGKILL, then started again on its data, as after a crash) while one
- * process holds the fenced lock and another waits. Every session ends
- * with the server, and with them the advisory lock: the holder must be
- * told it lost the lock, its release must say so, and none of its writes
- * after the restart may be accepted (the waiter's token is higher: the
- * fence row is committed, so it survives the crash). The waiter's wait
- * rides out the restart (its connection broke) and it is granted once the
- * server answers. Reported: the time from the kill to the grant and to
- * the holder's loss.
+ * The server itself restarted (PostgreSQL's postmaster or mariadbd killed
+ * with SIGKILL, then started again on its data, as after a crash) while
+ * one process holds the fenced lock and another waits. Every session ends
+ * with the server, and with them the advisory or user-level lock: the
+ * holder must be told it lost the lock, its release must say so, and none
+ * of its writes after the restart may be accepted (the waiter's token is
+ * higher: the fence row is committed, so it survives the crash). The
+ * waiter's wait rides out the restart (its connection broke) and it is
+ * granted once the server answers. Reported: the time from the kill to the
+ * server's first answer, to the grant and to the holder's loss.
  */
-static void restart_pg(void) {
-#ifndef TH_HAVE_POSTGRES
-  CHECKF(false, "this build has no postgres backend");
-#else
+static void restart_db(const kcase_t *k) {
   env_t e;
-  env_start_on(&e, NULL, B_PG);
+  env_start_on(&e, NULL, k->backend);
   char sname[64], L[64], o0[160], o1[160];
-  kname(&K_PG, "restart", "fault-restart", sname, L);
+  kname(k, "restart", "fault-restart", sname, L);
   env_route(&e, L);
   snprintf(o0, sizeof o0, "--name %s --watchdog 2000 --wait 30000 %s", L,
-           kind_opts(&K_PG, 0));
+           kind_opts(k, 0));
   snprintf(o1, sizeof o1, "--name %s --watchdog 2000 --wait 30000 %s", L,
-           kind_opts(&K_PG, 1));
+           kind_opts(k, 1));
   size_t f0 = 0, f1 = 0;
   fproc_t *a = spawn_worker(&e, "r0", e.url, "hold", o0);
   int64_t old_token =
       fproc_field(WANT(a, "ACQUIRED", &f0, BOUND(10000)), "token");
   fproc_t *b = spawn_worker(&e, "r1", e.url, "hold", o1);
-  wait_waiter(&e, L, K_PG.kinds[1], b, 1);
+  wait_waiter(&e, L, k->kinds[1], b, 1);
   WANT(a, "WRITE ok", &f0, BOUND(2000));
   int64_t t_kill = fproc_now_us();
-  CHECK(th_pg_kill9(e.pg) == 0);
-  CHECK(th_pg_up(e.pg) == 0);
+  CHECK(db_kill9(&e) == 0);
+  CHECK(db_up(&e) == 0);
   int64_t up_ms = (fproc_now_us() - t_kill) / 1000;
   const char *acq = WANT(b, "ACQUIRED", &f1, BOUND(20000));
   int64_t new_token = fproc_field(acq, "token");
@@ -2168,8 +2192,10 @@ static void restart_pg(void) {
   fence_report_t rep = checker_x(&e, sname, locks, 0, false);
   CHECK_INT(rep.stale_accepted, ==, 0);
   env_stop(&e);
-#endif
 }
+
+static void restart_pg(void) { restart_db(&K_PG); }
+static void restart_my(void) { restart_db(&K_MY); }
 
 static void t_kill_holder_pg(void) { kill_holder(&K_PG); }
 static void t_pause_holder_pg(void) { pause_holder(&K_PG); }
@@ -2917,6 +2943,7 @@ static const check_case_t cases[] = {
     {"pause_holder_my", t_pause_holder_my},
     {"partition_my", t_partition_my},
     {"restart_pg", restart_pg},
+    {"restart_my", restart_my},
     {"leader_faults_sentinel", t_leader_faults_sentinel},
     {"leader_faults_cluster", t_leader_faults_cluster},
     {"leader_faults_zk", t_leader_faults_zk},

@@ -8,7 +8,8 @@
  * documented SQL rule computes, fenced tokens grow (across a server crash)
  * and are the table's, a
  * multilock is all or nothing, a frozen holder's session is closed by the
- * server after its lease, and bad input gets one clear line. Every wait is
+ * server after its lease, a holder whose session is killed is told at once
+ * (not at its next heartbeat), and bad input gets one clear line. Every wait is
  * bounded. Without mariadbd every case exits 77 (skipped).
  */
 #ifndef _GNU_SOURCE
@@ -22,6 +23,7 @@
 #include <dlock/dlock.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,17 @@
 #include <unistd.h>
 
 #define LEASE_MS 1500
+
+static atomic_int g_lost;
+
+static void on_lost(void *ud, const char *name, uint64_t tid,
+                    dlock_lost_reason_t reason) {
+  (void)ud;
+  (void)name;
+  (void)tid;
+  (void)reason;
+  atomic_fetch_add(&g_lost, 1);
+}
 
 static th_my_t *start(void) {
   if (!th_my_available()) {
@@ -237,6 +250,44 @@ static void t_frozen_holder_loses(void) {
   th_my_stop(s);
 }
 
+/* The holder's session killed from another session (KILL, as an operator
+ * or a server-side timeout would end it): the loss is reported when the
+ * server closes the connection, well before the first heartbeat (a third
+ * of the 60 s lease). */
+static void t_terminated_session_told(void) {
+  th_my_t *s = start();
+  atomic_store(&g_lost, 0);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 60000));
+  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, th_my_url(s), o));
+  dlock_options_free(o);
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, "terminated", &l));
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  char id[32], sql[64], out[64];
+  CHECK_INT(th_my_sql(s, "SELECT IS_USED_LOCK('terminated')", id, sizeof id),
+            ==, 0);
+  CHECKF(id[0] >= '1' && id[0] <= '9', "IS_USED_LOCK said '%s'", id);
+  snprintf(sql, sizeof sql, "KILL %s", id);
+  int64_t t0 = th_now_ms();
+  CHECK_INT(th_my_sql(s, sql, out, sizeof out), ==, 0);
+  bool lost = false;
+  TH_WAIT_FOR(lost, atomic_load(&g_lost) >= 1, 15000);
+  CHECKF(lost, "the loss was not reported before the first heartbeat");
+  printf("FIGURE mysql.terminated: the loss reported %lld ms after KILL %s "
+         "was sent\n",
+         (long long)(th_now_ms() - t0), id);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG)); /* free again */
+  CHECK_OK(dlock_lock_release(l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_my_stop(s);
+}
+
 static void expect_line(int rc, int want, const char *url, const char *must,
                         const char *secret) {
   CHECKF(rc == want, "%s: got %s, want %s (%s)", url, dlock_err_name(rc),
@@ -304,6 +355,7 @@ static const check_case_t cases[] = {
     {"client_excludes_dlock", t_client_excludes_dlock},
     {"kinds", t_kinds},
     {"frozen_holder_loses", t_frozen_holder_loses},
+    {"terminated_session_told", t_terminated_session_told},
     {"bad_input", t_bad_input},
 };
 
