@@ -660,87 +660,6 @@ DLOCK_EXTERN void dlock_lock_state_free(dlock_lock_state_t *state);
 DLOCK_EXTERN int dlock_lock_node_state(dlock_lock_t *lock, size_t node,
                                        dlock_lock_state_t **out);
 
-/* ------------------------------------------------------------- async API */
-
-/* For programs built on an event loop (libuv, libevent, their own epoll):
- * start an operation, go on, and have a callback told its outcome, with
- * no thread parked per waiter.
- *
- * An async call checks its arguments, starts the operation and returns 0
- * at once; its `done` callback then runs exactly once, with the outcome
- * the blocking call would have returned (0 or a DLOCK_E* code;
- * dlock_last_error() holds its detail during the callback) and a value (a
- * fenced lock's token, else 0). A call that returns an error starts
- * nothing, and its callback never runs.
- *
- * Where callbacks run: only inside dlock_client_process(), on the thread
- * that calls it, with no library mutex held, so a callback may call any
- * dlock function of its client (another async call, a release, a blocking
- * call), but not dlock_client_free() or dlock_lock_free(). The client's
- * descriptor (dlock_client_fd) is readable while callbacks are waiting to
- * run: watch it in the program's loop and call dlock_client_process()
- * when it is (include/dlock/adapters/libuv.h and libevent.h do that).
- *
- * How it runs: a waiting operation is a record, not a thread. It sleeps
- * until the backend's wake-up path, a hand-off, its timer or a cancel
- * moves it; the round trips themselves (an attempt, a release) run on a
- * small pool of the client's threads (dlock_options_set_async_threads),
- * the same steps as the blocking calls take.
- *
- * Owners: each async acquire names its owner's thread id, as the _as
- * calls do (0: the calling thread's, dlock_thread_id()). Acquires with the
- * same id re-enter each other's hold, as one thread's do; give concurrent
- * operations of one loop thread distinct ids to have them exclude each
- * other (any number other than the program's dlock_thread_id() values).
- *
- * dlock_client_free() ends every operation still pending with
- * DLOCK_ECLOSED and runs their callbacks (and those already waiting) on
- * the freeing thread before it returns. A lock handle must stay live
- * while an operation on it is pending. */
-
-/* An operation in flight, for dlock_op_cancel. Never 0. */
-typedef uint64_t dlock_op_t;
-
-/* An async operation's outcome: rc 0 or DLOCK_E*, value a fenced lock's
- * token (else 0). */
-typedef void (*dlock_done_fn)(void *userdata, int rc, int64_t value);
-
-/* dlock_lock_acquire_as (or _fenced_as, on a DLOCK_FENCED handle: the
- * token is the callback's value) without blocking; any lock kind. *op
- * (may be NULL) gets the operation's id. Errors (nothing started): as
- * dlock_lock_acquire for the arguments, DLOCK_EINVAL for a NULL done,
- * DLOCK_ECLOSED, DLOCK_ENOMEM, DLOCK_ESYS (no thread could be started). */
-DLOCK_EXTERN int dlock_lock_acquire_async(dlock_lock_t *lock,
-                                          uint64_t thread_id, int64_t wait_ms,
-                                          int64_t lease_ms, dlock_done_fn done,
-                                          void *userdata, dlock_op_t *op);
-/* dlock_lock_release_as without blocking (thread_id 0: the calling
- * thread's). */
-DLOCK_EXTERN int dlock_lock_release_async(dlock_lock_t *lock,
-                                          uint64_t thread_id,
-                                          dlock_done_fn done, void *userdata,
-                                          dlock_op_t *op);
-/* Asks operation `op` to end. 0 when it is still pending: its callback
- * runs once, with DLOCK_ECANCELED if the cancel ended it, or with its own
- * outcome if it finished first (an acquire whose attempt was already on
- * the wire may still succeed: the lock is then held and is to be
- * released). A waiting acquire leaves the server's queue before its
- * callback runs. DLOCK_EINVAL when no operation `op` is pending (its
- * callback has run, or it never existed). Any thread. */
-DLOCK_EXTERN int dlock_op_cancel(dlock_client_t *client, dlock_op_t op);
-/* The client's completion descriptor in *fd: readable while callbacks are
- * waiting to run (level-triggered: it stays readable until
- * dlock_client_process runs them). Owned by the client; do not read or
- * close it. The same descriptor for the client's whole life. */
-DLOCK_EXTERN int dlock_client_fd(dlock_client_t *client, int *fd);
-/* Runs the callbacks of the operations that have completed, in the order
- * they completed, on the calling thread; returns how many ran (0 when
- * none was waiting), or an error. Never blocks on the network. Callbacks
- * that complete while it runs wait for the next call. */
-DLOCK_EXTERN int dlock_client_process(dlock_client_t *client);
-/* The number of operations started and whose callback has not run yet. */
-DLOCK_EXTERN size_t dlock_client_pending(dlock_client_t *client);
-
 /* -------------------------------------------------------------- multilock */
 
 /* Several locks taken as one, all or nothing (Redisson's RedissonMultiLock,
@@ -949,6 +868,104 @@ DLOCK_EXTERN int dlock_latch_await(dlock_latch_t *latch, int64_t wait_ms);
 /* Deletes the latch (which then counts as zero, so its waiters are
  * released); *existed (may be NULL) tells if there was one. */
 DLOCK_EXTERN int dlock_latch_delete(dlock_latch_t *latch, bool *existed);
+
+/* ------------------------------------------------------------- async API */
+
+/* For programs built on an event loop (libuv, libevent, their own epoll):
+ * start an operation, go on, and have a callback told its outcome, with
+ * no thread parked per waiter.
+ *
+ * An async call checks its arguments, starts the operation and returns 0
+ * at once; its `done` callback then runs exactly once, with the outcome
+ * the blocking call would have returned (0 or a DLOCK_E* code;
+ * dlock_last_error() holds its detail during the callback) and a value (a
+ * fenced lock's token, else 0). A call that returns an error starts
+ * nothing, and its callback never runs.
+ *
+ * Where callbacks run: only inside dlock_client_process(), on the thread
+ * that calls it, with no library mutex held, so a callback may call any
+ * dlock function of its client (another async call, a release, a blocking
+ * call), but not dlock_client_free() or dlock_lock_free(). The client's
+ * descriptor (dlock_client_fd) is readable while callbacks are waiting to
+ * run: watch it in the program's loop and call dlock_client_process()
+ * when it is (include/dlock/adapters/libuv.h and libevent.h do that).
+ *
+ * How it runs: a waiting operation is a record, not a thread. It sleeps
+ * until the backend's wake-up path, a hand-off, its timer or a cancel
+ * moves it; the round trips themselves (an attempt, a release) run on a
+ * small pool of the client's threads (dlock_options_set_async_threads),
+ * the same steps as the blocking calls take.
+ *
+ * Owners: each async acquire names its owner's thread id, as the _as
+ * calls do (0: the calling thread's, dlock_thread_id()). Acquires with the
+ * same id re-enter each other's hold, as one thread's do; give concurrent
+ * operations of one loop thread distinct ids to have them exclude each
+ * other (any number other than the program's dlock_thread_id() values).
+ *
+ * dlock_client_free() ends every operation still pending with
+ * DLOCK_ECLOSED and runs their callbacks (and those already waiting) on
+ * the freeing thread before it returns. A lock handle must stay live
+ * while an operation on it is pending. */
+
+/* An operation in flight, for dlock_op_cancel. Never 0. */
+typedef uint64_t dlock_op_t;
+
+/* An async operation's outcome: rc 0 or DLOCK_E*, value a fenced lock's
+ * token (else 0). */
+typedef void (*dlock_done_fn)(void *userdata, int rc, int64_t value);
+
+/* dlock_lock_acquire_as (or _fenced_as, on a DLOCK_FENCED handle: the
+ * token is the callback's value) without blocking; any lock kind. *op
+ * (may be NULL) gets the operation's id. Errors (nothing started): as
+ * dlock_lock_acquire for the arguments, DLOCK_EINVAL for a NULL done,
+ * DLOCK_ECLOSED, DLOCK_ENOMEM, DLOCK_ESYS (no thread could be started). */
+DLOCK_EXTERN int dlock_lock_acquire_async(dlock_lock_t *lock,
+                                          uint64_t thread_id, int64_t wait_ms,
+                                          int64_t lease_ms, dlock_done_fn done,
+                                          void *userdata, dlock_op_t *op);
+/* dlock_lock_release_as without blocking (thread_id 0: the calling
+ * thread's). */
+DLOCK_EXTERN int dlock_lock_release_async(dlock_lock_t *lock,
+                                          uint64_t thread_id,
+                                          dlock_done_fn done, void *userdata,
+                                          dlock_op_t *op);
+/* dlock_semaphore_acquire and _release without blocking. A semaphore has
+ * no owner: any operation may release what another acquired. */
+DLOCK_EXTERN int dlock_semaphore_acquire_async(dlock_semaphore_t *sem,
+                                               int64_t permits, int64_t wait_ms,
+                                               dlock_done_fn done,
+                                               void *userdata, dlock_op_t *op);
+DLOCK_EXTERN int dlock_semaphore_release_async(dlock_semaphore_t *sem,
+                                               int64_t permits,
+                                               dlock_done_fn done,
+                                               void *userdata, dlock_op_t *op);
+/* dlock_latch_await and _count_down without blocking. */
+DLOCK_EXTERN int dlock_latch_await_async(dlock_latch_t *latch, int64_t wait_ms,
+                                         dlock_done_fn done, void *userdata,
+                                         dlock_op_t *op);
+DLOCK_EXTERN int dlock_latch_count_down_async(dlock_latch_t *latch,
+                                              dlock_done_fn done,
+                                              void *userdata, dlock_op_t *op);
+/* Asks operation `op` to end. 0 when it is still pending: its callback
+ * runs once, with DLOCK_ECANCELED if the cancel ended it, or with its own
+ * outcome if it finished first (an acquire whose attempt was already on
+ * the wire may still succeed: the lock is then held and is to be
+ * released). A waiting acquire leaves the server's queue before its
+ * callback runs. DLOCK_EINVAL when no operation `op` is pending (its
+ * callback has run, or it never existed). Any thread. */
+DLOCK_EXTERN int dlock_op_cancel(dlock_client_t *client, dlock_op_t op);
+/* The client's completion descriptor in *fd: readable while callbacks are
+ * waiting to run (level-triggered: it stays readable until
+ * dlock_client_process runs them). Owned by the client; do not read or
+ * close it. The same descriptor for the client's whole life. */
+DLOCK_EXTERN int dlock_client_fd(dlock_client_t *client, int *fd);
+/* Runs the callbacks of the operations that have completed, in the order
+ * they completed, on the calling thread; returns how many ran (0 when
+ * none was waiting), or an error. Never blocks on the network. Callbacks
+ * that complete while it runs wait for the next call. */
+DLOCK_EXTERN int dlock_client_process(dlock_client_t *client);
+/* The number of operations started and whose callback has not run yet. */
+DLOCK_EXTERN size_t dlock_client_pending(dlock_client_t *client);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -396,6 +397,41 @@ void dlock__async_free(struct dlock_client *c, bool forked) {
   dlock__free(a->heap);
   dlock__free(a);
   c->async = NULL;
+}
+
+/* ------------------------------------------------ one blocking call */
+
+typedef struct call_aop {
+  dlock__aop op;
+  dlock__aop_call_fn fn;
+  _Alignas(max_align_t) unsigned char arg[DLOCK__AOP_ARG_MAX];
+} call_aop;
+
+static void call_run(dlock__aop *op) {
+  call_aop *o = (call_aop *)op;
+  int64_t value = 0;
+  int rc = o->fn(o->arg, &value);
+  dlock__aop_complete(op, rc, rc == 0 ? value : 0);
+}
+
+static void call_free(dlock__aop *op) { dlock__free(op); }
+
+int dlock__aop_call(struct dlock_client *c, dlock__aop_call_fn fn,
+                    const void *arg, size_t size, dlock_done_fn done,
+                    void *userdata, dlock_op_t *id) {
+  call_aop *o = size <= DLOCK__AOP_ARG_MAX ? dlock__calloc(1, sizeof *o) : NULL;
+  if (!o)
+    return DLOCK_ENOMEM;
+  o->fn = fn;
+  memcpy(o->arg, arg, size);
+  o->op.run = call_run;
+  o->op.free_fn = call_free;
+  o->op.done = done;
+  o->op.userdata = userdata;
+  int rc = dlock__aop_start(c, &o->op, id);
+  if (rc)
+    dlock__free(o);
+  return rc;
 }
 
 /* ------------------------------------------------------- public calls */

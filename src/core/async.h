@@ -81,6 +81,16 @@ void dlock__aop_complete(dlock__aop *op, int rc, int64_t value);
 struct dlock__wait;
 void dlock__aop_notify(struct dlock__wait *w);
 
+/* An operation that is one blocking call: fn(arg, &value) runs on a pool
+ * thread (arg: size bytes, at most DLOCK__AOP_ARG_MAX, copied) and its
+ * return is the outcome. The caller has begun a public call, which fn
+ * ends. 0, or an error (nothing started: the caller ends its call). */
+#define DLOCK__AOP_ARG_MAX 64
+typedef int (*dlock__aop_call_fn)(void *arg, int64_t *value);
+int dlock__aop_call(struct dlock_client *c, dlock__aop_call_fn fn,
+                    const void *arg, size_t size, dlock_done_fn done,
+                    void *userdata, dlock_op_t *id);
+
 /* dlock_client_free, mu held, once `stopping` is set: every parked
  * operation runs again (and sees the client stop). */
 void dlock__async_wake_all_locked(struct dlock_client *c);

@@ -14,6 +14,7 @@
  */
 #include <inttypes.h>
 
+#include "core/async.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/sync.h"
@@ -72,14 +73,40 @@ int dlock_latch_try_set_count(dlock_latch_t *l, int64_t count, bool *set) {
   return dlock__sync_call_end(h, wrongtype(rc, h, fn));
 }
 
+typedef struct latch_try {
+  dlock__sync *h;
+  int64_t wait_ms;
+  const char *fn;
+} latch_try;
+
+static int count_down_call(void *arg, int64_t *value) {
+  latch_try *t = arg;
+  (void)value;
+  dlock__sync *h = t->h;
+  int rc = h->client->ops->latch_count_down(h->client->be, h->name);
+  return dlock__sync_call_end(h, wrongtype(rc, h, t->fn));
+}
+
 int dlock_latch_count_down(dlock_latch_t *l) {
-  const char *fn = "dlock_latch_count_down";
-  dlock__sync *h = latch_h(l);
-  int rc = begin(h, fn);
+  latch_try t = {latch_h(l), 0, "dlock_latch_count_down"};
+  int rc = begin(t.h, t.fn);
+  return rc ? rc : count_down_call(&t, NULL);
+}
+
+int dlock_latch_count_down_async(dlock_latch_t *l, dlock_done_fn done,
+                                 void *userdata, dlock_op_t *id) {
+  latch_try t = {latch_h(l), 0, "dlock_latch_count_down_async"};
+  if (id)
+    *id = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", t.fn);
+  int rc = begin(t.h, t.fn);
   if (rc)
     return rc;
-  rc = h->client->ops->latch_count_down(h->client->be, h->name);
-  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+  if ((rc = dlock__aop_call(t.h->client, count_down_call, &t, sizeof t, done,
+                            userdata, id)) != 0)
+    return dlock__sync_call_end(t.h, rc);
+  return 0;
 }
 
 int dlock_latch_count(dlock_latch_t *l, int64_t *out) {
@@ -97,35 +124,66 @@ int dlock_latch_count(dlock_latch_t *l, int64_t *out) {
 
 /* 1 when the count is zero (or the latch is absent), else 0. */
 static int at_zero(void *ctx, int64_t *bound) {
-  dlock__sync *h = ctx;
+  latch_try *t = ctx;
   int64_t n = 0;
   *bound = -1;
-  int rc = h->client->ops->latch_count(h->client->be, h->name, &n);
+  int rc = t->h->client->ops->latch_count(t->h->client->be, t->h->name, &n);
   return rc ? rc : n <= 0;
 }
 
+/* The await's outcome (1 zero, 0 not in time, or the error), worded, and
+ * the call's end. */
+static int await_finish(void *ctx, int rc, int64_t *value) {
+  latch_try *t = ctx;
+  (void)value;
+  if (rc == 0)
+    rc = dlock__seterr(t->wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                       "latch '%.200s': %s", t->h->name,
+                       t->wait_ms == 0 ? "the count is not zero"
+                                       : "timed out waiting for zero");
+  return dlock__sync_call_end(t->h, rc == 1 ? 0 : wrongtype(rc, t->h, t->fn));
+}
+
+static int await_begin(dlock_latch_t *l, int64_t wait_ms, const char *fn,
+                       latch_try *t) {
+  int rc = dlock__check_wait(wait_ms, fn);
+  if (rc)
+    return rc;
+  *t = (latch_try){latch_h(l), wait_ms, fn};
+  return begin(t->h, fn);
+}
+
 int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
-  const char *fn = "dlock_latch_await";
-  int bad = dlock__check_wait(wait_ms, fn);
-  if (bad)
-    return bad;
-  dlock__sync *h = latch_h(l);
-  int rc = begin(h, fn);
+  latch_try t = {0};
+  int rc = await_begin(l, wait_ms, "dlock_latch_await", &t);
   if (rc)
     return rc;
   int64_t deadline = dlock__deadline_after(wait_ms);
   int64_t bound;
   dlock__err_set_unsent(false);
-  rc = at_zero(h, &bound);
+  rc = at_zero(&t, &bound);
   /* an outage does not end a wait (dlock__wait_retry) */
   if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
-    rc = dlock__sync_wait(h, 0, deadline, at_zero, h);
-  if (rc == 0)
-    rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                       "latch '%.200s': %s", h->name,
-                       wait_ms == 0 ? "the count is not zero"
-                                    : "timed out waiting for zero");
-  return dlock__sync_call_end(h, rc == 1 ? 0 : wrongtype(rc, h, fn));
+    rc = dlock__sync_wait(t.h, 0, deadline, at_zero, &t);
+  return await_finish(&t, rc, NULL);
+}
+
+int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
+                            dlock_done_fn done, void *userdata,
+                            dlock_op_t *id) {
+  const char *fn = "dlock_latch_await_async";
+  if (id)
+    *id = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  latch_try t = {0};
+  int rc = await_begin(l, wait_ms, fn, &t);
+  if (rc)
+    return rc;
+  if ((rc = dlock__sync_async(t.h, 0, wait_ms, at_zero, await_finish, &t,
+                              sizeof t, done, userdata, id)) != 0)
+    return dlock__sync_call_end(t.h, rc);
+  return 0;
 }
 
 int dlock_latch_delete(dlock_latch_t *l, bool *existed) {

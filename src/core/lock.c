@@ -1265,17 +1265,16 @@ int dlock_lock_release_as(dlock_lock_t *l, uint64_t tid) {
   return release(l, tid, "dlock_lock_release_as");
 }
 
-typedef struct rel_op {
-  dlock__aop op;
+typedef struct rel_arg {
   dlock_lock_t *l;
   uint64_t tid;
-} rel_op;
+} rel_arg;
 
-static void rel_run(dlock__aop *op) {
-  rel_op *o = (rel_op *)op;
-  int rc = release(o->l, o->tid, "dlock_lock_release_async");
-  call_end(o->l, 0);
-  dlock__aop_complete(op, rc, 0);
+static int rel_call(void *arg, int64_t *value) {
+  rel_arg *r = arg;
+  (void)value;
+  int rc = release(r->l, r->tid, "dlock_lock_release_async");
+  return call_end(r->l, rc);
 }
 
 int dlock_lock_release_async(dlock_lock_t *l, uint64_t tid, dlock_done_fn done,
@@ -1288,19 +1287,10 @@ int dlock_lock_release_async(dlock_lock_t *l, uint64_t tid, dlock_done_fn done,
   int rc = call_begin(l, fn);
   if (rc)
     return rc;
-  rel_op *o = dlock__calloc(1, sizeof *o);
-  if (!o)
-    return call_end(l, DLOCK_ENOMEM);
-  o->l = l;
-  o->tid = tid ? tid : dlock_thread_id();
-  o->op.run = rel_run;
-  o->op.free_fn = aop_free;
-  o->op.done = done;
-  o->op.userdata = userdata;
-  if ((rc = dlock__aop_start(l->client, &o->op, id)) != 0) {
-    dlock__free(o);
+  rel_arg r = {l, tid ? tid : dlock_thread_id()};
+  if ((rc = dlock__aop_call(l->client, rel_call, &r, sizeof r, done, userdata,
+                            id)) != 0)
     return call_end(l, rc);
-  }
   return 0;
 }
 

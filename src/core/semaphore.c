@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/async.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/holds.h"
@@ -115,6 +116,8 @@ int dlock_semaphore_add_permits(dlock_semaphore_t *s, int64_t n) {
 typedef struct sem_try {
   dlock__sync *h;
   int64_t permits;
+  int64_t wait_ms;
+  const char *fn;
 } sem_try;
 
 static int sem_attempt(void *ctx, int64_t *bound) {
@@ -124,9 +127,24 @@ static int sem_attempt(void *ctx, int64_t *bound) {
                                         t->permits);
 }
 
-int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
-                            int64_t wait_ms) {
-  const char *fn = "dlock_semaphore_acquire";
+/* The acquire's outcome (1 taken, 0 not in time, or the error), worded,
+ * and the call's end. */
+static int sem_finish(void *ctx, int rc, int64_t *value) {
+  sem_try *t = ctx;
+  dlock__sync *h = t->h;
+  (void)value;
+  if (rc == 0)
+    rc = dlock__seterr(t->wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                       "semaphore '%.200s': %s %" PRId64 " permit(s)", h->name,
+                       t->wait_ms == 0 ? "fewer available than"
+                                       : "timed out waiting for",
+                       t->permits);
+  return dlock__sync_call_end(h, rc == 1 ? 0 : wrongtype(rc, h, t->fn));
+}
+
+/* The checks of an acquire and its call's start. */
+static int sem_begin(dlock_semaphore_t *s, int64_t permits, int64_t wait_ms,
+                     const char *fn, sem_try *t) {
   if (permits < 1)
     return dlock__seterr(DLOCK_EINVAL, "%s: permits must be >= 1", fn);
   int rc = dlock__check_wait(wait_ms, fn);
@@ -135,34 +153,85 @@ int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
   dlock__sync *h = sem_h(s);
   if ((rc = dlock__sync_call_begin(h, DLOCK__SEM_MAGIC, "semaphore", fn)))
     return rc;
+  *t = (sem_try){h, permits, wait_ms, fn};
+  return 0;
+}
+
+int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
+                            int64_t wait_ms) {
+  sem_try t = {0};
+  int rc = sem_begin(s, permits, wait_ms, "dlock_semaphore_acquire", &t);
+  if (rc)
+    return rc;
   int64_t deadline = dlock__deadline_after(wait_ms);
-  sem_try t = {h, permits};
   int64_t bound;
   dlock__err_set_unsent(false);
   rc = sem_attempt(&t, &bound);
   /* an outage does not end a wait (dlock__wait_retry) */
   if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
-    rc = dlock__sync_wait(h, permits, deadline, sem_attempt,
-                          &t);
-  if (rc == 0)
-    rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                       "semaphore '%.200s': %s %" PRId64 " permit(s)", h->name,
-                       wait_ms == 0 ? "fewer available than"
-                                    : "timed out waiting for",
-                       permits);
-  return dlock__sync_call_end(h, rc == 1 ? 0 : wrongtype(rc, h, fn));
+    rc = dlock__sync_wait(t.h, permits, deadline, sem_attempt, &t);
+  return sem_finish(&t, rc, NULL);
 }
 
-int dlock_semaphore_release(dlock_semaphore_t *s, int64_t permits) {
-  const char *fn = "dlock_semaphore_release";
+int dlock_semaphore_acquire_async(dlock_semaphore_t *s, int64_t permits,
+                                  int64_t wait_ms, dlock_done_fn done,
+                                  void *userdata, dlock_op_t *id) {
+  const char *fn = "dlock_semaphore_acquire_async";
+  if (id)
+    *id = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  sem_try t = {0};
+  int rc = sem_begin(s, permits, wait_ms, fn, &t);
+  if (rc)
+    return rc;
+  if ((rc = dlock__sync_async(t.h, permits, wait_ms, sem_attempt, sem_finish,
+                              &t, sizeof t, done, userdata, id)) != 0)
+    return dlock__sync_call_end(t.h, rc);
+  return 0;
+}
+
+static int sem_release_call(void *arg, int64_t *value) {
+  sem_try *t = arg;
+  (void)value;
+  dlock__sync *h = t->h;
+  int rc = h->client->ops->sem_release(h->client->be, h->name, t->permits);
+  return dlock__sync_call_end(h, wrongtype(rc, h, t->fn));
+}
+
+static int sem_release_begin(dlock_semaphore_t *s, int64_t permits,
+                             const char *fn, sem_try *t) {
   if (permits < 1)
     return dlock__seterr(DLOCK_EINVAL, "%s: permits must be >= 1", fn);
   dlock__sync *h = sem_h(s);
   int rc = dlock__sync_call_begin(h, DLOCK__SEM_MAGIC, "semaphore", fn);
+  if (!rc)
+    *t = (sem_try){h, permits, 0, fn};
+  return rc;
+}
+
+int dlock_semaphore_release(dlock_semaphore_t *s, int64_t permits) {
+  sem_try t = {0};
+  int rc = sem_release_begin(s, permits, "dlock_semaphore_release", &t);
+  return rc ? rc : sem_release_call(&t, NULL);
+}
+
+int dlock_semaphore_release_async(dlock_semaphore_t *s, int64_t permits,
+                                  dlock_done_fn done, void *userdata,
+                                  dlock_op_t *id) {
+  const char *fn = "dlock_semaphore_release_async";
+  if (id)
+    *id = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  sem_try t = {0};
+  int rc = sem_release_begin(s, permits, fn, &t);
   if (rc)
     return rc;
-  rc = h->client->ops->sem_release(h->client->be, h->name, permits);
-  return dlock__sync_call_end(h, wrongtype(rc, h, fn));
+  if ((rc = dlock__aop_call(t.h->client, sem_release_call, &t, sizeof t, done,
+                            userdata, id)) != 0)
+    return dlock__sync_call_end(t.h, rc);
+  return 0;
 }
 
 int dlock_semaphore_available(dlock_semaphore_t *s, int64_t *out) {

@@ -29,9 +29,11 @@
 #include "core/sync.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/async.h"
 #include "core/clock.h"
 #include "core/error.h"
 
@@ -164,7 +166,8 @@ typedef struct sync_ctx {
   dlock__wait w;
   int64_t deadline;
   sync_state state;
-  dlock__outage outage; /* attempts failed in an outage */
+  dlock__outage outage;       /* attempts failed in an outage */
+  const _Atomic bool *cancel; /* an async wait's cancel flag, or NULL */
 } sync_ctx;
 
 static sync_action sync_act(sync_ctx *x, sync_state st, sync_action a) {
@@ -180,6 +183,10 @@ static sync_action sync_attempt(sync_ctx *x) {
   if (dlock__client_stopping(x->w.c))
     return sync_done(x,
                      dlock__seterr(DLOCK_ECLOSED, "the client is being freed"));
+  if (x->cancel && atomic_load(x->cancel))
+    return sync_done(x, dlock__seterr(DLOCK_ECANCELED,
+                                      "the wait for '%.200s' was cancelled",
+                                      x->w.spec->name));
   return sync_act(x, SS_ATTEMPT, (sync_action){.kind = SYNC_DO_ATTEMPT});
 }
 
@@ -236,54 +243,181 @@ static sync_action sync_step(sync_ctx *x, const sync_event *ev) {
       x, dlock__seterr(DLOCK_EINVAL, "a step of a wait that has ended"));
 }
 
+/* A wait's registration: its spec (which outlives the wait) and begin. */
+static int sync_open(dlock__sync *h, sync_ctx *x, dlock__wait_spec *spec,
+                     int64_t need, int64_t deadline) {
+  memset(x, 0, sizeof *x);
+  x->deadline = deadline;
+  x->state = SS_START;
+  *spec = (dlock__wait_spec){.sync = true,
+                             .sync_kind = h->kind,
+                             .name = h->name,
+                             .tid = dlock_thread_id(),
+                             .seq = atomic_fetch_add(&wait_seq, 1) + 1,
+                             .need = need > 0 ? need : 1};
+  return dlock__wait_begin(h->client, &x->w, spec);
+}
+
+/* The actions any driver does at once: arming and an attempt. */
+static bool sync_act_now(sync_ctx *x, const sync_action *act,
+                         dlock__sync_attempt_fn attempt, void *ctx,
+                         sync_event *ev) {
+  if (act->kind == SYNC_DO_ARM) {
+    *ev = (sync_event){.kind = SYNC_EV_ARMED,
+                       .armed = dlock__wait_arm(&x->w, false)};
+    return true;
+  }
+  if (act->kind == SYNC_DO_ATTEMPT) {
+    int64_t bound = -1;
+    dlock__err_set_unsent(false);
+    int arc = attempt(ctx, &bound);
+    *ev = (sync_event){.kind = SYNC_EV_ATTEMPTED, .rc = arc, .bound = bound};
+    return true;
+  }
+  return false;
+}
+
 int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
                      dlock__sync_attempt_fn attempt, void *ctx) {
-  struct dlock_client *c = h->client;
   sync_ctx x;
-  memset(&x, 0, sizeof x);
-  x.deadline = deadline;
-  x.state = SS_START;
-  dlock__wait_spec spec = {.sync = true,
-                           .sync_kind = h->kind,
-                           .name = h->name,
-                           .tid = dlock_thread_id(),
-                           .seq = atomic_fetch_add(&wait_seq, 1) + 1,
-                           .need = need > 0 ? need : 1};
-  int rc = dlock__wait_begin(c, &x.w, &spec);
+  dlock__wait_spec spec;
+  int rc = sync_open(h, &x, &spec, need, deadline);
   if (rc)
     return rc;
   sync_event ev = {.kind = SYNC_EV_START};
   for (;;) {
     sync_action act = sync_step(&x, &ev);
+    if (sync_act_now(&x, &act, attempt, ctx, &ev))
+      continue;
     if (act.kind == SYNC_DO_DONE) {
       rc = act.rc;
       break;
     }
-    switch (act.kind) {
-    case SYNC_DO_ARM:
-      ev = (sync_event){.kind = SYNC_EV_ARMED,
-                        .armed = dlock__wait_arm(&x.w, false)};
-      break;
-    case SYNC_DO_AWAIT_READY:
+    if (act.kind == SYNC_DO_AWAIT_READY) {
       dlock__wait_await_ready(&x.w, act.until);
       ev = (sync_event){.kind = SYNC_EV_READY};
-      break;
-    case SYNC_DO_ATTEMPT: {
-      int64_t bound = -1;
-      dlock__err_set_unsent(false);
-      int arc = attempt(ctx, &bound);
-      ev = (sync_event){.kind = SYNC_EV_ATTEMPTED, .rc = arc, .bound = bound};
-      break;
-    }
-    case SYNC_DO_RETRY_AFTER:
-    case SYNC_DO_SLEEP:
+    } else { /* RETRY_AFTER, SLEEP */
       dlock__wait_sleep(&x.w, act.until);
       ev = (sync_event){.kind = SYNC_EV_WOKEN};
-      break;
-    case SYNC_DO_DONE:
-      break;
     }
   }
   dlock__wait_end(&x.w);
+  return rc;
+}
+
+/* ------------------------------------------------- the async driver
+ *
+ * One attempt, then the same steps as dlock__sync_wait, driven by the
+ * client's async pool (core/async.h): arming and attempts run on a pool
+ * thread, and a wait for readiness, a sleep or an outage's backoff parks
+ * the operation until its wait's notify hook, its timer or a cancel. */
+typedef struct sync_aop {
+  dlock__aop op;
+  dlock__sync *h;
+  int64_t need, wait_ms;
+  dlock__sync_attempt_fn attempt;
+  dlock__sync_finish_fn finish;
+  bool stepping;   /* the wait is registered; its steps run */
+  sync_action act; /* the action it is parked on */
+  sync_ctx x;
+  dlock__wait_spec spec;
+  _Alignas(max_align_t) unsigned char ctx[DLOCK__SYNC_CTX_MAX];
+} sync_aop;
+
+static bool sync_due(dlock__aop *op, void *arg) {
+  sync_aop *o = arg;
+  if (atomic_load(&op->cancelled))
+    return true;
+  return o->act.kind == SYNC_DO_AWAIT_READY
+             ? dlock__wait_ready_due_locked(&o->x.w, o->act.until)
+             : dlock__wait_sleep_due_locked(&o->x.w, o->act.until);
+}
+
+static sync_event sync_resumed(sync_aop *o) {
+  if (o->act.kind == SYNC_DO_AWAIT_READY) {
+    dlock__wait_ready_end(&o->x.w);
+    return (sync_event){.kind = SYNC_EV_READY};
+  }
+  dlock__wait_sleep_end(&o->x.w);
+  return (sync_event){.kind = SYNC_EV_WOKEN};
+}
+
+static void sync_finish(sync_aop *o, int rc) {
+  int64_t value = 0;
+  rc = o->finish(o->ctx, rc, &value);
+  dlock__aop_complete(&o->op, rc, rc == 0 ? value : 0);
+}
+
+static void sync_run(dlock__aop *op) {
+  sync_aop *o = (sync_aop *)op;
+  sync_event ev;
+  if (!o->stepping) {
+    int64_t deadline = dlock__deadline_after(o->wait_ms);
+    int64_t bound;
+    dlock__err_set_unsent(false);
+    int rc =
+        atomic_load(&op->cancelled)
+            ? dlock__seterr(DLOCK_ECANCELED, "'%.200s': cancelled", o->h->name)
+            : o->attempt(o->ctx, &bound);
+    /* an outage does not end a wait (dlock__wait_retry) */
+    if (!((rc == 0 || dlock__sync_rides_out(rc, deadline)) &&
+          o->wait_ms != 0)) {
+      sync_finish(o, rc);
+      return;
+    }
+    if ((rc = sync_open(o->h, &o->x, &o->spec, o->need, deadline)) != 0) {
+      sync_finish(o, rc);
+      return;
+    }
+    o->x.cancel = &op->cancelled;
+    pthread_mutex_lock(&o->h->client->mu);
+    o->x.w.notify = dlock__aop_notify;
+    o->x.w.notify_arg = op;
+    pthread_mutex_unlock(&o->h->client->mu);
+    o->stepping = true;
+    ev = (sync_event){.kind = SYNC_EV_START};
+  } else {
+    ev = sync_resumed(o);
+  }
+  for (;;) {
+    sync_action act = sync_step(&o->x, &ev);
+    if (sync_act_now(&o->x, &act, o->attempt, o->ctx, &ev))
+      continue;
+    if (act.kind == SYNC_DO_DONE) {
+      dlock__wait_end(&o->x.w);
+      sync_finish(o, act.rc);
+      return;
+    }
+    o->act = act;
+    if (dlock__aop_park(op, act.until, sync_due, o))
+      return;
+    ev = sync_resumed(o);
+  }
+}
+
+static void sync_aop_free(dlock__aop *op) { dlock__free(op); }
+
+int dlock__sync_async(dlock__sync *h, int64_t need, int64_t wait_ms,
+                      dlock__sync_attempt_fn attempt,
+                      dlock__sync_finish_fn finish, const void *ctx,
+                      size_t ctx_size, dlock_done_fn done, void *userdata,
+                      dlock_op_t *id) {
+  sync_aop *o =
+      ctx_size <= DLOCK__SYNC_CTX_MAX ? dlock__calloc(1, sizeof *o) : NULL;
+  if (!o)
+    return DLOCK_ENOMEM;
+  o->h = h;
+  o->need = need;
+  o->wait_ms = wait_ms;
+  o->attempt = attempt;
+  o->finish = finish;
+  memcpy(o->ctx, ctx, ctx_size);
+  o->op.run = sync_run;
+  o->op.free_fn = sync_aop_free;
+  o->op.done = done;
+  o->op.userdata = userdata;
+  int rc = dlock__aop_start(h->client, &o->op, id);
+  if (rc)
+    dlock__free(o);
   return rc;
 }

@@ -46,4 +46,22 @@ bool dlock__sync_rides_out(int rc, int64_t deadline);
 int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
                      dlock__sync_attempt_fn attempt, void *ctx);
 
+/* The outcome of an async attempt-and-wait (1 done, 0 not in time, <0 an
+ * error), made the public code with its detail; it ends the call begun
+ * for the operation (dlock__sync_call_end). *value: the callback's value. */
+typedef int (*dlock__sync_finish_fn)(void *ctx, int rc, int64_t *value);
+/* The most bytes of context an async attempt-and-wait copies. */
+#define DLOCK__SYNC_CTX_MAX 64
+/* The async counterpart of one attempt and, when it does not succeed and
+ * wait_ms is not 0, dlock__sync_wait: started on the client's async pool
+ * (core/async.h), with ctx (ctx_size bytes, copied into the operation)
+ * handed to attempt and finish; `done` gets finish's outcome. The caller
+ * has begun a call (dlock__sync_call_begin), which finish ends. 0, or an
+ * error (nothing started: the caller ends its call). */
+int dlock__sync_async(dlock__sync *h, int64_t need, int64_t wait_ms,
+                      dlock__sync_attempt_fn attempt,
+                      dlock__sync_finish_fn finish, const void *ctx,
+                      size_t ctx_size, dlock_done_fn done, void *userdata,
+                      dlock_op_t *id);
+
 #endif

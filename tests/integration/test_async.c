@@ -316,11 +316,105 @@ static void t_free_ends_wait(void) {
   stop();
 }
 
+/* ------------------------------------------------- semaphores, latches */
+
+typedef struct tally {
+  int ok, failed;
+} tally_t;
+
+static void on_tally(void *ud, int rc, int64_t value) {
+  tally_t *t = ud;
+  (void)value;
+  if (rc == 0)
+    t->ok++;
+  else
+    t->failed++;
+}
+
+typedef struct want {
+  tally_t *t;
+  int n;
+} want_t;
+
+static bool reached(void *arg) {
+  want_t *w = arg;
+  return w->t->ok + w->t->failed >= w->n;
+}
+
+/* A backend without semaphores or latches refuses their handles with
+ * DLOCK_ENOTSUP naming itself; then the case has nothing more to test. */
+static bool refused(int rc, const char *what) {
+  if (rc != DLOCK_ENOTSUP)
+    return false;
+  CHECKF(strstr(dlock_last_error(), th_backend_name(g_backend)) != NULL,
+         "the refusal does not name the backend: %s", dlock_last_error());
+  printf("%s offers no %s: DLOCK_ENOTSUP (%s)\n", th_backend_name(g_backend),
+         what, dlock_last_error());
+  return true;
+}
+
+/* Three async acquires of a semaphore of two permits: two are granted,
+ * the third waits until an async release gives one back. Three async
+ * awaits of a latch of two are all released by two async count-downs. */
+static void t_semaphore_latch(void) {
+  start();
+  dlock_client_t *c = client();
+  dlock_semaphore_t *s = NULL;
+  int rc = dlock_semaphore_new(c, "async-sem", &s);
+  if (!refused(rc, "semaphores")) {
+    CHECK_OK(rc);
+    CHECK_OK(dlock_semaphore_try_set_permits(s, 2, NULL));
+    tally_t got = {0};
+    for (int i = 0; i < 3; i++)
+      CHECK_OK(
+          dlock_semaphore_acquire_async(s, 1, 60000, on_tally, &got, NULL));
+    want_t two = {&got, 2}, three = {&got, 3};
+    CHECK(loop_until(c, reached, &two, 30000));
+    /* the third waits (a bounded look: it must not come on its own) */
+    CHECK(!loop_until(c, reached, &three, 300));
+    CHECK_INT(got.ok, ==, 2);
+    tally_t rel = {0};
+    CHECK_OK(dlock_semaphore_release_async(s, 1, on_tally, &rel, NULL));
+    CHECK(loop_until(c, reached, &three, 30000));
+    CHECK_INT(got.ok, ==, 3);
+    CHECK_INT(rel.ok, ==, 1);
+    CHECK_RC(dlock_semaphore_acquire_async(s, 0, 0, on_tally, &got, NULL),
+             DLOCK_EINVAL);
+    dlock_semaphore_free(s);
+  }
+  dlock_latch_t *l = NULL;
+  rc = dlock_latch_new(c, "async-latch", &l);
+  if (!refused(rc, "latches")) {
+    CHECK_OK(rc);
+    CHECK_OK(dlock_latch_try_set_count(l, 2, NULL));
+    tally_t opened = {0}, downs = {0};
+    for (int i = 0; i < 3; i++)
+      CHECK_OK(dlock_latch_await_async(l, 60000, on_tally, &opened, NULL));
+    want_t one_down = {&downs, 1}, all = {&opened, 3};
+    CHECK_OK(dlock_latch_count_down_async(l, on_tally, &downs, NULL));
+    CHECK(loop_until(c, reached, &one_down, 30000));
+    CHECK(!loop_until(c, reached, &all, 300));
+    CHECK_INT(opened.ok + opened.failed, ==, 0);
+    CHECK_OK(dlock_latch_count_down_async(l, on_tally, &downs, NULL));
+    /* the awaits may be told before the count-down's own callback runs */
+    want_t two_downs = {&downs, 2};
+    CHECK(loop_until(c, reached, &all, 30000));
+    CHECK(loop_until(c, reached, &two_downs, 30000));
+    CHECK_INT(opened.ok, ==, 3);
+    CHECK_INT(downs.ok, ==, 2);
+    dlock_latch_free(l);
+  }
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  dlock_client_free(c);
+  stop();
+}
+
 static const check_case_t cases[] = {
     {"waiters_exclude", t_waiters_exclude},
     {"cancel_leaves_queue", t_cancel_leaves_queue},
     {"outcomes", t_outcomes},
     {"free_ends_wait", t_free_ends_wait},
+    {"semaphore_latch", t_semaphore_latch},
 };
 
 int main(int argc, char **argv) {

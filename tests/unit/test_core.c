@@ -21,8 +21,10 @@
 #include "fake_backend.h"
 #include "harness.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 
 typedef struct lost_rec {
   _Atomic int n;
@@ -282,6 +284,108 @@ static void t_wait_rides_out_outage(void) {
   dlock_client_free(a);
 }
 
+/* ------------------------------------------------------------ async */
+
+typedef struct outcome {
+  int calls, rc;
+} outcome;
+
+static void on_done(void *ud, int rc, int64_t value) {
+  (void)value;
+  outcome *o = ud;
+  o->calls++;
+  o->rc = rc;
+}
+
+/* Runs callbacks until `pending` is 0 or 20 s pass. */
+static bool drain(dlock_client_t *c) {
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  int64_t deadline = th_now_ms() + 20000;
+  while (dlock_client_pending(c) > 0 && th_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 100) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  return dlock_client_pending(c) == 0;
+}
+
+#define ASYNC_WAITERS 300
+
+/* Many async waiters on a held lock park without polling the backend:
+ * those with a short wait end by their timers (DLOCK_ETIMEDOUT), the
+ * cancelled ones with DLOCK_ECANCELED, each callback once; then one more
+ * gets the lock when it is released. */
+static void t_async_park_time_cancel(void) {
+  dlock_client_t *a = fake_client("async", 60000, NULL, NULL);
+  dlock_client_t *b = fake_client("async", 60000, NULL, NULL);
+  CHECK(a && b);
+  dlock_lock_t *la = lock_on(a, "x"), *lb = lock_on(b, "x");
+  CHECK_OK(dlock_lock_acquire(la, 0, DLOCK_LEASE_WATCHDOG));
+  static outcome o[ASYNC_WAITERS];
+  static dlock_op_t op[ASYNC_WAITERS];
+  memset(o, 0, sizeof o);
+  int before = fake_attempts(fake_of(b));
+  for (int i = 0; i < ASYNC_WAITERS; i++)
+    CHECK_OK(dlock_lock_acquire_async(
+        lb, 100 + (uint64_t)i, i % 2 ? 100 + i : DLOCK_WAIT_FOREVER,
+        DLOCK_LEASE_WATCHDOG, on_done, &o[i], &op[i]));
+  CHECK_INT(dlock_client_pending(b), ==, ASYNC_WAITERS);
+  for (int i = 0; i < ASYNC_WAITERS; i += 2)
+    CHECK_OK(dlock_op_cancel(b, op[i]));
+  CHECK(drain(b));
+  for (int i = 0; i < ASYNC_WAITERS; i++) {
+    CHECK_INT(o[i].calls, ==, 1);
+    CHECK_RC(o[i].rc, i % 2 ? DLOCK_ETIMEDOUT : DLOCK_ECANCELED);
+  }
+  /* parked, not polling: a few attempts each at most (a first one, and
+   * one after arming), whatever the time they waited */
+  int attempts = fake_attempts(fake_of(b)) - before;
+  CHECKF(attempts <= 3 * ASYNC_WAITERS, "%d attempts by %d waiters", attempts,
+         ASYNC_WAITERS);
+  outcome got = {0};
+  CHECK_OK(dlock_lock_acquire_async(lb, 7, 30000, DLOCK_LEASE_WATCHDOG, on_done,
+                                    &got, NULL));
+  th_sleep_ms(50);
+  CHECK_INT(got.calls, ==, 0);
+  CHECK_OK(dlock_lock_release(la));
+  CHECK(drain(b));
+  CHECK_INT(got.calls, ==, 1);
+  CHECK_OK(got.rc);
+  CHECK_OK(dlock_lock_release_as(lb, 7));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+}
+
+/* An async wait takes the same steps as a blocking one: it rides out an
+ * outage whose attempts send nothing (three failed, the fourth got it),
+ * and ends at once on one of unknown outcome. */
+static void t_async_rides_out_outage(void) {
+  dlock_client_t *a = fake_client("async-outage", 60000, NULL, NULL);
+  CHECK(a);
+  fake_be *b = fake_of(a);
+  dlock_lock_t *l = lock_on(a, "x");
+  fake_fail_attempts(b, 3, true);
+  int before = fake_attempts(b);
+  outcome o = {0};
+  CHECK_OK(dlock_lock_acquire_async(l, 0, 30000, DLOCK_LEASE_WATCHDOG, on_done,
+                                    &o, NULL));
+  CHECK(drain(a));
+  CHECK_OK(o.rc);
+  CHECK(fake_attempts(b) - before == 4);
+  CHECK_OK(dlock_lock_release(l));
+  fake_fail_attempts(b, 1, false);
+  o = (outcome){0};
+  CHECK_OK(dlock_lock_acquire_async(l, 0, 30000, DLOCK_LEASE_WATCHDOG, on_done,
+                                    &o, NULL));
+  CHECK(drain(a));
+  CHECK_RC(o.rc, DLOCK_EUNAVAILABLE);
+  dlock_lock_free(l);
+  dlock_client_free(a);
+}
+
 /* clang-format off */
 static const check_case_t cases[] = {
     {"session_bound_passes", t_session_bound_passes},
@@ -291,6 +395,8 @@ static const check_case_t cases[] = {
     {"service_ends_session", t_service_ends_session},
     {"wait_woken_or_times_out", t_wait_woken_or_times_out},
     {"wait_rides_out_outage", t_wait_rides_out_outage},
+    {"async_park_time_cancel", t_async_park_time_cancel},
+    {"async_rides_out_outage", t_async_rides_out_outage},
 };
 /* clang-format on */
 
