@@ -946,6 +946,20 @@ DLOCK_EXTERN int dlock_latch_await_async(dlock_latch_t *latch, int64_t wait_ms,
 DLOCK_EXTERN int dlock_latch_count_down_async(dlock_latch_t *latch,
                                               dlock_done_fn done,
                                               void *userdata, dlock_op_t *op);
+/* dlock_multilock_acquire_as and _release_as without blocking (thread_id
+ * 0: the calling thread's). The operation runs on the async threads of
+ * the first member's client; a member's wait is that member's own async
+ * acquire. A cancel passes on to the member being waited for; a member
+ * granted all the same is released again before the callback runs with
+ * DLOCK_ECANCELED. Calls on one multilock must not overlap (an async one
+ * counts until its callback has run). */
+DLOCK_EXTERN int dlock_multilock_acquire_async(
+    dlock_multilock_t *m, uint64_t thread_id, int64_t wait_ms, int64_t lease_ms,
+    dlock_done_fn done, void *userdata, dlock_op_t *op);
+DLOCK_EXTERN int dlock_multilock_release_async(dlock_multilock_t *m,
+                                               uint64_t thread_id,
+                                               dlock_done_fn done,
+                                               void *userdata, dlock_op_t *op);
 /* Asks operation `op` to end. 0 when it is still pending: its callback
  * runs once, with DLOCK_ECANCELED if the cancel ended it, or with its own
  * outcome if it finished first (an acquire whose attempt was already on

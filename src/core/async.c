@@ -241,7 +241,8 @@ int dlock__aop_start(struct dlock_client *c, dlock__aop *op, dlock_op_t *id) {
   if (a->pending)
     a->pending->prev = op;
   a->pending = op;
-  a->npending++;
+  if (!op->then) /* a step of another operation is not the program's */
+    a->npending++;
   runq_push_locked(a, op);
   grow_locked(c, a);
   if (id)
@@ -285,6 +286,19 @@ void dlock__aop_notify(dlock__wait *w) {
     dlock__aop_wake_locked(w->notify_arg);
 }
 
+/* op leaves the pending list (mu held). */
+static void unlist_locked(dlock__async *a, dlock__aop *op) {
+  if (op->prev)
+    op->prev->next = op->next;
+  else
+    a->pending = op->next;
+  if (op->next)
+    op->next->prev = op->prev;
+  op->prev = op->next = NULL;
+  if (!op->then)
+    a->npending--;
+}
+
 void dlock__aop_complete(dlock__aop *op, int rc, int64_t value) {
   struct dlock_client *c = op->c;
   op->rc = rc;
@@ -294,6 +308,12 @@ void dlock__aop_complete(dlock__aop *op, int rc, int64_t value) {
   pthread_mutex_lock(&c->mu);
   dlock__async *a = c->async;
   op->where = AOP_DONE;
+  if (op->then) {
+    unlist_locked(a, op);
+    pthread_mutex_unlock(&c->mu);
+    op->then(op);
+    return;
+  }
   op->qnext = NULL;
   if (a->doneq_tail)
     a->doneq_tail->qnext = op;
@@ -338,14 +358,7 @@ static int run_callbacks(struct dlock_client *c, dlock__aop *list) {
     dlock__aop *op = list;
     list = op->qnext;
     pthread_mutex_lock(&c->mu);
-    dlock__async *a = c->async;
-    if (op->prev)
-      op->prev->next = op->next;
-    else
-      a->pending = op->next;
-    if (op->next)
-      op->next->prev = op->prev;
-    a->npending--;
+    unlist_locked(c->async, op);
     pthread_mutex_unlock(&c->mu);
     if (op->rc < 0)
       dlock__seterr(op->rc, "%s", op->errmsg);

@@ -47,6 +47,12 @@ struct dlock__aop {
   void (*free_fn)(dlock__aop *op);
   dlock_done_fn done;
   void *userdata;
+  /* An operation that is a step of another (a multilock's wait for one
+   * member): instead of queueing its outcome for dlock_client_process,
+   * dlock__aop_complete leaves the pending list and hands the record to
+   * then(op), on the pool thread, no mutex held; then frees it. */
+  void (*then)(dlock__aop *op);
+  void *then_arg;
   _Atomic bool cancelled; /* dlock_op_cancel asked it to end */
   /* --- under client->mu --- */
   int where;               /* runnable, running, parked, done */
@@ -90,6 +96,15 @@ typedef int (*dlock__aop_call_fn)(void *arg, int64_t *value);
 int dlock__aop_call(struct dlock_client *c, dlock__aop_call_fn fn,
                     const void *arg, size_t size, dlock_done_fn done,
                     void *userdata, dlock_op_t *id);
+
+/* An async acquire of lock l (as dlock_lock_acquire_async) that is a step
+ * of another operation: `then` gets its record when it ends (op->rc,
+ * op->errmsg; then frees it with op->free_fn). lock.c. */
+struct dlock_lock;
+int dlock__lock_acquire_then(struct dlock_lock *l, uint64_t tid,
+                             int64_t wait_ms, int64_t lease_ms,
+                             void (*then)(dlock__aop *), void *arg,
+                             dlock_op_t *id);
 
 /* dlock_client_free, mu held, once `stopping` is set: every parked
  * operation runs again (and sees the client stop). */

@@ -1082,13 +1082,15 @@ static void acq_run(dlock__aop *op) {
 
 static void aop_free(dlock__aop *op) { dlock__free(op); }
 
-int dlock_lock_acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
-                             int64_t lease_ms, dlock_done_fn done,
-                             void *userdata, dlock_op_t *id) {
-  const char *fn = "dlock_lock_acquire_async";
+/* An async acquire: with `done` for the program, or with `then` as a step
+ * of another operation (core/async.h). */
+static int acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                         int64_t lease_ms, dlock_done_fn done, void *userdata,
+                         void (*then)(dlock__aop *), void *then_arg,
+                         dlock_op_t *id, const char *fn) {
   if (id)
     *id = 0;
-  if (!done)
+  if (!done && !then)
     return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
   if (tid == 0)
     tid = dlock_thread_id();
@@ -1104,12 +1106,28 @@ int dlock_lock_acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   o->op.free_fn = aop_free;
   o->op.done = done;
   o->op.userdata = userdata;
+  o->op.then = then;
+  o->op.then_arg = then_arg;
   /* the call stays open until the operation ends (acquire_end) */
   if ((rc = dlock__aop_start(l->client, &o->op, id)) != 0) {
     dlock__free(o);
     return call_end(l, rc);
   }
   return 0;
+}
+
+int dlock_lock_acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                             int64_t lease_ms, dlock_done_fn done,
+                             void *userdata, dlock_op_t *id) {
+  return acquire_async(l, tid, wait_ms, lease_ms, done, userdata, NULL, NULL,
+                       id, "dlock_lock_acquire_async");
+}
+
+int dlock__lock_acquire_then(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+                             int64_t lease_ms, void (*then)(dlock__aop *),
+                             void *arg, dlock_op_t *id) {
+  return acquire_async(l, tid, wait_ms, lease_ms, NULL, NULL, then, arg, id,
+                       "dlock_multilock_acquire_async");
 }
 
 int dlock_lock_acquire(dlock_lock_t *l, int64_t wait_ms, int64_t lease_ms) {

@@ -409,12 +409,65 @@ static void t_semaphore_latch(void) {
   stop();
 }
 
+/* An async multilock waits for the member another owner holds and gets
+ * both once it is released; a cancelled one ends with DLOCK_ECANCELED
+ * and leaves nothing held or queued. */
+static void t_multilock(void) {
+  start();
+  dlock_client_t *c = client();
+  dlock_lock_t *a = NULL, *b = NULL;
+  CHECK_OK(dlock_lock_new(c, "async-multi-a", &a));
+  CHECK_OK(dlock_lock_new(c, "async-multi-b", &b));
+  dlock_lock_t *both[] = {a, b};
+  dlock_multilock_t *m = NULL;
+  CHECK_OK(dlock_multilock_new(&m, both, 2));
+  CHECK_OK(dlock_lock_acquire_as(b, 7, 0, DLOCK_LEASE_WATCHDOG));
+  outcome_t got = {0};
+  CHECK_OK(dlock_multilock_acquire_async(m, 8, 60000, DLOCK_LEASE_WATCHDOG,
+                                         on_outcome, &got, NULL));
+  CHECK(!loop_until(c, called, &got, 300));
+  CHECK_OK(dlock_lock_release_as(b, 7));
+  CHECK(loop_until(c, called, &got, 30000));
+  CHECKF(got.rc == 0, "multilock: %s (%s)", dlock_err_name(got.rc), got.detail);
+  bool locked = false;
+  CHECK_OK(dlock_lock_is_locked(a, &locked));
+  CHECK(locked);
+  CHECK_OK(dlock_lock_is_locked(b, &locked));
+  CHECK(locked);
+  outcome_t rel = {0};
+  CHECK_OK(dlock_multilock_release_async(m, 8, on_outcome, &rel, NULL));
+  CHECK(loop_until(c, called, &rel, 30000));
+  CHECK_OK(rel.rc);
+  /* cancelled while it waits for a member */
+  CHECK_OK(dlock_lock_acquire_as(a, 7, 0, DLOCK_LEASE_WATCHDOG));
+  outcome_t gone = {0};
+  dlock_op_t op = 0;
+  CHECK_OK(dlock_multilock_acquire_async(
+      m, 9, DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, on_outcome, &gone, &op));
+  th_sleep_ms(300);
+  CHECK_OK(dlock_op_cancel(c, op));
+  CHECK(loop_until(c, called, &gone, 30000));
+  CHECK_RC(gone.rc, DLOCK_ECANCELED);
+  CHECK_OK(dlock_lock_release_as(a, 7));
+  CHECK_OK(dlock_lock_is_locked(a, &locked));
+  CHECKF(!locked, "a member was handed to the cancelled multilock");
+  CHECK_OK(dlock_lock_is_locked(b, &locked));
+  CHECK(!locked);
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  dlock_multilock_free(m);
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_client_free(c);
+  stop();
+}
+
 static const check_case_t cases[] = {
     {"waiters_exclude", t_waiters_exclude},
     {"cancel_leaves_queue", t_cancel_leaves_queue},
     {"outcomes", t_outcomes},
     {"free_ends_wait", t_free_ends_wait},
     {"semaphore_latch", t_semaphore_latch},
+    {"multilock", t_multilock},
 };
 
 int main(int argc, char **argv) {
