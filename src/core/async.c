@@ -286,6 +286,15 @@ void dlock__aop_notify(dlock__wait *w) {
     dlock__aop_wake_locked(w->notify_arg);
 }
 
+const char *dlock__aop_error(const dlock__aop *op) {
+  return op->errmsg ? op->errmsg : "(its detail was lost: out of memory)";
+}
+
+void dlock__aop_free(dlock__aop *op) {
+  dlock__free(op->errmsg);
+  op->free_fn(op);
+}
+
 /* op leaves the pending list (mu held). */
 static void unlist_locked(dlock__async *a, dlock__aop *op) {
   if (op->prev)
@@ -303,8 +312,8 @@ void dlock__aop_complete(dlock__aop *op, int rc, int64_t value) {
   struct dlock_client *c = op->c;
   op->rc = rc;
   op->value = value;
-  if (rc < 0)
-    snprintf(op->errmsg, sizeof op->errmsg, "%s", dlock_last_error());
+  /* kept only for a failure: a waiting record carries no message buffer */
+  op->errmsg = rc < 0 ? dlock__strdup(dlock_last_error()) : NULL;
   pthread_mutex_lock(&c->mu);
   dlock__async *a = c->async;
   op->where = AOP_DONE;
@@ -361,9 +370,9 @@ static int run_callbacks(struct dlock_client *c, dlock__aop *list) {
     unlist_locked(c->async, op);
     pthread_mutex_unlock(&c->mu);
     if (op->rc < 0)
-      dlock__seterr(op->rc, "%s", op->errmsg);
+      dlock__seterr(op->rc, "%s", dlock__aop_error(op));
     op->done(op->userdata, op->rc, op->value);
-    op->free_fn(op);
+    dlock__aop_free(op);
     n++;
   }
   return n;
@@ -399,7 +408,7 @@ void dlock__async_free(struct dlock_client *c, bool forked) {
     dlock__aop *op = a->pending;
     while (op) {
       dlock__aop *next = op->next;
-      op->free_fn(op);
+      dlock__aop_free(op);
       op = next;
     }
   } else {

@@ -63,8 +63,12 @@ struct dlock__aop {
   /* the outcome */
   int rc;
   int64_t value;
-  char errmsg[512];
+  char *errmsg; /* rc < 0: its detail (NULL: none could be kept) */
 };
+/* An ended operation's detail, for its callback. */
+const char *dlock__aop_error(const dlock__aop *op);
+/* Frees an ended operation's record and detail (free_fn). */
+void dlock__aop_free(dlock__aop *op);
 
 /* Registers op (c, run, free_fn, done and userdata set; the rest zero)
  * and queues it to run; starts a pool thread when none is idle. 0 and

@@ -308,11 +308,12 @@ static void member_then(dlock__aop *inner) {
   struct dlock_client *c = o->op.c;
   pthread_mutex_lock(&c->mu);
   o->member_rc = inner->rc;
-  snprintf(o->member_err, sizeof o->member_err, "%s", inner->errmsg);
+  snprintf(o->member_err, sizeof o->member_err, "%s",
+           inner->rc < 0 ? dlock__aop_error(inner) : "");
   atomic_store(&o->member_done, true);
   dlock__aop_wake_locked(&o->op);
   pthread_mutex_unlock(&c->mu);
-  inner->free_fn(inner);
+  dlock__aop_free(inner);
 }
 
 /* Cancelled, or its client is being freed: the operation ends. */
