@@ -695,7 +695,7 @@ static int t_err_name(tctx_t *x) {
 }
 
 static int t_every_code(tctx_t *x) {
-  for (int code = -19; code <= 0; code++) {
+  for (int code = -20; code <= 0; code++) {
     const char *m = dlock_strerror(code), *n = dlock_err_name(code);
     if (!m || !n || !m[0] || strcmp(m, "unknown error") == 0 ||
         strncmp(n, "DLOCK_", 6) != 0 || strcmp(n, "DLOCK_E?") == 0)
@@ -1180,21 +1180,107 @@ static void g_sync_objects(void) {
   group_done("sync_objects", failed);
 }
 
+/* async calls: refused before anything starts (no callback ever runs) */
+static void never_done(void *ud, int rc, int64_t value) {
+  (void)rc;
+  (void)value;
+  (*(int *)ud)++;
+}
+static int g_async_calls;
+THUNK(t_async_acq_null,
+      dlock_lock_acquire_async(NULL, 0, 0, DLOCK_LEASE_WATCHDOG, never_done,
+                               &g_async_calls, NULL))
+THUNK(t_async_acq_done_null,
+      dlock_lock_acquire_async(x->l, 0, 0, DLOCK_LEASE_WATCHDOG, NULL, NULL,
+                               NULL))
+THUNK(t_async_acq_wait,
+      dlock_lock_acquire_async(x->l, 0, x->num, DLOCK_LEASE_WATCHDOG,
+                               never_done, &g_async_calls, NULL))
+THUNK(t_async_acq_lease,
+      dlock_lock_acquire_async(x->l, 0, 0, x->num, never_done, &g_async_calls,
+                               NULL))
+THUNK(t_async_rel_null,
+      dlock_lock_release_async(NULL, 0, never_done, &g_async_calls, NULL))
+THUNK(t_async_sem_null, dlock_semaphore_acquire_async(NULL, 1, 0, never_done,
+                                                      &g_async_calls, NULL))
+THUNK(t_async_latch_null,
+      dlock_latch_await_async(NULL, 0, never_done, &g_async_calls, NULL))
+THUNK(t_async_multi_null,
+      dlock_multilock_acquire_async(NULL, 0, 0, DLOCK_LEASE_WATCHDOG,
+                                    never_done, &g_async_calls, NULL))
+THUNK(t_async_cancel_null, dlock_op_cancel(NULL, 1))
+THUNK(t_async_cancel_unknown, dlock_op_cancel(x->c, (dlock_op_t)x->num))
+THUNK(t_async_fd_null, dlock_client_fd(x->c, NULL))
+THUNK(t_async_process_null, dlock_client_process(NULL))
+THUNK(t_async_threads, dlock_options_set_async_threads(x->o, (int)x->num))
+THUNK(t_async_threads_null, dlock_options_set_async_threads(NULL, 4))
+
+static int t_async_none_ran(tctx_t *x) {
+  int n = dlock_client_process(x->c);
+  if (n != 0 || g_async_calls != 0)
+    return wrong(x, "%d callbacks ran, %d of them refused calls'", n,
+                 g_async_calls);
+  return dlock_client_pending(x->c) == 0 ? 0 : wrong(x, "pending");
+}
+
+static void g_async(void) {
+  tctx_t x;
+  setup(&x, NULL);
+  static const row_t rows[] = {
+      ROW("dlock_lock_acquire_async", "lock NULL", t_async_acq_null, NULL, 0,
+          DLOCK_EINVAL, "lock is NULL"),
+      ROW("dlock_lock_acquire_async", "done NULL", t_async_acq_done_null, NULL,
+          0, DLOCK_EINVAL, "done is NULL"),
+      ROW("dlock_lock_acquire_async", "wait -5", t_async_acq_wait, NULL, -5,
+          DLOCK_EINVAL, "wait"),
+      ROW("dlock_lock_acquire_async", "lease 0", t_async_acq_lease, NULL, 0,
+          DLOCK_EINVAL, "lease"),
+      ROW("dlock_lock_release_async", "lock NULL", t_async_rel_null, NULL, 0,
+          DLOCK_EINVAL, "lock is NULL"),
+      ROW("dlock_semaphore_acquire_async", "semaphore NULL", t_async_sem_null,
+          NULL, 0, DLOCK_EINVAL, "semaphore is NULL"),
+      ROW("dlock_latch_await_async", "latch NULL", t_async_latch_null, NULL, 0,
+          DLOCK_EINVAL, "latch is NULL"),
+      ROW("dlock_multilock_acquire_async", "multilock NULL", t_async_multi_null,
+          NULL, 0, DLOCK_EINVAL, "multilock is NULL"),
+      ROW("dlock_op_cancel", "client NULL", t_async_cancel_null, NULL, 0,
+          DLOCK_EINVAL, "client is NULL"),
+      ROW("dlock_op_cancel", "an operation never started",
+          t_async_cancel_unknown, NULL, 424242, DLOCK_EINVAL,
+          "no operation 424242 is pending"),
+      ROW("dlock_client_fd", "fd NULL", t_async_fd_null, NULL, 0, DLOCK_EINVAL,
+          "fd is NULL"),
+      ROW("dlock_client_process", "client NULL", t_async_process_null, NULL, 0,
+          DLOCK_EINVAL, "client is NULL"),
+      ROW("dlock_options_set_async_threads", "0", t_async_threads, NULL, 0,
+          DLOCK_EINVAL, "out of range (1 .. 64)"),
+      ROW("dlock_options_set_async_threads", "65", t_async_threads, NULL, 65,
+          DLOCK_EINVAL, "out of range (1 .. 64)"),
+      ROW("dlock_options_set_async_threads", "opts NULL", t_async_threads_null,
+          NULL, 0, DLOCK_EINVAL, "opts is NULL"),
+      ROW("dlock_client_process", "after the refused calls: no callback ran",
+          t_async_none_ran, NULL, 0, DLOCK_OK, NULL),
+  };
+  int failed = RUN_ROWS(&x, "async", rows);
+  teardown(&x);
+  group_done("async", failed);
+}
+
 static void g_codes(void) {
   tctx_t x;
   memset(&x, 0, sizeof x);
   static const row_t rows[] = {
-      ROW("dlock_strerror", "every code -19..0", t_every_code, NULL, 0,
+      ROW("dlock_strerror", "every code -20..0", t_every_code, NULL, 0,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "1 (not a code)", t_strerror, "unknown error", 1,
           DLOCK_OK, NULL),
-      ROW("dlock_strerror", "-20 (not yet a code)", t_strerror, "unknown error",
-          -20, DLOCK_OK, NULL),
+      ROW("dlock_strerror", "-21 (not yet a code)", t_strerror, "unknown error",
+          -21, DLOCK_OK, NULL),
       ROW("dlock_strerror", "INT_MIN", t_strerror, "unknown error", INT_MIN,
           DLOCK_OK, NULL),
       ROW("dlock_strerror", "INT_MAX", t_strerror, "unknown error", INT_MAX,
           DLOCK_OK, NULL),
-      ROW("dlock_err_name", "-20", t_err_name, "DLOCK_E?", -20, DLOCK_OK, NULL),
+      ROW("dlock_err_name", "-21", t_err_name, "DLOCK_E?", -21, DLOCK_OK, NULL),
       ROW("dlock_err_name", "INT_MIN", t_err_name, "DLOCK_E?", INT_MIN,
           DLOCK_OK, NULL),
       ROW("dlock_err_name", "0", t_err_name, "DLOCK_OK", 0, DLOCK_OK, NULL),
@@ -2001,6 +2087,7 @@ static const check_case_t cases[] = {
     {"server_oom", g_server_oom},
     {"server_busy_script", g_server_busy_script},
     {"redlock_multilock", g_redlock_multilock},
+    {"async", g_async},
 };
 
 int main(int argc, char **argv) {

@@ -509,14 +509,16 @@ static void t_psem_killed_holder(void) {
 }
 
 /* A watchdog permit outlives many watchdog periods: the client renews its
- * expiry on the server until release, and nothing is reported lost. */
+ * expiry on the server until release, and nothing is reported lost. (A
+ * 1 s watchdog: a 300 ms one left too little room for a renewal on a
+ * machine loaded past its cores, where the permit then did expire.) */
 static void t_psem_watchdog_renewed(void) {
   th_server_t *s = th_server_start(NULL);
   CHECK(s);
   it_lost_t lost;
   it_lost_init(&lost);
   it_client_cfg_t cfg = {
-      .watchdog_ms = 300, .lost = it_lost_cb, .lost_ud = &lost};
+      .watchdog_ms = 1000, .lost = it_lost_cb, .lost_ud = &lost};
   dlock_client_t *c = it_client_cfg(s, &cfg);
   dlock_client_t *other = it_client(s);
   dlock_permit_sem_t *p = it_psem(c, "pwd");
@@ -526,14 +528,14 @@ static void t_psem_watchdog_renewed(void) {
   CHECK_OK(dlock_permit_sem_acquire(p, 0, WD, id));
   int64_t t0 = th_now_ms();
   int checks = 0;
-  while (th_now_ms() - t0 < 1500) { /* 5 watchdog periods */
+  while (th_now_ms() - t0 < 3000) { /* 3 watchdog periods */
     dlock_sem_state_t *st = NULL;
     CHECK_OK(dlock_permit_sem_state(q, &st));
-    CHECKF(st->npermits == 1, "permit gone %lld ms into a 300 ms watchdog",
+    CHECKF(st->npermits == 1, "permit gone %lld ms into a 1000 ms watchdog",
            (long long)(th_now_ms() - t0));
     CHECK_STR(st->permits[0].id, id);
     CHECK_INT(st->permits[0].expires_in_ms, >, 0);
-    CHECK_INT(st->permits[0].expires_in_ms, <=, 300);
+    CHECK_INT(st->permits[0].expires_in_ms, <=, 1000);
     CHECK_INT(st->available, ==, 0);
     dlock_sem_state_free(st);
     CHECK_RC(dlock_permit_sem_acquire(q, 0, 5000, id2), DLOCK_EBUSY);
@@ -541,11 +543,11 @@ static void t_psem_watchdog_renewed(void) {
     int64_t valid = 0;
     CHECK_OK(dlock_permit_sem_permit_valid(p, id, &valid));
     CHECK_INT(valid, >, 0);
-    CHECK_INT(valid, <=, 300);
+    CHECK_INT(valid, <=, 1000);
     checks++;
     th_sleep_ms(50);
   }
-  printf("permit alive through %d checks over 1500 ms\n", checks);
+  printf("permit alive through %d checks over 3000 ms\n", checks);
   CHECK_INT(it_lost_count(&lost), ==, 0);
   CHECK_OK(dlock_permit_sem_release(p, id));
   CHECK_OK(dlock_permit_sem_acquire(q, 0, 5000, id2));
