@@ -44,6 +44,7 @@
  */
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -316,7 +317,6 @@ typedef struct wait_ctx {
   bool reentry;        /* the thread held the lock when the wait began */
   int64_t token;       /* fenced: the token of the grant */
   dlock__wait_spec spec;
-  dlock__wait w;
   dlock__queue_entry q;
   int64_t refresh_at;   /* when the queue entry wants refreshing */
   int64_t since;        /* when the attempt that got the lock was sent */
@@ -330,6 +330,9 @@ typedef struct wait_ctx {
   bool after_ok; /* where an answered attempt leads (wait_ok) */
   int64_t pttl;  /* the holder's lease left, by the last answer (-1: none) */
   const _Atomic bool *cancel; /* an async wait's cancel flag, or NULL */
+  /* last: dlock__wait_begin sets it up, so a wait that ends before it
+   * registers (its cold first attempt got the lock) never clears it */
+  dlock__wait w;
 } wait_ctx;
 
 /* A fair wait that must come back to keep its place in the queue. */
@@ -747,7 +750,8 @@ static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
  * attempt). true: the wait is registered and its steps are to run (from
  * WS_START, x->pttl set); false: it is over already, with *out (1
  * acquired, else the error). */
-static bool wait_open(wait_ctx *x, int *out) {
+static inline __attribute__((always_inline)) bool wait_open(wait_ctx *x,
+                                                            int *out) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
   x->q.seq = x->seq;
@@ -859,8 +863,9 @@ typedef struct acq {
 /* acquire_begin: the wait is registered, its steps are to run */
 #define ACQ_WAIT 2
 
-static int acquire_check(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
-                         int64_t lease_ms, const char *fn) {
+static inline __attribute__((always_inline)) int
+acquire_check(dlock_lock_t *l, uint64_t tid, int64_t wait_ms, int64_t lease_ms,
+              const char *fn) {
   int rc = dlock__check_wait(wait_ms, fn);
   if (!rc)
     rc = dlock__check_lease(lease_ms, fn);
@@ -872,13 +877,17 @@ static int acquire_check(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   return 0;
 }
 
-static void acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
-                         int64_t lease_ms) {
+static inline __attribute__((always_inline)) void
+acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
+             int64_t lease_ms) {
   struct dlock_client *c = l->client;
-  memset(a, 0, sizeof *a);
+  /* x is zeroed only on the wait path (acquire_begin): a try does not
+   * pay for clearing a wait's state */
   a->l = l;
   a->tid = tid;
   a->wait_ms = wait_ms;
+  a->waited = false;
+  a->since = a->tok = 0;
   a->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
   a->lease = a->watchdog ? c->opts.watchdog_ms : lease_ms;
   dlock__owner(c, tid, a->owner, sizeof a->owner);
@@ -890,7 +899,7 @@ static void acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
 /* Everything before the wait's steps (may block: claiming an earlier
  * wait's grant, a try, the cold first attempt): ACQ_WAIT when the steps
  * are to run, else the outcome (1 acquired, 0 never, or the error). */
-static int acquire_begin(acq *a) {
+static inline __attribute__((always_inline)) int acquire_begin(acq *a) {
   dlock_lock_t *l = a->l;
   struct dlock_client *c = l->client;
   uint64_t tid = a->tid;
@@ -941,6 +950,8 @@ static int acquire_begin(acq *a) {
     return rc == 0 ? busy_error(l, DLOCK_EBUSY, pttl) : rc;
   }
   wait_ctx *x = &a->x;
+  /* all but w (see wait_ctx); an async wait sets its cancel flag after */
+  memset(x, 0, offsetof(wait_ctx, w));
   x->l = l;
   x->tid = tid;
   x->owner = a->owner;
@@ -956,7 +967,8 @@ static int acquire_begin(acq *a) {
 /* After the outcome rc (1 acquired, else the error): the hold recorded
  * or its reservation dropped, and the call ended. 0 or the error; *token
  * (may be NULL) the grant's token. */
-static int acquire_end(acq *a, int rc, int64_t *token) {
+static inline __attribute__((always_inline)) int acquire_end(acq *a, int rc,
+                                                             int64_t *token) {
   dlock_lock_t *l = a->l;
   struct dlock_client *c = l->client;
   if (a->waited) {
@@ -1053,6 +1065,7 @@ static void acq_run(dlock__aop *op) {
       acq_finish(o, rc);
       return;
     }
+    x->cancel = &op->cancelled;
     struct dlock_client *c = o->a.l->client;
     pthread_mutex_lock(&c->mu);
     x->w.notify = dlock__aop_notify;
@@ -1101,7 +1114,6 @@ static int acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   if (!o)
     return call_end(l, DLOCK_ENOMEM);
   acquire_init(&o->a, l, tid, wait_ms, lease_ms);
-  o->a.x.cancel = &o->op.cancelled;
   o->op.run = acq_run;
   o->op.free_fn = aop_free;
   o->op.done = done;
