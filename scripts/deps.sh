@@ -14,6 +14,8 @@ set -euo pipefail
 # libmariadb-dev: the MySQL/MariaDB backend; mariadb-server + mariadb-client:
 # its tests run a private mariadbd (mariadb-install-db) and the mariadb
 # client (in a root without an init system the package starts no server);
+# libuv1-dev + libevent-dev: the async examples and their adapters
+# (include/dlock/adapters; examples/async_waiters.c, async_libevent.c);
 # jq: the command's tests read its --json output with it (the JSON tool
 # Debian ships for shell scripts); procps: cli_password looks at the
 # command's arguments through ps; python3-minimal: with-redis.sh asks the
@@ -24,7 +26,7 @@ pkgs=(build-essential cmake pkg-config libhiredis-dev libssl-dev
       iproute2 iptables openssl zookeeper libzookeeper-mt-dev
       libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client
       libpq-dev postgresql libmariadb-dev mariadb-server mariadb-client
-      jq procps python3-minimal)
+      libuv1-dev libevent-dev jq procps python3-minimal)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -19,7 +19,10 @@
 #    dlock::dlock); checks with ldd that the shared builds load libdlock.so.0
 #    from /usr/lib/<multiarch>, and runs every build against a private
 #    redis-server (tests/harness/with-redis.sh): each takes and releases its
-#    lock, and the fenced counter counts every run once;
+#    lock, and the fenced counter counts every run once; with libuv1-dev
+#    installed then (a consumer's choice, not a dependency), builds
+#    examples/async_waiters.c on the installed libuv adapter
+#    (dlock/adapters/libuv.h) and runs its 1000 waiters there too;
 # 5. runs the installed command: `dlock --version`, a command under a lock on
 #    that server, its manual page (`man -w dlock` when man-db is there).
 #
@@ -172,8 +175,10 @@ has() {
 check "libdlock0 holds libdlock.so.0 and no development files" \
   bash -c "$(declare -f has); has '${debs[0]}' $libdir/libdlock.so.0 &&
     ! dpkg-deb -c '${debs[0]}' | grep -E 'include|\.a$|\.pc$|cmake'"
-check "libdlock-dev holds the header, .so, .a, dlock.pc and the CMake package" \
-  has "${debs[1]}" /usr/include/dlock/dlock.h "$libdir/libdlock.so" \
+check "libdlock-dev holds the headers, .so, .a, dlock.pc and the CMake package" \
+  has "${debs[1]}" /usr/include/dlock/dlock.h \
+  /usr/include/dlock/adapters/libuv.h /usr/include/dlock/adapters/libevent.h \
+  "$libdir/libdlock.so" \
   "$libdir/libdlock.a" "$libdir/pkgconfig/dlock.pc" \
   "$libdir/cmake/dlock/dlockConfig.cmake"
 check "libdlock-dev holds the library manual pages, dlock(3) and its groups" \
@@ -224,7 +229,8 @@ check "the installed dlock.pc and CMake package name no build directory" \
 phase "building the examples against the installed packages"
 cons=$work/consumer
 mkdir -p "$cons"
-cp "$repo/examples/critical_section.c" "$repo/examples/fenced_counter.c" "$cons/"
+cp "$repo/examples/critical_section.c" "$repo/examples/fenced_counter.c" \
+  "$repo/examples/async_waiters.c" "$cons/"
 cd "$cons" || abort "cd $cons"
 check "pkg-config --modversion dlock is 0.1.0" \
   bash -c '[ "$(pkg-config --modversion dlock)" = 0.1.0 ]'
@@ -236,6 +242,15 @@ check "pkg-config build of critical_section" \
   bash -c 'cc -o pc_critical_section critical_section.c $(pkg-config --cflags --libs dlock)'
 check "pkg-config build of fenced_counter (dlock and hiredis)" \
   bash -c 'cc -o pc_fenced_counter fenced_counter.c $(pkg-config --cflags --libs dlock hiredis)'
+# the async API through the installed libuv adapter (libuv1-dev is the
+# consumer's own: libdlock-dev only suggests it)
+if apt_get install --no-install-recommends libuv1-dev >"$work/apt.log" 2>&1; then
+  check "pkg-config build of async_waiters (dlock/adapters/libuv.h, libuv)" \
+    bash -c 'cc -o pc_async_waiters async_waiters.c $(pkg-config --cflags --libs dlock libuv)'
+else
+  tail -n 20 "$work/apt.log"
+  bad "install libuv1-dev"
+fi
 
 # libdlock.a through pkg-config --static, the archive named explicitly
 # (-ldlock would pick libdlock.so) and the rest linked as pkg-config says
@@ -342,6 +357,15 @@ for b in pc_fenced_counter cm_fenced_counter; do
     sed 's/^/    /' <<<"$out"
   fi
 done
+if [ -f pc_async_waiters ]; then
+  if out=$(./pc_async_waiters "$DLOCK_URL" 2>&1) &&
+     grep -q "^waiters=1000 names=100 grants=1000 violations=0 " <<<"$out"; then
+    echo "PASS: pc_async_waiters: 1000 async waiters granted, none overlapping"
+  else
+    echo "FAIL: pc_async_waiters: 1000 async waiters granted, none overlapping"
+    sed 's/^/    /' <<<"$out"
+  fi
+fi
 if out=$(dlock pkgcmd sh -c 'echo ran-under-lock' 2>&1) &&
    [ "$out" = ran-under-lock ]; then
   echo "PASS: dlock ran a command under a lock"
