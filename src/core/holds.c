@@ -57,6 +57,7 @@ dlock__hold *dlock__hold_find_locked(struct dlock_client *c,
 static _Atomic uint64_t next_gen; /* shared by all clients */
 
 static int64_t vouch_until(const struct dlock_client *c, const dlock__hold *h);
+static bool live_watchdog(const dlock__hold *h);
 
 /* The record of (kind, name, tid or permit), made at count 0 if absent;
  * NULL when out of memory. */
@@ -116,6 +117,28 @@ void dlock__hold_unreserve_locked(struct dlock_client *c,
     dlock__hold_remove_locked(c, h);
 }
 
+/* One live watchdog hold's deadlines count (mu held): the client's next
+ * renewal and vouching deadlines come no later than this hold's, and the
+ * loop is poked when they moved earlier. O(1): a deadline is only ever
+ * lowered here, so one left earlier than needed (its hold released since)
+ * costs the loop a wake-up that finds nothing due, and the full scan
+ * there (dlock__holds_schedule_locked) sets it right. */
+static void schedule_one_locked(struct dlock_client *c, dlock__hold *h) {
+  if (!live_watchdog(h))
+    return;
+  bool earlier = false;
+  if (h->next_renew < c->renew_due) {
+    c->renew_due = h->next_renew;
+    earlier = true;
+  }
+  if (vouch_until(c, h) < c->vouch_due) {
+    c->vouch_due = vouch_until(c, h);
+    earlier = true;
+  }
+  if (earlier)
+    dlock__client_poke(c);
+}
+
 dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
                                          dlock__hold_kind kind,
                                          const char *name, uint64_t tid,
@@ -142,17 +165,7 @@ dlock__hold *dlock__hold_acquired_locked(struct dlock_client *c,
   h->release_id[0] = '\0';
   if (h->watchdog) {
     h->next_renew = now + c->opts.watchdog_ms / 3;
-    bool earlier = false;
-    if (h->next_renew < c->renew_due) {
-      c->renew_due = h->next_renew;
-      earlier = true;
-    }
-    if (vouch_until(c, h) < c->vouch_due) {
-      c->vouch_due = vouch_until(c, h);
-      earlier = true;
-    }
-    if (earlier)
-      dlock__client_poke(c);
+    schedule_one_locked(c, h);
   }
   return h;
 }
@@ -303,10 +316,12 @@ void dlock__hold_release_begin_locked(struct dlock_client *c, dlock__hold *h) {
 }
 
 void dlock__hold_release_end_locked(struct dlock_client *c, dlock__hold *h) {
-  if (h)
+  /* its renewal and vouching deadline count again (or it is gone: the
+   * deadlines it set may stay early, see schedule_one_locked) */
+  if (h) {
     h->releasing = false;
-  /* its renewal and vouching deadline count again (or it is gone) */
-  dlock__holds_schedule_locked(c);
+    schedule_one_locked(c, h);
+  }
 }
 
 static void note_lost(struct dlock_client *c, dlock__hold *h,
