@@ -12,7 +12,9 @@
  * reconnects, and reports lost locks by their deadlines; the round trips
  * those need run on up to three helper threads of the client (renewal,
  * settling of interrupted waits, dialling), started when first needed, so
- * the loop itself never waits on the network. A lock handle (dlock_lock_t) names one lock
+ * the loop itself never waits on the network (a program that uses the
+ * async API also gets a small pool of threads for its operations' round
+ * trips; see "async API" below). A lock handle (dlock_lock_t) names one lock
  * on that service. Locks are owned per thread, as a pthread mutex is: the
  * thread that acquired a lock releases it, and acquiring again from the same
  * thread counts up (reentrancy). The owner written to the service is
@@ -40,7 +42,9 @@
  * losses by their deadlines; losses found meanwhile are reported after it
  * returns. The log callback runs on whichever library thread logs, the
  * event loop included, so it must return quickly. Neither may call
- * dlock_client_free() or dlock_lock_free() of its client.
+ * dlock_client_free() or dlock_lock_free() of its client. Async
+ * operations' callbacks run only on the program's own thread, inside
+ * dlock_client_process() ("async API" below).
  *
  * Durations are int64_t milliseconds.
  */
