@@ -290,9 +290,11 @@ static run_t run_peer(int which, const char *db, const char *url,
   out.acq = acq / (double)seconds;
   out.cross = cross / (double)seconds;
   out.ok = !failed && acq > 0;
-  if (!out.ok)
-    fprintf(stderr, "%s %s rep %d failed\n", db, which ? "python" : "dlock",
-            rep + 1);
+  fprintf(stderr,
+          "%s %s rep %d: %s, %.0f acquisitions/s, %.0f hand-offs/s, one "
+          "worker %ld-%ld\n",
+          db, which ? "python" : "dlock", rep + 1, out.ok ? "ok" : "FAILED",
+          out.acq, out.cross, out.min_acq, out.max_acq);
   return out;
 }
 
