@@ -17,8 +17,9 @@
  * not exclude is reported as failed. Reported per database and peer
  * (medians over the repetitions): acquisitions/s, hand-offs between
  * workers/s (sections whose previous holder was another worker), the
- * fewest and most acquisitions of one worker; and the median of the
- * per-repetition ratios dlock / Python.
+ * fewest and most acquisitions of one worker, the workers' CPU per
+ * acquisition (getrusage in each worker over its loop); and the median of
+ * the per-repetition ratios dlock / Python.
  *
  * Worker (`--worker`): one process, one dlock client (dlock_lock_acquire
  * with the time left as its wait, watchdog lease; dlock_lock_release). A
@@ -46,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -68,6 +70,14 @@ static int64_t real_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* this process's CPU, all its threads, microseconds */
+static int64_t cpu_us(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+         ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
 }
 
 static void sleep_until(int64_t t) {
@@ -112,6 +122,7 @@ static int worker(char **a) {
   }
   int64_t late = real_ms() - start;
   sleep_until(start);
+  int64_t cpu0 = cpu_us();
   long acq = 0, cross = 0, sections = 0, overlaps = 0;
   int rc = 0;
   while (sections < max) {
@@ -151,8 +162,10 @@ static int worker(char **a) {
     fprintf(stderr, "worker %llu: %s: %s\n", (unsigned long long)id,
             dlock_strerror(rc),
             rc == -1 ? strerror(errno) : dlock_last_error());
-  printf("RESULT acq %ld cross %ld sections %ld overlaps %ld late %lld\n", acq,
-         cross, sections, overlaps, (long long)(late > 0 ? late : 0));
+  printf("RESULT acq %ld cross %ld sections %ld overlaps %ld late %lld cpu_us "
+         "%lld\n",
+         acq, cross, sections, overlaps, (long long)(late > 0 ? late : 0),
+         (long long)(cpu_us() - cpu0));
   fflush(stdout);
   dlock_lock_free(warm);
   dlock_lock_free(l);
@@ -165,6 +178,7 @@ static int worker(char **a) {
 
 typedef struct {
   double acq, cross;     /* per second */
+  double cpu;            /* the workers' CPU per section, us */
   long min_acq, max_acq; /* of one worker */
   bool ok;
 } run_t;
@@ -243,17 +257,19 @@ static run_t run_peer(int which, const char *db, const char *url,
     if (left > 0)
       th_sleep_ms(20);
   }
-  long acq = 0, cross = 0, sections = 0, overlaps = 0;
+  long acq = 0, cross = 0, sections = 0, overlaps = 0, cpu = 0;
   out.min_acq = -1;
   for (int i = 0; i < n; i++) {
     FILE *f = fopen(logs[i], "r");
     char line[512];
     bool got = false;
     while (f && fgets(line, sizeof line, f)) {
-      long a, c, s, o, late;
+      long a, c, s, o, late, u;
       if (sscanf(line,
-                 "RESULT acq %ld cross %ld sections %ld overlaps %ld late %ld",
-                 &a, &c, &s, &o, &late) == 5) {
+                 "RESULT acq %ld cross %ld sections %ld overlaps %ld late %ld "
+                 "cpu_us %ld",
+                 &a, &c, &s, &o, &late, &u) == 6) {
+        cpu += u;
         got = true;
         if (late > 0) {
           fprintf(stderr, "  %s worker %d was ready %ld ms after the start\n",
@@ -289,12 +305,14 @@ static run_t run_peer(int which, const char *db, const char *url,
   }
   out.acq = acq / (double)seconds;
   out.cross = cross / (double)seconds;
+  out.cpu = sections > 0 ? (double)cpu / (double)sections : 0;
   out.ok = !failed && acq > 0;
   fprintf(stderr,
           "%s %s rep %d: %s, %.0f acquisitions/s, %.0f hand-offs/s, one "
-          "worker %ld-%ld\n",
+          "worker %.0f-%.0f/s, client CPU %.0f us per acquisition\n",
           db, which ? "python" : "dlock", rep + 1, out.ok ? "ok" : "FAILED",
-          out.acq, out.cross, out.min_acq, out.max_acq);
+          out.acq, out.cross, (double)out.min_acq / (double)seconds,
+          (double)out.max_acq / (double)seconds, out.cpu);
   return out;
 }
 
@@ -331,7 +349,7 @@ static int bench_db(const char *db, const char *url, const char *dir) {
       nr++;
     }
   for (int k = 0; k < npeers; k++) {
-    double a[MAX_REPS], c[MAX_REPS], lo[MAX_REPS], hi[MAX_REPS];
+    double a[MAX_REPS], c[MAX_REPS], lo[MAX_REPS], hi[MAX_REPS], u[MAX_REPS];
     int m = 0;
     for (int r = 0; r < reps; r++) {
       if (!runs[k][r].ok) {
@@ -342,11 +360,12 @@ static int bench_db(const char *db, const char *url, const char *dir) {
       c[m] = runs[k][r].cross;
       lo[m] = (double)runs[k][r].min_acq / (double)seconds;
       hi[m] = (double)runs[k][r].max_acq / (double)seconds;
+      u[m] = runs[k][r].cpu;
       m++;
     }
-    printf("| %s | %s | %d/%d | %.0f | %.0f | %.0f-%.0f |", db,
+    printf("| %s | %s | %d/%d | %.0f | %.0f | %.0f-%.0f | %.0f us |", db,
            k ? "Python" : "dlock", m, reps, median(a, m), median(c, m),
-           median(lo, m), median(hi, m));
+           median(lo, m), median(hi, m), median(u, m));
     if (k == 0 && nr > 0) {
       double ra = median(ratio_a, nr), rc = median(ratio_c, nr);
       printf(" dlock/Python: acq %.2f (%.2f-%.2f), hand-offs %.2f "
@@ -418,8 +437,9 @@ int main(int argc, char **argv) {
          workers, (long long)seconds, reps,
          python ? ", peers alternating" : " (no Python peer)");
   printf("| database | peer | runs ok | acquisitions/s | hand-offs between "
-         "workers/s | one worker's acquisitions/s (fewest-most) | |\n"
-         "| --- | --- | --- | --- | --- | --- | --- |\n");
+         "workers/s | one worker's acquisitions/s (fewest-most) | client CPU "
+         "per acquisition | |\n"
+         "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   fflush(stdout);
   int bad = 0, ran = 0;
   if (strstr(dbs, "postgres")) {

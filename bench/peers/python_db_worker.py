@@ -18,7 +18,8 @@ plus 5 s (PostgreSQL: lock_timeout; MySQL: GET_LOCK's timeout).
 
   python_db_worker.py --db postgres|mysql URL NAME FILE ID START_MS END_MS MAX
 
-It prints one line, `RESULT acq A cross C sections S overlaps O late L`,
+It prints one line, `RESULT acq A cross C sections S overlaps O late L
+cpu_us U` (U: this process's CPU over the loop),
 and exits 0, or 1 after a line on stderr.
 """
 import os
@@ -105,6 +106,7 @@ def main(argv):
     late = now_ms() - start
     while now_ms() < start:
         time.sleep(min(0.05, (start - now_ms()) / 1000.0))
+    cpu0 = time.process_time_ns()
     acq = cross = sections = overlaps = 0
     rc = 0
     try:
@@ -135,8 +137,9 @@ def main(argv):
         print("worker %d: %s" % (wid, str(e).splitlines()[0] if str(e) else
                                  type(e).__name__), file=sys.stderr)
         rc = 1
-    print("RESULT acq %d cross %d sections %d overlaps %d late %d" %
-          (acq, cross, sections, overlaps, max(0, late)), flush=True)
+    cpu_us = (time.process_time_ns() - cpu0) // 1000
+    print("RESULT acq %d cross %d sections %d overlaps %d late %d cpu_us %d" %
+          (acq, cross, sections, overlaps, max(0, late), cpu_us), flush=True)
     conn.close()
     os.close(fd)
     return rc
