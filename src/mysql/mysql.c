@@ -17,6 +17,9 @@
  *   CONCAT(LEFT(N, 23), '#', LEFT(SHA2(N, 256), 40)), computed by the
  *   server in the statement that locks (docs/MYSQL.md shows the line), so
  *   that `SELECT GET_LOCK('N', 10)` from any client takes the same lock.
+ *   The try and the release send a name of at most 64 bytes as it is
+ *   (it is its own L): the rule in the statement costs the server a third
+ *   of an uncontended pair.
  *   Names must be valid UTF-8 (the connection's character set).
  * - User-level locks belong to sessions: every hold (name, owner) keeps
  *   the connection that took it until its release; reentry counts locally
@@ -101,6 +104,16 @@ static const char *const my_schemes[] = {"mysql", "mariadb", NULL};
 #define LOCKNAME                                                               \
   "IF(CHAR_LENGTH(%1$s) <= 64, %1$s, CONCAT(LEFT(%1$s, 23), '#', "             \
   "LEFT(SHA2(%1$s, 256), 40)))"
+/* The try and the release: a name of at most 64 bytes has at most 64
+ * characters, so L is the name itself and is sent as it is (the rule in
+ * the statement costs the server about a third of a bare pair). */
+#define SHORT_NAME(n) (strlen(n) <= 64)
+#define SQL_TRY(n)                                                             \
+  (SHORT_NAME(n) ? "SELECT GET_LOCK(%1$s, 0), CONNECTION_ID()"                 \
+                 : "SELECT GET_LOCK(" LOCKNAME ", 0), CONNECTION_ID()")
+#define SQL_RELEASE(n)                                                         \
+  (SHORT_NAME(n) ? "SELECT RELEASE_LOCK(%1$s)"                                 \
+                 : "SELECT RELEASE_LOCK(" LOCKNAME ")")
 static const char SQL_BEAT[] = "SELECT CONNECTION_ID()";
 #define MY_STR_(x) #x
 #define MY_STR(x) MY_STR_(x)
@@ -479,8 +492,7 @@ static my_wait *wait_find(my *p, const char *name, const char *owner) {
 /* Releases a lock nobody claims and pools its connection. */
 static void give_back(my *p, MYSQL *c, const char *name, int64_t wt) {
   char out[16];
-  if (exec_named(p, c, "SELECT RELEASE_LOCK(" LOCKNAME ")", name, out,
-                 sizeof out) != 0) {
+  if (exec_named(p, c, SQL_RELEASE(name), name, out, sizeof out) != 0) {
     mysql_close(c);
     return;
   }
@@ -686,8 +698,7 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     char out[48];
     rc = set_lease(p, c, &wt, a->lease_ms);
     if (!rc)
-      rc = exec_named(p, c, "SELECT GET_LOCK(" LOCKNAME ", 0), CONNECTION_ID()",
-                      a->name, out, sizeof out);
+      rc = exec_named(p, c, SQL_TRY(a->name), a->name, out, sizeof out);
     if (rc == 0 && strncmp(out, "1|", 2) == 0)
       return grant(p, a, c, strtoul(out + 2, NULL, 10), wt, token);
     if (rc == 0) {
@@ -748,8 +759,7 @@ static int my_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
   if (!c)
     return DLOCK__REL_NOTOWNER; /* its session was lost */
   char out[16];
-  int rc = exec_named(p, c, "SELECT RELEASE_LOCK(" LOCKNAME ")", name, out,
-                      sizeof out);
+  int rc = exec_named(p, c, SQL_RELEASE(name), name, out, sizeof out);
   if (rc) {
     /* the server had closed the session: the lock went with it; otherwise
      * the session ends now, and the core's retry finds no hold */
