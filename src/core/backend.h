@@ -97,6 +97,20 @@ typedef struct dlock__acquire {
   bool reentry;
 } dlock__acquire;
 
+/* One release of a lock of any kind. */
+typedef struct dlock__release {
+  void *bh; /* the handle's backend state (handle_open), or NULL */
+  dlock_lock_kind_t kind;
+  const char *name;
+  const char *owner; /* "<client-id>:<tid>" */
+  /* the hold's lease: what a count left behind keeps (a re-entered lock,
+   * a read side under a write hold) */
+  int64_t lease_ms;
+  /* makes a retried release idempotent: a retry with the same id is
+   * taken as the first attempt's */
+  const char *request_id;
+} dlock__release;
+
 /* The objects of sync_* operations. A semaphore and a permit semaphore
  * share their count key and channel (Redisson's layout); a permit semaphore
  * also has the ZSET of permits in use. */
@@ -187,10 +201,8 @@ typedef struct dlock__backend_ops {
    * is its fencing token for a fenced lock), else 0. */
   int (*lock_leave)(void *be, const dlock__acquire *a, uint64_t seq,
                     int64_t *token);
-  /* DLOCK__REL_*; request_id makes a retried release idempotent. */
-  int (*lock_release)(void *be, void *bh, dlock_lock_kind_t kind,
-                      const char *name, const char *owner, int64_t lease_ms,
-                      const char *request_id);
+  /* DLOCK__REL_*; r->request_id makes a retried release idempotent. */
+  int (*lock_release)(void *be, const dlock__release *r);
   int (*lock_force_release)(void *be, dlock_lock_kind_t kind, const char *name,
                             bool *deleted);
   /* Renews every item in as few round trips as the backend allows, giving

@@ -1201,12 +1201,16 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
    * id (so is a user's retry after an error: the id is kept in the hold).
    * On a retry "not owner" means the first attempt released the lock. */
   bool retry = h_had_id;
-  int out =
-      c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
+  dlock__release r = {.bh = l->bh,
+                      .kind = l->kind,
+                      .name = l->name,
+                      .owner = owner,
+                      .lease_ms = lease,
+                      .request_id = req};
+  int out = c->ops->lock_release(c->be, &r);
   if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
     retry = true;
-    out =
-        c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
+    out = c->ops->lock_release(c->be, &r);
   }
   if (out == DLOCK__REL_NOTOWNER && retry)
     out = DLOCK__REL_FREED;

@@ -629,12 +629,8 @@ static int cl_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   ROUTED(be, a->name, RB->lock_leave(rt.node, a, seq, token));
 }
 
-static int cl_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                           const char *name, const char *owner,
-                           int64_t lease_ms, const char *request_id) {
-  ROUTED(be, name,
-         RB->lock_release(rt.node, bh, kind, name, owner, lease_ms,
-                          request_id));
+static int cl_lock_release(void *be, const dlock__release *r) {
+  ROUTED(be, r->name, RB->lock_release(rt.node, r));
 }
 
 static int cl_lock_force_release(void *be, dlock_lock_kind_t kind,

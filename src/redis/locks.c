@@ -590,9 +590,14 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
    * too; the lease bounds the key then) */
   char req[DLOCK__UUID_LEN + 1];
   int urc = dlock__uuid(req);
+  dlock__release rel = {.bh = a->bh,
+                        .kind = a->kind,
+                        .name = a->name,
+                        .owner = a->owner,
+                        .lease_ms = a->lease_ms,
+                        .request_id = req};
   if (!urc)
-    dlock__redis_lock_release(be, a->bh, a->kind, a->name, a->owner,
-                              a->lease_ms, req);
+    dlock__redis_lock_release(be, &rel);
   return dlock__redis_unsynced(be, "lock acquire", unsynced);
 }
 
@@ -681,13 +686,15 @@ static int release_outcome(redisReply *rep, bool counted) {
   return rc;
 }
 
-int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                              const char *name, const char *owner,
-                              int64_t lease_ms, const char *request_id) {
+int dlock__redis_lock_release(void *be, const dlock__release *rel) {
   dlock__redis *r = be;
+  void *bh = rel->bh;
+  dlock_lock_kind_t kind = rel->kind;
+  const char *name = rel->name, *owner = rel->owner;
+  const char *request_id = rel->request_id;
   char lease[24], wfield[128];
   const char *latch = r->latch_ms;
-  dlock__fmt_i64(lease, lease_ms);
+  dlock__fmt_i64(lease, rel->lease_ms);
   lock_keys k;
   int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
   if (rc)
@@ -1396,17 +1403,19 @@ int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
   return 0;
 }
 
-int dlock__redis_lock_release_req(void *be, void *bh, dlock_lock_kind_t kind,
-                                  const char *name, const char *owner,
-                                  int64_t lease_ms, const char *request_id,
+int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
                                   dlock__redis_req *q) {
   dlock__redis *r = be;
+  void *bh = rel->bh;
+  dlock_lock_kind_t kind = rel->kind;
+  const char *name = rel->name, *owner = rel->owner;
+  const char *request_id = rel->request_id;
   if (kind != DLOCK_REENTRANT && kind != DLOCK_FENCED)
     return dlock__seterr(DLOCK_ENOTSUP, "redlock: only reentrant and fenced "
                                         "locks are offered");
   char lease[24];
   const char *latch = r->latch_ms;
-  dlock__fmt_i64(lease, lease_ms);
+  dlock__fmt_i64(lease, rel->lease_ms);
   lock_keys k;
   int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
   if (rc)

@@ -174,9 +174,7 @@ static int spring_handle_open(void *be, dlock_lock_kind_t kind,
 
 /* ------------------------------------------------------------- locks */
 
-static int spring_release(void *be, void *bh, dlock_lock_kind_t kind,
-                          const char *name, const char *owner, int64_t lease_ms,
-                          const char *request_id);
+static int spring_release(void *be, const dlock__release *rel);
 
 static int spring_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                           int64_t *token) {
@@ -203,7 +201,13 @@ static int spring_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   if (unsynced == 0)
     return 1;
   /* taken on the master, but no replica has it: give it back */
-  spring_release(be, a->bh, a->kind, a->name, a->owner, a->lease_ms, "");
+  dlock__release rel = {.bh = a->bh,
+                        .kind = a->kind,
+                        .name = a->name,
+                        .owner = a->owner,
+                        .lease_ms = a->lease_ms,
+                        .request_id = ""};
+  spring_release(be, &rel);
   return dlock__redis_unsynced(be, "lock acquire", unsynced);
 }
 
@@ -213,11 +217,9 @@ static int spring_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return 0; /* waits never queue on the server: nothing to leave */
 }
 
-static int spring_release(void *be, void *bh, dlock_lock_kind_t kind,
-                          const char *name, const char *owner, int64_t lease_ms,
-                          const char *request_id) {
+static int spring_release(void *be, const dlock__release *rel) {
   dlock__redis *r = be;
-  (void)bh, (void)kind, (void)owner, (void)lease_ms, (void)request_id;
+  const char *name = rel->name; /* the owner is the client: r->client_id */
   char key[KEY_MAX], ch[CHANNEL_MAX];
   const char *argv[7] = {0,
                          0,
