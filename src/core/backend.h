@@ -175,6 +175,13 @@ typedef struct dlock__backend_ops {
               struct dlock_client *core);
   void (*close)(void *be);
   int (*ping)(void *be);
+  /* Optional (NULL: every name the core accepts will do): refuses a name
+   * this backend cannot give a lock, semaphore or latch, with DLOCK_EINVAL
+   * and a detail beginning with `fn` (the public call). Called when a
+   * handle is created, after the core's own checks (1..DLOCK_NAME_MAX
+   * bytes); no round trip. Redis: names in the space of dlock's own keys
+   * ("dlock_lock_"), which could be another lock's queue or channel. */
+  int (*check_name)(void *be, const char *name, const char *fn);
 
   /* Per lock handle (optional): what the backend can prepare once for
    * (kind, name), such as key and channel names, so that each acquire,

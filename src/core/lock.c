@@ -85,7 +85,7 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
   *out = NULL;
   int rc = dlock__client_check(c, "dlock_lock_new");
   if (!rc)
-    rc = dlock__check_name(name, "dlock_lock_new");
+    rc = dlock__check_name(c, name, "dlock_lock_new");
   if (!rc && ((int)kind < DLOCK_REENTRANT || kind > DLOCK_WRITE))
     rc = dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: unknown lock kind %d",
                        (int)kind);
@@ -967,16 +967,7 @@ static int acquire_end(acq *a, int rc, int64_t *token) {
     pthread_mutex_lock(&c->mu);
     dlock__hold_unreserve_locked(c, hold_kind(l->kind), l->name, a->tid);
     pthread_mutex_unlock(&c->mu);
-    /* the server's WRONGTYPE names a command; say what it means here (a
-     * backend that already said which kind of lock is in the way marked
-     * its detail worded, and it is kept) */
-    return call_end(l, rc == DLOCK_EWRONGTYPE && !dlock__err_worded()
-                           ? dlock__seterr(rc,
-                                           "lock '%.200s': the key holds a "
-                                           "value of another type (not a "
-                                           "lock)",
-                                           l->name)
-                           : rc);
+    return call_end(l, rc); /* the backend's detail, in its terms */
   }
   if (token)
     *token = a->tok;

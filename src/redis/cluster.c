@@ -892,6 +892,7 @@ const dlock__backend_ops dlock__redis_cluster_backend = {
     .open = cl_open,
     .close = cl_close,
     .ping = cl_ping,
+    .check_name = dlock__redis_check_name, /* the same keys on every master */
     .handle_open = cl_handle_open,
     .handle_close = cl_handle_close,
     .lock_acquire = cl_lock_acquire,

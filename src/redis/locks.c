@@ -26,6 +26,17 @@
  * Retrying: only idempotent scripts are re-sent after a broken connection
  * (leave, state). Acquire is never re-sent (a second HINCRBY would count a
  * hold twice); release is retried by the core with the same request id.
+ *
+ * Names: dlock's own keys and channels all begin with "dlock_lock_", so
+ * check_name refuses a lock, semaphore or latch named so (it could be
+ * another lock's queue, yield key or grant channel); the cluster and
+ * Redlock backends, whose nodes hold the same keys, use it too.
+ *
+ * A key of another type: the server's WRONGTYPE names a command, so an
+ * acquire says what it means ("the key holds a value of another type (not
+ * a lock)", dlock__redis_lock_wrongtype), unless the script already said
+ * which kind of lock is in the way (OTHERKIND, marked worded); the core
+ * passes the detail on as it is.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -68,6 +79,9 @@
 /* A reader held back for a queued writer looks again at least this often:
  * nothing is published when that writer dies while queued. */
 #define RW_HELD_BACK_RECHECK_MS "1000"
+/* What every dlock_lock_* prefix above (and redis.c's probe channel)
+ * begins with. */
+#define RESERVED_PREFIX "dlock_lock_"
 
 /* Every key and channel name one operation may need; unused ones stay
  * NULL. Built by keys_make, freed by keys_clear. */
@@ -584,7 +598,7 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   int unsynced = 0;
   int rc = lock_acquire_once(be, a, pttl, token, &unsynced);
   if (rc != 1 || unsynced == 0)
-    return rc;
+    return dlock__redis_lock_wrongtype(rc, a->name);
   /* taken on the master, but no replica has it: give it back, so that a
    * failover cannot leave two holders (this release's own WAIT may fail
    * too; the lease bounds the key then) */
@@ -655,6 +669,29 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
     return dlock__redis_unexpected(rep, "lock leave");
   rc = rep->integer == 1;
   freeReplyObject(rep);
+  return rc;
+}
+
+/* ------------------------------------------------------------- names */
+
+int dlock__redis_check_name(void *be, const char *name, const char *fn) {
+  (void)be;
+  if (strncmp(name, RESERVED_PREFIX, sizeof RESERVED_PREFIX - 1) == 0)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: names beginning with \"" RESERVED_PREFIX
+                         "\" are reserved for dlock's own keys",
+                         fn);
+  return 0;
+}
+
+int dlock__redis_lock_wrongtype(int rc, const char *name) {
+  if (rc != DLOCK_EWRONGTYPE || dlock__err_worded())
+    return rc;
+  dlock__seterr(rc,
+                "lock '%.200s': the key holds a value of another type (not a "
+                "lock)",
+                name);
+  dlock__err_set_worded();
   return rc;
 }
 

@@ -188,8 +188,8 @@ static int spring_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   int unsynced = 0;
   int rc = dlock__redis_script_synced(r, &dlock__script_spring_acquire, 1, 6,
                                       argv, false, &rep, &unsynced);
-  if (rc)
-    return rc;
+  if (rc) /* a key of another type is no Spring lock */
+    return dlock__redis_lock_wrongtype(rc, a->name);
   if (rep->type == REDIS_REPLY_INTEGER && rep->integer >= -2) {
     *pttl = rep->integer;
     freeReplyObject(rep);

@@ -755,8 +755,9 @@ static int rl_lock_acquire(void *be, const dlock__acquire *a0, int64_t *pttl,
   char why[600];
   failures(calls, rl->n, why, sizeof why);
   undo_attempt(rl, &a, counted);
-  if (hard)
-    return dlock__seterr(hard, "redlock: %s", why);
+  if (hard) /* said as a single node's would be */
+    return dlock__redis_lock_wrongtype(dlock__seterr(hard, "redlock: %s", why),
+                                       a.name);
   if (failed > rl->n - rl->quorum) {
     dlock__seterr(DLOCK_EUNAVAILABLE,
                   "redlock: %zu of %zu nodes answered, a majority is %zu (%s)",
@@ -1033,6 +1034,7 @@ const dlock__backend_ops dlock__redlock_backend = {
     .open = rl_open,
     .close = rl_close,
     .ping = rl_ping,
+    .check_name = dlock__redis_check_name, /* the same keys on every node */
     .handle_open = rl_handle_open,
     .handle_close = rl_handle_close,
     .lock_acquire = rl_lock_acquire,
