@@ -8,7 +8,12 @@
  * hooks) and whatever its waits need (core/wait.h).
  *
  * Return conventions: 0 or a positive outcome as documented, negative
- * DLOCK_E* on failure with the thread's error detail set.
+ * DLOCK_E* on failure with the thread's error detail set, in the user's
+ * terms: the core passes a backend's detail on (an acquire's
+ * DLOCK_EWRONGTYPE included: Redis words the server's WRONGTYPE itself).
+ * An operation on a lock with more than a few arguments takes one request
+ * struct (dlock__acquire, dlock__release), so that a field added later
+ * does not touch every backend's signature.
  *
  * Registration: a backend is one dlock__backend_ops value, with the URL
  * schemes it serves, named in the build's list (src/backends.c, one line);
@@ -23,13 +28,15 @@
  * what the service confirmed of its session (dlock__session_begin,
  * _confirm, _linked) and the core's loss clock decides when it is lost
  * (core/session.h); a loss the service makes known (an expired session)
- * the backend reports with dlock__holds_session_lost. ping,
+ * the backend reports with dlock__holds_session_lost. ping, check_name,
  * lock_force_release, lock_query, lock_state and the loop hooks may be
- * NULL, and `lock_kinds` / `sync_kinds` say which objects the backend
- * offers: the core answers a call that needs a missing one with
- * DLOCK_ENOTSUP naming the backend and the operation (dlock__need_op),
- * before anything is sent. docs/BACKENDS.md tells how a backend is written
- * and what each side promises the other.
+ * NULL (check_name: the backend takes every name the core accepts; Redis
+ * refuses its own keys' "dlock_lock_" space), and `lock_kinds` /
+ * `sync_kinds` say which objects the backend offers: the core answers a
+ * call that needs a missing one with DLOCK_ENOTSUP naming the backend and
+ * the operation (dlock__need_op), before anything is sent.
+ * docs/BACKENDS.md tells how a backend is written and what each side
+ * promises the other.
  */
 #ifndef DLOCK_CORE_BACKEND_H
 #define DLOCK_CORE_BACKEND_H

@@ -15,9 +15,11 @@
  * the others are `prefix:{name}`, `{name}:suffix`, or, for a name that has
  * a `{...}` of its own, the name with that tag), so all of them live in one
  * slot: CRC16 (XMODEM) of the tag, mod 16384, as Redis computes it. Each
- * operation is forwarded, unchanged, to the master of that slot; handles
- * are the same on every master. Renewals are one batch per master, split
- * by slot by the master's backend.
+ * operation is forwarded, unchanged, to the master of that slot (its
+ * request struct, dlock__acquire or dlock__release, as it came); handles
+ * are the same on every master, and so is check_name, the Redis
+ * backend's (no dlock_lock_ names: dlock's own keys). Renewals are one batch
+ * per master, split by slot by the master's backend.
  *
  * The map changes (docs/CLUSTER.md): a call answered MOVED goes where it
  * says and the map is read again; ASK sends it once after ASKING;
@@ -27,10 +29,10 @@
  * that a master leaves unanswered for 500 ms reads the map again from the
  * other masters (node_left, the masters' `left` hook: a stopped master's
  * kernel still takes connections and requests) and ends as soon as the
- * map gives that master no slot, so the call is made again where it says. Masters are added
- * as they appear and never removed. A wait is registered with one master
- * (its cwait record, w->route); when the map moves its slot, it is woken,
- * and its next arm or queue check moves it to the new master.
+ * map gives that master no slot, so the call is made again where it says.
+ * Masters are added as they appear and never removed. A wait is registered with
+ * one master (its cwait record, w->route); when the map moves its slot, it is
+ * woken, and its next arm or queue check moves it to the new master.
  *
  * Pub/sub: the node backends publish with SPUBLISH and subscribe with
  * SSUBSCRIBE (sharded pub/sub, Redis 7), as Redisson 3.22+ does in a

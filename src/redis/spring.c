@@ -20,6 +20,11 @@
  * the plain exclusive lock: the layout has no room for a count, a queue,
  * a token or permits (kinds_why says so in every DLOCK_ENOTSUP).
  *
+ * Names: no check_name. The layout has none of dlock's own dlock_lock_*
+ * keys (every key is under the registry's), so such a name is a lock like
+ * any other here; a key of another type under <registry>:<name> is worded
+ * as the Redis backend words it (dlock__redis_lock_wrongtype).
+ *
  * Selection: ?layout=spring&registry=KEY in the URL, or
  * dlock_options_set_layout / dlock_options_set_spring_registry; the
  * client picks this ops table when either asks (dlock__redis_layout), and

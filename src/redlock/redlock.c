@@ -41,6 +41,13 @@
  * the holds lost by their vouching deadline); a majority answering without
  * the item reports it gone.
  *
+ * Names and errors are the Redis backend's: check_name refuses the
+ * dlock_lock_ space of dlock's own keys (the same on every node), and an
+ * acquire that meets a key of another type on a node says so in its terms
+ * (dlock__redis_lock_wrongtype). A release is one dlock__release request
+ * for every node, with node 0's handle state (the key names are the
+ * same everywhere).
+ *
  * Options: the per-node timeout and the drift are Redlock's own block of
  * dlock_options_t (dlock__redlock_options_of; the core carries it without
  * knowing it), set by dlock_options_set_redlock_timing (api.c).

@@ -5,7 +5,8 @@
  * (name, owner, count, the session that holds it) and its registered
  * waits. Wake-ups are made with the server's mutex held, as a backend may
  * (lock order: backend mutex, then client->mu). Nothing blocks: every
- * operation is answered from memory at once.
+ * operation is answered from memory at once. It has no check_name: every
+ * name the core accepts is a lock.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
