@@ -143,8 +143,10 @@ DLOCK_EXTERN const char *dlock_last_error(void);
 /* -------------------------------------------------------------- constants */
 
 /* Longest lock name, in bytes. Names are arbitrary non-empty byte strings
- * without NUL of 1..DLOCK_NAME_MAX bytes, except that names beginning with
- * "dlock_lock_" are reserved for dlock's own keys (DLOCK_EINVAL). */
+ * without NUL of 1..DLOCK_NAME_MAX bytes, except that on Redis (plain,
+ * Sentinel, Cluster, Redlock) names beginning with "dlock_lock_" are
+ * reserved for dlock's own keys (DLOCK_EINVAL); Spring's layout and the
+ * other backends have no such keys and take them. */
 #define DLOCK_NAME_MAX 1024
 /* wait_ms: wait without a deadline. 0 means try once. */
 #define DLOCK_WAIT_FOREVER (-1)

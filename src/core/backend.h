@@ -8,7 +8,12 @@
  * hooks) and whatever its waits need (core/wait.h).
  *
  * Return conventions: 0 or a positive outcome as documented, negative
- * DLOCK_E* on failure with the thread's error detail set.
+ * DLOCK_E* on failure with the thread's error detail set, in the user's
+ * terms: the core passes a backend's detail on (an acquire's
+ * DLOCK_EWRONGTYPE included: Redis words the server's WRONGTYPE itself).
+ * An operation on a lock with more than a few arguments takes one request
+ * struct (dlock__acquire, dlock__release), so that a field added later
+ * does not touch every backend's signature.
  *
  * Registration: a backend is one dlock__backend_ops value, with the URL
  * schemes it serves, named in the build's list (src/backends.c, one line);
@@ -23,13 +28,15 @@
  * what the service confirmed of its session (dlock__session_begin,
  * _confirm, _linked) and the core's loss clock decides when it is lost
  * (core/session.h); a loss the service makes known (an expired session)
- * the backend reports with dlock__holds_session_lost. ping,
+ * the backend reports with dlock__holds_session_lost. ping, check_name,
  * lock_force_release, lock_query, lock_state and the loop hooks may be
- * NULL, and `lock_kinds` / `sync_kinds` say which objects the backend
- * offers: the core answers a call that needs a missing one with
- * DLOCK_ENOTSUP naming the backend and the operation (dlock__need_op),
- * before anything is sent. docs/BACKENDS.md tells how a backend is written
- * and what each side promises the other.
+ * NULL (check_name: the backend takes every name the core accepts; Redis
+ * refuses its own keys' "dlock_lock_" space), and `lock_kinds` /
+ * `sync_kinds` say which objects the backend offers: the core answers a
+ * call that needs a missing one with DLOCK_ENOTSUP naming the backend and
+ * the operation (dlock__need_op), before anything is sent.
+ * docs/BACKENDS.md tells how a backend is written and what each side
+ * promises the other.
  */
 #ifndef DLOCK_CORE_BACKEND_H
 #define DLOCK_CORE_BACKEND_H
@@ -97,6 +104,20 @@ typedef struct dlock__acquire {
   bool reentry;
 } dlock__acquire;
 
+/* One release of a lock of any kind. */
+typedef struct dlock__release {
+  void *bh; /* the handle's backend state (handle_open), or NULL */
+  dlock_lock_kind_t kind;
+  const char *name;
+  const char *owner; /* "<client-id>:<tid>" */
+  /* the hold's lease: what a count left behind keeps (a re-entered lock,
+   * a read side under a write hold) */
+  int64_t lease_ms;
+  /* makes a retried release idempotent: a retry with the same id is
+   * taken as the first attempt's */
+  const char *request_id;
+} dlock__release;
+
 /* The objects of sync_* operations. A semaphore and a permit semaphore
  * share their count key and channel (Redisson's layout); a permit semaphore
  * also has the ZSET of permits in use. */
@@ -161,6 +182,13 @@ typedef struct dlock__backend_ops {
               struct dlock_client *core);
   void (*close)(void *be);
   int (*ping)(void *be);
+  /* Optional (NULL: every name the core accepts will do): refuses a name
+   * this backend cannot give a lock, semaphore or latch, with DLOCK_EINVAL
+   * and a detail beginning with `fn` (the public call). Called when a
+   * handle is created, after the core's own checks (1..DLOCK_NAME_MAX
+   * bytes); no round trip. Redis: names in the space of dlock's own keys
+   * ("dlock_lock_"), which could be another lock's queue or channel. */
+  int (*check_name)(void *be, const char *name, const char *fn);
 
   /* Per lock handle (optional): what the backend can prepare once for
    * (kind, name), such as key and channel names, so that each acquire,
@@ -187,10 +215,8 @@ typedef struct dlock__backend_ops {
    * is its fencing token for a fenced lock), else 0. */
   int (*lock_leave)(void *be, const dlock__acquire *a, uint64_t seq,
                     int64_t *token);
-  /* DLOCK__REL_*; request_id makes a retried release idempotent. */
-  int (*lock_release)(void *be, void *bh, dlock_lock_kind_t kind,
-                      const char *name, const char *owner, int64_t lease_ms,
-                      const char *request_id);
+  /* DLOCK__REL_*; r->request_id makes a retried release idempotent. */
+  int (*lock_release)(void *be, const dlock__release *r);
   int (*lock_force_release)(void *be, dlock_lock_kind_t kind, const char *name,
                             bool *deleted);
   /* Renews every item in as few round trips as the backend allows, giving

@@ -112,10 +112,6 @@ void dlock__client_poke(struct dlock_client *c) {
   (void)n;
 }
 
-/* dlock's own keys (wait queues, grant channels) all begin with this; an
- * object of such a name could be another lock's bookkeeping. */
-#define DLOCK__RESERVED_PREFIX "dlock_lock_"
-
 int dlock__check_wait(int64_t wait_ms, const char *fn) {
   if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
     return dlock__seterr(DLOCK_EINVAL,
@@ -133,7 +129,8 @@ int dlock__check_lease(int64_t lease_ms, const char *fn) {
   return 0;
 }
 
-int dlock__check_name(const char *name, const char *fn) {
+int dlock__check_name(struct dlock_client *c, const char *name,
+                      const char *fn) {
   if (!name)
     return dlock__seterr(DLOCK_EINVAL, "%s: name is NULL", fn);
   size_t n = strnlen(name, DLOCK_NAME_MAX + 1);
@@ -142,13 +139,8 @@ int dlock__check_name(const char *name, const char *fn) {
   if (n > DLOCK_NAME_MAX)
     return dlock__seterr(DLOCK_EINVAL, "%s: name is longer than %d bytes", fn,
                          DLOCK_NAME_MAX);
-  if (strncmp(name, DLOCK__RESERVED_PREFIX,
-              sizeof DLOCK__RESERVED_PREFIX - 1) == 0)
-    return dlock__seterr(DLOCK_EINVAL,
-                         "%s: names beginning with \"" DLOCK__RESERVED_PREFIX
-                         "\" are reserved for dlock's own keys",
-                         fn);
-  return 0;
+  /* what else a name may not be is the backend's (Redis: its own keys) */
+  return c->ops->check_name ? c->ops->check_name(c->be, name, fn) : 0;
 }
 
 void dlock__log(struct dlock_client *c, dlock_log_level_t level,

@@ -149,9 +149,10 @@ int dlock__call_begin(struct dlock_client *c, const char *fn);
 void dlock__call_end(struct dlock_client *c);
 /* True while dlock_client_free() is tearing the client down. */
 bool dlock__client_stopping(struct dlock_client *c);
-/* Checks a lock, semaphore or latch name (non-empty, at most
- * DLOCK_NAME_MAX bytes, not in dlock's reserved "dlock_lock_" space). */
-int dlock__check_name(const char *name, const char *fn);
+/* Checks a lock, semaphore or latch name of client c (checked already):
+ * non-empty, at most DLOCK_NAME_MAX bytes, and what the backend's
+ * check_name asks (Redis: not in dlock's reserved "dlock_lock_" space). */
+int dlock__check_name(struct dlock_client *c, const char *name, const char *fn);
 /* wait_ms: >= 0 or DLOCK_WAIT_FOREVER. */
 int dlock__check_wait(int64_t wait_ms, const char *fn);
 /* lease_ms: 1..DLOCK_LEASE_MAX or DLOCK_LEASE_WATCHDOG. */

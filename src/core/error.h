@@ -27,8 +27,9 @@ void dlock__err_set_unsent(bool unsent);
 bool dlock__err_unsent(void);
 /* Marks the thread's current failure detail as already telling the user
  * what it means (e.g. which kind of lock is in the way of a DLOCK_EWRONGTYPE)
- * so that the core keeps it instead of rewording it. Every dlock__seterr
- * clears the mark; dlock__preferr keeps it. */
+ * so that a later step that words a bare server error keeps it instead of
+ * rewording it (the Redis backend's acquire: dlock__redis_lock_wrongtype).
+ * Every dlock__seterr clears the mark; dlock__preferr keeps it. */
 void dlock__err_set_worded(void);
 bool dlock__err_worded(void);
 /* Prefixes the current detail with "<prefix>: " and returns code. */

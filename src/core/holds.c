@@ -715,8 +715,12 @@ void dlock__unresolved_run(struct dlock_client *c) {
       /* handed a lock nobody waits for any more: release it, so it passes
        * to the next waiter (its count is 1: a grant) */
       dlock__reqid(&c->reqids, req);
-      rc = c->ops->lock_release(c->be, NULL, j->kind, j->name, owner,
-                                j->lease_ms, req);
+      dlock__release r = {.kind = j->kind,
+                          .name = j->name,
+                          .owner = owner,
+                          .lease_ms = j->lease_ms,
+                          .request_id = req};
+      rc = c->ops->lock_release(c->be, &r);
       dlock__log(c, DLOCK_LOG_INFO,
                  "released '%.200s', handed to a wait that had ended: %s",
                  j->name, rc < 0 ? dlock_last_error() : "done");

@@ -86,7 +86,7 @@ int dlock_lock_new_kind(dlock_client_t *c, const char *name,
   *out = NULL;
   int rc = dlock__client_check(c, "dlock_lock_new");
   if (!rc)
-    rc = dlock__check_name(name, "dlock_lock_new");
+    rc = dlock__check_name(c, name, "dlock_lock_new");
   if (!rc && ((int)kind < DLOCK_REENTRANT || kind > DLOCK_WRITE))
     rc = dlock__seterr(DLOCK_EINVAL, "dlock_lock_new: unknown lock kind %d",
                        (int)kind);
@@ -979,16 +979,7 @@ static inline __attribute__((always_inline)) int acquire_end(acq *a, int rc,
     pthread_mutex_lock(&c->mu);
     dlock__hold_unreserve_locked(c, hold_kind(l->kind), l->name, a->tid);
     pthread_mutex_unlock(&c->mu);
-    /* the server's WRONGTYPE names a command; say what it means here (a
-     * backend that already said which kind of lock is in the way marked
-     * its detail worded, and it is kept) */
-    return call_end(l, rc == DLOCK_EWRONGTYPE && !dlock__err_worded()
-                           ? dlock__seterr(rc,
-                                           "lock '%.200s': the key holds a "
-                                           "value of another type (not a "
-                                           "lock)",
-                                           l->name)
-                           : rc);
+    return call_end(l, rc); /* the backend's detail, in its terms */
   }
   if (token)
     *token = a->tok;
@@ -1213,12 +1204,16 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
    * id (so is a user's retry after an error: the id is kept in the hold).
    * On a retry "not owner" means the first attempt released the lock. */
   bool retry = h_had_id;
-  int out =
-      c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
+  dlock__release r = {.bh = l->bh,
+                      .kind = l->kind,
+                      .name = l->name,
+                      .owner = owner,
+                      .lease_ms = lease,
+                      .request_id = req};
+  int out = c->ops->lock_release(c->be, &r);
   if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
     retry = true;
-    out =
-        c->ops->lock_release(c->be, l->bh, l->kind, l->name, owner, lease, req);
+    out = c->ops->lock_release(c->be, &r);
   }
   if (out == DLOCK__REL_NOTOWNER && retry)
     out = DLOCK__REL_FREED;

@@ -43,7 +43,7 @@ int dlock__sync_new(struct dlock_client *c, const char *name,
   *out = NULL;
   int rc = dlock__client_check(c, fn);
   if (!rc)
-    rc = dlock__check_name(name, fn);
+    rc = dlock__check_name(c, name, fn);
   static const char *const kind_names[] = {"semaphores", "permit semaphores",
                                            "count-down latches"};
   if (!rc)

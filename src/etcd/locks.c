@@ -487,13 +487,12 @@ int dlock__etcd_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
 
 /* ---------------------------------------------------------------- release */
 
-int dlock__etcd_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                             const char *name, const char *owner,
-                             int64_t lease_ms, const char *request_id) {
+int dlock__etcd_lock_release(void *be, const dlock__release *rel) {
   dlock__etcd *e = be;
-  (void)bh;
-  (void)lease_ms;
-  (void)request_id;
+  /* no lease per hold (the session's lease keeps it) and no request id (a
+   * retry finds the entry still held and deletes again) */
+  dlock_lock_kind_t kind = rel->kind;
+  const char *name = rel->name, *owner = rel->owner;
   if (kind == DLOCK_READ || kind == DLOCK_WRITE)
     return dlock__etcd_rw_release(e, kind, name, owner);
   pthread_mutex_lock(&e->mu);

@@ -850,14 +850,13 @@ static int pg_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return 0; /* a wait's statement is cancelled by wait_end */
 }
 
-static int pg_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                           const char *name, const char *owner,
-                           int64_t lease_ms, const char *request_id) {
-  (void)bh;
-  (void)lease_ms;
-  (void)request_id;
+static int pg_lock_release(void *be, const dlock__release *rel) {
+  /* no lease (the connection keeps the hold) and no request id (a retry
+   * finds the hold gone: "not owner", which the core takes as the first
+   * attempt's release) */
+  const char *name = rel->name, *owner = rel->owner;
   pg *p = be;
-  bool shared = is_shared(kind);
+  bool shared = is_shared(rel->kind);
   pthread_mutex_lock(&p->mu);
   pg_hold **link = NULL;
   pg_hold *h = hold_find(p, name, owner, shared, &link);

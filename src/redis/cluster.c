@@ -15,9 +15,11 @@
  * the others are `prefix:{name}`, `{name}:suffix`, or, for a name that has
  * a `{...}` of its own, the name with that tag), so all of them live in one
  * slot: CRC16 (XMODEM) of the tag, mod 16384, as Redis computes it. Each
- * operation is forwarded, unchanged, to the master of that slot; handles
- * are the same on every master. Renewals are one batch per master, split
- * by slot by the master's backend.
+ * operation is forwarded, unchanged, to the master of that slot (its
+ * request struct, dlock__acquire or dlock__release, as it came); handles
+ * are the same on every master, and so is check_name, the Redis
+ * backend's (no dlock_lock_ names: dlock's own keys). Renewals are one batch
+ * per master, split by slot by the master's backend.
  *
  * The map changes (docs/CLUSTER.md): a call answered MOVED goes where it
  * says and the map is read again; ASK sends it once after ASKING;
@@ -27,10 +29,10 @@
  * that a master leaves unanswered for 500 ms reads the map again from the
  * other masters (node_left, the masters' `left` hook: a stopped master's
  * kernel still takes connections and requests) and ends as soon as the
- * map gives that master no slot, so the call is made again where it says. Masters are added
- * as they appear and never removed. A wait is registered with one master
- * (its cwait record, w->route); when the map moves its slot, it is woken,
- * and its next arm or queue check moves it to the new master.
+ * map gives that master no slot, so the call is made again where it says.
+ * Masters are added as they appear and never removed. A wait is registered with
+ * one master (its cwait record, w->route); when the map moves its slot, it is
+ * woken, and its next arm or queue check moves it to the new master.
  *
  * Pub/sub: the node backends publish with SPUBLISH and subscribe with
  * SSUBSCRIBE (sharded pub/sub, Redis 7), as Redisson 3.22+ does in a
@@ -629,12 +631,8 @@ static int cl_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   ROUTED(be, a->name, RB->lock_leave(rt.node, a, seq, token));
 }
 
-static int cl_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                           const char *name, const char *owner,
-                           int64_t lease_ms, const char *request_id) {
-  ROUTED(be, name,
-         RB->lock_release(rt.node, bh, kind, name, owner, lease_ms,
-                          request_id));
+static int cl_lock_release(void *be, const dlock__release *r) {
+  ROUTED(be, r->name, RB->lock_release(rt.node, r));
 }
 
 static int cl_lock_force_release(void *be, dlock_lock_kind_t kind,
@@ -896,6 +894,7 @@ const dlock__backend_ops dlock__redis_cluster_backend = {
     .open = cl_open,
     .close = cl_close,
     .ping = cl_ping,
+    .check_name = dlock__redis_check_name, /* the same keys on every master */
     .handle_open = cl_handle_open,
     .handle_close = cl_handle_close,
     .lock_acquire = cl_lock_acquire,

@@ -26,6 +26,17 @@
  * Retrying: only idempotent scripts are re-sent after a broken connection
  * (leave, state). Acquire is never re-sent (a second HINCRBY would count a
  * hold twice); release is retried by the core with the same request id.
+ *
+ * Names: dlock's own keys and channels all begin with "dlock_lock_", so
+ * check_name refuses a lock, semaphore or latch named so (it could be
+ * another lock's queue, yield key or grant channel); the cluster and
+ * Redlock backends, whose nodes hold the same keys, use it too.
+ *
+ * A key of another type: the server's WRONGTYPE names a command, so an
+ * acquire says what it means ("the key holds a value of another type (not
+ * a lock)", dlock__redis_lock_wrongtype), unless the script already said
+ * which kind of lock is in the way (OTHERKIND, marked worded); the core
+ * passes the detail on as it is.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -68,6 +79,9 @@
 /* A reader held back for a queued writer looks again at least this often:
  * nothing is published when that writer dies while queued. */
 #define RW_HELD_BACK_RECHECK_MS "1000"
+/* What every dlock_lock_* prefix above (and redis.c's probe channel)
+ * begins with. */
+#define RESERVED_PREFIX "dlock_lock_"
 
 /* Every key and channel name one operation may need; unused ones stay
  * NULL. Built by keys_make, freed by keys_clear. */
@@ -584,15 +598,20 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   int unsynced = 0;
   int rc = lock_acquire_once(be, a, pttl, token, &unsynced);
   if (rc != 1 || unsynced == 0)
-    return rc;
+    return dlock__redis_lock_wrongtype(rc, a->name);
   /* taken on the master, but no replica has it: give it back, so that a
    * failover cannot leave two holders (this release's own WAIT may fail
    * too; the lease bounds the key then) */
   char req[DLOCK__UUID_LEN + 1];
   int urc = dlock__uuid(req);
+  dlock__release rel = {.bh = a->bh,
+                        .kind = a->kind,
+                        .name = a->name,
+                        .owner = a->owner,
+                        .lease_ms = a->lease_ms,
+                        .request_id = req};
   if (!urc)
-    dlock__redis_lock_release(be, a->bh, a->kind, a->name, a->owner,
-                              a->lease_ms, req);
+    dlock__redis_lock_release(be, &rel);
   return dlock__redis_unsynced(be, "lock acquire", unsynced);
 }
 
@@ -653,6 +672,29 @@ int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return rc;
 }
 
+/* ------------------------------------------------------------- names */
+
+int dlock__redis_check_name(void *be, const char *name, const char *fn) {
+  (void)be;
+  if (strncmp(name, RESERVED_PREFIX, sizeof RESERVED_PREFIX - 1) == 0)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "%s: names beginning with \"" RESERVED_PREFIX
+                         "\" are reserved for dlock's own keys",
+                         fn);
+  return 0;
+}
+
+int dlock__redis_lock_wrongtype(int rc, const char *name) {
+  if (rc != DLOCK_EWRONGTYPE || dlock__err_worded())
+    return rc;
+  dlock__seterr(rc,
+                "lock '%.200s': the key holds a value of another type (not a "
+                "lock)",
+                name);
+  dlock__err_set_worded();
+  return rc;
+}
+
 /* ------------------------------------------------------------- release */
 
 /* How long a release's latch lives: past the core's own retry (a reconnect
@@ -681,13 +723,15 @@ static int release_outcome(redisReply *rep, bool counted) {
   return rc;
 }
 
-int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                              const char *name, const char *owner,
-                              int64_t lease_ms, const char *request_id) {
+int dlock__redis_lock_release(void *be, const dlock__release *rel) {
   dlock__redis *r = be;
+  void *bh = rel->bh;
+  dlock_lock_kind_t kind = rel->kind;
+  const char *name = rel->name, *owner = rel->owner;
+  const char *request_id = rel->request_id;
   char lease[24], wfield[128];
   const char *latch = r->latch_ms;
-  dlock__fmt_i64(lease, lease_ms);
+  dlock__fmt_i64(lease, rel->lease_ms);
   lock_keys k;
   int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
   if (rc)
@@ -1396,17 +1440,19 @@ int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
   return 0;
 }
 
-int dlock__redis_lock_release_req(void *be, void *bh, dlock_lock_kind_t kind,
-                                  const char *name, const char *owner,
-                                  int64_t lease_ms, const char *request_id,
+int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
                                   dlock__redis_req *q) {
   dlock__redis *r = be;
+  void *bh = rel->bh;
+  dlock_lock_kind_t kind = rel->kind;
+  const char *name = rel->name, *owner = rel->owner;
+  const char *request_id = rel->request_id;
   if (kind != DLOCK_REENTRANT && kind != DLOCK_FENCED)
     return dlock__seterr(DLOCK_ENOTSUP, "redlock: only reentrant and fenced "
                                         "locks are offered");
   char lease[24];
   const char *latch = r->latch_ms;
-  dlock__fmt_i64(lease, lease_ms);
+  dlock__fmt_i64(lease, rel->lease_ms);
   lock_keys k;
   int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
   if (rc)

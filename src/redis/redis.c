@@ -1061,6 +1061,7 @@ const dlock__backend_ops dlock__redis_backend = {
     .open = redis_open,
     .close = redis_close,
     .ping = redis_ping,
+    .check_name = dlock__redis_check_name,
     .handle_open = dlock__redis_handle_open,
     .handle_close = dlock__redis_handle_close,
     .lock_acquire = dlock__redis_lock_acquire,

@@ -225,9 +225,15 @@ int dlock__redis_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                               int64_t *token);
 int dlock__redis_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
                             int64_t *token);
-int dlock__redis_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                              const char *name, const char *owner,
-                              int64_t lease_ms, const char *request_id);
+int dlock__redis_lock_release(void *be, const dlock__release *rel);
+/* The backend's check_name: refuses names in dlock's own key space
+ * ("dlock_lock_"); Cluster and Redlock use it as well. */
+int dlock__redis_check_name(void *be, const char *name, const char *fn);
+/* rc, with a DLOCK_EWRONGTYPE detail not yet worded (the server's
+ * WRONGTYPE, naming a command) said in the user's terms: the key `name`
+ * holds a value of another type, not a lock. For lock_acquire (Redis,
+ * Spring's layout, Redlock). */
+int dlock__redis_lock_wrongtype(int rc, const char *name);
 int dlock__redis_handle_open(void *be, dlock_lock_kind_t kind,
                              const char *name, void **bh);
 void dlock__redis_handle_close(void *bh);
@@ -259,9 +265,7 @@ int dlock__redis_lock_acquire_req(void *be, const dlock__acquire *a,
                                   dlock__redis_req *q);
 int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
                                     int64_t *pttl, int64_t *token);
-int dlock__redis_lock_release_req(void *be, void *bh, dlock_lock_kind_t kind,
-                                  const char *name, const char *owner,
-                                  int64_t lease_ms, const char *request_id,
+int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
                                   dlock__redis_req *q);
 int dlock__redis_lock_release_reply(redisReply *rep);
 /* Raises the fenced lock's token counter to at least `token`. */

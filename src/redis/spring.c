@@ -20,6 +20,11 @@
  * the plain exclusive lock: the layout has no room for a count, a queue,
  * a token or permits (kinds_why says so in every DLOCK_ENOTSUP).
  *
+ * Names: no check_name. The layout has none of dlock's own dlock_lock_*
+ * keys (every key is under the registry's), so such a name is a lock like
+ * any other here; a key of another type under <registry>:<name> is worded
+ * as the Redis backend words it (dlock__redis_lock_wrongtype).
+ *
  * Selection: ?layout=spring&registry=KEY in the URL, or
  * dlock_options_set_layout / dlock_options_set_spring_registry; the
  * client picks this ops table when either asks (dlock__redis_layout), and
@@ -174,9 +179,7 @@ static int spring_handle_open(void *be, dlock_lock_kind_t kind,
 
 /* ------------------------------------------------------------- locks */
 
-static int spring_release(void *be, void *bh, dlock_lock_kind_t kind,
-                          const char *name, const char *owner, int64_t lease_ms,
-                          const char *request_id);
+static int spring_release(void *be, const dlock__release *rel);
 
 static int spring_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                           int64_t *token) {
@@ -190,8 +193,8 @@ static int spring_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   int unsynced = 0;
   int rc = dlock__redis_script_synced(r, &dlock__script_spring_acquire, 1, 6,
                                       argv, false, &rep, &unsynced);
-  if (rc)
-    return rc;
+  if (rc) /* a key of another type is no Spring lock */
+    return dlock__redis_lock_wrongtype(rc, a->name);
   if (rep->type == REDIS_REPLY_INTEGER && rep->integer >= -2) {
     *pttl = rep->integer;
     freeReplyObject(rep);
@@ -203,7 +206,13 @@ static int spring_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   if (unsynced == 0)
     return 1;
   /* taken on the master, but no replica has it: give it back */
-  spring_release(be, a->bh, a->kind, a->name, a->owner, a->lease_ms, "");
+  dlock__release rel = {.bh = a->bh,
+                        .kind = a->kind,
+                        .name = a->name,
+                        .owner = a->owner,
+                        .lease_ms = a->lease_ms,
+                        .request_id = ""};
+  spring_release(be, &rel);
   return dlock__redis_unsynced(be, "lock acquire", unsynced);
 }
 
@@ -213,11 +222,9 @@ static int spring_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return 0; /* waits never queue on the server: nothing to leave */
 }
 
-static int spring_release(void *be, void *bh, dlock_lock_kind_t kind,
-                          const char *name, const char *owner, int64_t lease_ms,
-                          const char *request_id) {
+static int spring_release(void *be, const dlock__release *rel) {
   dlock__redis *r = be;
-  (void)bh, (void)kind, (void)owner, (void)lease_ms, (void)request_id;
+  const char *name = rel->name; /* the owner is the client: r->client_id */
   char key[KEY_MAX], ch[CHANNEL_MAX];
   const char *argv[7] = {0,
                          0,

@@ -41,6 +41,13 @@
  * the holds lost by their vouching deadline); a majority answering without
  * the item reports it gone.
  *
+ * Names and errors are the Redis backend's: check_name refuses the
+ * dlock_lock_ space of dlock's own keys (the same on every node), and an
+ * acquire that meets a key of another type on a node says so in its terms
+ * (dlock__redis_lock_wrongtype). A release is one dlock__release request
+ * for every node, with node 0's handle state (the key names are the
+ * same everywhere).
+ *
  * Options: the per-node timeout and the drift are Redlock's own block of
  * dlock_options_t (dlock__redlock_options_of; the core carries it without
  * knowing it), set by dlock_options_set_redlock_timing (api.c).
@@ -523,16 +530,14 @@ typedef struct release_sum {
 
 /* Releases on every node at once (those with only[i], when given),
  * waiting for each (a release must reach every node it can). */
-static int release_all(redlock *rl, void *bh, dlock_lock_kind_t kind,
-                       const char *name, const char *owner, int64_t lease_ms,
-                       const char *request_id, const bool *only,
+static int release_all(redlock *rl, const dlock__release *r, const bool *only,
                        release_sum *sum, node_call *calls) {
   dlock__redis_req q;
   memset(sum, 0, sizeof *sum);
   /* every node's keys are the same names: one request serves them all */
-  int rc = dlock__redis_lock_release_req(rl->node[0], node_bh(bh, 0), kind,
-                                         name, owner, lease_ms, request_id,
-                                         &q);
+  dlock__release r0 = *r;
+  r0.bh = node_bh(r->bh, 0);
+  int rc = dlock__redis_lock_release_req(rl->node[0], &r0, &q);
   if (rc)
     return rc;
   fanout(rl, &q, calls, only, DLOCK__NEVER, NULL, NULL);
@@ -561,14 +566,11 @@ static int release_all(redlock *rl, void *bh, dlock_lock_kind_t kind,
   return 0;
 }
 
-static int rl_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                           const char *name, const char *owner,
-                           int64_t lease_ms, const char *request_id) {
+static int rl_lock_release(void *be, const dlock__release *r) {
   redlock *rl = be;
   node_call calls[MAX_NODES];
   release_sum s;
-  int rc = release_all(rl, bh, kind, name, owner, lease_ms, request_id, NULL,
-                       &s, calls);
+  int rc = release_all(rl, r, NULL, &s, calls);
   if (rc)
     return rc;
   if (s.failed >= rl->quorum) { /* the core retries with the same id */
@@ -606,8 +608,13 @@ static void undo_attempt(redlock *rl, const dlock__acquire *a,
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
   node_call calls[MAX_NODES];
   release_sum s;
-  release_all(rl, a->bh, a->kind, a->name, a->owner, a->lease_ms, id,
-              a->reentry ? counted : NULL, &s, calls);
+  dlock__release r = {.bh = a->bh,
+                      .kind = a->kind,
+                      .name = a->name,
+                      .owner = a->owner,
+                      .lease_ms = a->lease_ms,
+                      .request_id = id};
+  release_all(rl, &r, a->reentry ? counted : NULL, &s, calls);
   dlock__seterr(0, "%s", saved);
 }
 
@@ -755,8 +762,9 @@ static int rl_lock_acquire(void *be, const dlock__acquire *a0, int64_t *pttl,
   char why[600];
   failures(calls, rl->n, why, sizeof why);
   undo_attempt(rl, &a, counted);
-  if (hard)
-    return dlock__seterr(hard, "redlock: %s", why);
+  if (hard) /* said as a single node's would be */
+    return dlock__redis_lock_wrongtype(dlock__seterr(hard, "redlock: %s", why),
+                                       a.name);
   if (failed > rl->n - rl->quorum) {
     dlock__seterr(DLOCK_EUNAVAILABLE,
                   "redlock: %zu of %zu nodes answered, a majority is %zu (%s)",
@@ -1033,6 +1041,7 @@ const dlock__backend_ops dlock__redlock_backend = {
     .open = rl_open,
     .close = rl_close,
     .ping = rl_ping,
+    .check_name = dlock__redis_check_name, /* the same keys on every node */
     .handle_open = rl_handle_open,
     .handle_close = rl_handle_close,
     .lock_acquire = rl_lock_acquire,

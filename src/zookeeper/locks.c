@@ -769,15 +769,12 @@ int dlock__zk_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return rc < 0 ? rc : 0;
 }
 
-int dlock__zk_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                           const char *name, const char *owner,
-                           int64_t lease_ms, const char *request_id) {
-  (void)bh;
-  (void)lease_ms;
-  (void)request_id; /* a retry finds its record still releasing */
+int dlock__zk_lock_release(void *be, const dlock__release *rel) {
+  /* rel->request_id is not needed: a retry finds its record still
+   * releasing; the session keeps the hold, not a lease */
   dlock__zk *z = be;
   pthread_mutex_lock(&z->mu);
-  zk_node *n = node_find_locked(z, side_of(kind), name, owner);
+  zk_node *n = node_find_locked(z, side_of(rel->kind), rel->name, rel->owner);
   if (n && ext(n)->lost) {
     node_remove_locked(z, n);
     n = NULL;

@@ -159,9 +159,7 @@ int dlock__zk_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token);
 int dlock__zk_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
                          int64_t *token);
-int dlock__zk_lock_release(void *be, void *bh, dlock_lock_kind_t kind,
-                           const char *name, const char *owner,
-                           int64_t lease_ms, const char *request_id);
+int dlock__zk_lock_release(void *be, const dlock__release *rel);
 int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
                                  const char *name, bool *deleted);
 int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,

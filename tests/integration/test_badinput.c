@@ -377,9 +377,14 @@ static void t_wrongtype(void) {
   free(ok);
   dlock_client_t *c = it_client(s);
   dlock_lock_t *l = it_lock(c, "wt");
+  /* said in the user's terms, not as the server's WRONGTYPE */
+  const char *said =
+      "lock 'wt': the key holds a value of another type (not a lock)";
   CHECK_RC(dlock_lock_acquire(l, 0, WD), DLOCK_EWRONGTYPE);
+  CHECK_STR(dlock_last_error(), said);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_acquire(l, 2000, WD), DLOCK_EWRONGTYPE);
+  CHECK_STR(dlock_last_error(), said);
   CHECKF(th_now_ms() - t0 < 1000, "a wait hid a WRONGTYPE error for %lld ms",
          (long long)(th_now_ms() - t0));
   CHECK_RC(dlock_lock_acquire(l, 0, 5000), DLOCK_EWRONGTYPE);

@@ -9,7 +9,9 @@
  * A backend that does not offer a kind must refuse its handle with
  * DLOCK_ENOTSUP naming itself; the `offers` table says which kinds each
  * backend offers, so that a case of a missing kind checks that refusal
- * instead of passing silently.
+ * instead of passing silently, and whether it refuses names in dlock's own
+ * key space ("dlock_lock_": the Redis backends, whose keys share the
+ * server's one key space with the locks').
  *
  * Exclusion across processes re-executes this binary as
  * `test_common --child URL NAME ITERS FILE`: each child makes its own
@@ -55,19 +57,23 @@ static th_backend_t *g_backend;
 typedef struct offers {
   const char *backend;
   unsigned lock_kinds; /* bit per dlock_lock_kind_t */
+  bool reserves;       /* names beginning with "dlock_lock_" are refused */
 } offers_t;
 
 #define K(k) (1u << (k))
 static const offers_t offers[] = {
     {.backend = "redis",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
-                   K(DLOCK_READ) | K(DLOCK_WRITE)},
+                   K(DLOCK_READ) | K(DLOCK_WRITE),
+     .reserves = true},
     {.backend = "redis-cluster",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
-                   K(DLOCK_READ) | K(DLOCK_WRITE)},
+                   K(DLOCK_READ) | K(DLOCK_WRITE),
+     .reserves = true},
     {.backend = "sentinel",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
-                   K(DLOCK_READ) | K(DLOCK_WRITE)},
+                   K(DLOCK_READ) | K(DLOCK_WRITE),
+     .reserves = true},
     {.backend = "zookeeper",
      .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FAIR) | K(DLOCK_FENCED) |
                    K(DLOCK_READ) | K(DLOCK_WRITE)},
@@ -80,12 +86,15 @@ static const offers_t offers[] = {
     {.backend = "mysql", .lock_kinds = K(DLOCK_REENTRANT) | K(DLOCK_FENCED)},
 };
 
-static unsigned offered_kinds(void) {
+static const offers_t *offered(void) {
   for (size_t i = 0; i < sizeof offers / sizeof offers[0]; i++)
     if (strcmp(offers[i].backend, th_backend_name(g_backend)) == 0)
-      return offers[i].lock_kinds;
-  return 0;
+      return &offers[i];
+  static const offers_t none = {0};
+  return &none;
 }
+
+static unsigned offered_kinds(void) { return offered()->lock_kinds; }
 
 static const char *kind_name(dlock_lock_kind_t k) {
   switch (k) {
@@ -713,7 +722,8 @@ static void t_force_release(void) {
 }
 
 /* Bad names are refused before anything is sent, the same on every
- * backend. */
+ * backend; a name beginning with "dlock_lock_" only where it could be one
+ * of dlock's own keys (Redis), elsewhere it is a lock like any other. */
 static void t_bad_names(void) {
   start();
   dlock_client_t *c = client();
@@ -726,6 +736,24 @@ static void t_bad_names(void) {
   CHECK_RC(dlock_lock_new(c, big, &l), DLOCK_EINVAL);
   CHECK(l == NULL);
   CHECK_RC(dlock_lock_new(c, NULL, &l), DLOCK_EINVAL);
+  const char *own = "dlock_lock_queue:{common}";
+  if (offered()->reserves) {
+    CHECK_RC(dlock_lock_new(c, own, &l), DLOCK_EINVAL);
+    CHECK(l == NULL);
+    CHECK(strstr(dlock_last_error(), "reserved for dlock's own keys"));
+  } else {
+    CHECK_OK(dlock_lock_new(c, own, &l));
+    dlock_client_t *b = client();
+    dlock_lock_t *lb = handle(b, own, DLOCK_REENTRANT);
+    CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+    CHECK_RC(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+    CHECK_OK(dlock_lock_release(l));
+    CHECK_OK(dlock_lock_acquire(lb, 0, DLOCK_LEASE_WATCHDOG));
+    CHECK_OK(dlock_lock_release(lb));
+    dlock_lock_free(lb);
+    dlock_lock_free(l);
+    dlock_client_free(b);
+  }
   dlock_client_free(c);
   stop();
 }

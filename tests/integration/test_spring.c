@@ -256,6 +256,7 @@ static void t_state_and_force(void) {
   freeReplyObject(r);
   CHECK_RC(dlock_lock_state(l, &st), DLOCK_EWRONGTYPE);
   CHECK_RC(dlock_lock_acquire(l, 0, WD), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_last_error(), "another type (not a lock)"));
   dlock_lock_free(l);
   dlock_client_free(c);
   th_server_stop(s);
@@ -281,6 +282,14 @@ static void t_other_kinds_refused(void) {
   CHECK_RC(dlock_latch_new(c, "k", &latch), DLOCK_ENOTSUP);
   CHECK(strstr(dlock_last_error(), "spring layout"));
   CHECK_INT(th_redis_int(s, "DBSIZE"), ==, 0);
+  /* the layout has none of dlock's own keys: a name in their space is a
+   * lock like any other, under the registry's key */
+  dlock_lock_t *own = NULL;
+  CHECK_OK(dlock_lock_new(c, "dlock_lock_queue:{k}", &own));
+  CHECK_OK(dlock_lock_acquire(own, 0, WD));
+  CHECK(it_exists(s, REG ":dlock_lock_queue:{k}"));
+  CHECK_OK(dlock_lock_release(own));
+  dlock_lock_free(own);
   dlock_client_free(c);
   th_server_stop(s);
 }
