@@ -1166,8 +1166,19 @@ static const char SQL_SEM_TABLE[] =
   "(SELECT count(*) FROM generate_series(1, d.slots) s(j), pg_locks l "        \
   "WHERE " SQL_SLOT_MATCH("s.j") ")"
 /* $1 name, $2 lease (ms), $3 permit id: the first free slot of 1..K, taken
- * on this session, once fewer than K are in use */
+ * on this session, unless the semaphore shrank (slots > K); a row
+ * (slot or NULL, set, pid, shrank) when the semaphore exists */
 static const char SQL_PSEM_TRY[] =
+    "SELECT t.i, CASE WHEN t.i IS NOT NULL THEN set_config("
+    "'idle_session_timeout', $2, false) IS NOT NULL AND set_config("
+    "'application_name', $3, false) IS NOT NULL END, pg_backend_pid(), "
+    "d.slots > d.permits FROM dlock_semaphore d LEFT JOIN LATERAL (SELECT s.i "
+    "FROM generate_series(1, CASE WHEN d.slots <= d.permits THEN d.permits "
+    "ELSE 0 END) s(i) WHERE pg_try_advisory_lock(hashtextextended($1, s.i)) "
+    "LIMIT 1) t ON true WHERE d.key = hashtextextended($1, 0)";
+/* a semaphore that shrank: a slot of 1..K only while fewer than K are in
+ * use on all its slots (slot, timeout, id, pid; no row: none) */
+static const char SQL_PSEM_TRY_SHRUNK[] =
     "SELECT s.i, set_config('idle_session_timeout', $2, false), "
     "set_config('application_name', $3, false), pg_backend_pid() FROM "
     "generate_series(1, (SELECT CASE WHEN d.slots <= d.permits OR " SQL_IN_USE
@@ -1177,8 +1188,7 @@ static const char SQL_PSEM_TRY[] =
 /* $1 name, $2 slot */
 static const char SQL_PSEM_RELEASE[] =
     "SELECT pg_advisory_unlock(hashtextextended($1, $2::bigint)), "
-    "set_config('application_name', 'dlock', false), pg_notify('dlock_permit', "
-    "$1)";
+    "pg_notify('dlock_permit', $1)";
 static const char SQL_PSEM_SET[] =
     "WITH i AS (INSERT INTO dlock_semaphore (key, name, permits, slots) VALUES "
     "(hashtextextended($1, 0), $1, $2::bigint, $2::bigint) ON CONFLICT (key) "
@@ -1433,11 +1443,20 @@ static int pg_psem_acquire(void *be, const char *name, const char *id,
     if (rc)
       return rc;
     rc = exec_sql(p, c, SQL_PSEM_TRY, 3, v, cmd_deadline(p), out, sizeof out);
-    if (rc == 0 && out[0]) {
+    /* slot|set|pid|shrank: the pid, and whether the slow try is needed */
+    const char *f2 = rc == 0 ? strchr(out, '|') : NULL;
+    const char *f3 = f2 ? strchr(f2 + 1, '|') : NULL;
+    const char *f4 = f3 ? strchr(f3 + 1, '|') : NULL;
+    long pid = f3 ? atol(f3 + 1) : 0;
+    if (rc == 0 && out[0] == '|' && f4 && f4[1] == 't') {
+      rc = exec_sql(p, c, SQL_PSEM_TRY_SHRUNK, 3, v, cmd_deadline(p), out,
+                    sizeof out);
       /* slot|timeout|id|pid */
+      const char *bar = rc == 0 ? strrchr(out, '|') : NULL;
+      pid = bar ? atol(bar + 1) : 0;
+    }
+    if (rc == 0 && out[0] && out[0] != '|') {
       int64_t slot = atoll(out);
-      const char *bar = strrchr(out, '|');
-      long pid = bar ? atol(bar + 1) : 0;
       pg_hold *h = dlock__calloc(1, sizeof *h);
       char *n = dlock__strdup(name), *o = dlock__strdup(id);
       if (!h || !n || !o) {
@@ -1459,12 +1478,11 @@ static int pg_psem_acquire(void *be, const char *name, const char *id,
       h->next = p->holds;
       p->holds = h;
       pthread_mutex_unlock(&p->mu);
-      dlock__client_poke(p->core); /* the loop watches its connection */
       return 1;
     }
     if (rc == 0 || (rc == DLOCK_ESERVER && no_sem_table() &&
                     PQstatus(c) == CONNECTION_OK)) {
-      /* none free (no table: no semaphore, no permits) */
+      /* none free (no row or no table: no semaphore, no permits) */
       conn_put(p, c, idle);
       if (rc)
         dlock__seterr(DLOCK_OK, "%s", "");

@@ -534,6 +534,29 @@ static void t_permits_layout(void) {
   CHECK_RC(dlock_permit_sem_release(sem, b), DLOCK_ELOST);
   CHECK_OK(dlock_permit_sem_delete(sem, &existed));
   CHECK(!existed);
+  /* a semaphore that shrinks: a permit still held on a slot above the new
+   * size counts as in use, and no slot below is lent past the size */
+  dlock_permit_sem_t *sh = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "shrink", &sh));
+  CHECK_OK(dlock_permit_sem_try_set_permits(sh, 2, NULL));
+  char p1[DLOCK_PERMIT_ID_LEN + 1], p2[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, p1));
+  CHECK_OK(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, p2));
+  CHECK_OK(dlock_permit_sem_add_permits(sh, -1));
+  CHECK_OK(dlock_permit_sem_release(sh, p1)); /* slot 1 free, slot 2 held */
+  CHECK_OK(dlock_permit_sem_available(sh, &n));
+  CHECK_INT(n, ==, 0);
+  CHECK_RC(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, x),
+           DLOCK_EBUSY);
+  CHECK_OK(dlock_permit_sem_release(sh, p2));
+  CHECK_OK(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, x));
+  CHECK_RC(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, p1),
+           DLOCK_EBUSY);
+  CHECK_OK(dlock_permit_sem_release(sh, x));
+  CHECK_OK(dlock_permit_sem_add_permits(sh, 2)); /* 3 now */
+  CHECK_OK(dlock_permit_sem_available(sh, &n));
+  CHECK_INT(n, ==, 3);
+  dlock_permit_sem_free(sh);
   /* counting semaphores and latches are refused with one line */
   dlock_semaphore_t *cs = NULL;
   CHECK_RC(dlock_semaphore_new(c, "counting", &cs), DLOCK_ENOTSUP);
