@@ -626,6 +626,45 @@ static void t_permit_wait_woken(void) {
   th_pg_stop(s);
 }
 
+/* A server restart ends the holder's session: its permit is reported
+ * lost, and a waiter of another client (whose listening connection went
+ * too) rides the outage out and gets the permit. */
+static void t_permit_restart(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  atomic_store(&g_lost, 0);
+  dlock_client_t *a = client_for(th_pg_url(s)), *b = client_for(th_pg_url(s));
+  dlock_permit_sem_t *sa = NULL, *sb = NULL;
+  CHECK_OK(dlock_permit_sem_new(a, "restart-pool", &sa));
+  CHECK_OK(dlock_permit_sem_new(b, "restart-pool", &sb));
+  CHECK_OK(dlock_permit_sem_try_set_permits(sa, 1, NULL));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sa, 0, DLOCK_LEASE_WATCHDOG, id));
+  psem_waiter_t w = {.sem = sb, .wait_ms = 30000};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, psem_wait_main, &w) == 0);
+  bool early;
+  TH_WAIT_FOR(early, atomic_load(&w.done), 300);
+  CHECK(!early);
+  CHECK_INT(th_pg_kill9(s), ==, 0);
+  CHECK_INT(th_pg_up(s), ==, 0);
+  bool lost, done;
+  TH_WAIT_FOR(lost, atomic_load(&g_lost) >= 1, 30000);
+  TH_WAIT_FOR(done, atomic_load(&w.done), 40000);
+  pthread_join(t, NULL);
+  CHECKF(lost, "the permit's loss was never reported");
+  CHECK(done);
+  CHECK_OK(atomic_load(&w.rc));
+  CHECK_RC_IN(dlock_permit_sem_release(sa, id), DLOCK_ELOST, DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_permit_sem_release(sb, w.id));
+  printf("the holder was told, the waiter got the permit after the restart\n");
+  dlock_permit_sem_free(sa);
+  dlock_permit_sem_free(sb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_pg_stop(s);
+}
+
 /* A holder process killed (its session ends at once) or frozen (the
  * server ends its idle session after the lease): its permit comes back to
  * a waiter. */
@@ -833,6 +872,7 @@ static const check_case_t cases[] = {
     {"permits_layout", t_permits_layout},
     {"permit_wait_woken", t_permit_wait_woken},
     {"dead_permit_holder", t_dead_permit_holder},
+    {"permit_restart", t_permit_restart},
     {"permits_bound_processes", t_permits_bound_processes},
     {"cli_limit", t_cli_limit},
 };
