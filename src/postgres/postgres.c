@@ -62,7 +62,9 @@
  *   DLOCK__HK_PERMIT), a killed or frozen holder's permit is freed by the
  *   server, and the session shows the permit id as its application_name
  *   (psem_state lists them). A try is one statement taking the first free
- *   slot (pg_try_advisory_lock over 1..K, LIMIT 1). A release NOTIFYs the
+ *   slot (pg_try_advisory_lock over 1..K, LIMIT 1); after a shrink (slots
+ *   above K may still be held) a second one takes a slot only while
+ *   pg_locks shows fewer than K in use. A release NOTIFYs the
  *   channel dlock_permit with N as payload; a client with permit waits
  *   LISTENs on one connection of its own, which the event loop polls, and
  *   wakes the waits of the name. A permit the server frees (its holder's
@@ -174,7 +176,7 @@ typedef struct pg_hold {
   bool busy;     /* a renewal is using conn */
   bool broken;   /* the loop saw conn closed: its next heartbeat fails */
   bool permit;   /* a permit of the permit semaphore `name` (owner: its id) */
-  int64_t slot;  /* a permit: its slot, 0-based */
+  int64_t slot;  /* a permit: its slot, 1..K */
 } pg_hold;
 
 enum { W_IDLE, W_SENT, W_GRANTED, W_FAILED };
