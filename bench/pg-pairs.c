@@ -9,7 +9,9 @@
  *   - pairs/s of dlock's statements that also set the lease and owner (a
  *     connection's first hold), sent bare,
  *   - dlock's pairs/s: dlock_lock_acquire (wait 0, watchdog lease) and
- *     dlock_lock_release.
+ *     dlock_lock_release,
+ *   - dlock's permit pairs/s: dlock_permit_sem_acquire (wait 0, watchdog
+ *     lease) and dlock_permit_sem_release on a semaphore of 4 permits.
  * Rounds alternate (limit, floor, dlock, limit, ...) so that drift of a
  * shared machine falls on all three; the median round of each is printed.
  *
@@ -87,6 +89,19 @@ static double round_dlock(dlock_lock_t *l, int n) {
   return rate(n, t0);
 }
 
+static double round_permit(dlock_permit_sem_t *sem, int n) {
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  int64_t t0 = th_now_ms();
+  for (int i = 0; i < n; i++) {
+    if (dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, id) != 0 ||
+        dlock_permit_sem_release(sem, id) != 0) {
+      fprintf(stderr, "dlock permit: %s\n", dlock_last_error());
+      return 0;
+    }
+  }
+  return rate(n, t0);
+}
+
 static void quiet(void *arg, const char *msg) {
   (void)arg;
   (void)msg;
@@ -111,26 +126,32 @@ int main(int argc, char **argv) {
   PQsetNoticeProcessor(c, quiet, NULL);
   dlock_client_t *cl = NULL;
   dlock_lock_t *l = NULL;
+  dlock_permit_sem_t *sem = NULL;
   if (PQstatus(c) != CONNECTION_OK ||
       dlock_client_new(&cl, th_pg_url(s), NULL) != 0 ||
-      dlock_lock_new(cl, "bench-dlock", &l) != 0) {
+      dlock_lock_new(cl, "bench-dlock", &l) != 0 ||
+      dlock_permit_sem_new(cl, "bench-permits", &sem) != 0 ||
+      dlock_permit_sem_try_set_permits(sem, 4, NULL) != 0) {
     fprintf(stderr, "setup: %s %s\n", PQerrorMessage(c), dlock_last_error());
     return 1;
   }
-  double sel[15], flo[15], dl[15], ds[15];
+  double sel[15], flo[15], dl[15], ds[15], pm[15];
   round_dlock(l, n / 10 + 1); /* warm: the pooled connection */
+  round_permit(sem, n / 10 + 1);
   for (int r = 0; r < rounds; r++) {
     sel[r] = round_select(c, n);
     flo[r] = round_floor(c, n);
     ds[r] = round_dlock_sql(c, n);
     dl[r] = round_dlock(l, n);
+    pm[r] = round_permit(sem, n);
   }
   qsort(sel, (size_t)rounds, sizeof sel[0], cmp);
   qsort(flo, (size_t)rounds, sizeof flo[0], cmp);
   qsort(dl, (size_t)rounds, sizeof dl[0], cmp);
   qsort(ds, (size_t)rounds, sizeof ds[0], cmp);
+  qsort(pm, (size_t)rounds, sizeof pm[0], cmp);
   double S = sel[rounds / 2], F = flo[rounds / 2], D = dl[rounds / 2],
-         Q = ds[rounds / 2];
+         Q = ds[rounds / 2], P = pm[rounds / 2];
   printf("| measure (median of %d rounds of %d) | per second | vs SELECT 1 "
          "|\n| --- | --- | --- |\n",
          rounds, n);
@@ -142,6 +163,10 @@ int main(int argc, char **argv) {
   printf("| dlock pairs (acquire wait 0 + release) | %.0f | %.2f (%.2f of "
          "the bare pairs) |\n",
          D, D / S, D / F);
+  printf("| dlock permit pairs (permit acquire wait 0 + release, 4 permits) "
+         "| %.0f | %.2f |\n",
+         P, P / S);
+  dlock_permit_sem_free(sem);
   dlock_lock_free(l);
   dlock_client_free(cl);
   PQfinish(c);

@@ -48,16 +48,34 @@
  *   the exclusive advisory lock of the name (one lock for the three); the
  *   read side takes its shared lock (pg_advisory_lock_shared). A thread
  *   never holds both sides (its two sessions would block each other):
- *   DLOCK_EDEADLK. The fair lock, semaphores and latches are not offered:
- *   the core refuses them with DLOCK_ENOTSUP before anything is sent. A fenced
- * grant raises the name's row of the table dlock_fence (created on first use)
- * on the holding connection while the lock is held, so tokens grow with every
- * grant and survive a restart. Semaphores and latches are not offered
- * (sync_kinds 0).
+ *   DLOCK_EDEADLK. The fair lock, counting semaphores and latches are not
+ *   offered: the core refuses them with DLOCK_ENOTSUP (kinds_why) before
+ *   anything is sent. A fenced grant raises the name's row of the table
+ *   dlock_fence (created on first use) on the holding connection while the
+ *   lock is held, so tokens grow with every grant and survive a restart.
+ * - Permit semaphores (`dlock -N`): the semaphore N of K permits is the row
+ *   of the table dlock_semaphore (its size K; created on first use) and K
+ *   slot advisory locks on hashtextextended(N, i), i = 1..K (seed 0 is the
+ *   lock N's key). A permit is one slot lock held on a connection of its
+ *   own, so it is a hold like a lock's: its session's idle_session_timeout
+ *   is the permit's lease, the watchdog's heartbeats keep it (lock_renew,
+ *   DLOCK__HK_PERMIT), a killed or frozen holder's permit is freed by the
+ *   server, and the session shows the permit id as its application_name
+ *   (psem_state lists them). A try is one statement taking the first free
+ *   slot (pg_try_advisory_lock over 1..K, LIMIT 1); after a shrink (slots
+ *   above K may still be held) a second one takes a slot only while
+ *   pg_locks shows fewer than K in use. A release NOTIFYs the
+ *   channel dlock_permit with N as payload; a client with permit waits
+ *   LISTENs on one connection of its own, which the event loop polls, and
+ *   wakes the waits of the name. A permit the server frees (its holder's
+ *   session ended) sends nothing: a wait looks again at least every third
+ *   of the client's watchdog lease.
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
- *   until it is not.
+ *   until it is not. p->lmu guards the listening connection (taken before
+ *   mu; held across its I/O by a caller thread, so the loop only tries
+ *   it, and a caller that holds it drains the notifications itself).
  */
 #include <libpq-fe.h>
 #include <poll.h>
@@ -157,6 +175,8 @@ typedef struct pg_hold {
   int64_t idle;  /* its connection's idle_session_timeout (the lease) */
   bool busy;     /* a renewal is using conn */
   bool broken;   /* the loop saw conn closed: its next heartbeat fails */
+  bool permit;   /* a permit of the permit semaphore `name` (owner: its id) */
+  int64_t slot;  /* a permit: its slot, 1..K */
 } pg_hold;
 
 enum { W_IDLE, W_SENT, W_GRANTED, W_FAILED };
@@ -199,6 +219,15 @@ typedef struct pg {
   PGconn *doomed[16];
   int ndoomed;
   pg_wait *waits;
+  /* permit semaphores: the connection that LISTENs on dlock_permit (NULL
+   * none), used under lmu (taken before mu; the loop only tries it), its
+   * socket for the loop (under mu, -1 none), and how many permit waits
+   * there are (under mu) */
+  pthread_mutex_t lmu;
+  PGconn *lsn;
+  int lsn_fd;
+  int nsync;
+  int64_t psem_retry_ms; /* a permit wait retries at least this often */
 } pg;
 
 static void quiet_notices(void *arg, const char *msg) {
@@ -522,8 +551,20 @@ static bool is_shared(dlock_lock_kind_t k) { return k == DLOCK_READ; }
 static pg_hold *hold_find(pg *p, const char *name, const char *owner,
                           bool shared, pg_hold ***link) {
   for (pg_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
-    if ((*hp)->shared == shared && strcmp((*hp)->name, name) == 0 &&
-        strcmp((*hp)->owner, owner) == 0) {
+    if (!(*hp)->permit && (*hp)->shared == shared &&
+        strcmp((*hp)->name, name) == 0 && strcmp((*hp)->owner, owner) == 0) {
+      if (link)
+        *link = hp;
+      return *hp;
+    }
+  return NULL;
+}
+
+static pg_hold *permit_find(pg *p, const char *name, const char *id,
+                            pg_hold ***link) {
+  for (pg_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
+    if ((*hp)->permit && strcmp((*hp)->name, name) == 0 &&
+        strcmp((*hp)->owner, id) == 0) {
       if (link)
         *link = hp;
       return *hp;
@@ -914,8 +955,10 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
     PQfinish(old[i]);
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&p->mu);
-    pg_hold *h = hold_find(p, items[i].name, items[i].owner,
-                           items[i].kind == DLOCK__HK_READ, NULL);
+    pg_hold *h = items[i].kind == DLOCK__HK_PERMIT
+                     ? permit_find(p, items[i].name, items[i].owner, NULL)
+                     : hold_find(p, items[i].name, items[i].owner,
+                                 items[i].kind == DLOCK__HK_READ, NULL);
     if (!h || !h->conn || h->busy) {
       items[i].result = h && h->conn ? 1 : 0;
       pthread_mutex_unlock(&p->mu);
@@ -944,8 +987,9 @@ static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
     pthread_mutex_unlock(&p->mu);
     if (rc) {
       dlock__log(p->core, DLOCK_LOG_WARN,
-                 "postgres: heartbeat of lock '%.200s' failed (%s): the "
+                 "postgres: heartbeat of %s '%.200s' failed (%s): the "
                  "hold is lost",
+                 items[i].kind == DLOCK__HK_PERMIT ? "a permit of" : "lock",
                  items[i].name, dlock_last_error());
       if (c)
         PQfinish(c);
@@ -1101,13 +1145,520 @@ static int pg_ping(void *be) {
   return exec_pooled(be, SQL_BEAT, 0, NULL, cmd_deadline(be), out, sizeof out);
 }
 
+/* ------------------------------------------------------------ permits */
+
+/* The permit semaphore NAME (docs/POSTGRES.md): its size in a row of the
+ * table dlock_semaphore (created on first use), permits in use as slot
+ * advisory locks on hashtextextended(NAME, i) for slot i = 1..K, each held
+ * by its holder's session; a release NOTIFYs the channel dlock_permit with
+ * NAME as payload. `slots` is the largest size the semaphore had: slots
+ * beyond the size (after it shrank) still count as in use. */
+#define PSEM_MAX 10000
+static const char SQL_SEM_TABLE[] =
+    "CREATE TABLE IF NOT EXISTS dlock_semaphore (key bigint PRIMARY KEY, "
+    "name text NOT NULL, permits bigint NOT NULL, slots bigint NOT NULL)";
+/* slot locks granted among slots 1..d.slots of the semaphore $1 */
+#define SQL_SLOT_MATCH(seed)                                                   \
+  "l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.database = " \
+  "(SELECT oid FROM pg_database WHERE datname = current_database()) AND "      \
+  "l.classid = ((hashtextextended($1, " seed ") >> 32) & 4294967295)::oid "    \
+  "AND l.objid = (hashtextextended($1, " seed ") & 4294967295)::oid"
+#define SQL_IN_USE                                                             \
+  "(SELECT count(*) FROM generate_series(1, d.slots) s(j), pg_locks l "        \
+  "WHERE " SQL_SLOT_MATCH("s.j") ")"
+/* $1 name, $2 lease (ms), $3 permit id: the first free slot of 1..K, taken
+ * on this session, unless the semaphore shrank (slots > K); a row
+ * (slot or NULL, set, pid, shrank) when the semaphore exists */
+static const char SQL_PSEM_TRY[] =
+    "SELECT t.i, CASE WHEN t.i IS NOT NULL THEN set_config("
+    "'idle_session_timeout', $2, false) IS NOT NULL AND set_config("
+    "'application_name', $3, false) IS NOT NULL END, pg_backend_pid(), "
+    "d.slots > d.permits FROM dlock_semaphore d LEFT JOIN LATERAL (SELECT s.i "
+    "FROM generate_series(1, CASE WHEN d.slots <= d.permits THEN d.permits "
+    "ELSE 0 END) s(i) WHERE pg_try_advisory_lock(hashtextextended($1, s.i)) "
+    "LIMIT 1) t ON true WHERE d.key = hashtextextended($1, 0)";
+/* a semaphore that shrank: a slot of 1..K only while fewer than K are in
+ * use on all its slots (slot, timeout, id, pid; no row: none) */
+static const char SQL_PSEM_TRY_SHRUNK[] =
+    "SELECT s.i, set_config('idle_session_timeout', $2, false), "
+    "set_config('application_name', $3, false), pg_backend_pid() FROM "
+    "generate_series(1, (SELECT CASE WHEN d.slots <= d.permits OR " SQL_IN_USE
+    " < d.permits THEN d.permits ELSE 0 END FROM dlock_semaphore d WHERE d.key "
+    "= hashtextextended($1, 0))) s(i) WHERE "
+    "pg_try_advisory_lock(hashtextextended($1, s.i)) LIMIT 1";
+/* $1 name, $2 slot */
+static const char SQL_PSEM_RELEASE[] =
+    "SELECT pg_advisory_unlock(hashtextextended($1, $2::bigint)), "
+    "pg_notify('dlock_permit', $1)";
+static const char SQL_PSEM_SET[] =
+    "WITH i AS (INSERT INTO dlock_semaphore (key, name, permits, slots) VALUES "
+    "(hashtextextended($1, 0), $1, $2::bigint, $2::bigint) ON CONFLICT (key) "
+    "DO NOTHING RETURNING 1) SELECT (SELECT count(*) FROM i), (SELECT "
+    "pg_notify('dlock_permit', $1) FROM i)";
+static const char SQL_PSEM_ADD[] =
+    "WITH u AS (INSERT INTO dlock_semaphore AS d (key, name, permits, slots) "
+    "VALUES (hashtextextended($1, 0), $1, $2::bigint, greatest($2::bigint, 0)) "
+    "ON CONFLICT (key) DO UPDATE SET permits = d.permits + $2::bigint, slots = "
+    "greatest(d.slots, d.permits + $2::bigint) RETURNING permits, slots) "
+    "SELECT (SELECT permits FROM u), (SELECT slots FROM u), (SELECT "
+    "pg_notify('dlock_permit', $1) FROM u WHERE $2::bigint > 0)";
+/* the size and the permits in use (no row: no semaphore) */
+static const char SQL_PSEM_COUNT[] =
+    "SELECT d.permits, " SQL_IN_USE " FROM dlock_semaphore d WHERE d.key = "
+    "hashtextextended($1, 0)";
+/* the holders: slot, pid, application_name (the permit id of a dlock
+ * holder) */
+static const char SQL_PSEM_HOLDERS[] =
+    "SELECT s.j, l.pid, coalesce(a.application_name, '') FROM dlock_semaphore "
+    "d, generate_series(1, d.slots) s(j), pg_locks l LEFT JOIN "
+    "pg_stat_activity a ON a.pid = l.pid WHERE d.key = hashtextextended($1, "
+    "0) AND " SQL_SLOT_MATCH("s.j") " ORDER BY s.j LIMIT 100";
+/* deletes the row and ends the holders' sessions (5 s for each) */
+static const char SQL_PSEM_DELETE[] =
+    "WITH d AS (DELETE FROM dlock_semaphore WHERE key = hashtextextended($1, "
+    "0) RETURNING slots) SELECT (SELECT count(*) FROM d), (SELECT count(*) "
+    "FILTER (WHERE pg_terminate_backend(l.pid, 5000)) FROM d, "
+    "generate_series(1, d.slots) s(j), pg_locks l WHERE " SQL_SLOT_MATCH(
+        "s.j") "), pg_notify('dlock_permit', $1)";
+
+/* Whether the last error says the table dlock_semaphore is missing (no
+ * semaphore was ever made in this database). */
+static bool no_sem_table(void) {
+  const char *e = dlock_last_error();
+  return strstr(e, "dlock_semaphore") && strstr(e, "does not exist");
+}
+
+/* One statement on a pooled connection; a missing table is created and
+ * the statement run once more when `create`, else *absent is set (the
+ * statement's error cleared). */
+static int sem_exec(pg *p, const char *sql, int n, const char *const *vals,
+                    bool create, bool *absent, char *val, size_t cap) {
+  if (absent)
+    *absent = false;
+  for (int round = 0;; round++) {
+    int rc = exec_pooled(p, sql, n, vals, cmd_deadline(p), val, cap);
+    if (rc != DLOCK_ESERVER || !no_sem_table() || round > 0)
+      return rc;
+    if (!create) {
+      if (absent)
+        *absent = true;
+      dlock__seterr(DLOCK_OK, "%s", "");
+      return 0;
+    }
+    char ignored[8];
+    rc = exec_pooled(p, SQL_SEM_TABLE, 0, NULL, cmd_deadline(p), ignored,
+                     sizeof ignored);
+    /* a concurrent creation: its table is there now */
+    if (rc && rc != DLOCK_ESERVER)
+      return rc;
+  }
+}
+
+static int check_permits(int64_t n) {
+  if (n > PSEM_MAX || n < -PSEM_MAX)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "the postgres backend keeps one advisory lock per "
+                         "permit: a semaphore has at most %d permits",
+                         PSEM_MAX);
+  return 0;
+}
+
+static int pg_sem_set(void *be, const char *name, int64_t permits, bool *set) {
+  pg *p = be;
+  *set = false;
+  int rc = check_permits(permits);
+  if (rc)
+    return rc;
+  char n[32], out[48];
+  snprintf(n, sizeof n, "%lld", (long long)permits);
+  const char *v[2] = {name, n};
+  rc = sem_exec(p, SQL_PSEM_SET, 2, v, true, NULL, out, sizeof out);
+  if (rc == 0)
+    *set = atoll(out) > 0;
+  return rc;
+}
+
+static int pg_sem_add(void *be, const char *name, int64_t n) {
+  pg *p = be;
+  int rc = check_permits(n);
+  if (rc)
+    return rc;
+  char nb[32], out[64];
+  snprintf(nb, sizeof nb, "%lld", (long long)n);
+  const char *v[2] = {name, nb};
+  rc = sem_exec(p, SQL_PSEM_ADD, 2, v, true, NULL, out, sizeof out);
+  if (rc == 0 && strchr(out, '|') && atoll(strchr(out, '|') + 1) > PSEM_MAX) {
+    /* grown past the bound: take the permits back */
+    snprintf(nb, sizeof nb, "%lld", (long long)-n);
+    sem_exec(p, SQL_PSEM_ADD, 2, v, true, NULL, out, sizeof out);
+    return check_permits(PSEM_MAX + 1);
+  }
+  return rc;
+}
+
+static int pg_sem_counting(void *be, const char *name, int64_t permits) {
+  (void)be;
+  (void)name;
+  (void)permits;
+  return dlock__seterr(DLOCK_ENOTSUP,
+                       "the postgres backend has no counting semaphores");
+}
+
+static int pg_sem_available(void *be, dlock__sync_kind kind, const char *name,
+                            int64_t *out) {
+  pg *p = be;
+  *out = 0;
+  if (kind != DLOCK__SYNC_PERMIT)
+    return pg_sem_counting(be, name, 0);
+  char val[64];
+  const char *v[1] = {name};
+  bool absent;
+  int rc = sem_exec(p, SQL_PSEM_COUNT, 1, v, false, &absent, val, sizeof val);
+  if (rc || absent || !val[0])
+    return rc;
+  const char *bar = strchr(val, '|');
+  int64_t left = atoll(val) - (bar ? atoll(bar + 1) : 0);
+  *out = left > 0 ? left : 0;
+  return 0;
+}
+
+static int pg_sem_delete(void *be, dlock__sync_kind kind, const char *name,
+                         bool *existed) {
+  pg *p = be;
+  *existed = false;
+  if (kind != DLOCK__SYNC_PERMIT)
+    return pg_sem_counting(be, name, 0);
+  char val[64];
+  const char *v[1] = {name};
+  bool absent;
+  int rc = sem_exec(p, SQL_PSEM_DELETE, 1, v, false, &absent, val, sizeof val);
+  if (rc == 0 && !absent)
+    *existed = atoll(val) > 0;
+  return rc;
+}
+
+/* Wakes the permit waits of `name` (NULL: all of them). */
+static void wake_permit_waits(pg *p, const char *name) {
+  pthread_mutex_lock(&p->mu);
+  for (pg_wait *r = p->waits; r; r = r->next)
+    if (r->w->spec->sync && (!name || strcmp(r->w->spec->name, name) == 0))
+      dlock__wait_wake(r->w);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* The notifications that came on the listener (lmu held). */
+static void drain_notifies(pg *p) {
+  PGnotify *n;
+  while ((n = PQnotifies(p->lsn)) != NULL) {
+    wake_permit_waits(p, n->extra ? n->extra : "");
+    PQfreemem(n);
+  }
+}
+
+/* The listener is up, dialled (and every permit wait woken: a release
+ * while it was down was not heard) if it is not. 0 or an error. */
+static int ensure_listener(pg *p) {
+  pthread_mutex_lock(&p->lmu);
+  if (p->lsn && PQstatus(p->lsn) == CONNECTION_OK) {
+    pthread_mutex_unlock(&p->lmu);
+    return 0;
+  }
+  if (p->lsn) {
+    pthread_mutex_lock(&p->mu);
+    p->lsn_fd = -1;
+    pthread_mutex_unlock(&p->mu);
+    PQfinish(p->lsn);
+    p->lsn = NULL;
+  }
+  PGconn *c;
+  int rc = dial(p, &c);
+  if (rc == 0) {
+    char out[8];
+    rc = exec_sql(p, c, "LISTEN dlock_permit", 0, NULL, cmd_deadline(p), out,
+                  sizeof out);
+    if (rc)
+      PQfinish(c);
+  }
+  if (rc == 0) {
+    p->lsn = c;
+    pthread_mutex_lock(&p->mu);
+    p->lsn_fd = PQsocket(c);
+    pthread_mutex_unlock(&p->mu);
+    drain_notifies(p);
+  }
+  pthread_mutex_unlock(&p->lmu);
+  if (rc == 0) {
+    wake_permit_waits(p, NULL);
+    dlock__client_poke(p->core);
+  }
+  return rc;
+}
+
+/* The loop saw the listener readable (mu not held): its notifications
+ * wake the waits they name; a listener the server closed is dropped and
+ * every permit wait woken (the next attempt dials a new one). A caller
+ * thread using it (lmu taken) drains it itself. */
+static void listener_read(pg *p) {
+  if (pthread_mutex_trylock(&p->lmu) != 0)
+    return;
+  if (p->lsn) {
+    if (!PQconsumeInput(p->lsn) || PQstatus(p->lsn) != CONNECTION_OK) {
+      pthread_mutex_lock(&p->mu);
+      p->lsn_fd = -1;
+      pthread_mutex_unlock(&p->mu);
+      PQfinish(p->lsn);
+      p->lsn = NULL;
+      pthread_mutex_unlock(&p->lmu);
+      wake_permit_waits(p, NULL);
+      return;
+    }
+    drain_notifies(p);
+  }
+  pthread_mutex_unlock(&p->lmu);
+}
+
+static int pg_psem_acquire(void *be, const char *name, const char *id,
+                           int64_t lease_ms, int64_t *retry_in_ms) {
+  pg *p = be;
+  /* a permit the server frees by ending its holder's session sends no
+   * notification: a wait looks again at least this often */
+  *retry_in_ms = p->psem_retry_ms;
+  pthread_mutex_lock(&p->mu);
+  bool waiting = p->nsync > 0;
+  pthread_mutex_unlock(&p->mu);
+  /* the wake-up path before the attempt, so no release goes unheard; a
+   * listener that cannot be had leaves the waits to their bound */
+  if (waiting && ensure_listener(p) != 0)
+    dlock__log(p->core, DLOCK_LOG_WARN,
+               "postgres: cannot listen for permit releases (%s): waits "
+               "look again every %lld ms",
+               dlock_last_error(), (long long)p->psem_retry_ms);
+  char lease[32], out[200];
+  lease_text(lease_ms, lease, sizeof lease);
+  const char *v[3] = {name, lease, id};
+  for (int round = 0; round < 2; round++) {
+    PGconn *c;
+    bool fresh;
+    int64_t idle;
+    int rc = conn_get(p, &c, &fresh, &idle);
+    if (rc)
+      return rc;
+    rc = exec_sql(p, c, SQL_PSEM_TRY, 3, v, cmd_deadline(p), out, sizeof out);
+    /* slot|set|pid|shrank: the pid, and whether the slow try is needed */
+    const char *f2 = rc == 0 ? strchr(out, '|') : NULL;
+    const char *f3 = f2 ? strchr(f2 + 1, '|') : NULL;
+    const char *f4 = f3 ? strchr(f3 + 1, '|') : NULL;
+    long pid = f3 ? atol(f3 + 1) : 0;
+    if (rc == 0 && out[0] == '|' && f4 && f4[1] == 't') {
+      rc = exec_sql(p, c, SQL_PSEM_TRY_SHRUNK, 3, v, cmd_deadline(p), out,
+                    sizeof out);
+      /* slot|timeout|id|pid */
+      const char *bar = rc == 0 ? strrchr(out, '|') : NULL;
+      pid = bar ? atol(bar + 1) : 0;
+    }
+    if (rc == 0 && out[0] && out[0] != '|') {
+      int64_t slot = atoll(out);
+      pg_hold *h = dlock__calloc(1, sizeof *h);
+      char *n = dlock__strdup(name), *o = dlock__strdup(id);
+      if (!h || !n || !o) {
+        dlock__free(h);
+        dlock__free(n);
+        dlock__free(o);
+        PQfinish(c); /* its session ends, and the permit with it */
+        return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+      }
+      h->name = n;
+      h->owner = o;
+      h->conn = c;
+      h->count = 1;
+      h->pid = pid;
+      h->permit = true;
+      h->slot = slot;
+      h->idle = lease_idle(lease_ms);
+      pthread_mutex_lock(&p->mu);
+      h->next = p->holds;
+      p->holds = h;
+      pthread_mutex_unlock(&p->mu);
+      return 1;
+    }
+    if (rc == 0 || (rc == DLOCK_ESERVER && no_sem_table() &&
+                    PQstatus(c) == CONNECTION_OK)) {
+      /* none free (no row or no table: no semaphore, no permits) */
+      conn_put(p, c, idle);
+      if (rc)
+        dlock__seterr(DLOCK_OK, "%s", "");
+      return 0;
+    }
+    bool lost = PQstatus(c) != CONNECTION_OK;
+    PQfinish(c); /* a failed try's session ends: it holds nothing */
+    if (!(lost && !fresh)) {
+      if (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT)
+        dlock__err_set_unsent(true);
+      return rc;
+    }
+  }
+  return dlock__seterr(DLOCK_EUNAVAILABLE, "postgres %s: connection lost",
+                       p->where);
+}
+
+static int pg_psem_release(void *be, const char *name, const char *id) {
+  pg *p = be;
+  pthread_mutex_lock(&p->mu);
+  pg_hold **link = NULL;
+  pg_hold *h = permit_find(p, name, id, &link);
+  while (h && h->busy) {
+    pthread_cond_wait(&p->cond, &p->mu);
+    h = permit_find(p, name, id, &link);
+  }
+  if (!h) {
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  *link = h->next;
+  pthread_mutex_unlock(&p->mu);
+  PGconn *c = h->conn;
+  int64_t idle = h->idle, slot = h->slot;
+  hold_free(h);
+  if (!c)
+    return 0; /* its session was lost, and the permit with it */
+  char sb[32], out[32];
+  snprintf(sb, sizeof sb, "%lld", (long long)slot);
+  const char *v[2] = {name, sb};
+  int rc =
+      exec_sql(p, c, SQL_PSEM_RELEASE, 2, v, cmd_deadline(p), out, sizeof out);
+  if (rc) {
+    /* as a lock's release: a session the server closed had lost the
+     * permit; one that did not answer ends now */
+    bool closed = rc == DLOCK_EUNAVAILABLE && PQstatus(c) == CONNECTION_BAD;
+    PQfinish(c);
+    return closed ? 0 : rc;
+  }
+  conn_put(p, c, idle);
+  return out[0] == 't' ? 1 : 0;
+}
+
+/* A permit id as dlock_permit_sem_state lists it: the id a dlock holder
+ * shows as its application_name, else "pid N (application)". */
+static char *permit_of(const char *pid, const char *app) {
+  size_t n = strlen(app);
+  bool hex = n == 32;
+  for (size_t i = 0; hex && i < n; i++)
+    hex = (app[i] >= '0' && app[i] <= '9') || (app[i] >= 'a' && app[i] <= 'f');
+  return hex ? dlock__strdup(app)
+             : dlock__asprintf("pid %s (%s)", pid, app[0] ? app : "?");
+}
+
+/* Rows of one statement on a pooled connection: 0 and *res (NULL when the
+ * table dlock_semaphore is missing), or an error. */
+static int rows_pooled(pg *p, const char *sql, int n, const char *const *vals,
+                       PGresult **out) {
+  *out = NULL;
+  PGconn *c;
+  bool fresh;
+  int64_t idle;
+  int rc = conn_get(p, &c, &fresh, &idle);
+  if (rc)
+    return rc;
+  rc = send_sql(p, c, sql, n, vals, cmd_deadline(p));
+  PGresult *res = NULL;
+  int64_t deadline = cmd_deadline(p);
+  while (rc == 0) {
+    while (rc == 0 && PQisBusy(c)) {
+      int r = wait_socket(c, POLLIN, deadline);
+      if (r == 0)
+        rc = dlock__seterr(DLOCK_EIOTIMEOUT,
+                           "postgres %s: no answer within %lld ms", p->where,
+                           (long long)p->command_timeout_ms);
+      else if (r < 0 || !PQconsumeInput(c))
+        rc =
+            pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+    }
+    if (rc)
+      break;
+    PGresult *r = PQgetResult(c);
+    if (!r)
+      break;
+    if (!res && PQresultStatus(r) == PGRES_TUPLES_OK)
+      res = r;
+    else {
+      if (!res)
+        rc = result_error(p, r);
+      PQclear(r);
+    }
+  }
+  if (rc == DLOCK_ESERVER && no_sem_table() && PQstatus(c) == CONNECTION_OK &&
+      !PQisBusy(c)) {
+    conn_put(p, c, idle);
+    PQclear(res);
+    dlock__seterr(DLOCK_OK, "%s", "");
+    return 0;
+  }
+  if (rc) {
+    PQclear(res);
+    PQfinish(c);
+    return rc;
+  }
+  conn_put(p, c, idle);
+  if (!res)
+    return dlock__seterr(DLOCK_EPROTO, "postgres %s: no rows", p->where);
+  *out = res;
+  return 0;
+}
+
+static int pg_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
+  pg *p = be;
+  *out = NULL;
+  int64_t avail = 0, in_use = 0;
+  char val[64];
+  const char *v[1] = {name};
+  bool absent;
+  int rc = sem_exec(p, SQL_PSEM_COUNT, 1, v, false, &absent, val, sizeof val);
+  if (rc)
+    return rc;
+  if (!absent && val[0]) {
+    const char *bar = strchr(val, '|');
+    in_use = bar ? atoll(bar + 1) : 0;
+    avail = atoll(val) - in_use > 0 ? atoll(val) - in_use : 0;
+  }
+  PGresult *res = NULL;
+  if (!absent && val[0] && in_use > 0 &&
+      (rc = rows_pooled(p, SQL_PSEM_HOLDERS, 1, v, &res)) != 0)
+    return rc;
+  int rows = res ? PQntuples(res) : 0;
+  dlock_sem_state_t *st = dlock__calloc(1, sizeof *st);
+  if (st) {
+    st->name = dlock__strdup(name);
+    st->permits = dlock__calloc((size_t)rows + 1, sizeof *st->permits);
+  }
+  if (!st || !st->name || !st->permits) {
+    PQclear(res);
+    dlock_sem_state_free(st);
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  }
+  st->available = avail;
+  /* the list may see a holder the count did not (or not one it did) */
+  st->in_use = in_use > rows ? in_use : rows;
+  for (int i = 0; i < rows; i++) {
+    char *id = permit_of(PQgetvalue(res, i, 1), PQgetvalue(res, i, 2));
+    if (!id)
+      break;
+    st->permits[st->npermits].id = id;
+    st->permits[st->npermits].expires_in_ms = -1;
+    st->npermits++;
+  }
+  PQclear(res);
+  *out = st;
+  return 0;
+}
+
 /* ------------------------------------------------------------ waits */
 
 static int pg_wait_begin(void *be, dlock__wait *w) {
   pg *p = be;
-  if (w->spec->sync)
-    return dlock__seterr(DLOCK_ENOTSUP,
-                         "the postgres backend has no semaphores or latches");
+  bool sync = w->spec->sync;
+  if (sync && w->spec->sync_kind != DLOCK__SYNC_PERMIT)
+    return dlock__seterr(DLOCK_ENOTSUP, "the postgres backend has no counting "
+                                        "semaphores or latches");
   pg_wait *r = dlock__calloc(1, sizeof *r);
   if (!r)
     return DLOCK_ENOMEM;
@@ -1116,8 +1667,16 @@ static int pg_wait_begin(void *be, dlock__wait *w) {
   pthread_mutex_lock(&p->mu);
   r->next = p->waits;
   p->waits = r;
+  if (sync)
+    p->nsync++;
   pthread_mutex_unlock(&p->mu);
-  /* the wake-up path is the statement the next attempt sends */
+  /* a lock's wake-up path is the statement the next attempt sends; a
+   * permit's is the listener (without it, the wait's bound) */
+  if (sync && ensure_listener(p) != 0)
+    dlock__log(p->core, DLOCK_LOG_WARN,
+               "postgres: cannot listen for permit releases (%s): waits "
+               "look again every %lld ms",
+               dlock_last_error(), (long long)p->psem_retry_ms);
   dlock__wait_set_ready(w, true, false);
   return 0;
 }
@@ -1161,6 +1720,8 @@ static void pg_wait_end(void *be, dlock__wait *w) {
       *rp = r->next;
       break;
     }
+  if (w->spec->sync)
+    p->nsync--;
   PGconn *c = r->conn;
   int state = r->state;
   bool got_ok = r->got_ok, got_err = r->got_err;
@@ -1226,6 +1787,16 @@ static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   for (pg_hold *h = p->holds; h && !more; h = h->next)
     if (h->conn && !h->busy && !h->broken)
       more = !poll_in(fds, &n, max, h->conn);
+  if (p->lsn_fd >= 0 && !more) {
+    if (n < max) {
+      fds[n].fd = p->lsn_fd;
+      fds[n].events = POLLIN;
+      fds[n].revents = 0;
+      n++;
+    } else {
+      more = true;
+    }
+  }
   pthread_mutex_unlock(&p->mu);
   if (more) { /* more than the loop polls: look again soon */
     int64_t soon = now + 100;
@@ -1282,11 +1853,15 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   (void)now;
   pg *p = be;
-  bool broke = false;
+  bool broke = false, heard = false;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < n; i++) {
     if (!fds[i].revents)
       continue;
+    if (p->lsn_fd >= 0 && fds[i].fd == p->lsn_fd) {
+      heard = true;
+      continue;
+    }
     bool found = false;
     for (pg_wait *r = p->waits; r; r = r->next) {
       if (r->state != W_SENT || !r->conn || PQsocket(r->conn) != fds[i].fd)
@@ -1311,6 +1886,8 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
     }
   }
   pthread_mutex_unlock(&p->mu);
+  if (heard)
+    listener_read(p);
   if (broke) /* its heartbeat fails now, and the core reports the loss */
     dlock__holds_renew_now(p->core);
 }
@@ -1338,10 +1915,13 @@ static void pg_free(pg *p) {
       PQfinish(r->conn);
     dlock__free(r);
   }
+  if (p->lsn)
+    PQfinish(p->lsn);
   for (int i = 0; i < p->nowned; i++)
     dlock__free(p->owned[i]);
   dlock__free(p->password);
   pthread_mutex_destroy(&p->mu);
+  pthread_mutex_destroy(&p->lmu);
   pthread_cond_destroy(&p->cond);
   dlock__free(p);
 }
@@ -1478,6 +2058,9 @@ static int pg_open(void **be, const char *url, const struct dlock_options *o,
   if (!p)
     return DLOCK_ENOMEM;
   pthread_mutex_init(&p->mu, NULL);
+  pthread_mutex_init(&p->lmu, NULL);
+  p->lsn_fd = -1;
+  p->psem_retry_ms = o->watchdog_ms / 3 > 100 ? o->watchdog_ms / 3 : 100;
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_cond_init(&p->cond, &attr);
@@ -1510,8 +2093,13 @@ const dlock__backend_ops dlock__postgres_backend = {
     .schemes = pg_schemes,
     .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED) |
                   (1u << DLOCK_READ) | (1u << DLOCK_WRITE),
-    .sync_kinds = 0,
+    .sync_kinds = 1u << DLOCK__SYNC_PERMIT,
     .queue_kinds = 0,
+    .kinds_why =
+        "the postgres backend offers reentrant, fenced and read-write locks "
+        "and permit semaphores: its advisory locks show no queue order (no "
+        "fair lock), and a counting semaphore's or a latch's count has no "
+        "session to hold it",
     .open = pg_open,
     .close = pg_close,
     .ping = pg_ping,
@@ -1527,4 +2115,13 @@ const dlock__backend_ops dlock__postgres_backend = {
     .wait_end = pg_wait_end,
     .loop_prepare = pg_loop_prepare,
     .loop_dispatch = pg_loop_dispatch,
+    .sem_set = pg_sem_set,
+    .sem_add = pg_sem_add,
+    .sem_acquire = pg_sem_counting,
+    .sem_release = pg_sem_counting,
+    .sem_available = pg_sem_available,
+    .sem_delete = pg_sem_delete,
+    .psem_acquire = pg_psem_acquire,
+    .psem_release = pg_psem_release,
+    .psem_state = pg_psem_state,
 };

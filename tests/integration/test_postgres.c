@@ -6,7 +6,11 @@
  * advisory lock (the one-liner of docs/POSTGRES.md), a frozen holder's
  * session is ended by the server once its lease passes (the next waiter
  * gets the lock), a server restart is reported as a loss, and bad input
- * gets one clear line. Every wait is bounded.
+ * gets one clear line. Permit semaphores: psql sees and joins the slot
+ * layout, a release wakes another client's waiter, a killed or frozen
+ * holder's permit comes back, forked processes never exceed K = 2
+ * (counted in a MAP_SHARED page; children fork before the parent makes a
+ * client), and `dlock -N 2` runs two at once. Every wait is bounded.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -17,11 +21,13 @@
 #include "pg.h"
 
 #include <dlock/dlock.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -425,6 +431,433 @@ static void t_bad_input(void) {
   th_pg_stop(s);
 }
 
+/* ------------------------------------------------------ permit semaphores */
+
+/* A permit semaphore of K permits is K slot advisory locks (docs/POSTGRES.md):
+ * two permits are taken, a third is refused, psql sees the slots held and
+ * the size in dlock_semaphore; a wait ends by its deadline; the state
+ * lists both ids; an unknown id is not ours; delete ends it all. */
+static void t_permits_layout(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  dlock_client_t *c = client_for(th_pg_url(s));
+  dlock_permit_sem_t *sem = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "pool", &sem));
+  int64_t n = -1;
+  CHECK_OK(dlock_permit_sem_available(sem, &n)); /* no table yet */
+  CHECK_INT(n, ==, 0);
+  bool set = false;
+  CHECK_OK(dlock_permit_sem_try_set_permits(sem, 2, &set));
+  CHECK(set);
+  CHECK_OK(dlock_permit_sem_try_set_permits(sem, 5, &set));
+  CHECK(!set);
+  CHECK_RC(dlock_permit_sem_try_set_permits(sem, 10001, &set), DLOCK_EINVAL);
+  printf("10001 permits -> %s\n", dlock_last_error());
+  char a[DLOCK_PERMIT_ID_LEN + 1], b[DLOCK_PERMIT_ID_LEN + 1],
+      x[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, a));
+  CHECK_OK(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, b));
+  CHECK_RC(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, x),
+           DLOCK_EBUSY);
+  CHECK_RC(dlock_permit_sem_acquire(sem, 200, DLOCK_LEASE_WATCHDOG, x),
+           DLOCK_ETIMEDOUT);
+  CHECK_OK(dlock_permit_sem_available(sem, &n));
+  CHECK_INT(n, ==, 0);
+  /* what psql sees: both slots held, the size in the table */
+  char out[64];
+  const char *slots[] = {
+      "SELECT pg_try_advisory_lock(hashtextextended('pool', 1)) OR "
+      "pg_try_advisory_lock(hashtextextended('pool', 2))",
+      NULL};
+  CHECK_INT(th_pg_psql(s, slots, out, sizeof out), ==, 0);
+  CHECK_STR(out, "f");
+  const char *size[] = {"SELECT permits FROM dlock_semaphore WHERE key = "
+                        "hashtextextended('pool', 0)",
+                        NULL};
+  CHECK_INT(th_pg_psql(s, size, out, sizeof out), ==, 0);
+  CHECK_STR(out, "2");
+  dlock_sem_state_t *st = NULL;
+  CHECK_OK(dlock_permit_sem_state(sem, &st));
+  CHECK_INT(st->available, ==, 0);
+  CHECK_INT(st->in_use, ==, 2);
+  CHECK_INT(st->npermits, ==, 2);
+  bool seen_a = false, seen_b = false;
+  for (size_t i = 0; i < st->npermits; i++) {
+    seen_a |= strcmp(st->permits[i].id, a) == 0;
+    seen_b |= strcmp(st->permits[i].id, b) == 0;
+  }
+  CHECK(seen_a && seen_b);
+  dlock_sem_state_free(st);
+  int64_t valid = 0;
+  CHECK_OK(dlock_permit_sem_permit_valid(sem, a, &valid));
+  CHECK(valid > 0);
+  CHECK_RC(dlock_permit_sem_release(sem, "0123456789abcdef0123456789abcdef"),
+           DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_permit_sem_release(sem, a));
+  CHECK_RC(dlock_permit_sem_release(sem, a), DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_permit_sem_available(sem, &n));
+  CHECK_INT(n, ==, 1);
+  /* a psql session joins: it takes the free slot (a's, the first) by
+   * hand, with docs/POSTGRES.md's statement */
+  th_pg_session_t *q = th_pg_session_open(s);
+  CHECK(q != NULL);
+  CHECK_OK(th_pg_session_send(
+      q, "SELECT s.i AS slot FROM generate_series(1, (SELECT permits FROM "
+         "dlock_semaphore WHERE key = hashtextextended('pool', 0))) s(i) "
+         "WHERE pg_try_advisory_lock(hashtextextended('pool', s.i)) LIMIT 1; "
+         "SELECT 'end';"));
+  char line[128] = "", slot[128] = "";
+  for (int i = 0; i < 4 && strcmp(line, "end") != 0; i++) {
+    CHECK_OK(th_pg_session_line(q, line, sizeof line, 10000));
+    if (!slot[0] && strcmp(line, "end") != 0)
+      snprintf(slot, sizeof slot, "%s", line);
+  }
+  CHECK_STR(slot, "1");
+  CHECK_RC(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, x),
+           DLOCK_EBUSY);
+  CHECK_OK(dlock_permit_sem_state(sem, &st));
+  CHECK_INT(st->in_use, ==, 2);
+  bool seen_psql = false;
+  for (size_t i = 0; i < st->npermits; i++)
+    seen_psql |= strncmp(st->permits[i].id, "pid ", 4) == 0;
+  CHECK(seen_psql);
+  dlock_sem_state_free(st);
+  th_pg_session_close(q); /* its session ends, and its slot */
+  CHECK_OK(dlock_permit_sem_acquire(sem, 20000, DLOCK_LEASE_WATCHDOG, x));
+  CHECK_OK(dlock_permit_sem_release(sem, x));
+  /* delete: the holder's session is ended, its release says lost */
+  bool existed = false;
+  CHECK_OK(dlock_permit_sem_delete(sem, &existed));
+  CHECK(existed);
+  CHECK_OK(dlock_permit_sem_available(sem, &n));
+  CHECK_INT(n, ==, 0);
+  CHECK_RC(dlock_permit_sem_release(sem, b), DLOCK_ELOST);
+  CHECK_OK(dlock_permit_sem_delete(sem, &existed));
+  CHECK(!existed);
+  /* a semaphore that shrinks: a permit still held on a slot above the new
+   * size counts as in use, and no slot below is lent past the size */
+  dlock_permit_sem_t *sh = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "shrink", &sh));
+  CHECK_OK(dlock_permit_sem_try_set_permits(sh, 2, NULL));
+  char p1[DLOCK_PERMIT_ID_LEN + 1], p2[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, p1));
+  CHECK_OK(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, p2));
+  CHECK_OK(dlock_permit_sem_add_permits(sh, -1));
+  CHECK_OK(dlock_permit_sem_release(sh, p1)); /* slot 1 free, slot 2 held */
+  CHECK_OK(dlock_permit_sem_available(sh, &n));
+  CHECK_INT(n, ==, 0);
+  CHECK_RC(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, x),
+           DLOCK_EBUSY);
+  CHECK_OK(dlock_permit_sem_release(sh, p2));
+  CHECK_OK(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, x));
+  CHECK_RC(dlock_permit_sem_acquire(sh, 0, DLOCK_LEASE_WATCHDOG, p1),
+           DLOCK_EBUSY);
+  CHECK_OK(dlock_permit_sem_release(sh, x));
+  CHECK_OK(dlock_permit_sem_add_permits(sh, 2)); /* 3 now */
+  CHECK_OK(dlock_permit_sem_available(sh, &n));
+  CHECK_INT(n, ==, 3);
+  dlock_permit_sem_free(sh);
+  /* counting semaphores and latches are refused with one line */
+  dlock_semaphore_t *cs = NULL;
+  CHECK_RC(dlock_semaphore_new(c, "counting", &cs), DLOCK_ENOTSUP);
+  printf("semaphore -> %s\n", dlock_last_error());
+  CHECK(strstr(dlock_last_error(), "postgres"));
+  dlock_latch_t *lt = NULL;
+  CHECK_RC(dlock_latch_new(c, "latch", &lt), DLOCK_ENOTSUP);
+  dlock_permit_sem_free(sem);
+  dlock_client_free(c);
+  th_pg_stop(s);
+}
+
+typedef struct psem_waiter {
+  dlock_permit_sem_t *sem;
+  int64_t wait_ms;
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  atomic_int rc;
+  atomic_bool done;
+} psem_waiter_t;
+
+static void *psem_wait_main(void *arg) {
+  psem_waiter_t *w = arg;
+  atomic_store(&w->rc, dlock_permit_sem_acquire(w->sem, w->wait_ms,
+                                                DLOCK_LEASE_WATCHDOG, w->id));
+  atomic_store(&w->done, true);
+  return NULL;
+}
+
+/* A waiting thread is woken by another client's release (its NOTIFY): the
+ * clients' watchdog is 90 s, so a wait that only looked again on its own
+ * bound (a third of it, 30 s) would not be done within 15 s. */
+static void t_permit_wait_woken(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 90000));
+  dlock_client_t *c1 = NULL, *c2 = NULL;
+  CHECK_OK(dlock_client_new(&c1, th_pg_url(s), o));
+  CHECK_OK(dlock_client_new(&c2, th_pg_url(s), o));
+  dlock_options_free(o);
+  dlock_permit_sem_t *s1 = NULL, *s2 = NULL;
+  CHECK_OK(dlock_permit_sem_new(c1, "woken", &s1));
+  CHECK_OK(dlock_permit_sem_new(c2, "woken", &s2));
+  CHECK_OK(dlock_permit_sem_try_set_permits(s1, 1, NULL));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(s1, 0, DLOCK_LEASE_WATCHDOG, id));
+  psem_waiter_t w = {.sem = s2, .wait_ms = 60000};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, psem_wait_main, &w) == 0);
+  /* it waits (a bounded look: it must not get a permit on its own) */
+  bool early;
+  TH_WAIT_FOR(early, atomic_load(&w.done), 300);
+  CHECK(!early);
+  CHECK_OK(dlock_permit_sem_release(s1, id));
+  bool done;
+  TH_WAIT_FOR(done, atomic_load(&w.done), 15000);
+  pthread_join(t, NULL);
+  CHECKF(done, "the release did not wake the waiter");
+  CHECK_OK(atomic_load(&w.rc));
+  CHECK_OK(dlock_permit_sem_release(s2, w.id));
+  printf("the waiter was woken by the release\n");
+  dlock_permit_sem_free(s1);
+  dlock_permit_sem_free(s2);
+  dlock_client_free(c1);
+  dlock_client_free(c2);
+  th_pg_stop(s);
+}
+
+/* A server restart ends the holder's session: its permit is reported
+ * lost, and a waiter of another client (whose listening connection went
+ * too) rides the outage out and gets the permit. */
+static void t_permit_restart(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  atomic_store(&g_lost, 0);
+  dlock_client_t *a = client_for(th_pg_url(s)), *b = client_for(th_pg_url(s));
+  dlock_permit_sem_t *sa = NULL, *sb = NULL;
+  CHECK_OK(dlock_permit_sem_new(a, "restart-pool", &sa));
+  CHECK_OK(dlock_permit_sem_new(b, "restart-pool", &sb));
+  CHECK_OK(dlock_permit_sem_try_set_permits(sa, 1, NULL));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sa, 0, DLOCK_LEASE_WATCHDOG, id));
+  psem_waiter_t w = {.sem = sb, .wait_ms = 30000};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, psem_wait_main, &w) == 0);
+  bool early;
+  TH_WAIT_FOR(early, atomic_load(&w.done), 300);
+  CHECK(!early);
+  CHECK_INT(th_pg_kill9(s), ==, 0);
+  CHECK_INT(th_pg_up(s), ==, 0);
+  bool lost, done;
+  TH_WAIT_FOR(lost, atomic_load(&g_lost) >= 1, 30000);
+  TH_WAIT_FOR(done, atomic_load(&w.done), 40000);
+  pthread_join(t, NULL);
+  CHECKF(lost, "the permit's loss was never reported");
+  CHECK(done);
+  CHECK_OK(atomic_load(&w.rc));
+  CHECK_RC_IN(dlock_permit_sem_release(sa, id), DLOCK_ELOST, DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_permit_sem_release(sb, w.id));
+  printf("the holder was told, the waiter got the permit after the restart\n");
+  dlock_permit_sem_free(sa);
+  dlock_permit_sem_free(sb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_pg_stop(s);
+}
+
+/* A holder process killed (its session ends at once) or frozen (the
+ * server ends its idle session after the lease): its permit comes back to
+ * a waiter. */
+static void t_dead_permit_holder(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  for (int round = 0; round < 2; round++) {
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+      close(fds[0]);
+      dlock_client_t *c = client_for(th_pg_url(s));
+      dlock_permit_sem_t *sem = NULL;
+      char id[DLOCK_PERMIT_ID_LEN + 1];
+      if (dlock_permit_sem_new(c, "dead-holder", &sem) != 0 ||
+          dlock_permit_sem_try_set_permits(sem, 1, NULL) != 0 ||
+          dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, id) != 0)
+        _exit(1);
+      if (write(fds[1], "h", 1) != 1)
+        _exit(1);
+      for (int i = 0; i < 600; i++)
+        sleep(1);
+      _exit(0);
+    }
+    close(fds[1]);
+    char b = 0;
+    CHECK(read(fds[0], &b, 1) == 1 && b == 'h');
+    close(fds[0]);
+    dlock_client_t *c = client_for(th_pg_url(s));
+    dlock_permit_sem_t *sem = NULL;
+    CHECK_OK(dlock_permit_sem_new(c, "dead-holder", &sem));
+    char id[DLOCK_PERMIT_ID_LEN + 1];
+    CHECK_RC(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, id),
+             DLOCK_EBUSY);
+    CHECK(kill(pid, round == 0 ? SIGKILL : SIGSTOP) == 0);
+    int rc = dlock_permit_sem_acquire(sem, 30000, DLOCK_LEASE_WATCHDOG, id);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    CHECK_OK(rc);
+    printf("a %s holder's permit came back\n", round ? "frozen" : "killed");
+    CHECK_OK(dlock_permit_sem_release(sem, id));
+    dlock_permit_sem_free(sem);
+    dlock_client_free(c);
+  }
+  th_pg_stop(s);
+}
+
+/* K = 2 permits never have more than two holders: 4 processes take and
+ * give back permits, each counting itself in a shared page. */
+static void t_permits_bound_processes(void) {
+  enum { NPROC = 4, ITERS = 15 };
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  atomic_int *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(page != MAP_FAILED);
+  atomic_store(&page[0], 0); /* holders now */
+  atomic_store(&page[1], 0); /* the most at once */
+  pid_t pids[NPROC];
+  fflush(stdout);
+  for (int i = 0; i < NPROC; i++) {
+    pids[i] = fork();
+    CHECK(pids[i] >= 0);
+    if (pids[i] == 0) {
+      dlock_client_t *c = client_for(th_pg_url(s));
+      dlock_permit_sem_t *sem = NULL;
+      char id[DLOCK_PERMIT_ID_LEN + 1];
+      if (dlock_permit_sem_new(c, "bound", &sem) != 0 ||
+          dlock_permit_sem_try_set_permits(sem, 2, NULL) != 0)
+        _exit(1);
+      for (int k = 0; k < ITERS; k++) {
+        if (dlock_permit_sem_acquire(sem, 30000, DLOCK_LEASE_WATCHDOG, id))
+          _exit(2);
+        int now = atomic_fetch_add(&page[0], 1) + 1;
+        int most = atomic_load(&page[1]);
+        while (now > most &&
+               !atomic_compare_exchange_weak(&page[1], &most, now))
+          ;
+        usleep(2000);
+        atomic_fetch_sub(&page[0], 1);
+        if (dlock_permit_sem_release(sem, id))
+          _exit(3);
+      }
+      dlock_permit_sem_free(sem);
+      dlock_client_free(c);
+      _exit(0);
+    }
+  }
+  int done = 0, failed = 0;
+  int64_t until = th_now_ms() + 90000;
+  while (done < NPROC && th_now_ms() < until) {
+    for (int i = 0; i < NPROC; i++) {
+      int st;
+      if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+          failed++;
+        pids[i] = 0;
+        done++;
+      }
+    }
+    th_sleep_ms(10);
+  }
+  for (int i = 0; i < NPROC; i++)
+    if (pids[i] > 0) {
+      kill(pids[i], SIGKILL);
+      waitpid(pids[i], NULL, 0);
+    }
+  CHECKF(done == NPROC, "%d children still ran after 90 s", NPROC - done);
+  CHECK_INT(failed, ==, 0);
+  printf("at most %d holders at once (2 permits, %d processes x %d)\n",
+         atomic_load(&page[1]), NPROC, ITERS);
+  CHECK_INT(atomic_load(&page[1]), <=, 2);
+  munmap(page, 4096);
+  th_pg_stop(s);
+}
+
+/* `dlock -N 2` on postgres://: two holders run at once, a third is
+ * refused (exit 1 with -n), and a run with another limit is a usage
+ * error (64) while the semaphore is in use. */
+static void t_cli_limit(void) {
+#ifndef DLOCK_CLI_PATH
+  printf("this build has no dlock command\n");
+#else
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  char dir[] = "/tmp/dlock-pgcli-XXXXXX";
+  CHECK(mkdtemp(dir));
+  char cmd[1400];
+  pid_t bg[2];
+  for (int i = 0; i < 2; i++) {
+    snprintf(cmd, sizeof cmd,
+             "exec " DLOCK_CLI_PATH " -u '%s' -N 2 cli-pool sh -c 'touch "
+             "%s/in%d; while [ ! -e %s/stop ]; do sleep 0.05; done'",
+             th_pg_url(s), dir, i, dir);
+    fflush(stdout);
+    bg[i] = fork();
+    CHECK(bg[i] >= 0);
+    if (bg[i] == 0) {
+      execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+      _exit(127);
+    }
+  }
+  char f[128];
+  bool in;
+  snprintf(f, sizeof f, "%s/in0", dir);
+  TH_WAIT_FOR(in, access(f, F_OK) == 0, 30000);
+  CHECK(in);
+  snprintf(f, sizeof f, "%s/in1", dir);
+  TH_WAIT_FOR(in, access(f, F_OK) == 0, 30000);
+  CHECK(in);
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' -N 2 -n cli-pool true 2>/dev/null",
+           th_pg_url(s));
+  int st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+  snprintf(cmd, sizeof cmd,
+           DLOCK_CLI_PATH " -u '%s' -N 3 -n cli-pool true 2>/dev/null",
+           th_pg_url(s));
+  st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 64);
+  snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' --status -N 2 cli-pool",
+           th_pg_url(s));
+  st = system(cmd);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  snprintf(f, sizeof f, "%s/stop", dir);
+  FILE *sf = fopen(f, "w");
+  CHECK(sf);
+  fclose(sf);
+  for (int i = 0; i < 2; i++) {
+    int wst = 0;
+    bool ended;
+    TH_WAIT_FOR(ended, waitpid(bg[i], &wst, WNOHANG) == bg[i], 30000);
+    if (!ended) {
+      kill(bg[i], SIGKILL);
+      waitpid(bg[i], &wst, 0);
+    }
+    CHECK(ended && WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  }
+  snprintf(cmd, sizeof cmd, DLOCK_CLI_PATH " -u '%s' -N 2 -n cli-pool true",
+           th_pg_url(s));
+  CHECK_INT(system(cmd), ==, 0);
+  printf("dlock -N 2: two ran at once, a third was refused (1), -N 3 was a "
+         "usage error (64)\n");
+  char rm[200];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  CHECK_INT(system(rm), ==, 0);
+  th_pg_stop(s);
+#endif
+}
+
 static const check_case_t cases[] = {
     {"psql_excludes_dlock", t_psql_excludes_dlock},
     {"dlock_excludes_psql", t_dlock_excludes_psql},
@@ -436,6 +869,12 @@ static const check_case_t cases[] = {
     {"terminated_session_told", t_terminated_session_told},
     {"fence_survives_restart", t_fence_survives_restart},
     {"bad_input", t_bad_input},
+    {"permits_layout", t_permits_layout},
+    {"permit_wait_woken", t_permit_wait_woken},
+    {"dead_permit_holder", t_dead_permit_holder},
+    {"permit_restart", t_permit_restart},
+    {"permits_bound_processes", t_permits_bound_processes},
+    {"cli_limit", t_cli_limit},
 };
 
 CHECK_MAIN(cases)
