@@ -979,12 +979,31 @@ static int my_lock_force_release(void *be, dlock_lock_kind_t kind,
                    sizeof val);
   if (rc || !val[0] || strcmp(val, "NULL") == 0)
     return rc;
-  char sql[48];
-  snprintf(sql, sizeof sql, "KILL %lu", strtoul(val, NULL, 10));
+  char sql[48], killed[32];
+  snprintf(killed, sizeof killed, "%lu", strtoul(val, NULL, 10));
+  snprintf(sql, sizeof sql, "KILL %s", killed);
   rc = exec_pooled(p, sql, NULL, NULL, 0);
-  if (rc == 0)
-    *deleted = true;
-  return rc;
+  if (rc)
+    return rc;
+  *deleted = true;
+  /* KILL returns before the killed session has let its locks go: the
+   * call returns once the server no longer shows that session holding
+   * the name (10 ms, doubling to 100 ms, within the command timeout), so
+   * that an acquire right after it finds the lock free */
+  int64_t until = dlock__now_ms() + p->command_timeout_ms;
+  for (int64_t pause = 10;; pause = pause < 50 ? pause * 2 : 100) {
+    rc = exec_pooled(p, "SELECT IS_USED_LOCK(" LOCKNAME ")", name, val,
+                     sizeof val);
+    if (rc || strcmp(val, killed) != 0)
+      return rc;
+    if (dlock__now_ms() + pause > until)
+      return dlock__seterr(DLOCK_EIOTIMEOUT,
+                           "lock '%.200s': its holder's session (%s) was "
+                           "killed, but the server still showed it holding "
+                           "the lock after %lld ms",
+                           name, killed, (long long)p->command_timeout_ms);
+    dlock__sleep_ms(pause);
+  }
 }
 
 static int my_ping(void *be) {
