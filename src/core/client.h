@@ -140,6 +140,9 @@ int dlock__need_kind(const struct dlock_client *c, bool present,
  * support <what>" (for an optional operation the call needs). */
 int dlock__need_op(const struct dlock_client *c, bool present,
                    const char *what);
+/* The process's fork generation: a client made in another one is
+ * unusable here (client_base.c). */
+unsigned dlock__fork_gen(void);
 /* Validates a client pointer for a public call (magic, fork). */
 int dlock__client_check(const struct dlock_client *c, const char *fn);
 /* Brackets a public call that uses the network: dlock_client_free() waits
