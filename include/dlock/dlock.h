@@ -972,7 +972,8 @@ DLOCK_EXTERN int dlock_multilock_release_async(dlock_multilock_t *m,
  * the wire may still succeed: the lock is then held and is to be
  * released). A waiting acquire leaves the server's queue before its
  * callback runs. DLOCK_EINVAL when no operation `op` is pending (its
- * callback has run, or it never existed). Any thread. */
+ * callback has run or is being run by dlock_client_process, or it never
+ * existed). Any thread. */
 DLOCK_EXTERN int dlock_op_cancel(dlock_client_t *client, dlock_op_t op);
 /* The client's completion descriptor in *fd: readable while callbacks are
  * waiting to run (level-triggered: it stays readable until
@@ -981,8 +982,10 @@ DLOCK_EXTERN int dlock_op_cancel(dlock_client_t *client, dlock_op_t op);
 DLOCK_EXTERN int dlock_client_fd(dlock_client_t *client, int *fd);
 /* Runs the callbacks of the operations that have completed, in the order
  * they completed, on the calling thread; returns how many ran (0 when
- * none was waiting), or an error. Never blocks on the network. Callbacks
- * that complete while it runs wait for the next call. */
+ * none was waiting), or an error. Never blocks on the network.
+ * Operations that complete while it runs (those its callbacks started,
+ * say) have their callbacks run by the same call, for up to 16 rounds;
+ * what is left keeps the descriptor readable for the next call. */
 DLOCK_EXTERN int dlock_client_process(dlock_client_t *client);
 /* The number of operations started and whose callback has not run yet. */
 DLOCK_EXTERN size_t dlock_client_pending(dlock_client_t *client);

@@ -54,6 +54,7 @@ typedef struct dlock__async {
   dlock__aop *doneq, *doneq_tail;
   int fd_rd, fd_wr;
   bool signalled; /* a byte is in the pipe */
+  int draining;   /* dlock_client_process calls running callbacks */
   uint64_t next_id;
 } dlock__async;
 
@@ -308,6 +309,8 @@ static void unlist_locked(dlock__async *a, dlock__aop *op) {
     a->npending--;
 }
 
+static void signal_locked(dlock__async *a);
+
 void dlock__aop_complete(dlock__aop *op, int rc, int64_t value) {
   struct dlock_client *c = op->c;
   op->rc = rc;
@@ -329,12 +332,9 @@ void dlock__aop_complete(dlock__aop *op, int rc, int64_t value) {
   else
     a->doneq = op;
   a->doneq_tail = op;
-  if (!a->signalled) {
-    char b = 1;
-    /* a full pipe is readable already; nothing else can fail here */
-    if (write(a->fd_wr, &b, 1) == 1 || errno == EAGAIN)
-      a->signalled = true;
-  }
+  /* a process call running callbacks takes it before it returns */
+  if (!a->draining)
+    signal_locked(a);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -347,10 +347,23 @@ void dlock__async_wake_all_locked(struct dlock_client *c) {
       unpark_locked(a, op);
 }
 
+/* The descriptor becomes readable (mu held), if it is not already. */
+static void signal_locked(dlock__async *a) {
+  if (a->signalled)
+    return;
+  char b = 1;
+  /* a full pipe is readable already; nothing else can fail here */
+  if (write(a->fd_wr, &b, 1) == 1 || errno == EAGAIN)
+    a->signalled = true;
+}
+
 /* Takes the completion queue (mu held), draining the descriptor. */
 static dlock__aop *take_done_locked(dlock__async *a) {
   dlock__aop *list = a->doneq;
   a->doneq = a->doneq_tail = NULL;
+  /* taken: no longer pending (its callback runs now, once) */
+  for (dlock__aop *op = list; op; op = op->qnext)
+    unlist_locked(a, op);
   if (a->signalled) {
     char buf[64];
     while (read(a->fd_rd, buf, sizeof buf) > 0)
@@ -361,14 +374,11 @@ static dlock__aop *take_done_locked(dlock__async *a) {
 }
 
 /* Runs the callbacks of `list` on this thread, no mutex held. */
-static int run_callbacks(struct dlock_client *c, dlock__aop *list) {
+static int run_callbacks(dlock__aop *list) {
   int n = 0;
   while (list) {
     dlock__aop *op = list;
     list = op->qnext;
-    pthread_mutex_lock(&c->mu);
-    unlist_locked(c->async, op);
-    pthread_mutex_unlock(&c->mu);
     if (op->rc < 0)
       dlock__seterr(op->rc, "%s", dlock__aop_error(op));
     op->done(op->userdata, op->rc, op->value);
@@ -395,7 +405,7 @@ void dlock__async_stop(struct dlock_client *c) {
   a->nthreads = 0;
   dlock__aop *list = take_done_locked(a);
   pthread_mutex_unlock(&c->mu);
-  run_callbacks(c, list);
+  run_callbacks(list);
 }
 
 void dlock__async_free(struct dlock_client *c, bool forked) {
@@ -473,14 +483,37 @@ int dlock_client_fd(dlock_client_t *c, int *fd) {
   return rc;
 }
 
+/* Rounds of callbacks one dlock_client_process call runs at most: the
+ * completions of operations that its callbacks started come back within
+ * the same call (no descriptor wake-up each), but a chain that never ends
+ * does not keep the program's loop from its other work. */
+#define PROCESS_ROUNDS 16
+
 int dlock_client_process(dlock_client_t *c) {
   int rc = dlock__client_check(c, "dlock_client_process");
   if (rc)
     return rc;
+  int n = 0;
   pthread_mutex_lock(&c->mu);
-  dlock__aop *list = c->async ? take_done_locked(c->async) : NULL;
+  dlock__async *a = c->async;
+  if (!a) {
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  a->draining++;
+  for (int round = 0; round < PROCESS_ROUNDS && a->doneq; round++) {
+    dlock__aop *list = take_done_locked(a);
+    pthread_mutex_unlock(&c->mu);
+    n += run_callbacks(list);
+    pthread_mutex_lock(&c->mu);
+  }
+  /* under the same hold as the last look at the queue: a completion
+   * from now on signals the descriptor itself */
+  a->draining--;
+  if (a->doneq && !a->draining)
+    signal_locked(a); /* rounds left over: readable again */
   pthread_mutex_unlock(&c->mu);
-  return run_callbacks(c, list);
+  return n;
 }
 
 size_t dlock_client_pending(dlock_client_t *c) {
