@@ -939,6 +939,13 @@ static char *node_owner(dlock__zk *z, const char *dir, const char *child,
   return s;
 }
 
+/* One listing of the lock's nodes and a read of each; *vanished tells
+ * whether a listed node was gone by the time it was read (its owner is
+ * then "(gone)"). */
+static int state_once(dlock__zk *z, const char *dir, dlock_lock_kind_t kind,
+                      const char *name, dlock_lock_state_t **out,
+                      bool *vanished);
+
 int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
                          dlock_lock_state_t **out) {
   dlock__zk *z = be;
@@ -946,6 +953,23 @@ int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);
   if (rc)
     return rc;
+  /* a node listed but deleted before it was read (its owner released
+   * between the two round trips) is no holder: list again, a few times
+   * at most, rather than show an owner "(gone)" */
+  for (int tries = 1;; tries++) {
+    bool vanished = false;
+    rc = state_once(z, dir, kind, name, out, &vanished);
+    if (rc || !vanished || tries >= 4)
+      return rc;
+    dlock_lock_state_free(*out);
+    *out = NULL;
+  }
+}
+
+static int state_once(dlock__zk *z, const char *dir, dlock_lock_kind_t kind,
+                      const char *name, dlock_lock_state_t **out,
+                      bool *vanished) {
+  int rc;
   bool rw = side_of(kind) != ZK_MUTEX;
   zk_result kids;
   if ((rc = list_sorted(z, dir, rw, name, &kids)))
@@ -979,6 +1003,8 @@ int dlock__zk_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
       dlock__free(info);
       goto oom;
     }
+    if (strcmp(who, "(gone)") == 0)
+      *vanished = true;
     if (i < nh)
       st->holder_infos[st->nholders] = info;
     else

@@ -1394,10 +1394,18 @@ static void t_multilock_all_or_nothing(void) {
   memset(&b, 0, sizeof b);
   b.m = m;
   CHECK(pthread_create(&b.th, NULL, ml_bg_main, &b) == 0);
+  /* (its try of /ml/b while it holds /ml/a also shows as a queued node
+   * for a moment: wait for the waiting state itself, which a multilock
+   * that kept /ml/a while it waits never reaches) */
   bool ok;
-  TH_WAIT_FOR(ok, queued(blocker) == 1, 20000);
+  TH_WAIT_FOR(ok,
+              queued(blocker) == 1 && raw_count(zh, "/ml/a") == 0 &&
+                  raw_count(zh, "/ml/c") == 0,
+              20000);
   CHECK(ok);
   CHECK_INT(atomic_load(&b.state), ==, 0);
+  th_sleep_ms(200); /* and it stays so */
+  CHECK_INT(queued(blocker), ==, 1);
   CHECK_INT(raw_count(zh, "/ml/a"), ==, 0);
   CHECK_INT(raw_count(zh, "/ml/c"), ==, 0);
   dlock_lock_t *probe_a = zk_lock(other, "/ml/a", DLOCK_REENTRANT);
