@@ -68,12 +68,13 @@ one() { # NAME
   local cmd
   if [ "$name" = fuzz_replay_reply ]; then
     cmd=("$VG_DIR/tests/fuzz/fuzz_replay_reply" "$VG_SRC/tests/fuzz/corpus/reply")
-  elif [[ "$name" == test_common.*.* ]]; then
-    # the backend-neutral suite: test_common.BACKEND.CASE runs CASE with
+  elif [[ "$name" == test_common.*.* || "$name" == test_async.*.* ]]; then
+    # the suites run per backend: SUITE.BACKEND.CASE runs CASE with
     # TH_BACKEND=BACKEND
-    local rest=${name#test_common.}
+    local suite=${name%%.*}
+    local rest=${name#"$suite".}
     local -x TH_BACKEND=${rest%%.*}
-    cmd=("$VG_DIR/tests/test_common" "${rest#*.}")
+    cmd=("$VG_DIR/tests/$suite" "${rest#*.}")
   else
     cmd=("$VG_DIR/tests/${name%%.*}" "${name#*.}")
   fi
