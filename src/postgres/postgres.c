@@ -461,6 +461,39 @@ static int result_error(pg *p, const PGresult *r) {
   return pg_err(p, DLOCK_ESERVER, "statement failed", msg);
 }
 
+/* Reads every result of the statement in flight by deadline, keeping the
+ * first that has rows in *res (the caller clears it; NULL if none): the
+ * statements whose answer is a table (states, listings). */
+static int read_rows(pg *p, PGconn *c, int64_t deadline, PGresult **res) {
+  int rc = 0;
+  *res = NULL;
+  while (rc == 0) {
+    while (rc == 0 && PQisBusy(c)) {
+      int r = wait_socket(c, POLLIN, deadline);
+      if (r == 0)
+        rc = dlock__seterr(DLOCK_EIOTIMEOUT,
+                           "postgres %s: no answer within %lld ms", p->where,
+                           (long long)p->command_timeout_ms);
+      else if (r < 0 || !PQconsumeInput(c))
+        rc =
+            pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+    }
+    if (rc)
+      break;
+    PGresult *r = PQgetResult(c);
+    if (!r)
+      break;
+    if (!*res && PQresultStatus(r) == PGRES_TUPLES_OK)
+      *res = r;
+    else {
+      if (!*res)
+        rc = result_error(p, r);
+      PQclear(r);
+    }
+  }
+  return rc;
+}
+
 /* Reads every result of the statement in flight by deadline. *val gets the
  * first column of the first row of the first result ('\0' if none). */
 static int read_result(pg *p, PGconn *c, int64_t deadline, char *val,
@@ -1044,31 +1077,8 @@ static int pg_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
   const char *v[1] = {name};
   rc = send_sql(p, c, SQL_STATE, 1, v, cmd_deadline(p));
   PGresult *res = NULL;
-  int64_t deadline = cmd_deadline(p);
-  while (rc == 0) {
-    while (rc == 0 && PQisBusy(c)) {
-      int r = wait_socket(c, POLLIN, deadline);
-      if (r == 0)
-        rc = dlock__seterr(DLOCK_EIOTIMEOUT,
-                           "postgres %s: no answer within %lld ms", p->where,
-                           (long long)p->command_timeout_ms);
-      else if (r < 0 || !PQconsumeInput(c))
-        rc =
-            pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
-    }
-    if (rc)
-      break;
-    PGresult *r = PQgetResult(c);
-    if (!r)
-      break;
-    if (!res && PQresultStatus(r) == PGRES_TUPLES_OK)
-      res = r;
-    else {
-      if (!res)
-        rc = result_error(p, r);
-      PQclear(r);
-    }
-  }
+  if (rc == 0)
+    rc = read_rows(p, c, cmd_deadline(p), &res);
   if (rc) {
     PQclear(res);
     PQfinish(c);
@@ -1561,31 +1571,8 @@ static int rows_pooled(pg *p, const char *sql, int n, const char *const *vals,
     return rc;
   rc = send_sql(p, c, sql, n, vals, cmd_deadline(p));
   PGresult *res = NULL;
-  int64_t deadline = cmd_deadline(p);
-  while (rc == 0) {
-    while (rc == 0 && PQisBusy(c)) {
-      int r = wait_socket(c, POLLIN, deadline);
-      if (r == 0)
-        rc = dlock__seterr(DLOCK_EIOTIMEOUT,
-                           "postgres %s: no answer within %lld ms", p->where,
-                           (long long)p->command_timeout_ms);
-      else if (r < 0 || !PQconsumeInput(c))
-        rc =
-            pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
-    }
-    if (rc)
-      break;
-    PGresult *r = PQgetResult(c);
-    if (!r)
-      break;
-    if (!res && PQresultStatus(r) == PGRES_TUPLES_OK)
-      res = r;
-    else {
-      if (!res)
-        rc = result_error(p, r);
-      PQclear(r);
-    }
-  }
+  if (rc == 0)
+    rc = read_rows(p, c, cmd_deadline(p), &res);
   if (rc == DLOCK_ESERVER && no_sem_table() && PQstatus(c) == CONNECTION_OK &&
       !PQisBusy(c)) {
     conn_put(p, c, idle);
