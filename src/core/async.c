@@ -37,7 +37,9 @@
 #include "core/wait.h"
 #include "core/worker.h"
 
-enum { AOP_RUNNABLE = 1, AOP_RUNNING, AOP_PARKED, AOP_DONE };
+/* AOP_SENT: its request is on the backend's way (lock_*_send), and no
+ * pool thread has it; the reply's handler goes on with it. */
+enum { AOP_RUNNABLE = 1, AOP_RUNNING, AOP_PARKED, AOP_DONE, AOP_SENT };
 
 #define ASYNC_THREADS_MAX 64
 
@@ -223,18 +225,17 @@ static int engine_locked(struct dlock_client *c, dlock__async **out) {
   return 0;
 }
 
-int dlock__aop_start(struct dlock_client *c, dlock__aop *op, dlock_op_t *id) {
-  pthread_mutex_lock(&c->mu);
+/* Registers op as pending (mu held); queued to run when `run`. */
+static int start_locked(struct dlock_client *c, dlock__aop *op, dlock_op_t *id,
+                        bool run) {
   dlock__async *a = NULL;
   int rc = engine_locked(c, &a);
   if (!rc && a->stopping)
     rc = dlock__seterr(DLOCK_ECLOSED, "the client is being freed");
-  if (!rc && a->nthreads == 0)
+  if (!rc && run && a->nthreads == 0)
     rc = grow_locked(c, a);
-  if (rc) {
-    pthread_mutex_unlock(&c->mu);
+  if (rc)
     return rc;
-  }
   op->c = c;
   op->id = ++a->next_id;
   op->until = DLOCK__NEVER;
@@ -244,12 +245,43 @@ int dlock__aop_start(struct dlock_client *c, dlock__aop *op, dlock_op_t *id) {
   a->pending = op;
   if (!op->then) /* a step of another operation is not the program's */
     a->npending++;
-  runq_push_locked(a, op);
-  grow_locked(c, a);
   if (id)
     *id = op->id;
-  pthread_mutex_unlock(&c->mu);
+  if (run) {
+    runq_push_locked(a, op);
+    grow_locked(c, a);
+  } else {
+    op->where = AOP_SENT;
+  }
   return 0;
+}
+
+int dlock__aop_start(struct dlock_client *c, dlock__aop *op, dlock_op_t *id) {
+  pthread_mutex_lock(&c->mu);
+  int rc = start_locked(c, op, id, true);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int dlock__aop_start_sent(struct dlock_client *c, dlock__aop *op,
+                          dlock_op_t *id) {
+  pthread_mutex_lock(&c->mu);
+  int rc = start_locked(c, op, id, false);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int dlock__aop_resume(dlock__aop *op) {
+  struct dlock_client *c = op->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__async *a = c->async;
+  int rc = a->nthreads == 0 ? grow_locked(c, a) : 0;
+  if (!rc) {
+    runq_push_locked(a, op);
+    grow_locked(c, a);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
 }
 
 bool dlock__aop_park(dlock__aop *op, int64_t until,

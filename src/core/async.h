@@ -75,6 +75,16 @@ void dlock__aop_free(dlock__aop *op);
  * *id (id may be NULL), or an error with detail set (op not registered;
  * the caller frees it). */
 int dlock__aop_start(struct dlock_client *c, dlock__aop *op, dlock_op_t *id);
+/* As dlock__aop_start, but op is not queued to run: its request was (or
+ * is about to be) sent by the calling thread (backend.h lock_*_send),
+ * and the reply's handler ends it (dlock__aop_complete) or hands it to
+ * the pool (dlock__aop_resume). */
+int dlock__aop_start_sent(struct dlock_client *c, dlock__aop *op,
+                          dlock_op_t *id);
+/* A sent op goes on on the pool: queued to run its run function. 0, or
+ * the error when no pool thread exists and none could start (op is not
+ * queued: the caller completes it). */
+int dlock__aop_resume(dlock__aop *op);
 /* From op's run function: parks it until `until` (monotonic ms;
  * DLOCK__NEVER: no timer) unless due(op, arg), checked under client->mu,
  * is true already; due must also be true once op is cancelled or the

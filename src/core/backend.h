@@ -142,6 +142,10 @@ typedef struct dlock__wait_spec {
 struct dlock__wait;
 struct pollfd;
 
+/* A sent operation's outcome (lock_acquire_send, lock_release_send). */
+typedef void (*dlock__sent_fn)(void *arg, int rc, int64_t x, int64_t y);
+#define DLOCK__SEND_BLOCKS 100
+
 /* Release outcomes. */
 #define DLOCK__REL_DOWN 0     /* count went down, still held */
 #define DLOCK__REL_FREED 1    /* fully released, waiters notified */
@@ -217,6 +221,22 @@ typedef struct dlock__backend_ops {
                     int64_t *token);
   /* DLOCK__REL_*; r->request_id makes a retried release idempotent. */
   int (*lock_release)(void *be, const dlock__release *r);
+  /* Optional: the non-blocking halves of lock_acquire (a try: a->q NULL,
+   * try_once) and lock_release, for the async calls (Redis: on its
+   * pipelined connection). send puts the request on its way and returns
+   * at once: 0, and done(arg, rc, x, y) runs exactly once later (it may
+   * run before send returns), with rc what the blocking operation returns
+   * (acquire: x the pttl, y the token) and the thread's error detail set,
+   * or DLOCK__SEND_BLOCKS when nothing of it ran after all; done runs on
+   * a thread of the backend or of the event loop, with no core mutex
+   * held, and must not block. DLOCK__SEND_BLOCKS returned: it cannot go
+   * out without blocking now (no connection yet, replicas to WAIT for, a
+   * kind or topology it does not send this way); nothing was sent, and
+   * the core runs the blocking operation on its pool instead. */
+  int (*lock_acquire_send)(void *be, const dlock__acquire *a,
+                           dlock__sent_fn done, void *arg);
+  int (*lock_release_send)(void *be, const dlock__release *r,
+                           dlock__sent_fn done, void *arg);
   int (*lock_force_release)(void *be, dlock_lock_kind_t kind, const char *name,
                             bool *deleted);
   /* Renews every item in as few round trips as the backend allows, giving

@@ -1086,6 +1086,70 @@ static void acq_run(dlock__aop *op) {
 
 static void aop_free(dlock__aop *op) { dlock__free(op); }
 
+/* The sent path (backend.h lock_acquire_send): a try of a reentrant or
+ * fenced lock goes out from the calling thread, and its reply's handler
+ * ends the operation where the reply is read, with no pool thread. What
+ * needs more than the one request (an earlier wait's outcome to settle,
+ * a client-owner gate, a wait) takes the pool, as does a send that
+ * cannot go out without blocking (no connection up yet). */
+static bool acq_sendable(const acq_op *o) {
+  const dlock_lock_t *l = o->a.l;
+  struct dlock_client *c = l->client;
+  return c->ops->lock_acquire_send && o->a.wait_ms == 0 && !o->op.then &&
+         !client_owner(l) &&
+         (l->kind == DLOCK_REENTRANT || l->kind == DLOCK_FENCED) &&
+         atomic_load(&c->nunresolved) == 0;
+}
+
+static void acq_to_pool(acq_op *o) {
+  int rc = dlock__aop_resume(&o->op);
+  if (rc)
+    acq_finish(o, rc);
+}
+
+static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
+  acq_op *o = arg;
+  if (rc == DLOCK__SEND_BLOCKS) { /* nothing of it ran */
+    acq_to_pool(o);
+    return;
+  }
+  if (rc == 0)
+    rc = busy_error(o->a.l, DLOCK_EBUSY, pttl);
+  o->a.tok = token;
+  acq_finish(o, rc);
+}
+
+/* acquire_begin's try, sent: the hold's record reserved first, as
+ * there. */
+static void acq_send(acq_op *o) {
+  acq *a = &o->a;
+  dlock_lock_t *l = a->l;
+  struct dlock_client *c = l->client;
+  a->since = dlock__now_ms();
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__hold_reserve_locked(c, hold_kind(l->kind), l->name, a->tid);
+  bool reentry = h && h->count > 0 && !h->lost;
+  pthread_mutex_unlock(&c->mu);
+  if (!h) {
+    acq_finish(o, DLOCK_ENOMEM);
+    return;
+  }
+  dlock__acquire at = {.bh = l->bh,
+                       .kind = l->kind,
+                       .name = l->name,
+                       .owner = a->owner,
+                       .lease_ms = a->lease,
+                       .thread_wait_ms = a->thread_wait,
+                       .try_once = true,
+                       .reentry = reentry};
+  int rc = c->ops->lock_acquire_send(c->be, &at, acq_sent, o);
+  if (rc == DLOCK__SEND_BLOCKS)
+    acq_to_pool(o);
+  else if (rc < 0)
+    acq_finish(o, rc);
+}
+
 /* An async acquire: with `done` for the program, or with `then` as a step
  * of another operation (core/async.h). */
 static int acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
@@ -1112,10 +1176,15 @@ static int acquire_async(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   o->op.then = then;
   o->op.then_arg = then_arg;
   /* the call stays open until the operation ends (acquire_end) */
-  if ((rc = dlock__aop_start(l->client, &o->op, id)) != 0) {
+  bool send = acq_sendable(o);
+  rc = send ? dlock__aop_start_sent(l->client, &o->op, id)
+            : dlock__aop_start(l->client, &o->op, id);
+  if (rc) {
     dlock__free(o);
     return call_end(l, rc);
   }
+  if (send) /* its outcome goes to the callback, whatever it is */
+    acq_send(o);
   return 0;
 }
 
@@ -1168,15 +1237,23 @@ int dlock_lock_acquire_fenced_as(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
                         "dlock_lock_acquire_fenced_as");
 }
 
-static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
-  if (tid == 0)
-    return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
-  int rc = call_begin(l, fn);
-  if (rc)
-    return rc;
-  struct dlock_client *c = l->client;
+/* One release, blocking or async: what its parts share. */
+typedef struct rel {
+  dlock_lock_t *l;
+  uint64_t tid;
+  bool retry; /* "not owner" means an earlier attempt released it */
   char owner[64], req[DLOCK__UUID_LEN + 1];
-  dlock__owner(c, tid, owner, sizeof owner);
+  dlock__release r;
+} rel;
+
+/* The release's opening (no I/O): true when it ended here (a re-entry
+ * counted down without a round trip: outcome 0), else x->r is the
+ * request to send. */
+static bool release_open(rel *x, dlock_lock_t *l, uint64_t tid) {
+  struct dlock_client *c = l->client;
+  x->l = l;
+  x->tid = tid;
+  dlock__owner(c, tid, x->owner, sizeof x->owner);
 
   /* reuse the request id of an earlier unsure release of this hold */
   pthread_mutex_lock(&c->mu);
@@ -1186,44 +1263,56 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
     /* the server holds one id per client: re-entries are ours to count */
     h->count--;
     pthread_mutex_unlock(&c->mu);
-    return call_end(l, 0);
+    return true;
   }
   int64_t lease = h ? h->lease_ms : c->opts.watchdog_ms;
   bool h_had_id = h && h->release_id[0];
   if (h) /* a renewal that meets our release is not a loss */
     dlock__hold_release_begin_locked(c, h);
   if (h_had_id)
-    memcpy(req, h->release_id, sizeof req);
+    memcpy(x->req, h->release_id, sizeof x->req);
   else
-    req[0] = '\0';
+    x->req[0] = '\0';
   pthread_mutex_unlock(&c->mu);
-  if (!req[0])
-    dlock__reqid(&c->reqids, req);
+  if (!x->req[0])
+    dlock__reqid(&c->reqids, x->req);
 
   /* A release whose reply was lost is retried once with the same request
    * id (so is a user's retry after an error: the id is kept in the hold).
    * On a retry "not owner" means the first attempt released the lock. */
-  bool retry = h_had_id;
-  dlock__release r = {.bh = l->bh,
-                      .kind = l->kind,
-                      .name = l->name,
-                      .owner = owner,
-                      .lease_ms = lease,
-                      .request_id = req};
-  int out = c->ops->lock_release(c->be, &r);
-  if (out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT) {
-    retry = true;
-    out = c->ops->lock_release(c->be, &r);
-  }
-  if (out == DLOCK__REL_NOTOWNER && retry)
+  x->retry = h_had_id;
+  x->r = (dlock__release){.bh = l->bh,
+                          .kind = l->kind,
+                          .name = l->name,
+                          .owner = x->owner,
+                          .lease_ms = lease,
+                          .request_id = x->req};
+  return false;
+}
+
+/* An outcome whose attempt may have gone unheard: sent once more. */
+static bool release_resends(int out) {
+  return out == DLOCK_EUNAVAILABLE || out == DLOCK_EIOTIMEOUT;
+}
+
+/* The release's close, after the backend's outcome `out` (DLOCK__REL_*
+ * or an error): the hold's record follows it, and the call ends. */
+static int release_close(rel *x, int out) {
+  dlock_lock_t *l = x->l;
+  struct dlock_client *c = l->client;
+  uint64_t tid = x->tid;
+  const char *owner = x->owner;
+  int rc;
+  if (out == DLOCK__REL_NOTOWNER && x->retry)
     out = DLOCK__REL_FREED;
 
   pthread_mutex_lock(&c->mu);
-  h = dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
+  dlock__hold *h =
+      dlock__hold_find_locked(c, hold_kind(l->kind), l->name, tid, NULL);
   dlock__hold_release_end_locked(c, h);
   if (out < 0) {
     if (h && out != DLOCK_EWRONGTYPE)
-      memcpy(h->release_id, req, sizeof req); /* a retry reuses it */
+      memcpy(h->release_id, x->req, sizeof x->req); /* a retry reuses it */
     rc = out;
   } else if (out == DLOCK__REL_NOTOWNER) {
     if (h && l->kind == DLOCK_READ && h->count > 1) {
@@ -1282,6 +1371,24 @@ static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
   return call_end(l, rc);
 }
 
+static int release(dlock_lock_t *l, uint64_t tid, const char *fn) {
+  if (tid == 0)
+    return dlock__seterr(DLOCK_EINVAL, "%s: thread id 0 is not valid", fn);
+  int rc = call_begin(l, fn);
+  if (rc)
+    return rc;
+  struct dlock_client *c = l->client;
+  rel x;
+  if (release_open(&x, l, tid))
+    return call_end(l, 0);
+  int out = c->ops->lock_release(c->be, &x.r);
+  if (release_resends(out)) {
+    x.retry = true;
+    out = c->ops->lock_release(c->be, &x.r);
+  }
+  return release_close(&x, out);
+}
+
 int dlock_lock_release(dlock_lock_t *l) {
   return release(l, dlock_thread_id(), "dlock_lock_release");
 }
@@ -1290,16 +1397,54 @@ int dlock_lock_release_as(dlock_lock_t *l, uint64_t tid) {
   return release(l, tid, "dlock_lock_release_as");
 }
 
-typedef struct rel_arg {
+/* An async release: sent from the calling thread where the backend can
+ * (lock_release_send), its reply's handler ending it; otherwise, and for
+ * the resend of an unheard attempt, the blocking operation runs on the
+ * pool. */
+typedef struct rel_op {
+  dlock__aop op;
+  rel x;
   dlock_lock_t *l;
   uint64_t tid;
-} rel_arg;
+  bool opened; /* release_open ran (else the pool thread runs it) */
+  bool resend; /* the pool sends the attempt again (it went unheard) */
+} rel_op;
 
-static int rel_call(void *arg, int64_t *value) {
-  rel_arg *r = arg;
-  (void)value;
-  int rc = release(r->l, r->tid, "dlock_lock_release_async");
-  return call_end(r->l, rc);
+static void rel_run(dlock__aop *op) {
+  rel_op *o = (rel_op *)op;
+  struct dlock_client *c = o->l->client;
+  if (!o->opened && (o->opened = true, release_open(&o->x, o->l, o->tid))) {
+    dlock__aop_complete(op, call_end(o->l, 0), 0);
+    return;
+  }
+  if (o->resend)
+    o->x.retry = true;
+  int out = c->ops->lock_release(c->be, &o->x.r);
+  if (!o->resend && release_resends(out)) {
+    o->x.retry = true;
+    out = c->ops->lock_release(c->be, &o->x.r);
+  }
+  dlock__aop_complete(op, release_close(&o->x, out), 0);
+}
+
+/* On the pool from here (resend: the attempt went unheard). */
+static void rel_resume(rel_op *o, bool resend) {
+  o->resend = resend;
+  int rc = dlock__aop_resume(&o->op);
+  if (rc)
+    dlock__aop_complete(&o->op, release_close(&o->x, rc), 0);
+}
+
+static void rel_sent(void *arg, int out, int64_t x, int64_t y) {
+  (void)x;
+  (void)y;
+  rel_op *o = arg;
+  if (out == DLOCK__SEND_BLOCKS)
+    rel_resume(o, false);
+  else if (release_resends(out))
+    rel_resume(o, true);
+  else
+    dlock__aop_complete(&o->op, release_close(&o->x, out), 0);
 }
 
 int dlock_lock_release_async(dlock_lock_t *l, uint64_t tid, dlock_done_fn done,
@@ -1312,10 +1457,36 @@ int dlock_lock_release_async(dlock_lock_t *l, uint64_t tid, dlock_done_fn done,
   int rc = call_begin(l, fn);
   if (rc)
     return rc;
-  rel_arg r = {l, tid ? tid : dlock_thread_id()};
-  if ((rc = dlock__aop_call(l->client, rel_call, &r, sizeof r, done, userdata,
-                            id)) != 0)
+  struct dlock_client *c = l->client;
+  rel_op *o = dlock__calloc(1, sizeof *o);
+  if (!o)
+    return call_end(l, DLOCK_ENOMEM);
+  o->op.run = rel_run;
+  o->op.free_fn = aop_free;
+  o->op.done = done;
+  o->op.userdata = userdata;
+  o->l = l;
+  o->tid = tid ? tid : dlock_thread_id();
+  bool send = c->ops->lock_release_send != NULL;
+  rc = send ? dlock__aop_start_sent(c, &o->op, id)
+            : dlock__aop_start(c, &o->op, id);
+  if (rc) {
+    dlock__free(o);
     return call_end(l, rc);
+  }
+  /* started: from here on the outcome goes to the callback */
+  if (!send) /* the pool thread opens it (rel_run) */
+    return 0;
+  o->opened = true;
+  if (release_open(&o->x, l, o->tid)) {
+    dlock__aop_complete(&o->op, call_end(l, 0), 0);
+    return 0;
+  }
+  rc = c->ops->lock_release_send(c->be, &o->x.r, rel_sent, o);
+  if (rc == DLOCK__SEND_BLOCKS)
+    rel_resume(o, false);
+  else if (rc < 0)
+    dlock__aop_complete(&o->op, release_close(&o->x, rc), 0);
   return 0;
 }
 

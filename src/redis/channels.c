@@ -1019,19 +1019,34 @@ int dlock__redis_loop_prepare(void *be, int64_t now, struct pollfd *fds,
     *until = ws->linger_at;
   if (wanted && !up && !dialing && ws->retry_at < *until)
     *until = ws->retry_at;
-  if (!up || !r->watch || max < 1)
-    return 0;
-  fds[0].fd = dlock__conn_fd(r->watch);
-  fds[0].events = dlock__conn_poll_events(r->watch);
-  fds[0].revents = 0;
-  return 1;
+  int n = 0;
+  r->loop_watch_at = r->loop_mux_at = -1;
+  if (up && r->watch && max > n) {
+    fds[n].fd = dlock__conn_fd(r->watch);
+    fds[n].events = dlock__conn_poll_events(r->watch);
+    fds[n].revents = 0;
+    r->loop_watch_at = n++;
+  }
+  /* the shared connection, while sent requests wait for replies */
+  if (r->mux && max > n &&
+      dlock__redis_mux_loop_prepare(r->mux, now, &fds[n], until))
+    r->loop_mux_at = n++;
+  return n;
 }
 
-void dlock__redis_loop_dispatch(void *be, int64_t now,
-                                const struct pollfd *fds, int n) {
-  (void)now;
+static void watch_dispatch(dlock__redis *r, const struct pollfd *fd);
+
+void dlock__redis_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
+                                int n) {
   dlock__redis *r = be;
-  if (n < 1 || !fds[0].revents || !r->watch)
+  if (r->loop_watch_at >= 0 && r->loop_watch_at < n)
+    watch_dispatch(r, &fds[r->loop_watch_at]);
+  if (r->loop_mux_at >= 0 && r->loop_mux_at < n)
+    dlock__redis_mux_loop_dispatch(r->mux, now, &fds[r->loop_mux_at]);
+}
+
+static void watch_dispatch(dlock__redis *r, const struct pollfd *fd) {
+  if (!fd->revents || !r->watch)
     return;
   /* Sentinel: nothing is read from a master the sentinels no longer name
    * (one stopped and resumed sends the wakes and grants its last commands

@@ -1441,7 +1441,7 @@ int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
 }
 
 int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
-                                  dlock__redis_req *q) {
+                                  bool own_waits, dlock__redis_req *q) {
   dlock__redis *r = be;
   void *bh = rel->bh;
   dlock_lock_kind_t kind = rel->kind;
@@ -1471,12 +1471,29 @@ int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
     return DLOCK_ENOMEM;
   }
   /* nobody queues on a Redlock: "watching" is moot, and a release always
-   * wakes the lock's channel (Redisson's "0") */
-  const char *argv[MAX_ARGS] = {0,         0,         0,       name,
-                                k.channel, latch_key, k.queue, k.timeouts,
-                                k.yield,   k.token,   "0",     lease,
-                                owner,     r->publish, latch,  k.grant,
-                                YIELD_PERIOD_MS, "0", NULL};
+   * wakes the lock's channel (Redisson's "0"); one server's release
+   * (own_waits) says whether this client is subscribed to the channel,
+   * as lock_release does */
+  bool watching = own_waits && k.channel && dlock__redis_watching(r, k.channel);
+  const char *argv[MAX_ARGS] = {0,
+                                0,
+                                0,
+                                name,
+                                k.channel,
+                                latch_key,
+                                k.queue,
+                                k.timeouts,
+                                k.yield,
+                                k.token,
+                                "0",
+                                lease,
+                                owner,
+                                r->publish,
+                                latch,
+                                k.grant,
+                                YIELD_PERIOD_MS,
+                                watching ? "1" : "0",
+                                NULL};
   char ibuf[DLOCK_NAME_MAX + 160];
   argv[18] = dlock__redis_info_key(r, name, owner, ibuf, sizeof ibuf);
   rc = dlock__redis_req_set(q, &dlock__script_lock_release, 7,
@@ -1543,4 +1560,114 @@ int dlock__redis_token_raise_req(const char *name, int64_t token,
   int rc = dlock__redis_req_set(q, &dlock__script_token_raise, 1, 5, argv);
   dlock__free(key);
   return rc;
+}
+
+/* ----------------------------------------- sent requests (async calls)
+ *
+ * lock_acquire_send / lock_release_send (backend.h): a try of a reentrant
+ * or fenced lock and its release, as the prepared requests above, on the
+ * shared pipelined connection without waiting (mux.c). Only where one
+ * script is the whole operation: not through Sentinel (a demoted master's
+ * READONLY is resent to the new one), nor with replicas to WAIT for or a
+ * ROLE due (the blocking path, taken then, asks it). A
+ * NOSCRIPT answer sends the script's body, as the blocking path does. */
+
+typedef struct sent_op {
+  dlock__redis *r;
+  dlock__redis_req q;
+  bool body;    /* sent with the script's body (after a NOSCRIPT) */
+  bool release; /* else an acquire */
+  dlock_lock_kind_t kind;
+  dlock__sent_fn done;
+  void *arg;
+} sent_op;
+
+static bool sendable(dlock__redis *r, dlock_lock_kind_t kind) {
+  return r->mux && !r->sentinel && !r->left &&
+         (kind == DLOCK_REENTRANT || kind == DLOCK_FENCED) &&
+         dlock__redis_script_alone(r);
+}
+
+static int sent_append(dlock__conn *c, void *arg) {
+  sent_op *o = arg;
+  return dlock__redis_req_append(c, &o->q, o->body);
+}
+
+static void sent_free(sent_op *o) {
+  dlock__redis_req_clear(&o->q);
+  dlock__free(o);
+}
+
+static void sent_reply(void *arg, int rc, redisReply *rep) {
+  sent_op *o = arg;
+  if (!rc && dlock__redis_is_noscript(rep) && !o->body) {
+    /* the server lost its scripts (a restart): the body loads it */
+    freeReplyObject(rep);
+    o->body = true;
+    rc = dlock__redis_mux_send(o->r, o->r->mux, sent_append, o,
+                               o->r->command_timeout_ms, sent_reply, o);
+    if (rc == 0)
+      return;
+    o->done(o->arg, rc, 0, 0); /* nothing of it ran */
+    sent_free(o);
+    return;
+  }
+  int64_t pttl = -1, token = 0;
+  if (!rc && o->release) {
+    rc = dlock__redis_lock_release_reply(rep);
+  } else if (!rc) {
+    dlock__acquire a = {.kind = o->kind, .name = o->q.argv[3]};
+    rc = dlock__redis_lock_wrongtype(
+        dlock__redis_lock_acquire_reply(&a, rep, &pttl, &token), a.name);
+  }
+  o->done(o->arg, rc, pttl, token);
+  sent_free(o);
+}
+
+static int send_op(dlock__redis *r, sent_op *o) {
+  o->r = r;
+  int rc = dlock__redis_mux_send(r, r->mux, sent_append, o,
+                                 r->command_timeout_ms, sent_reply, o);
+  if (rc) /* nothing was sent, and nothing will run */
+    sent_free(o);
+  return rc;
+}
+
+int dlock__redis_lock_acquire_send(void *be, const dlock__acquire *a,
+                                   dlock__sent_fn done, void *arg) {
+  dlock__redis *r = be;
+  if (!sendable(r, a->kind) || a->q)
+    return DLOCK__SEND_BLOCKS;
+  sent_op *o = dlock__calloc(1, sizeof *o);
+  if (!o)
+    return DLOCK_ENOMEM;
+  o->kind = a->kind;
+  o->done = done;
+  o->arg = arg;
+  int rc = dlock__redis_lock_acquire_req(be, a, &o->q);
+  if (rc) {
+    dlock__free(o);
+    return rc;
+  }
+  return send_op(r, o);
+}
+
+int dlock__redis_lock_release_send(void *be, const dlock__release *rel,
+                                   dlock__sent_fn done, void *arg) {
+  dlock__redis *r = be;
+  if (!sendable(r, rel->kind))
+    return DLOCK__SEND_BLOCKS;
+  sent_op *o = dlock__calloc(1, sizeof *o);
+  if (!o)
+    return DLOCK_ENOMEM;
+  o->release = true;
+  o->kind = rel->kind;
+  o->done = done;
+  o->arg = arg;
+  int rc = dlock__redis_lock_release_req(be, rel, true, &o->q);
+  if (rc) {
+    dlock__free(o);
+    return rc;
+  }
+  return send_op(r, o);
 }

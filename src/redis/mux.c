@@ -37,10 +37,24 @@
  * asks the sentinels itself when the oldest slot has waited MUX_SLOW_MS
  * (a stopped master keeps requests unanswered, see sentinel.c).
  *
+ * Sent requests (dlock__redis_mux_send: the async calls' tries and
+ * releases, backend.h's lock_*_send). No thread waits on such a slot: its
+ * reply is handed to its `done` function. Whoever reads the connection
+ * (a leader, or the event loop, which polls it while sent slots are
+ * queued: dlock__redis_mux_loop_prepare / _dispatch) delivers it, and
+ * the slot goes on the `fired` list; every thread that releases `mu`
+ * after changing the slots runs the fired functions first, with no mutex
+ * held (run_fired). A leader hands the lead to the oldest slot that has
+ * a thread; the loop enforces a sent slot's deadline when it is the
+ * oldest. A send never dials: with no connection up it answers
+ * DLOCK__SEND_BLOCKS and asks (want_conn) that the next blocking request
+ * come here, which dials.
+ *
  * Requests that block the connection on the server (WAIT for replicas) do
  * not come here: they go on a pooled connection of their own (redis.c).
  *
- * Threads: any caller thread. `mu` guards everything here.
+ * Threads: any caller thread, and the event loop. `mu` guards everything
+ * here.
  */
 #include "redis/redis.h"
 
@@ -67,6 +81,10 @@ typedef struct mux_slot {
   char err[300];
   int64_t sent_at, deadline;
   pthread_cond_t cv;
+  /* a sent slot: no thread waits; done gets its reply (or failure) */
+  dlock__redis_mux_done on_reply;
+  void *done_arg;
+  struct mux_slot *fnext; /* the fired list */
 } mux_slot;
 
 struct dlock__redis_mux {
@@ -80,6 +98,9 @@ struct dlock__redis_mux {
   char dial_err[300];
   pthread_cond_t dial_cv;
   mux_slot *head, *tail;
+  size_t nsent;                 /* sent slots queued */
+  mux_slot *fired, *fired_tail; /* sent slots ended, done not yet run */
+  _Atomic bool want_conn;       /* a send found no connection: dial one */
 };
 
 int dlock__redis_mux_new(dlock__redis_mux **out) {
@@ -103,18 +124,71 @@ void dlock__redis_mux_free(dlock__redis_mux *m) {
   dlock__free(m);
 }
 
+/* A slot's replies are complete, or it failed (it has left the queue):
+ * its thread is woken, or a sent slot goes on the fired list. */
+static void slot_ended_locked(dlock__redis_mux *m, mux_slot *s) {
+  if (!s->on_reply) {
+    pthread_cond_signal(&s->cv);
+    return;
+  }
+  m->nsent--;
+  s->fnext = NULL;
+  if (m->fired_tail)
+    m->fired_tail->fnext = s;
+  else
+    m->fired = s;
+  m->fired_tail = s;
+}
+
+/* Takes the fired list (mu held), to run it once mu is released. */
+static mux_slot *take_fired_locked(dlock__redis_mux *m) {
+  mux_slot *f = m->fired;
+  m->fired = m->fired_tail = NULL;
+  return f;
+}
+
+/* Runs the done functions of the fired slots `f` (no mutex held) and
+ * frees them; the thread's error detail is as it was before. */
+static void run_fired(mux_slot *f) {
+  if (!f)
+    return;
+  char saved[300];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  while (f) {
+    mux_slot *s = f;
+    f = s->fnext;
+    if (s->rc < 0) {
+      dlock__seterr(s->rc, "%s", s->err);
+      s->on_reply(s->done_arg, s->rc, NULL);
+    } else {
+      s->on_reply(s->done_arg, 0, s->rep[0]);
+    }
+    dlock__free(s);
+  }
+  dlock__seterr(0, "%s", saved);
+}
+
+/* Unlocks mu, then runs what fired under it. */
+static void unlock_and_fire(dlock__redis_mux *m) {
+  mux_slot *f = take_fired_locked(m);
+  pthread_mutex_unlock(&m->mu);
+  run_fired(f);
+}
+
 /* Fails every queued slot with rc and the current error; the conn is
  * closed now when nobody polls it, else by the leader when it wakes. */
 static void fail_all_locked(dlock__redis_mux *m, int rc) {
   const char *why = dlock_last_error();
-  for (mux_slot *s = m->head; s; s = s->next) {
+  mux_slot *next;
+  for (mux_slot *s = m->head; s; s = next) {
+    next = s->next;
     for (size_t i = 0; i < s->got; i++)
       freeReplyObject(s->rep[i]);
     s->got = 0;
     s->rc = rc;
     s->done = true;
     snprintf(s->err, sizeof s->err, "%s", why);
-    pthread_cond_signal(&s->cv);
+    slot_ended_locked(m, s);
   }
   m->head = m->tail = NULL;
   m->conn_failed = true;
@@ -151,7 +225,7 @@ static int deliver_locked(dlock__redis_mux *m) {
       if (!m->head)
         m->tail = NULL;
       s->done = true;
-      pthread_cond_signal(&s->cv);
+      slot_ended_locked(m, s);
     }
   }
 }
@@ -167,7 +241,7 @@ void dlock__redis_mux_end(dlock__redis_mux *m) {
                                      dlock__conn_peer(m->conn)));
     dlock__seterr(0, "%s", why);
   }
-  pthread_mutex_unlock(&m->mu);
+  unlock_and_fire(m);
 }
 
 /* The connection, dialled when there is none; called with mu held. */
@@ -203,6 +277,8 @@ static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
   m->conn = c;
   m->dials++;
   m->dial_rc = rc;
+  if (!rc)
+    atomic_store(&m->want_conn, false);
   snprintf(m->dial_err, sizeof m->dial_err, "%s", rc ? dlock_last_error() : "");
   pthread_cond_broadcast(&m->dial_cv);
   return rc;
@@ -249,7 +325,7 @@ static void lead_locked(dlock__redis *r, dlock__redis_mux *m, mux_slot *me) {
       until = now + LEADER_TICK_MS;
     struct pollfd p = {.fd = dlock__conn_fd(m->conn),
                        .events = dlock__conn_poll_events(m->conn)};
-    pthread_mutex_unlock(&m->mu);
+    unlock_and_fire(m);
     int n = poll(&p, 1, dlock__poll_timeout(until));
     int perr = errno;
     pthread_mutex_lock(&m->mu);
@@ -278,8 +354,14 @@ static void lead_locked(dlock__redis *r, dlock__redis_mux *m, mux_slot *me) {
     m->conn = NULL;
     m->conn_failed = false;
     pthread_cond_broadcast(&m->dial_cv);
-  } else if (m->head) {
-    pthread_cond_signal(&m->head->cv); /* the oldest leads next */
+  } else {
+    /* the oldest slot that has a thread leads next; with sent slots
+     * only, the event loop reads for them */
+    mux_slot *s = m->head;
+    while (s && s->on_reply)
+      s = s->next;
+    if (s)
+      pthread_cond_signal(&s->cv);
   }
 }
 
@@ -307,7 +389,7 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
       fail_all_locked(m, rc);
       dlock__seterr(rc, "%s", why);
     }
-    pthread_mutex_unlock(&m->mu);
+    unlock_and_fire(m);
     pthread_cond_destroy(&me.cv);
     return rc;
   }
@@ -329,11 +411,116 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
       pthread_cond_wait(&me.cv, &m->mu);
     }
   }
-  pthread_mutex_unlock(&m->mu);
+  unlock_and_fire(m);
   pthread_cond_destroy(&me.cv);
   if (me.rc < 0)
     return dlock__seterr(me.rc, "%s", me.err);
   for (size_t i = 0; i < want; i++)
     replies[i] = me.rep[i];
   return 0;
+}
+
+/* ------------------------------------------------------ sent requests */
+
+bool dlock__redis_mux_wants_conn(dlock__redis_mux *m) {
+  return atomic_load_explicit(&m->want_conn, memory_order_relaxed);
+}
+
+int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
+                          int (*append)(dlock__conn *c, void *arg), void *arg,
+                          int64_t timeout_ms, dlock__redis_mux_done on_reply,
+                          void *done_arg) {
+  mux_slot *s = dlock__calloc(1, sizeof *s);
+  if (!s)
+    return DLOCK_ENOMEM;
+  s->want = 1;
+  s->on_reply = on_reply;
+  s->done_arg = done_arg;
+  pthread_mutex_lock(&m->mu);
+  if (!m->conn || m->conn_failed || m->dialing ||
+      dlock__redis_conn_stale(r, m->conn)) {
+    /* no dial here: the next blocking request dials for us */
+    atomic_store(&m->want_conn, true);
+    pthread_mutex_unlock(&m->mu);
+    dlock__free(s);
+    return DLOCK__SEND_BLOCKS;
+  }
+  int rc = append(m->conn, arg);
+  if (rc) { /* as in exec: the output may be out of step, the conn ends */
+    char why[300];
+    snprintf(why, sizeof why, "%s", dlock_last_error());
+    fail_all_locked(m, rc);
+    dlock__seterr(rc, "%s", why);
+    unlock_and_fire(m);
+    dlock__free(s);
+    return rc;
+  }
+  s->sent_at = dlock__now_ms();
+  s->deadline = dlock__deadline_after(timeout_ms);
+  if (m->tail)
+    m->tail->next = s;
+  else
+    m->head = s;
+  m->tail = s;
+  /* the loop polls the connection from its next round on */
+  bool first = m->nsent++ == 0;
+  rc = dlock__conn_write_some(m->conn);
+  if (rc)
+    fail_all_locked(m, rc); /* s fails with the rest: it fires below */
+  unlock_and_fire(m);
+  if (first)
+    dlock__client_poke(r->core);
+  return 0;
+}
+
+/* mu held: the oldest request is a sent one past its deadline; nobody
+ * else would notice (a leader serves a slot of a thread) */
+static void expire_sent_locked(dlock__redis_mux *m, int64_t now) {
+  if (!m->head || !m->head->on_reply || now < m->head->deadline || !m->conn ||
+      m->conn_failed)
+    return;
+  char why[300];
+  snprintf(why, sizeof why, "%s", dlock_last_error());
+  fail_all_locked(m, dlock__seterr(DLOCK_EIOTIMEOUT,
+                                   "%s: the server did not answer in time",
+                                   dlock__conn_peer(m->conn)));
+  dlock__seterr(0, "%s", why);
+}
+
+int dlock__redis_mux_loop_prepare(dlock__redis_mux *m, int64_t now,
+                                  struct pollfd *fd, int64_t *until) {
+  pthread_mutex_lock(&m->mu);
+  expire_sent_locked(m, now);
+  int n = 0;
+  if (m->nsent > 0 && m->conn && !m->conn_failed) {
+    fd->fd = dlock__conn_fd(m->conn);
+    fd->events = dlock__conn_poll_events(m->conn);
+    fd->revents = 0;
+    if (m->head->deadline < *until)
+      *until = m->head->deadline;
+    n = 1;
+  }
+  unlock_and_fire(m);
+  return n;
+}
+
+void dlock__redis_mux_loop_dispatch(dlock__redis_mux *m, int64_t now,
+                                    const struct pollfd *fd) {
+  pthread_mutex_lock(&m->mu);
+  /* the connection polled may have ended since (its fd then names
+   * another file or none): only the current one is read */
+  if (m->conn && !m->conn_failed && fd->revents &&
+      fd->fd == dlock__conn_fd(m->conn)) {
+    int rc = 0;
+    if (dlock__conn_want_write(m->conn))
+      rc = dlock__conn_write_some(m->conn);
+    if (!rc)
+      rc = dlock__conn_read_some(m->conn);
+    if (rc)
+      fail_all_locked(m, rc);
+    else
+      deliver_locked(m);
+  }
+  expire_sent_locked(m, now);
+  unlock_and_fire(m);
 }

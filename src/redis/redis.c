@@ -482,8 +482,13 @@ static int request(dlock__redis *r, bool may_share,
   bool asking = tl_asking;
   tl_asking = false;
   bool counted = r->mux && may_share && !asking;
-  if (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size) {
-    atomic_fetch_sub(&r->pooled_busy, 1);
+  /* the async calls' sends found the shared connection down: this
+   * request goes there, and dials it */
+  bool to_mux = counted && dlock__redis_mux_wants_conn(r->mux);
+  if (to_mux ||
+      (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size)) {
+    if (!to_mux)
+      atomic_fetch_sub(&r->pooled_busy, 1);
     int rc = dlock__redis_mux_exec(r, r->mux, append, arg, want, budget_ms,
                                    rep);
     *broke = rc < 0;
@@ -628,6 +633,15 @@ int dlock__redis_unsynced(dlock__redis *r, const char *what, int n) {
                        "nothing is held",
                        r->ep->display, what, n, n == 1 ? "" : "s",
                        (long long)r->replica_wait_ms);
+}
+
+bool dlock__redis_script_alone(dlock__redis *r) {
+  if (r->replica_wait_ms <= 0 || atomic_load(&r->wait_refused))
+    return true;
+  /* no replica known to wait for, by a ROLE recent enough that the
+   * blocking path would not ask it again */
+  return atomic_load(&r->replicas) <= 0 &&
+         dlock__now_ms() - atomic_load(&r->replicas_at) < REPLICAS_REFRESH_MS;
 }
 
 /* One request: [ROLE] EVALSHA|EVAL [WAIT n T]. */
@@ -1067,6 +1081,8 @@ const dlock__backend_ops dlock__redis_backend = {
     .lock_acquire = dlock__redis_lock_acquire,
     .lock_leave = dlock__redis_lock_leave,
     .lock_release = dlock__redis_lock_release,
+    .lock_acquire_send = dlock__redis_lock_acquire_send,
+    .lock_release_send = dlock__redis_lock_release_send,
     .lock_force_release = dlock__redis_lock_force_release,
     .lock_renew = dlock__redis_lock_renew,
     .lock_query = dlock__redis_lock_query,

@@ -80,6 +80,9 @@ typedef struct dlock__redis {
   _Atomic int pooled_busy; /* scripts on pooled connections now */
 
   dlock__conn *watch; /* the event loop thread only */
+  /* the event loop thread only: where loop_prepare put the watch
+   * connection's and the shared connection's descriptors (-1: not) */
+  int loop_watch_at, loop_mux_at;
   pthread_mutex_t wmu; /* guards *ws but its loop-only fields (channels.c) */
   dlock__redis_watch *ws;
 } dlock__redis;
@@ -265,8 +268,15 @@ int dlock__redis_lock_acquire_req(void *be, const dlock__acquire *a,
                                   dlock__redis_req *q);
 int dlock__redis_lock_acquire_reply(const dlock__acquire *a, redisReply *rep,
                                     int64_t *pttl, int64_t *token);
+/* own_waits: one server's release, which tells the script whether this
+ * client is subscribed to the lock's channel (Redlock's: false). */
 int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
-                                  dlock__redis_req *q);
+                                  bool own_waits, dlock__redis_req *q);
+/* backend.h's lock_acquire_send / lock_release_send (locks.c). */
+int dlock__redis_lock_acquire_send(void *be, const dlock__acquire *a,
+                                   dlock__sent_fn done, void *arg);
+int dlock__redis_lock_release_send(void *be, const dlock__release *rel,
+                                   dlock__sent_fn done, void *arg);
 int dlock__redis_lock_release_reply(redisReply *rep);
 /* Raises the fenced lock's token counter to at least `token`. */
 int dlock__redis_token_raise_req(const char *name, int64_t token,
@@ -347,6 +357,32 @@ bool dlock__redis_saw_replies(dlock__redis *r, dlock__conn *c,
                               redisReply **rep, size_t n);
 /* Ends the shared connection (its requests in flight fail). */
 void dlock__redis_mux_end(dlock__redis_mux *m);
+/* A sent request (one reply, mux.c "Sent requests"): appended and
+ * written now, without blocking; on_reply(arg, 0, reply) (the caller
+ * frees the reply) or on_reply(arg, rc, NULL) with the thread's detail
+ * set runs exactly once later, maybe before send returns, with no mutex
+ * of the mux held. DLOCK__SEND_BLOCKS: no connection is up (nothing was
+ * sent; want_conn is set); <0: nothing was sent. */
+typedef void (*dlock__redis_mux_done)(void *arg, int rc, redisReply *reply);
+int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
+                          int (*append)(dlock__conn *c, void *arg), void *arg,
+                          int64_t timeout_ms, dlock__redis_mux_done on_reply,
+                          void *done_arg);
+/* True when a writing script goes alone now, with neither ROLE nor WAIT
+ * (no replica to wait for, or waiting is off): as a sent request can. */
+bool dlock__redis_script_alone(dlock__redis *r);
+/* A send found no connection: the next request that may share one goes
+ * on the mux, which dials it. */
+bool dlock__redis_mux_wants_conn(dlock__redis_mux *m);
+/* The event loop's part: while sent requests are queued, the shared
+ * connection's descriptor (0 or 1 filled) and the oldest one's deadline;
+ * then it reads what came, hands the replies over and fails the queue
+ * when the oldest sent request is past its deadline. */
+struct pollfd;
+int dlock__redis_mux_loop_prepare(dlock__redis_mux *m, int64_t now,
+                                  struct pollfd *fd, int64_t *until);
+void dlock__redis_mux_loop_dispatch(dlock__redis_mux *m, int64_t now,
+                                    const struct pollfd *fd);
 
 /* sentinel.c */
 bool dlock__redis_is_sentinel_url(const char *url);

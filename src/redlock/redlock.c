@@ -537,7 +537,7 @@ static int release_all(redlock *rl, const dlock__release *r, const bool *only,
   /* every node's keys are the same names: one request serves them all */
   dlock__release r0 = *r;
   r0.bh = node_bh(r->bh, 0);
-  int rc = dlock__redis_lock_release_req(rl->node[0], &r0, &q);
+  int rc = dlock__redis_lock_release_req(rl->node[0], &r0, false, &q);
   if (rc)
     return rc;
   fanout(rl, &q, calls, only, DLOCK__NEVER, NULL, NULL);
