@@ -437,6 +437,14 @@ int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
   s->on_reply = on_reply;
   s->done_arg = done_arg;
   pthread_mutex_lock(&m->mu);
+  /* idle since its last reply: closed by the server meanwhile (a restart,
+   * CLIENT KILL, its timeout)? Then nothing is sent into it: a new one is
+   * dialled, as a pooled connection would be */
+  if (m->conn && !m->head && !m->leader && !m->conn_failed &&
+      dlock__conn_peer_closed(m->conn)) {
+    dlock__conn_close(m->conn);
+    m->conn = NULL;
+  }
   if (!m->conn || m->conn_failed || m->dialing ||
       dlock__redis_conn_stale(r, m->conn)) {
     /* no dial here: the next blocking request dials for us */

@@ -21,6 +21,8 @@
 
 #include "itest.h"
 
+#include <poll.h>
+
 #define THREADS 16
 #define BASE 100 /* thread i's semaphore has BASE + i permits */
 
@@ -208,9 +210,222 @@ static void t_server_killed_in_flight(void) {
   th_server_stop(s);
 }
 
+/* ------------------------------------------------ sent requests (async)
+ *
+ * The async API's tries and releases go on the shared connection from the
+ * program's thread, their replies read by the event loop or by a blocking
+ * caller leading the connection (mux.c "Sent requests"). */
+
+#define CHAINS 32
+#define CHAIN_ROUNDS 20
+
+typedef struct chain {
+  dlock_lock_t *l;
+  int i, rounds, acquired, released, errors;
+  char last_error[200];
+} chain_t;
+
+static void chain_step(chain_t *ch);
+
+static void chain_note(chain_t *ch, int rc) {
+  if (rc) {
+    ch->errors++;
+    snprintf(ch->last_error, sizeof ch->last_error, "%s", dlock_last_error());
+  }
+}
+
+static void chain_released(void *ud, int rc, int64_t value) {
+  (void)value;
+  chain_t *ch = ud;
+  chain_note(ch, rc);
+  ch->released += rc == 0;
+  if (++ch->rounds < CHAIN_ROUNDS)
+    chain_step(ch);
+}
+
+static void chain_acquired(void *ud, int rc, int64_t value) {
+  (void)value;
+  chain_t *ch = ud;
+  chain_note(ch, rc);
+  if (rc) {
+    ch->rounds = CHAIN_ROUNDS; /* the chain stops */
+    return;
+  }
+  ch->acquired++;
+  int r = dlock_lock_release_async(ch->l, 0, chain_released, ch, NULL);
+  chain_note(ch, r);
+}
+
+static void chain_step(chain_t *ch) {
+  int rc = dlock_lock_acquire_async(ch->l, 0, 0, DLOCK_LEASE_WATCHDOG,
+                                    chain_acquired, ch, NULL);
+  chain_note(ch, rc);
+  if (rc)
+    ch->rounds = CHAIN_ROUNDS;
+}
+
+/* Runs the client's callbacks until every chain is over (bounded). */
+static bool chains_run(dlock_client_t *c, chain_t *ch, int n, int64_t ms) {
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  int64_t deadline = th_now_ms() + ms;
+  for (;;) {
+    int over = 0;
+    for (int i = 0; i < n; i++)
+      over += ch[i].rounds >= CHAIN_ROUNDS;
+    if (over == n)
+      return true;
+    int64_t left = deadline - th_now_ms();
+    if (left <= 0)
+      return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, left > 200 ? 200 : (int)left) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+}
+
+/* Async chains and blocking threads on one client of one pooled
+ * connection: their requests interleave on the shared connection, read
+ * by the loop and by blocking leaders in turn; every answer is the right
+ * one (a reply handed to the wrong request fails a check: an acquire's
+ * nil, a release's 1 and a semaphore's count differ). */
+static void t_async_sent_share(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = pool_of_one(s, 10000);
+  enum { BLOCKERS = 4 };
+  worker_t w[BLOCKERS];
+  memset(w, 0, sizeof w);
+  for (int i = 0; i < BLOCKERS; i++) {
+    w[i].c = c;
+    w[i].i = i;
+    w[i].iters = 200;
+    atomic_store(&w[i].until, th_now_ms() + 30000);
+    CHECK(pthread_create(&w[i].th, NULL, worker_main, &w[i]) == 0);
+  }
+  chain_t ch[CHAINS];
+  memset(ch, 0, sizeof ch);
+  for (int i = 0; i < CHAINS; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "sent-chain-%d", i);
+    ch[i].i = i;
+    ch[i].l = it_lock(c, name);
+    chain_step(&ch[i]);
+  }
+  CHECK(chains_run(c, ch, CHAINS, 60000));
+  for (int i = 0; i < BLOCKERS; i++)
+    pthread_join(w[i].th, NULL);
+  int pairs = 0;
+  for (int i = 0; i < CHAINS; i++) {
+    CHECKF(ch[i].errors == 0, "chain %d: %d errors, the last: %s", i,
+           ch[i].errors, ch[i].last_error);
+    CHECK_INT(ch[i].acquired, ==, CHAIN_ROUNDS);
+    CHECK_INT(ch[i].released, ==, CHAIN_ROUNDS);
+    pairs += ch[i].released;
+    bool locked = true;
+    CHECK_OK(dlock_lock_is_locked(ch[i].l, &locked));
+    CHECK(!locked);
+  }
+  for (int i = 0; i < BLOCKERS; i++)
+    CHECKF(w[i].wrong == 0 && w[i].errors == 0,
+           "blocking thread %d: %d wrong answers, %d errors", i, w[i].wrong,
+           w[i].errors);
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  printf("%d async pairs and %d blocking threads on one connection: every "
+         "answer the caller's own\n",
+         pairs, BLOCKERS);
+  for (int i = 0; i < CHAINS; i++)
+    dlock_lock_free(ch[i].l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
+typedef struct one {
+  int calls, rc;
+  int64_t value;
+  char detail[300];
+} one_t;
+
+static void one_done(void *ud, int rc, int64_t value) {
+  one_t *o = ud;
+  o->calls++;
+  o->rc = rc;
+  o->value = value;
+  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
+}
+
+/* One async acquire (wait 0) or release of l, run to its callback. */
+static one_t one_call(dlock_client_t *c, dlock_lock_t *l, bool acquire,
+                      int64_t lease_ms) {
+  one_t o = {0};
+  int rc =
+      acquire ? dlock_lock_acquire_async(l, 77, 0, lease_ms, one_done, &o, NULL)
+              : dlock_lock_release_async(l, 77, one_done, &o, NULL);
+  CHECK_OK(rc);
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  int64_t deadline = th_now_ms() + 30000;
+  while (o.calls == 0 && th_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 200) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  CHECK_INT(o.calls, ==, 1);
+  return o;
+}
+
+/* Sent requests meet the server's faults as the blocking calls do: lost
+ * scripts are loaded again, a connection the server closed while idle is
+ * replaced, and a stopped server fails the request in flight at its
+ * deadline; then the client goes on. */
+static void t_async_sent_faults(void) {
+  th_server_t *s = th_server_start(NULL);
+  CHECK(s);
+  dlock_client_t *c = pool_of_one(s, 500);
+  dlock_lock_t *l = it_lock(c, "sent-faults");
+  /* twice: the first may go through the pool while the shared
+   * connection is dialled */
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(one_call(c, l, true, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(one_call(c, l, false, 0).rc);
+  }
+  /* the server forgets its scripts: NOSCRIPT, then the body */
+  th_redis_int(s, "SCRIPT FLUSH");
+  CHECK_OK(one_call(c, l, true, DLOCK_LEASE_WATCHDOG).rc);
+  bool locked = false;
+  CHECK_OK(dlock_lock_is_locked(l, &locked));
+  CHECK(locked);
+  CHECK_OK(one_call(c, l, false, 0).rc);
+  /* every client connection is closed while idle */
+  redisReply *r = th_redis_cmd(s, "CLIENT KILL TYPE normal");
+  freeReplyObject(r);
+  CHECK_OK(one_call(c, l, true, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(one_call(c, l, false, 0).rc);
+  /* a stopped server: the try in flight fails at its deadline (500 ms),
+   * with an error that says so; its outcome is unknown, so its lease is
+   * short */
+  CHECK(th_server_pause(s) == 0);
+  one_t o = one_call(c, l, true, 1000);
+  CHECK(th_server_resume(s) == 0);
+  CHECKF(o.rc == DLOCK_EIOTIMEOUT || o.rc == DLOCK_EUNAVAILABLE,
+         "a try on a stopped server: %d (%s)", o.rc, o.detail);
+  printf("a try on a stopped server: %s (%s)\n", dlock_err_name(o.rc),
+         o.detail);
+  dlock_lock_t *l2 = it_lock(c, "sent-faults-after");
+  CHECK_OK(one_call(c, l2, true, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(one_call(c, l2, false, 0).rc);
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  dlock_lock_free(l2);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_server_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"threads_share", t_threads_share},
     {"server_killed_in_flight", t_server_killed_in_flight},
+    {"async_sent_share", t_async_sent_share},
+    {"async_sent_faults", t_async_sent_faults},
 };
 
 CHECK_MAIN(cases)
