@@ -11,6 +11,11 @@
  * it runnable again and a pool thread calls its run function anew. So a
  * thousand waiting operations are a thousand records, not threads.
  *
+ * A sent operation (dlock__aop_start_sent) skips the pool: its caller
+ * put its one request on the wire (backend.h lock_*_send) and the
+ * reply's handler, on whatever thread read the reply, ends it or hands it
+ * to the pool (dlock__aop_resume) for what the send could not do.
+ *
  * When it ends, it hands its outcome over (dlock__aop_complete): the
  * outcome waits on the client's completion queue, the completion
  * descriptor becomes readable, and the program's dlock_client_process()

@@ -1249,7 +1249,8 @@ typedef struct rel {
 /* The release's opening (no I/O): true when it ended here (a re-entry
  * counted down without a round trip: outcome 0), else x->r is the
  * request to send. */
-static bool release_open(rel *x, dlock_lock_t *l, uint64_t tid) {
+static inline __attribute__((always_inline)) bool
+release_open(rel *x, dlock_lock_t *l, uint64_t tid) {
   struct dlock_client *c = l->client;
   x->l = l;
   x->tid = tid;
@@ -1297,7 +1298,8 @@ static bool release_resends(int out) {
 
 /* The release's close, after the backend's outcome `out` (DLOCK__REL_*
  * or an error): the hold's record follows it, and the call ends. */
-static int release_close(rel *x, int out) {
+static inline __attribute__((always_inline)) int release_close(rel *x,
+                                                               int out) {
   dlock_lock_t *l = x->l;
   struct dlock_client *c = l->client;
   uint64_t tid = x->tid;

@@ -47,8 +47,8 @@
  * held (run_fired). A leader hands the lead to the oldest slot that has
  * a thread; the loop enforces a sent slot's deadline when it is the
  * oldest. A send never dials: with no connection up it answers
- * DLOCK__SEND_BLOCKS and asks (want_conn) that the next blocking request
- * come here, which dials.
+ * DLOCK__SEND_BLOCKS and asks (r->mux_wants_conn) that the next blocking
+ * request come here, which dials.
  *
  * Requests that block the connection on the server (WAIT for replicas) do
  * not come here: they go on a pooled connection of their own (redis.c).
@@ -100,7 +100,6 @@ struct dlock__redis_mux {
   mux_slot *head, *tail;
   size_t nsent;                 /* sent slots queued */
   mux_slot *fired, *fired_tail; /* sent slots ended, done not yet run */
-  _Atomic bool want_conn;       /* a send found no connection: dial one */
 };
 
 int dlock__redis_mux_new(dlock__redis_mux **out) {
@@ -278,7 +277,7 @@ static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
   m->dials++;
   m->dial_rc = rc;
   if (!rc)
-    atomic_store(&m->want_conn, false);
+    atomic_store(&r->mux_wants_conn, false);
   snprintf(m->dial_err, sizeof m->dial_err, "%s", rc ? dlock_last_error() : "");
   pthread_cond_broadcast(&m->dial_cv);
   return rc;
@@ -422,10 +421,6 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
 
 /* ------------------------------------------------------ sent requests */
 
-bool dlock__redis_mux_wants_conn(dlock__redis_mux *m) {
-  return atomic_load_explicit(&m->want_conn, memory_order_relaxed);
-}
-
 int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
                           int (*append)(dlock__conn *c, void *arg), void *arg,
                           int64_t timeout_ms, dlock__redis_mux_done on_reply,
@@ -448,7 +443,7 @@ int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
   if (!m->conn || m->conn_failed || m->dialing ||
       dlock__redis_conn_stale(r, m->conn)) {
     /* no dial here: the next blocking request dials for us */
-    atomic_store(&m->want_conn, true);
+    atomic_store(&r->mux_wants_conn, true);
     pthread_mutex_unlock(&m->mu);
     dlock__free(s);
     return DLOCK__SEND_BLOCKS;

@@ -484,7 +484,8 @@ static int request(dlock__redis *r, bool may_share,
   bool counted = r->mux && may_share && !asking;
   /* the async calls' sends found the shared connection down: this
    * request goes there, and dials it */
-  bool to_mux = counted && dlock__redis_mux_wants_conn(r->mux);
+  bool to_mux =
+      counted && atomic_load_explicit(&r->mux_wants_conn, memory_order_relaxed);
   if (to_mux ||
       (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size)) {
     if (!to_mux)
