@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
-#include "core/client.h"
+#include "core/client_base.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/wait.h"

@@ -46,6 +46,7 @@
 #include "core/error.h"
 #include "core/fmt.h"
 #include "core/holds.h"
+#include "core/session.h"
 #include "core/wait.h"
 
 /* -------------------------------------------------- background thread */
@@ -200,7 +201,12 @@ static void client_destroy(struct dlock_client *c, bool forked) {
   }
   dlock__holds_free_all_locked(c);
   dlock__unresolved_free_all_locked(c);
-  dlock__gates_free_all_locked(c);
+  /* the client_owner gates left (lock.c's records of a plain struct) */
+  size_t i = 0;
+  for (dlock__map_entry *e = dlock__map_first(&c->gates, &i); e;
+       e = dlock__map_next(&c->gates, e, &i))
+    dlock__free(e->value);
+  dlock__map_clear(&c->gates);
   dlock__async_free(c, forked);
   if (!forked) {
     pthread_mutex_unlock(&c->mu);

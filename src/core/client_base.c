@@ -6,7 +6,7 @@
  * life and its loop (client.c) sit above every module; these services sit
  * below, so that no module reaches up into client.c.
  */
-#include "core/client.h"
+#include "core/client_base.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/client.h"
+#include "core/client_base.h"
 
 typedef struct dlock__hold {
   char *name;

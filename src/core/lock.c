@@ -54,6 +54,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/holds.h"
+#include "core/session.h"
 #include "core/wait.h"
 
 /* Validates the handle and enters a call on its client (see
@@ -153,6 +154,13 @@ static bool takes_grants(const dlock_lock_t *l) {
 
 /* ------------------------------------------- gates (client_owner) */
 
+/* A client_owner backend's gate of one lock name: the thread that holds
+ * it or tries it on the server (client->gates, under mu; client.c frees
+ * what is left at teardown). */
+typedef struct dlock__gate {
+  uint64_t tid;
+} dlock__gate;
+
 static bool client_owner(const dlock_lock_t *l) {
   return l->client->ops->client_owner;
 }
@@ -193,14 +201,6 @@ static void gate_leave_locked(struct dlock_client *c, const char *name,
   dlock__free(dlock__map_del(&c->gates, name, n));
   if (wake)
     dlock__waits_wake_lock_locked(c, name);
-}
-
-void dlock__gates_free_all_locked(struct dlock_client *c) {
-  size_t i = 0;
-  for (dlock__map_entry *e = dlock__map_first(&c->gates, &i); e;
-       e = dlock__map_next(&c->gates, e, &i))
-    dlock__free(e->value);
-  dlock__map_clear(&c->gates);
 }
 
 /* Before an attempt on a client_owner lock. 0: this thread has the gate

@@ -16,7 +16,7 @@
 #include <strings.h>
 
 #include "core/backend.h"
-#include "core/client.h"
+#include "core/client_base.h"
 #include "core/error.h"
 #include "core/uri.h"
 

@@ -27,6 +27,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/holds.h"
+#include "core/session.h"
 #include "core/sync.h"
 
 /* ------------------------------------------------------------ shared */

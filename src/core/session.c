@@ -11,7 +11,7 @@
  */
 #include "core/session.h"
 
-#include "core/client.h"
+#include "core/client_base.h"
 #include "core/clock.h"
 #include "core/holds.h"
 

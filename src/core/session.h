@@ -42,18 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/backend.h"
-
-typedef struct dlock__session_clock {
-  bool begun;     /* a session was reported: the clock applies */
-  bool linked;    /* a live connection vouches for it: the clock is paused */
-  bool gone;      /* lost (by the clock or by the service) */
-  bool expired;   /* the clock ran out: the backend is yet to be told */
-  int64_t sid;    /* the backend's id of the session */
-  int64_t length; /* ms; for the margin */
-  int64_t until;  /* the latest bound the service confirmed */
-  int64_t grace;  /* since the link dropped: the bound its rule gives */
-} dlock__session_clock;
+#include "core/client_base.h"
 
 /* mu held: the moment the session stops being vouched for, DLOCK__NEVER
  * when the clock does not run (no session, linked, or gone already). */

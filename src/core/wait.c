@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/client.h"
+#include "core/client_base.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/holds.h"
