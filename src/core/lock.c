@@ -329,6 +329,10 @@ typedef struct wait_ctx {
   bool armed;    /* the wake-up path was armed by this wait */
   bool after_ok; /* where an answered attempt leads (wait_ok) */
   int64_t pttl;  /* the holder's lease left, by the last answer (-1: none) */
+  /* the cold first attempt was made already (an async wait's, sent), and
+   * refused with cold_pttl */
+  bool cold_done;
+  int64_t cold_pttl;
   const _Atomic bool *cancel; /* an async wait's cancel flag, or NULL */
   /* last: dlock__wait_begin sets it up, so a wait that ends before it
    * registers (its cold first attempt got the lock) never clears it */
@@ -769,7 +773,9 @@ static inline __attribute__((always_inline)) bool wait_open(wait_ctx *x,
    * first, so that its first attempt can already queue. */
   int64_t pttl = -2;
   int rc;
-  if (c->ops->wait_hot && !c->ops->wait_hot(c->be, &x->spec)) {
+  if (x->cold_done) {
+    pttl = x->cold_pttl;
+  } else if (c->ops->wait_hot && !c->ops->wait_hot(c->be, &x->spec)) {
     pttl = -1;
     dlock__err_set_unsent(false);
     /* an outage does not end a wait: it goes on (and its first attempt
@@ -856,6 +862,11 @@ typedef struct acq {
   bool waited; /* x was set up (the wait path), whatever its outcome */
   int64_t lease, thread_wait;
   int64_t since, tok;
+  /* an async wait's first attempt was sent (acq_send) and refused, at
+   * sent_at, the holder's lease left sent_pttl: the wait's steps go on
+   * from there, without a cold attempt of their own */
+  bool sent_refused;
+  int64_t sent_at, sent_pttl;
   char owner[64];
   wait_ctx x;
 } acq;
@@ -887,6 +898,7 @@ acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   a->tid = tid;
   a->wait_ms = wait_ms;
   a->waited = false;
+  a->sent_refused = false;
   a->since = a->tok = 0;
   a->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
   a->lease = a->watchdog ? c->opts.watchdog_ms : lease_ms;
@@ -960,6 +972,11 @@ static inline __attribute__((always_inline)) int acquire_begin(acq *a) {
   x->watchdog = a->watchdog;
   x->reentry = reentry;
   x->deadline = dlock__deadline_after(a->wait_ms);
+  if (a->sent_refused) {
+    x->cold_done = true;
+    x->cold_pttl = a->sent_pttl;
+    x->since = x->refused_at = a->sent_at;
+  }
   a->waited = true;
   return wait_open(x, &rc) ? ACQ_WAIT : rc;
 }
@@ -1087,17 +1104,21 @@ static void acq_run(dlock__aop *op) {
 static void aop_free(dlock__aop *op) { dlock__free(op); }
 
 /* The sent path (backend.h lock_acquire_send): a try of a reentrant or
- * fenced lock goes out from the calling thread, and its reply's handler
- * ends the operation where the reply is read, with no pool thread. What
- * needs more than the one request (an earlier wait's outcome to settle,
- * a client-owner gate, a wait) takes the pool, as does a send that
- * cannot go out without blocking (no connection up yet). */
+ * fenced lock, or the cold first attempt of a wait for one (wait_open's,
+ * on a lock no wait here watches), goes out from the calling thread, and
+ * its reply's handler ends the operation where the reply is read, with
+ * no pool thread. What needs more than the one request (an earlier
+ * wait's outcome to settle, a client-owner gate, a wait refused: its
+ * steps) takes the pool, as does a send that cannot go out without
+ * blocking (no connection up yet). A wait's grant is not confirmed late
+ * (confirm_late_grant): a sent attempt answers within the command
+ * timeout, which must then be under a third of the lease. */
 static bool acq_sendable(const acq_op *o) {
   const dlock_lock_t *l = o->a.l;
   struct dlock_client *c = l->client;
-  return c->ops->lock_acquire_send && o->a.wait_ms == 0 && !o->op.then &&
-         !client_owner(l) &&
+  return c->ops->lock_acquire_send && !o->op.then && !client_owner(l) &&
          (l->kind == DLOCK_REENTRANT || l->kind == DLOCK_FENCED) &&
+         (o->a.wait_ms == 0 || c->opts.command_timeout_ms <= o->a.lease / 3) &&
          atomic_load(&c->nunresolved) == 0;
 }
 
@@ -1113,6 +1134,19 @@ static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
     acq_to_pool(o);
     return;
   }
+  acq *a = &o->a;
+  if (rc == 0 && a->wait_ms != 0) {
+    /* refused: the wait's steps go on on the pool from this attempt, by
+     * the deadline the call set */
+    a->sent_refused = true;
+    a->sent_pttl = pttl;
+    if (a->wait_ms != DLOCK_WAIT_FOREVER) {
+      int64_t left = a->wait_ms - (dlock__now_ms() - a->sent_at);
+      a->wait_ms = left > 0 ? left : 1; /* a wait, not a try */
+    }
+    acq_to_pool(o);
+    return;
+  }
   if (rc == 0)
     rc = busy_error(o->a.l, DLOCK_EBUSY, pttl);
   o->a.tok = token;
@@ -1125,7 +1159,19 @@ static void acq_send(acq_op *o) {
   acq *a = &o->a;
   dlock_lock_t *l = a->l;
   struct dlock_client *c = l->client;
-  a->since = dlock__now_ms();
+  a->since = a->sent_at = dlock__now_ms();
+  if (a->wait_ms != 0) { /* a wait here watches the lock: its steps */
+    dlock__wait_spec sp = {.bh = l->bh,
+                           .lock_kind = l->kind,
+                           .name = l->name,
+                           .owner = a->owner,
+                           .tid = a->tid,
+                           .need = 1};
+    if (!c->ops->wait_hot || c->ops->wait_hot(c->be, &sp)) {
+      acq_to_pool(o);
+      return;
+    }
+  }
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__hold_reserve_locked(c, hold_kind(l->kind), l->name, a->tid);
