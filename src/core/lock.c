@@ -329,10 +329,6 @@ typedef struct wait_ctx {
   bool armed;    /* the wake-up path was armed by this wait */
   bool after_ok; /* where an answered attempt leads (wait_ok) */
   int64_t pttl;  /* the holder's lease left, by the last answer (-1: none) */
-  /* the cold first attempt was made already (an async wait's, sent), and
-   * refused with cold_pttl */
-  bool cold_done;
-  int64_t cold_pttl;
   const _Atomic bool *cancel; /* an async wait's cancel flag, or NULL */
   /* last: dlock__wait_begin sets it up, so a wait that ends before it
    * registers (its cold first attempt got the lock) never clears it */
@@ -750,12 +746,19 @@ static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
   }
 }
 
+/* An async wait's first attempt, sent (acq_send) and refused at `at`
+ * with the holder's lease left `pttl`: the wait's steps go on from
+ * there, without a cold attempt of their own. */
+typedef struct sent_try {
+  int64_t at, pttl;
+} sent_try;
+
 /* The wait's opening, before its steps (may block: the cold first
- * attempt). true: the wait is registered and its steps are to run (from
- * WS_START, x->pttl set); false: it is over already, with *out (1
- * acquired, else the error). */
-static inline __attribute__((always_inline)) bool wait_open(wait_ctx *x,
-                                                            int *out) {
+ * attempt, unless it was `sent`). true: the wait is registered and its
+ * steps are to run (from WS_START, x->pttl set); false: it is over
+ * already, with *out (1 acquired, else the error). */
+static inline __attribute__((always_inline)) bool
+wait_open(wait_ctx *x, int *out, const sent_try *sent) {
   struct dlock_client *c = x->l->client;
   x->seq = atomic_fetch_add(&wait_seq, 1) + 1;
   x->q.seq = x->seq;
@@ -773,8 +776,8 @@ static inline __attribute__((always_inline)) bool wait_open(wait_ctx *x,
    * first, so that its first attempt can already queue. */
   int64_t pttl = -2;
   int rc;
-  if (x->cold_done) {
-    pttl = x->cold_pttl;
+  if (sent) {
+    pttl = sent->pttl;
   } else if (c->ops->wait_hot && !c->ops->wait_hot(c->be, &x->spec)) {
     pttl = -1;
     dlock__err_set_unsent(false);
@@ -862,11 +865,6 @@ typedef struct acq {
   bool waited; /* x was set up (the wait path), whatever its outcome */
   int64_t lease, thread_wait;
   int64_t since, tok;
-  /* an async wait's first attempt was sent (acq_send) and refused, at
-   * sent_at, the holder's lease left sent_pttl: the wait's steps go on
-   * from there, without a cold attempt of their own */
-  bool sent_refused;
-  int64_t sent_at, sent_pttl;
   char owner[64];
   wait_ctx x;
 } acq;
@@ -898,7 +896,6 @@ acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   a->tid = tid;
   a->wait_ms = wait_ms;
   a->waited = false;
-  a->sent_refused = false;
   a->since = a->tok = 0;
   a->watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
   a->lease = a->watchdog ? c->opts.watchdog_ms : lease_ms;
@@ -911,7 +908,8 @@ acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
 /* Everything before the wait's steps (may block: claiming an earlier
  * wait's grant, a try, the cold first attempt): ACQ_WAIT when the steps
  * are to run, else the outcome (1 acquired, 0 never, or the error). */
-static inline __attribute__((always_inline)) int acquire_begin(acq *a) {
+static inline __attribute__((always_inline)) int
+acquire_begin(acq *a, const sent_try *sent) {
   dlock_lock_t *l = a->l;
   struct dlock_client *c = l->client;
   uint64_t tid = a->tid;
@@ -972,13 +970,10 @@ static inline __attribute__((always_inline)) int acquire_begin(acq *a) {
   x->watchdog = a->watchdog;
   x->reentry = reentry;
   x->deadline = dlock__deadline_after(a->wait_ms);
-  if (a->sent_refused) {
-    x->cold_done = true;
-    x->cold_pttl = a->sent_pttl;
-    x->since = x->refused_at = a->sent_at;
-  }
+  if (sent)
+    x->since = x->refused_at = sent->at;
   a->waited = true;
-  return wait_open(x, &rc) ? ACQ_WAIT : rc;
+  return wait_open(x, &rc, sent) ? ACQ_WAIT : rc;
 }
 
 /* After the outcome rc (1 acquired, else the error): the hold recorded
@@ -1011,7 +1006,7 @@ static int acquire(dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
     return rc;
   acq a;
   acquire_init(&a, l, tid, wait_ms, lease_ms);
-  rc = acquire_begin(&a);
+  rc = acquire_begin(&a, NULL);
   if (rc == ACQ_WAIT)
     rc = wait_close(&a.x, wait_loop(&a.x));
   return acquire_end(&a, rc, token);
@@ -1029,6 +1024,8 @@ typedef struct acq_op {
   acq a;
   bool stepping;   /* the wait is registered; its steps run */
   wait_action act; /* the action it is parked on */
+  bool sent_refused; /* its first attempt was sent and refused: `sent` */
+  sent_try sent;
 } acq_op;
 
 static bool ready_due(dlock__aop *op, void *arg) {
@@ -1068,7 +1065,7 @@ static void acq_run(dlock__aop *op) {
                  ? dlock__seterr(DLOCK_ECANCELED,
                                  "the acquire of lock '%.200s' was cancelled",
                                  o->a.l->name)
-                 : acquire_begin(&o->a);
+                 : acquire_begin(&o->a, o->sent_refused ? &o->sent : NULL);
     if (rc != ACQ_WAIT) {
       acq_finish(o, rc);
       return;
@@ -1138,10 +1135,10 @@ static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
   if (rc == 0 && a->wait_ms != 0) {
     /* refused: the wait's steps go on on the pool from this attempt, by
      * the deadline the call set */
-    a->sent_refused = true;
-    a->sent_pttl = pttl;
+    o->sent_refused = true;
+    o->sent.pttl = pttl;
     if (a->wait_ms != DLOCK_WAIT_FOREVER) {
-      int64_t left = a->wait_ms - (dlock__now_ms() - a->sent_at);
+      int64_t left = a->wait_ms - (dlock__now_ms() - o->sent.at);
       a->wait_ms = left > 0 ? left : 1; /* a wait, not a try */
     }
     acq_to_pool(o);
@@ -1159,7 +1156,7 @@ static void acq_send(acq_op *o) {
   acq *a = &o->a;
   dlock_lock_t *l = a->l;
   struct dlock_client *c = l->client;
-  a->since = a->sent_at = dlock__now_ms();
+  a->since = o->sent.at = dlock__now_ms();
   if (a->wait_ms != 0) { /* a wait here watches the lock: its steps */
     dlock__wait_spec sp = {.bh = l->bh,
                            .lock_kind = l->kind,

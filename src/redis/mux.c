@@ -47,8 +47,8 @@
  * held (run_fired). A leader hands the lead to the oldest slot that has
  * a thread; the loop enforces a sent slot's deadline when it is the
  * oldest. A send never dials: with no connection up it answers
- * DLOCK__SEND_BLOCKS and asks (r->mux_wants_conn) that the next blocking
- * request come here, which dials.
+ * DLOCK__SEND_BLOCKS (its request goes the blocking way) and has the
+ * client's dialling worker dial one for the sends to come.
  *
  * Requests that block the connection on the server (WAIT for replicas) do
  * not come here: they go on a pooled connection of their own (redis.c).
@@ -99,6 +99,7 @@ struct dlock__redis_mux {
   pthread_cond_t dial_cv;
   mux_slot *head, *tail;
   size_t nsent;                 /* sent slots queued */
+  bool dial_queued;             /* a dial for sends is on the dialling worker */
   mux_slot *fired, *fired_tail; /* sent slots ended, done not yet run */
 };
 
@@ -276,8 +277,6 @@ static int conn_locked(dlock__redis *r, dlock__redis_mux *m) {
   m->conn = c;
   m->dials++;
   m->dial_rc = rc;
-  if (!rc)
-    atomic_store(&r->mux_wants_conn, false);
   snprintf(m->dial_err, sizeof m->dial_err, "%s", rc ? dlock_last_error() : "");
   pthread_cond_broadcast(&m->dial_cv);
   return rc;
@@ -421,6 +420,19 @@ int dlock__redis_mux_exec(dlock__redis *r, dlock__redis_mux *m,
 
 /* ------------------------------------------------------ sent requests */
 
+/* The dialling worker: a connection for the sent requests to come. */
+static void dial_job(void *arg) {
+  dlock__redis *r = arg;
+  dlock__redis_mux *m = r->mux;
+  char saved[300];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  pthread_mutex_lock(&m->mu);
+  m->dial_queued = false;
+  conn_locked(r, m); /* a failure: the next send asks again */
+  unlock_and_fire(m);
+  dlock__seterr(0, "%s", saved);
+}
+
 int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
                           int (*append)(dlock__conn *c, void *arg), void *arg,
                           int64_t timeout_ms, dlock__redis_mux_done on_reply,
@@ -442,10 +454,18 @@ int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
   }
   if (!m->conn || m->conn_failed || m->dialing ||
       dlock__redis_conn_stale(r, m->conn)) {
-    /* no dial here: the next blocking request dials for us */
-    atomic_store(&r->mux_wants_conn, true);
+    /* no dial on this thread: the dialling worker dials it (once at a
+     * time), and this request goes the blocking way */
+    bool dial = !m->conn && !m->dialing && !m->dial_queued;
+    if (dial)
+      m->dial_queued = true;
     pthread_mutex_unlock(&m->mu);
     dlock__free(s);
+    if (dial && dlock__client_run_dial(r->core, dial_job, r) != 0) {
+      pthread_mutex_lock(&m->mu);
+      m->dial_queued = false;
+      pthread_mutex_unlock(&m->mu);
+    }
     return DLOCK__SEND_BLOCKS;
   }
   int rc = append(m->conn, arg);

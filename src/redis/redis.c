@@ -482,14 +482,8 @@ static int request(dlock__redis *r, bool may_share,
   bool asking = tl_asking;
   tl_asking = false;
   bool counted = r->mux && may_share && !asking;
-  /* the async calls' sends found the shared connection down: this
-   * request goes there, and dials it */
-  bool to_mux =
-      counted && atomic_load_explicit(&r->mux_wants_conn, memory_order_relaxed);
-  if (to_mux ||
-      (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size)) {
-    if (!to_mux)
-      atomic_fetch_sub(&r->pooled_busy, 1);
+  if (counted && atomic_fetch_add(&r->pooled_busy, 1) >= r->pool_size) {
+    atomic_fetch_sub(&r->pooled_busy, 1);
     int rc = dlock__redis_mux_exec(r, r->mux, append, arg, want, budget_ms,
                                    rep);
     *broke = rc < 0;

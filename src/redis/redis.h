@@ -67,9 +67,6 @@ typedef struct dlock__redis {
   int nidle;
 
   dlock__redis_mux *mux; /* scripts without WAIT; NULL: pipelining off */
-  /* a send found the mux without a connection: the next request that
-   * may share one goes there, and dials it (mux.c) */
-  _Atomic bool mux_wants_conn;
   /* redis-sentinel:// (NULL otherwise): the master's address changes with
    * failovers; master_gen counts its changes, and every connection is
    * tagged with the generation it was dialled at */
@@ -365,7 +362,7 @@ void dlock__redis_mux_end(dlock__redis_mux *m);
  * frees the reply) or on_reply(arg, rc, NULL) with the thread's detail
  * set runs exactly once later, maybe before send returns, with no mutex
  * of the mux held. DLOCK__SEND_BLOCKS: no connection is up (nothing was
- * sent; r->mux_wants_conn is set); <0: nothing was sent. */
+ * sent; the dialling worker dials one); <0: nothing was sent. */
 typedef void (*dlock__redis_mux_done)(void *arg, int rc, redisReply *reply);
 int dlock__redis_mux_send(dlock__redis *r, dlock__redis_mux *m,
                           int (*append)(dlock__conn *c, void *arg), void *arg,
