@@ -900,7 +900,11 @@ DLOCK_EXTERN int dlock_latch_delete(dlock_latch_t *latch, bool *existed);
  * until the backend's wake-up path, a hand-off, its timer or a cancel
  * moves it; the round trips themselves (an attempt, a release) run on a
  * small pool of the client's threads (dlock_options_set_async_threads),
- * the same steps as the blocking calls take.
+ * the same steps as the blocking calls take. Where the backend can send
+ * the whole operation without blocking (Redis: a try, a wait's first
+ * attempt and a release of a reentrant or fenced lock), the call itself
+ * puts it on the wire, and the client's event loop reads the answer: no
+ * pool thread takes part (docs/ASYNC.md).
  *
  * Owners: each async acquire names its owner's thread id, as the _as
  * calls do (0: the calling thread's, dlock_thread_id()). Acquires with the
@@ -945,6 +949,22 @@ DLOCK_EXTERN int dlock_semaphore_release_async(dlock_semaphore_t *sem,
                                                int64_t permits,
                                                dlock_done_fn done,
                                                void *userdata, dlock_op_t *op);
+/* A permit semaphore's acquire outcome: rc 0 and the permit's id (valid
+ * during the callback only: copy it to release the permit later), or a
+ * DLOCK_E* code and NULL. */
+typedef void (*dlock_permit_done_fn)(void *userdata, int rc,
+                                     const char *permit_id);
+/* dlock_permit_sem_acquire and _release without blocking (the id a
+ * release names is copied by the call). */
+DLOCK_EXTERN int dlock_permit_sem_acquire_async(dlock_permit_sem_t *sem,
+                                                int64_t wait_ms,
+                                                int64_t lease_ms,
+                                                dlock_permit_done_fn done,
+                                                void *userdata, dlock_op_t *op);
+DLOCK_EXTERN int dlock_permit_sem_release_async(dlock_permit_sem_t *sem,
+                                                const char *permit_id,
+                                                dlock_done_fn done,
+                                                void *userdata, dlock_op_t *op);
 /* dlock_latch_await and _count_down without blocking. */
 DLOCK_EXTERN int dlock_latch_await_async(dlock_latch_t *latch, int64_t wait_ms,
                                          dlock_done_fn done, void *userdata,

@@ -309,9 +309,12 @@ int dlock_permit_sem_add_permits(dlock_permit_sem_t *s, int64_t n) {
 
 typedef struct psem_try {
   dlock__sync *h;
-  const char *id;
+  const char *id; /* the permit id this acquire asks for */
   int64_t lease;
   int64_t since; /* when the attempt that took the permit was sent */
+  int64_t wait_ms;
+  bool watchdog;
+  const char *fn;
 } psem_try;
 
 static int psem_attempt(void *ctx, int64_t *bound) {
@@ -321,12 +324,10 @@ static int psem_attempt(void *ctx, int64_t *bound) {
                                          t->lease, bound);
 }
 
-int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
-                             int64_t lease_ms, char *id) {
-  const char *fn = "dlock_permit_sem_acquire";
-  if (!id)
-    return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
-  id[0] = '\0';
+/* The checks of a permit acquire, its call's start and its id (into
+ * id, DLOCK__HEX_ID_LEN + 1 bytes). */
+static int psem_begin(dlock_permit_sem_t *s, int64_t wait_ms, int64_t lease_ms,
+                      const char *fn, char *id, psem_try *t) {
   int rc = dlock__check_wait(wait_ms, fn);
   if (rc)
     return rc;
@@ -336,38 +337,105 @@ int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
   if ((rc = dlock__sync_call_begin(h, DLOCK__PSEM_MAGIC, "permit semaphore",
                                    fn)))
     return rc;
-  struct dlock_client *c = h->client;
-  bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
-  char pid[DLOCK__HEX_ID_LEN + 1];
-  if ((rc = dlock__hex_id(pid)))
+  if ((rc = dlock__hex_id(id)))
     return dlock__sync_call_end(h, rc);
+  bool watchdog = lease_ms == DLOCK_LEASE_WATCHDOG;
+  *t = (psem_try){.h = h,
+                  .id = id,
+                  .lease = watchdog ? h->client->opts.watchdog_ms : lease_ms,
+                  .wait_ms = wait_ms,
+                  .watchdog = watchdog,
+                  .fn = fn};
+  return 0;
+}
+
+/* The acquire's outcome (1 taken, 0 not in time, or the error): the
+ * permit recorded as a hold, the detail worded, the call ended. */
+static int psem_finish(void *ctx, int rc, int64_t *value) {
+  psem_try *t = ctx;
+  dlock__sync *h = t->h;
+  struct dlock_client *c = h->client;
+  (void)value;
+  if (rc == 0)
+    rc = dlock__seterr(t->wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
+                       "permit semaphore '%.200s': %s", h->name,
+                       t->wait_ms == 0 ? "no permit available"
+                                       : "timed out waiting for a permit");
+  if (rc < 0)
+    return dlock__sync_call_end(h, wrongtype(rc, h, t->fn));
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *hd = dlock__hold_acquired_locked(
+      c, DLOCK__HK_PERMIT, h->name, 0, t->id, t->lease, t->watchdog, t->since);
+  pthread_mutex_unlock(&c->mu);
+  if (!hd && t->watchdog) {
+    /* it would never be renewed: give it back rather than lose it later */
+    c->ops->psem_release(c->be, h->name, t->id);
+    return dlock__sync_call_end(h, DLOCK_ENOMEM);
+  }
+  return dlock__sync_call_end(h, 0);
+}
+
+int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
+                             int64_t lease_ms, char *id) {
+  const char *fn = "dlock_permit_sem_acquire";
+  if (!id)
+    return dlock__seterr(DLOCK_EINVAL, "%s: id is NULL", fn);
+  id[0] = '\0';
+  char pid[DLOCK__HEX_ID_LEN + 1];
+  psem_try t;
+  int rc = psem_begin(s, wait_ms, lease_ms, fn, pid, &t);
+  if (rc)
+    return rc;
   int64_t deadline = dlock__deadline_after(wait_ms);
-  psem_try t = {h, pid, watchdog ? c->opts.watchdog_ms : lease_ms, 0};
   int64_t bound;
   dlock__err_set_unsent(false);
   rc = psem_attempt(&t, &bound);
   /* an outage does not end a wait (dlock__wait_retry) */
   if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
-    rc = dlock__sync_wait(h, 1, deadline, psem_attempt,
-                          &t);
-  if (rc == 0)
-    rc = dlock__seterr(wait_ms == 0 ? DLOCK_EBUSY : DLOCK_ETIMEDOUT,
-                       "permit semaphore '%.200s': %s", h->name,
-                       wait_ms == 0 ? "no permit available"
-                                    : "timed out waiting for a permit");
-  if (rc < 0)
-    return dlock__sync_call_end(h, wrongtype(rc, h, fn));
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *hd = dlock__hold_acquired_locked(
-      c, DLOCK__HK_PERMIT, h->name, 0, pid, t.lease, watchdog, t.since);
-  pthread_mutex_unlock(&c->mu);
-  if (!hd && watchdog) {
-    /* it would never be renewed: give it back rather than lose it later */
-    c->ops->psem_release(c->be, h->name, pid);
-    return dlock__sync_call_end(h, DLOCK_ENOMEM);
-  }
-  memcpy(id, pid, sizeof pid);
-  return dlock__sync_call_end(h, 0);
+    rc = dlock__sync_wait(t.h, 1, deadline, psem_attempt, &t);
+  if ((rc = psem_finish(&t, rc, NULL)) == 0)
+    memcpy(id, pid, sizeof pid);
+  return rc;
+}
+
+/* An async permit acquire's own part, handed to the operation as its
+ * userdata: the user's callback, and the permit id (the operation's
+ * attempts point at it; it outlives them). */
+typedef struct psem_async {
+  dlock_permit_done_fn done;
+  void *userdata;
+  char id[DLOCK__HEX_ID_LEN + 1];
+} psem_async;
+
+static void psem_async_done(void *userdata, int rc, int64_t value) {
+  psem_async *a = userdata;
+  (void)value;
+  a->done(a->userdata, rc, rc == 0 ? a->id : NULL);
+  dlock__free(a);
+}
+
+int dlock_permit_sem_acquire_async(dlock_permit_sem_t *s, int64_t wait_ms,
+                                   int64_t lease_ms, dlock_permit_done_fn done,
+                                   void *userdata, dlock_op_t *op) {
+  const char *fn = "dlock_permit_sem_acquire_async";
+  if (op)
+    *op = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  psem_async *a = dlock__calloc(1, sizeof *a);
+  if (!a)
+    return DLOCK_ENOMEM;
+  a->done = done;
+  a->userdata = userdata;
+  psem_try t;
+  int rc = psem_begin(s, wait_ms, lease_ms, fn, a->id, &t);
+  if (!rc &&
+      (rc = dlock__sync_async(t.h, 1, wait_ms, psem_attempt, psem_finish, &t,
+                              sizeof t, psem_async_done, a, op)) != 0)
+    rc = dlock__sync_call_end(t.h, rc);
+  if (rc)
+    dlock__free(a);
+  return rc;
 }
 
 static bool valid_id(const char *id) {
@@ -434,12 +502,10 @@ int dlock_permit_sem_permit_valid(dlock_permit_sem_t *s, const char *id,
   return dlock__sync_call_end(h, rc);
 }
 
-int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
-  const char *fn = "dlock_permit_sem_release";
-  dlock__sync *h = NULL;
-  int rc = permit_call_begin(s, id, fn, &h);
-  if (rc)
-    return rc;
+/* A permit's release, its call begun (permit_call_begin): sends it,
+ * updates the permit's hold, and ends the call. */
+static int psem_release(dlock__sync *h, const char *id, const char *fn) {
+  int rc;
   struct dlock_client *c = h->client;
   pthread_mutex_lock(&c->mu);
   dlock__hold *hd =
@@ -486,6 +552,43 @@ int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
   }
   pthread_mutex_unlock(&c->mu);
   return dlock__sync_call_end(h, rc);
+}
+
+int dlock_permit_sem_release(dlock_permit_sem_t *s, const char *id) {
+  const char *fn = "dlock_permit_sem_release";
+  dlock__sync *h = NULL;
+  int rc = permit_call_begin(s, id, fn, &h);
+  return rc ? rc : psem_release(h, id, fn);
+}
+
+typedef struct psem_rel {
+  dlock__sync *h;
+  char id[DLOCK__HEX_ID_LEN + 1];
+} psem_rel;
+
+static int psem_release_call(void *arg, int64_t *value) {
+  psem_rel *r = arg;
+  (void)value;
+  return psem_release(r->h, r->id, "dlock_permit_sem_release_async");
+}
+
+int dlock_permit_sem_release_async(dlock_permit_sem_t *s, const char *id,
+                                   dlock_done_fn done, void *userdata,
+                                   dlock_op_t *op) {
+  const char *fn = "dlock_permit_sem_release_async";
+  if (op)
+    *op = 0;
+  if (!done)
+    return dlock__seterr(DLOCK_EINVAL, "%s: done is NULL", fn);
+  psem_rel r = {0};
+  int rc = permit_call_begin(s, id, fn, &r.h);
+  if (rc)
+    return rc;
+  memcpy(r.id, id, sizeof r.id);
+  if ((rc = dlock__aop_call(r.h->client, psem_release_call, &r, sizeof r, done,
+                            userdata, op)) != 0)
+    return dlock__sync_call_end(r.h, rc);
+  return 0;
 }
 
 int dlock_permit_sem_delete(dlock_permit_sem_t *s, bool *existed) {

@@ -412,6 +412,112 @@ static void t_semaphore_latch(void) {
   stop();
 }
 
+typedef struct permits {
+  int ok, failed, null_ids;
+  char ids[4][40];
+} permits_t;
+
+static void on_permit(void *ud, int rc, const char *id) {
+  permits_t *p = ud;
+  if (rc != 0) {
+    p->failed++;
+    p->null_ids += id == NULL;
+    return;
+  }
+  if (p->ok < 4)
+    snprintf(p->ids[p->ok], sizeof p->ids[0], "%s", id ? id : "(null)");
+  p->ok++;
+}
+
+static bool permits_reached(void *arg) {
+  want_t *w = arg;
+  permits_t *p = (permits_t *)w->t;
+  return p->ok + p->failed >= w->n;
+}
+
+/* Three async acquires of a permit semaphore of two: two get permits
+ * (with distinct ids), the third waits until an async release of one of
+ * them; the ids release, and an id not in use is refused in the
+ * callback, a malformed one at the call. */
+static void t_permits(void) {
+  start();
+  dlock_client_t *c = client();
+  dlock_permit_sem_t *s = NULL;
+  int rc = dlock_permit_sem_new(c, "async-permits", &s);
+  if (!refused(rc, "permit semaphores")) {
+    CHECK_OK(rc);
+    CHECK_OK(dlock_permit_sem_try_set_permits(s, 2, NULL));
+    permits_t got = {0};
+    for (int i = 0; i < 3; i++)
+      CHECK_OK(dlock_permit_sem_acquire_async(s, 60000, DLOCK_LEASE_WATCHDOG,
+                                              on_permit, &got, NULL));
+    want_t two = {(tally_t *)&got, 2}, three = {(tally_t *)&got, 3};
+    CHECK(loop_until(c, permits_reached, &two, 30000));
+    /* the third waits (a bounded look: it must not come on its own) */
+    CHECK(!loop_until(c, permits_reached, &three, 300));
+    CHECK_INT(got.ok, ==, 2);
+    CHECKF(strcmp(got.ids[0], got.ids[1]) != 0, "two permits share id %s",
+           got.ids[0]);
+    tally_t rel = {0};
+    CHECK_OK(
+        dlock_permit_sem_release_async(s, got.ids[0], on_tally, &rel, NULL));
+    want_t released = {&rel, 1};
+    CHECK(loop_until(c, permits_reached, &three, 30000));
+    CHECK(loop_until(c, reached, &released, 30000));
+    CHECK_INT(got.ok, ==, 3);
+    CHECK_INT(rel.ok, ==, 1);
+    CHECKF(strcmp(got.ids[2], got.ids[0]) != 0 &&
+               strcmp(got.ids[2], got.ids[1]) != 0,
+           "the waiter's permit %s repeats an id", got.ids[2]);
+    /* the released id again: not in use any more */
+    tally_t again = {0};
+    CHECK_OK(
+        dlock_permit_sem_release_async(s, got.ids[0], on_tally, &again, NULL));
+    want_t again_done = {&again, 1};
+    CHECK(loop_until(c, reached, &again_done, 30000));
+    CHECK_INT(again.failed, ==, 1);
+    tally_t rest = {0};
+    CHECK_OK(
+        dlock_permit_sem_release_async(s, got.ids[1], on_tally, &rest, NULL));
+    CHECK_OK(
+        dlock_permit_sem_release_async(s, got.ids[2], on_tally, &rest, NULL));
+    want_t rest_done = {&rest, 2};
+    CHECK(loop_until(c, reached, &rest_done, 30000));
+    CHECK_INT(rest.ok, ==, 2);
+    int64_t avail = -1;
+    CHECK_OK(dlock_permit_sem_available(s, &avail));
+    CHECK_INT(avail, ==, 2);
+    /* a try with none left fails in the callback, with no id */
+    permits_t full = {0};
+    for (int i = 0; i < 3; i++)
+      CHECK_OK(dlock_permit_sem_acquire_async(s, 0, DLOCK_LEASE_WATCHDOG,
+                                              on_permit, &full, NULL));
+    want_t tried = {(tally_t *)&full, 3};
+    CHECK(loop_until(c, permits_reached, &tried, 30000));
+    CHECK_INT(full.ok, ==, 2);
+    CHECK_INT(full.failed, ==, 1);
+    CHECK_INT(full.null_ids, ==, 1);
+    for (int i = 0; i < 2; i++)
+      CHECK_OK(dlock_permit_sem_release(s, full.ids[i]));
+    permits_t none = {0};
+    tally_t bad = {0};
+    CHECK_RC(
+        dlock_permit_sem_release_async(s, "not-an-id", on_tally, &bad, NULL),
+        DLOCK_EINVAL);
+    CHECK_RC(dlock_permit_sem_acquire_async(s, 0, DLOCK_LEASE_WATCHDOG, NULL,
+                                            &none, NULL),
+             DLOCK_EINVAL);
+    CHECK_RC(dlock_permit_sem_acquire_async(NULL, 0, DLOCK_LEASE_WATCHDOG,
+                                            on_permit, &none, NULL),
+             DLOCK_EINVAL);
+    CHECK_INT(bad.ok + bad.failed + none.ok + none.failed, ==, 0);
+    dlock_permit_sem_free(s);
+  }
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  dlock_client_free(c);
+  stop();
+}
+
 /* An async multilock waits for the member another owner holds and gets
  * both once it is released; a cancelled one ends with DLOCK_ECANCELED
  * and leaves nothing held or queued. */
@@ -470,6 +576,7 @@ static const check_case_t cases[] = {
     {"outcomes", t_outcomes},
     {"free_ends_wait", t_free_ends_wait},
     {"semaphore_latch", t_semaphore_latch},
+    {"permits", t_permits},
     {"multilock", t_multilock},
 };
 

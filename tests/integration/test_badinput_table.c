@@ -1203,6 +1203,17 @@ THUNK(t_async_rel_null,
       dlock_lock_release_async(NULL, 0, never_done, &g_async_calls, NULL))
 THUNK(t_async_sem_null, dlock_semaphore_acquire_async(NULL, 1, 0, never_done,
                                                       &g_async_calls, NULL))
+static void never_permit(void *ud, int rc, const char *id) {
+  (void)rc;
+  (void)id;
+  (*(int *)ud)++;
+}
+THUNK(t_async_psem_null,
+      dlock_permit_sem_acquire_async(NULL, 0, DLOCK_LEASE_WATCHDOG,
+                                     never_permit, &g_async_calls, NULL))
+THUNK(t_async_psem_rel_id,
+      dlock_permit_sem_release_async(NULL, x->arg, never_done, &g_async_calls,
+                                     NULL))
 THUNK(t_async_latch_null,
       dlock_latch_await_async(NULL, 0, never_done, &g_async_calls, NULL))
 THUNK(t_async_multi_null,
@@ -1239,6 +1250,11 @@ static void g_async(void) {
           DLOCK_EINVAL, "lock is NULL"),
       ROW("dlock_semaphore_acquire_async", "semaphore NULL", t_async_sem_null,
           NULL, 0, DLOCK_EINVAL, "semaphore is NULL"),
+      ROW("dlock_permit_sem_acquire_async", "permit semaphore NULL",
+          t_async_psem_null, NULL, 0, DLOCK_EINVAL, "permit semaphore is NULL"),
+      ROW("dlock_permit_sem_release_async", "id \"12ab\" (not 32 hex digits)",
+          t_async_psem_rel_id, "12ab", 0, DLOCK_EINVAL,
+          "a permit id is 32 lowercase hex digits"),
       ROW("dlock_latch_await_async", "latch NULL", t_async_latch_null, NULL, 0,
           DLOCK_EINVAL, "latch is NULL"),
       ROW("dlock_multilock_acquire_async", "multilock NULL", t_async_multi_null,
