@@ -355,6 +355,24 @@ static void t_bad_input(void) {
 
 /* ------------------------------------------------------ permit semaphores */
 
+typedef struct psem_waiter {
+  dlock_permit_sem_t *sem;
+  int64_t wait_ms;
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  atomic_int rc;
+  _Atomic int64_t done_at; /* th_now_ms() when the acquire returned */
+  atomic_bool done;
+} psem_waiter_t;
+
+static void *psem_wait_main(void *arg) {
+  psem_waiter_t *w = arg;
+  atomic_store(&w->rc, dlock_permit_sem_acquire(w->sem, w->wait_ms,
+                                                DLOCK_LEASE_WATCHDOG, w->id));
+  atomic_store(&w->done_at, th_now_ms());
+  atomic_store(&w->done, true);
+  return NULL;
+}
+
 /* A permit semaphore of K permits is K slot locks (docs/MYSQL.md): two
  * permits are taken, a third is refused, the mariadb client sees the slot
  * locks held and the size in dlock_semaphore; the state lists both ids; a
@@ -486,26 +504,37 @@ static void t_permits_layout(void) {
   CHECK_INT(n, ==, 3);
   dlock_permit_sem_free(sh);
   dlock_permit_sem_free(sem);
+  /* more slots than a wait watches (4 of 6): a release of any of them
+   * reaches a waiter of another client, by its probe or its next scan (a
+   * third of the lease) */
+  dlock_client_t *c2 = client_for(th_my_url(s));
+  dlock_permit_sem_t *wide = NULL, *wide2 = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "wide", &wide));
+  CHECK_OK(dlock_permit_sem_new(c2, "wide", &wide2));
+  CHECK_OK(dlock_permit_sem_try_set_permits(wide, 6, NULL));
+  char ids[6][DLOCK_PERMIT_ID_LEN + 1];
+  for (int i = 0; i < 6; i++)
+    CHECK_OK(dlock_permit_sem_acquire(wide, 0, DLOCK_LEASE_WATCHDOG, ids[i]));
+  for (int i = 0; i < 6; i++) {
+    psem_waiter_t w = {.sem = wide2, .wait_ms = 20000};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, psem_wait_main, &w) == 0);
+    bool early;
+    TH_WAIT_FOR(early, atomic_load(&w.done), 100);
+    CHECK(!early);
+    CHECK_OK(dlock_permit_sem_release(wide, ids[i]));
+    pthread_join(t, NULL);
+    CHECK_OK(atomic_load(&w.rc));
+    memcpy(ids[i], w.id, sizeof w.id); /* now c2's, on the same slot */
+  }
+  for (int i = 0; i < 6; i++)
+    CHECK_OK(dlock_permit_sem_release(wide2, ids[i]));
+  printf("each of 6 slots released came to the waiter of another client\n");
+  dlock_permit_sem_free(wide);
+  dlock_permit_sem_free(wide2);
+  dlock_client_free(c2);
   dlock_client_free(c);
   th_my_stop(s);
-}
-
-typedef struct psem_waiter {
-  dlock_permit_sem_t *sem;
-  int64_t wait_ms;
-  char id[DLOCK_PERMIT_ID_LEN + 1];
-  atomic_int rc;
-  _Atomic int64_t done_at; /* th_now_ms() when the acquire returned */
-  atomic_bool done;
-} psem_waiter_t;
-
-static void *psem_wait_main(void *arg) {
-  psem_waiter_t *w = arg;
-  atomic_store(&w->rc, dlock_permit_sem_acquire(w->sem, w->wait_ms,
-                                                DLOCK_LEASE_WATCHDOG, w->id));
-  atomic_store(&w->done_at, th_now_ms());
-  atomic_store(&w->done, true);
-  return NULL;
 }
 
 /* A waiting thread is woken by another client's release: the server ends
@@ -557,19 +586,27 @@ static void t_permit_wait_woken(void) {
   th_my_stop(s);
 }
 
-/* A holder process killed (its session ends at once) or frozen (the
- * server ends its idle session after wait_timeout, the lease): its permit
- * comes back to a waiter. */
+/* A holder process that releases, is killed (its session ends at once)
+ * or frozen (the server ends its idle session after wait_timeout, the
+ * lease): its permit comes to a waiting process. Each round prints how
+ * long the hand-off took (from the release's return, SIGKILL or SIGSTOP
+ * to the waiter's grant; not asserted). */
 static void t_dead_permit_holder(void) {
+  static const char *const how[] = {"released", "killed", "frozen"};
   th_my_t *s = start();
-  for (int round = 0; round < 2; round++) {
-    int fds[2];
-    CHECK(pipe(fds) == 0);
+  _Atomic int64_t *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(page != MAP_FAILED);
+  for (int round = 0; round < 3; round++) {
+    int fds[2], go[2];
+    CHECK(pipe(fds) == 0 && pipe(go) == 0);
+    atomic_store(&page[0], 0);
     fflush(stdout);
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
       close(fds[0]);
+      close(go[1]);
       dlock_client_t *c = client_for(th_my_url(s));
       dlock_permit_sem_t *sem = NULL;
       char id[DLOCK_PERMIT_ID_LEN + 1];
@@ -579,11 +616,18 @@ static void t_dead_permit_holder(void) {
         _exit(1);
       if (write(fds[1], "h", 1) != 1)
         _exit(1);
+      char b;
+      if (read(go[0], &b, 1) == 1 && b == 'r') {
+        if (dlock_permit_sem_release(sem, id) != 0)
+          _exit(1);
+        atomic_store(&page[0], th_now_ms());
+      }
       for (int i = 0; i < 600; i++)
         sleep(1);
       _exit(0);
     }
     close(fds[1]);
+    close(go[0]);
     char b = 0;
     CHECK(read(fds[0], &b, 1) == 1 && b == 'h');
     close(fds[0]);
@@ -593,16 +637,36 @@ static void t_dead_permit_holder(void) {
     char id[DLOCK_PERMIT_ID_LEN + 1];
     CHECK_RC(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, id),
              DLOCK_EBUSY);
-    CHECK(kill(pid, round == 0 ? SIGKILL : SIGSTOP) == 0);
-    int rc = dlock_permit_sem_acquire(sem, 30000, DLOCK_LEASE_WATCHDOG, id);
+    psem_waiter_t w = {.sem = sem, .wait_ms = 30000};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, psem_wait_main, &w) == 0);
+    bool early;
+    TH_WAIT_FOR(early, atomic_load(&w.done), 300); /* it waits */
+    CHECK(!early);
+    int64_t t0 = th_now_ms();
+    if (round == 0)
+      CHECK(write(go[1], "r", 1) == 1);
+    else
+      CHECK(kill(pid, round == 1 ? SIGKILL : SIGSTOP) == 0);
+    pthread_join(t, NULL);
+    if (round == 0)
+      t0 = atomic_load(&page[0]);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    CHECK_OK(rc);
-    printf("a %s holder's permit came back\n", round ? "frozen" : "killed");
-    CHECK_OK(dlock_permit_sem_release(sem, id));
+    close(go[1]);
+    CHECK_OK(atomic_load(&w.rc));
+    printf("FIGURE mysql.permit_%s: a %s holder's permit came to the "
+           "waiting process %lld ms after the %s (lease %d ms)\n",
+           how[round], how[round], (long long)(atomic_load(&w.done_at) - t0),
+           round == 0   ? "release returned"
+           : round == 1 ? "SIGKILL"
+                        : "SIGSTOP",
+           LEASE_MS);
+    CHECK_OK(dlock_permit_sem_release(sem, w.id));
     dlock_permit_sem_free(sem);
     dlock_client_free(c);
   }
+  munmap((void *)page, 4096);
   th_my_stop(s);
 }
 
