@@ -228,8 +228,9 @@ static int sql_error(my *p, MYSQL *c) {
     return my_err(p, DLOCK_EUNAVAILABLE, "connection lost", c);
   if (e == 1046)
     return my_err(p, DLOCK_EINVAL,
-                  "fenced locks need a database in the URL "
-                  "(mysql://host/database) for the table dlock_fence",
+                  "fenced locks and permit semaphores need a database in "
+                  "the URL (mysql://host/database) for their tables "
+                  "(dlock_fence, dlock_semaphore)",
                   c);
   if (e == 1213 || e == 3058)
     return my_err(p, DLOCK_EDEADLK, "the server found a deadlock", c);

@@ -350,6 +350,21 @@ static void t_bad_input(void) {
               "name \"bad\\xff\\xfe\"", "UTF-8", NULL);
   dlock_lock_free(l);
   dlock_client_free(c);
+  /* a permit semaphore needs a database for its tables */
+  snprintf(url, sizeof url, "mysql://dlock:%s@127.0.0.1:%d", th_my_password(),
+           th_my_port(s));
+  c = client_for(url);
+  dlock_permit_sem_t *sem = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "no-db", &sem));
+  expect_line(dlock_permit_sem_try_set_permits(sem, 2, NULL), DLOCK_EINVAL,
+              "permit semaphore, no database", "need a database",
+              th_my_password());
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  expect_line(dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, id),
+              DLOCK_EINVAL, "permit, no database", "need a database",
+              th_my_password());
+  dlock_permit_sem_free(sem);
+  dlock_client_free(c);
   th_my_stop(s);
 }
 
