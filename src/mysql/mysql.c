@@ -1,5 +1,6 @@
 /*
- * mysql.c - the MySQL/MariaDB backend: user-level locks (GET_LOCK).
+ * mysql.c - the MySQL/MariaDB backend: user-level locks (GET_LOCK), and
+ * permit semaphores as slot locks.
  *
  *   mysql://[user[:password]@]host[:port][/database][?socket=/path]
  *   mariadb://...   (the same)
@@ -59,17 +60,45 @@
  *   the name's row of the InnoDB table dlock_fence (created on first use)
  *   on the holding connection while the lock is held, so tokens grow with
  *   every grant and survive a restart. GET_LOCK has no shared mode nor a
- *   visible queue: read-write, fair, semaphores and latches are refused by
- *   the core (DLOCK_ENOTSUP) before anything is sent.
+ *   visible queue: read-write and fair locks are refused by the core
+ *   (DLOCK_ENOTSUP) before anything is sent; so are counting semaphores
+ *   and latches, whose counts belong to no session.
+ * - Permit semaphores (`dlock -N`): the semaphore N of K permits is the
+ *   row of N in the InnoDB table dlock_semaphore (its size; created on
+ *   first use) and K slot locks, the user-level locks of `N#permit#i`
+ *   (i = 1..K) by LOCKNAME's rule. A permit is one slot lock held on a
+ *   connection of its own, a hold like a lock's (wait_timeout the lease,
+ *   the watchdog's heartbeats through lock_renew, DLOCK__HK_PERMIT; the
+ *   loop watches its socket); the row (N, i) of dlock_permit records its
+ *   id and connection, valid while that connection holds the slot, which
+ *   is how psem_state names holders. A try is one statement taking the
+ *   first free slot (GET_LOCK(.., 0) over 1..K, LIMIT 1; after a shrink
+ *   only while fewer than K of all slots are in use), then the REPLACE of
+ *   the id on the same connection.
+ * - A permit wait (no NOTIFY in MySQL): the attempts of a permit wait run
+ *   on its thread, so psem_acquire finds its wait by (name, thread id).
+ *   After a failed scan it sends probes: SQL_WAIT on up to MY_PROBES slots
+ *   (from the wait's seq mod K), each on a connection of its own, polled
+ *   by the loop like a lock wait's. When a watched slot frees (a release,
+ *   a holder's session ended) the server grants it and the loop wakes the
+ *   wait; its next attempt claims that slot (still one of 1..K) as the
+ *   permit, giving back any other probe's grant. A waiter's latency is
+ *   thus the server's grant and the claim for a watched slot, and at most
+ *   psem_retry_ms (a third of the watchdog lease, >= 100 ms: the next full
+ *   scan) for a slot it does not watch (K > MY_PROBES, or slots added
+ *   since). wait_end ends pending probes as a lock wait's (KILL QUERY).
+ *   A release wakes this client's waits of the name.
  * - State: IS_USED_LOCK gives the holder's connection id (this client's
  *   own holds are shown by owner); waiters are the sessions whose running
  *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
- *   never held across I/O. A hold's connection is used by one thread at a
- *   time: a renewal marks the hold busy, and a release waits on p->cond
- *   until it is not; the loop polls only connections of holds not busy
- *   and acts on a poll's outcome only if no renewal took the connection
- *   since (a renewal's own answer would look like news).
+ *   never held across I/O. A wait's statements are sent, read and ended
+ *   only by its own thread; the loop only marks them answered. A hold's
+ *   connection is used by one thread at a time: a renewal marks the hold
+ *   busy, and a release waits on p->cond until it is not; the loop polls
+ *   only connections of holds not busy and acts on a poll's outcome only
+ *   if no renewal took the connection since (a renewal's own answer would
+ *   look like news).
  */
 #include <mysql.h>
 #include <netinet/in.h>

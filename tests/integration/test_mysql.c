@@ -9,8 +9,13 @@
  * and are the table's, a
  * multilock is all or nothing, a frozen holder's session is closed by the
  * server after its lease, a holder whose session is killed is told at once
- * (not at its next heartbeat), and bad input gets one clear line. Every wait is
- * bounded. Without mariadbd every case exits 77 (skipped).
+ * (not at its next heartbeat), and bad input gets one clear line. Permit
+ * semaphores: K permits are K slot locks the client sees (and can take by
+ * hand), exclude the K+1th, come to a waiter of another client or
+ * process on a release, a kill or a freeze of their holder, never have
+ * more than K holders across processes, and `dlock -N` runs K commands
+ * at once and lists their ids. Every wait is bounded. Without mariadbd
+ * every case exits 77 (skipped).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
