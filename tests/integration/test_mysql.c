@@ -690,6 +690,53 @@ static void t_dead_permit_holder(void) {
   th_my_stop(s);
 }
 
+/* A server restart ends the holder's session: its permit is reported
+ * lost, and a waiter of another client (whose probes' sessions went too)
+ * rides the outage out and gets the permit. */
+static void t_permit_restart(void) {
+  th_my_t *s = start();
+  atomic_store(&g_lost, 0);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 5000));
+  CHECK_OK(dlock_options_set_command_timeout(o, 5000));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, LEASE_MS));
+  CHECK_OK(dlock_options_set_lost_callback(o, on_lost, NULL));
+  dlock_client_t *a = NULL;
+  CHECK_OK(dlock_client_new(&a, th_my_url(s), o));
+  dlock_options_free(o);
+  dlock_client_t *b = client_for(th_my_url(s));
+  dlock_permit_sem_t *sa = NULL, *sb = NULL;
+  CHECK_OK(dlock_permit_sem_new(a, "restart-pool", &sa));
+  CHECK_OK(dlock_permit_sem_new(b, "restart-pool", &sb));
+  CHECK_OK(dlock_permit_sem_try_set_permits(sa, 1, NULL));
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  CHECK_OK(dlock_permit_sem_acquire(sa, 0, DLOCK_LEASE_WATCHDOG, id));
+  psem_waiter_t w = {.sem = sb, .wait_ms = 30000};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, psem_wait_main, &w) == 0);
+  bool early;
+  TH_WAIT_FOR(early, atomic_load(&w.done), 300);
+  CHECK(!early);
+  CHECK_INT(th_my_kill9(s), ==, 0);
+  CHECK_INT(th_my_up(s), ==, 0);
+  bool lost, done;
+  TH_WAIT_FOR(lost, atomic_load(&g_lost) >= 1, 30000);
+  TH_WAIT_FOR(done, atomic_load(&w.done), 40000);
+  pthread_join(t, NULL);
+  CHECKF(lost, "the permit's loss was never reported");
+  CHECK(done);
+  CHECK_OK(atomic_load(&w.rc));
+  CHECK_RC_IN(dlock_permit_sem_release(sa, id), DLOCK_ELOST, DLOCK_ENOTOWNER);
+  CHECK_OK(dlock_permit_sem_release(sb, w.id));
+  printf("the holder was told, the waiter got the permit after the restart\n");
+  dlock_permit_sem_free(sa);
+  dlock_permit_sem_free(sb);
+  dlock_client_free(a);
+  dlock_client_free(b);
+  th_my_stop(s);
+}
+
 /* K = 2 permits never have more than two holders: 4 processes take and
  * give back permits, each counting itself in a shared page. */
 static void t_permits_bound_processes(void) {
@@ -854,6 +901,7 @@ static const check_case_t cases[] = {
     {"permits_layout", t_permits_layout},
     {"permit_wait_woken", t_permit_wait_woken},
     {"dead_permit_holder", t_dead_permit_holder},
+    {"permit_restart", t_permit_restart},
     {"permits_bound_processes", t_permits_bound_processes},
     {"cli_limit", t_cli_limit},
 };
