@@ -332,6 +332,10 @@ static int dial(my *p, MYSQL **out) {
                           p->db, p->port, p->socket, 0)) {
     unsigned e = mysql_errno(c);
     int code = connect_code(e);
+    /* reset during the handshake (ECONNRESET): a server that is starting
+     * or stopping, not one that speaks another protocol */
+    if (e == 2013 && strstr(mysql_error(c), "system error: 104"))
+      code = DLOCK_EUNAVAILABLE;
     my_err(p, code,
            code == DLOCK_EPROTO ? "cannot connect (is it a MySQL or MariaDB "
                                   "server?)"
@@ -1215,6 +1219,7 @@ static int sem_exec(my *p, const char *fmt, const char *name, bool create,
         rc = exec_sql(p, c, SQL_PERMIT_TABLE, NULL, 0);
       if (!rc) {
         conn_put(p, c, wt);
+        dlock__seterr(DLOCK_OK, "%s", "");
         continue;
       }
       e = mysql_errno(c);

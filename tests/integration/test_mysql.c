@@ -381,13 +381,16 @@ typedef struct psem_waiter {
   char id[DLOCK_PERMIT_ID_LEN + 1];
   atomic_int rc;
   _Atomic int64_t done_at; /* th_now_ms() when the acquire returned */
+  char err[320];           /* its error line, if it failed */
   atomic_bool done;
 } psem_waiter_t;
 
 static void *psem_wait_main(void *arg) {
   psem_waiter_t *w = arg;
-  atomic_store(&w->rc, dlock_permit_sem_acquire(w->sem, w->wait_ms,
-                                                DLOCK_LEASE_WATCHDOG, w->id));
+  int rc =
+      dlock_permit_sem_acquire(w->sem, w->wait_ms, DLOCK_LEASE_WATCHDOG, w->id);
+  snprintf(w->err, sizeof w->err, "%s", rc ? dlock_last_error() : "");
+  atomic_store(&w->rc, rc);
   atomic_store(&w->done_at, th_now_ms());
   atomic_store(&w->done, true);
   return NULL;
@@ -726,7 +729,7 @@ static void t_permit_restart(void) {
   pthread_join(t, NULL);
   CHECKF(lost, "the permit's loss was never reported");
   CHECK(done);
-  CHECK_OK(atomic_load(&w.rc));
+  CHECKF(atomic_load(&w.rc) == 0, "the waiter: %s", w.err);
   CHECK_RC_IN(dlock_permit_sem_release(sa, id), DLOCK_ELOST, DLOCK_ENOTOWNER);
   CHECK_OK(dlock_permit_sem_release(sb, w.id));
   printf("the holder was told, the waiter got the permit after the restart\n");
