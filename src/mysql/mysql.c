@@ -71,10 +71,13 @@
  *   the watchdog's heartbeats through lock_renew, DLOCK__HK_PERMIT; the
  *   loop watches its socket); the row (N, i) of dlock_permit records its
  *   id and connection, valid while that connection holds the slot, which
- *   is how psem_state names holders. A try is one statement taking the
- *   first free slot (GET_LOCK(.., 0) over 1..K, LIMIT 1; after a shrink
- *   only while fewer than K of all slots are in use), then the REPLACE of
- *   the id on the same connection.
+ *   is how psem_state names holders (a MEMORY table: a restart frees
+ *   every slot, and its writes cost no log flush). A try is one statement
+ *   taking the first free slot of 1..16 (a CASE over the slot names the
+ *   client writes out); a larger semaphore whose first 16 are in use, or
+ *   one that shrank, is scanned by a second (GET_LOCK(.., 0) over the
+ *   series 1..K, LIMIT 1; after a shrink only while fewer than K of all
+ *   slots are in use). Then the REPLACE of the id on the same connection.
  * - A permit wait (no NOTIFY in MySQL): the attempts of a permit wait run
  *   on its thread, so psem_acquire finds its wait by (name, thread id).
  *   After a failed scan it sends probes: SQL_WAIT on up to MY_PROBES slots
@@ -1104,10 +1107,11 @@ static const char SQL_SEM_TABLE[] =
     "CREATE TABLE IF NOT EXISTS dlock_semaphore (k BINARY(32) PRIMARY KEY, "
     "name TEXT NOT NULL, permits BIGINT NOT NULL, slots BIGINT NOT NULL) "
     "ENGINE=InnoDB";
+/* MEMORY: a restart frees every slot, and no log flush per permit */
 static const char SQL_PERMIT_TABLE[] =
     "CREATE TABLE IF NOT EXISTS dlock_permit (k BINARY(32) NOT NULL, slot "
     "BIGINT NOT NULL, conn BIGINT UNSIGNED NOT NULL, id VARCHAR(64) NOT NULL, "
-    "PRIMARY KEY (k, slot)) ENGINE=InnoDB";
+    "PRIMARY KEY (k, slot)) ENGINE=MEMORY";
 #define SEM_KEY "UNHEX(SHA2(%1$s, 256))"
 #define SLOT_STR(i) "CONCAT(%1$s, '#permit#', " i ")"
 /* the lock of slot i: LOCKNAME's rule applied to `N#permit#i` */
@@ -1132,11 +1136,11 @@ static const char SQL_PERMIT_TABLE[] =
   "= " SEM_KEY                                                                 \
   "), s(i) AS (SELECT CAST(1 AS SIGNED) UNION ALL SELECT s.i + 1 "             \
   "FROM s, d WHERE s.i < d.slots) "
-/* A try: the first free slot of 1..K taken on this session, unless the
- * semaphore shrank and K slots of 1..slots are in use (permits|slot or
- * NULL|connection id; no row: no semaphore). No ORDER BY: the scan stops
- * at the first slot GET_LOCK took (LIMIT 1), and a sort would run
- * GET_LOCK on every row first. */
+/* The scan (a try past the fast one, try_slot): the first free slot of 1..K
+ * taken on this session, unless the semaphore shrank and K slots of 1..slots
+ * are in use (permits|slot or NULL|connection id; no row: no semaphore). No
+ * ORDER BY: the scan stops at the first slot GET_LOCK took (LIMIT 1), and a
+ * sort would run GET_LOCK on every row first. */
 static const char SQL_PSEM_TRY[] =
     SQL_SLOTS "SELECT d.permits, (SELECT s.i FROM s WHERE s.i <= d.permits "
               "AND (d.slots <= d.permits OR (SELECT "
@@ -1572,6 +1576,91 @@ static void probes_send(my *p, my_wait *r, const char *name, int64_t k,
     dlock__client_poke(p->core);
 }
 
+/* The try's first statement covers slots 1..MY_FAST_SLOTS with the slot
+ * lock names written out (a CASE takes the first it can, no series to
+ * build): a semaphore that is larger, or that shrank, is scanned by
+ * SQL_PSEM_TRY. */
+#define MY_FAST_SLOTS 16
+
+/* The quoted lock name of slot i of `name` for c: the slot's name itself
+ * when it has at most 64 bytes, else LOCKNAME's rule on it. */
+static char *slot_lock_sql(MYSQL *c, const char *name, int64_t i) {
+  char *sn = slot_name(name, i);
+  if (!sn)
+    return NULL;
+  char *sql = with_name(c, strlen(sn) <= 64 ? "%1$s" : LOCKNAME, sn);
+  dlock__free(sn);
+  return sql;
+}
+
+/* The fast try: "permits|slot or NULL|connection id|slots" into out, ""
+ * when there is no semaphore. */
+static int fast_try(my *p, MYSQL *c, const char *name, char *out, size_t cap) {
+  size_t len = 0, room = 2048;
+  char *sql = dlock__calloc(1, room);
+  int rc = sql ? 0 : DLOCK_ENOMEM;
+  for (int64_t i = 0; !rc && i <= MY_FAST_SLOTS + 1; i++) {
+    char *part = NULL, *lock = NULL;
+    if (i == 0)
+      part = dlock__strdup("SELECT d.permits, CASE WHEN d.slots > d.permits "
+                           "THEN NULL");
+    else if (i <= MY_FAST_SLOTS && (lock = slot_lock_sql(c, name, i)))
+      part = dlock__asprintf(" WHEN d.permits >= %lld AND GET_LOCK(%s, 0) = 1 "
+                             "THEN %lld",
+                             (long long)i, lock, (long long)i);
+    else if (i > MY_FAST_SLOTS)
+      part = with_name(c,
+                       " END, CONNECTION_ID(), d.slots FROM dlock_semaphore d "
+                       "WHERE d.k = " SEM_KEY,
+                       name);
+    dlock__free(lock);
+    size_t n = part ? strlen(part) : 0;
+    if (part && len + n + 1 > room) {
+      room = 2 * (len + n + 1);
+      char *more = dlock__reallocarray(sql, room, 1);
+      if (more)
+        sql = more;
+      else
+        n = 0, dlock__free(part), part = NULL;
+    }
+    if (!part)
+      rc = DLOCK_ENOMEM;
+    else
+      memcpy(sql + len, part, n + 1), len += n;
+    dlock__free(part);
+  }
+  if (rc) {
+    dlock__free(sql);
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  rc = exec_sql(p, c, sql, out, cap);
+  dlock__free(sql);
+  return rc;
+}
+
+/* A try on c: "permits|slot or NULL|connection id" into out ("": no
+ * semaphore). */
+static int try_slot(my *p, MYSQL *c, const char *name, char *out, size_t cap) {
+  int rc = fast_try(p, c, name, out, cap);
+  if (rc || !out[0])
+    return rc;
+  /* permits|slot|id|slots */
+  char *f2 = strchr(out, '|'), *f3 = f2 ? strchr(f2 + 1, '|') : NULL;
+  char *f4 = f3 ? strchr(f3 + 1, '|') : NULL;
+  if (!f4)
+    return dlock__seterr(DLOCK_EPROTO,
+                         "mysql %s: a try's answer without "
+                         "its columns",
+                         p->where);
+  int64_t permits = atoll(out), slots = atoll(f4 + 1);
+  if (strncmp(f2 + 1, "NULL|", 5) != 0 ||
+      (slots <= permits && permits <= MY_FAST_SLOTS)) {
+    *f4 = '\0';
+    return 0;
+  }
+  return exec_named(p, c, SQL_PSEM_TRY, name, out, cap);
+}
+
 static int my_psem_acquire(void *be, const char *name, const char *id,
                            int64_t lease_ms, int64_t *retry_in_ms) {
   my *p = be;
@@ -1597,7 +1686,7 @@ static int my_psem_acquire(void *be, const char *name, const char *id,
     char out[96];
     rc = set_lease(p, c, &wt, lease_ms);
     if (!rc)
-      rc = exec_named(p, c, SQL_PSEM_TRY, name, out, sizeof out);
+      rc = try_slot(p, c, name, out, sizeof out);
     if (rc == 0) {
       /* permits|slot|connection id; "" no semaphore */
       char *f2 = strchr(out, '|'), *f3 = f2 ? strchr(f2 + 1, '|') : NULL;

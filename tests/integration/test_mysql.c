@@ -553,6 +553,30 @@ static void t_permits_layout(void) {
   for (int i = 0; i < 6; i++)
     CHECK_OK(dlock_permit_sem_release(wide2, ids[i]));
   printf("each of 6 slots released came to the waiter of another client\n");
+  /* past the slots the try writes out (16): the scan of every slot */
+  dlock_permit_sem_t *big = NULL;
+  CHECK_OK(dlock_permit_sem_new(c, "big", &big));
+  CHECK_OK(dlock_permit_sem_try_set_permits(big, 20, NULL));
+  char bid[20][DLOCK_PERMIT_ID_LEN + 1];
+  for (int i = 0; i < 20; i++)
+    CHECK_OK(dlock_permit_sem_acquire(big, 0, DLOCK_LEASE_WATCHDOG, bid[i]));
+  CHECK_RC(dlock_permit_sem_acquire(big, 0, DLOCK_LEASE_WATCHDOG, x),
+           DLOCK_EBUSY);
+  CHECK_INT(th_my_sql(s,
+                      "SELECT IS_USED_LOCK('big#permit#20') IS NOT NULL, "
+                      "IS_FREE_LOCK('big#permit#21')",
+                      out, sizeof out),
+            ==, 0);
+  CHECK_STR(out, "1\t1");
+  CHECK_OK(dlock_permit_sem_release(big, bid[19])); /* slot 20 */
+  CHECK_OK(dlock_permit_sem_acquire(big, 0, DLOCK_LEASE_WATCHDOG, bid[19]));
+  CHECK_OK(dlock_permit_sem_state(big, &st));
+  CHECK_INT(st->in_use, ==, 20);
+  CHECK_INT(st->npermits, ==, 20);
+  dlock_sem_state_free(st);
+  for (int i = 0; i < 20; i++)
+    CHECK_OK(dlock_permit_sem_release(big, bid[i]));
+  dlock_permit_sem_free(big);
   dlock_permit_sem_free(wide);
   dlock_permit_sem_free(wide2);
   dlock_client_free(c2);
