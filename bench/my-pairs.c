@@ -11,10 +11,12 @@
  *     sent bare (the name through the server-side rule for long names,
  *     docs/MYSQL.md; a shorter name is sent as it is),
  *   - dlock's pairs/s: dlock_lock_acquire (wait 0, watchdog lease) and
- *     dlock_lock_release on a mysql:// client.
- * Rounds alternate (limit, floor, dlock's SQL, dlock, limit, ...) so that
- * drift of a shared machine falls on all four; the median round of each is
- * printed as a markdown table with this process's CPU per operation
+ *     dlock_lock_release on a mysql:// client,
+ *   - dlock's permit pairs/s: dlock_permit_sem_acquire (wait 0, watchdog
+ *     lease) and dlock_permit_sem_release on a semaphore of 4 permits.
+ * Rounds alternate (limit, floor, dlock's SQL, dlock, permits, limit, ...)
+ * so that drift of a shared machine falls on all five; the median round of each
+ * is printed as a markdown table with this process's CPU per operation
  * (getrusage: the client's threads, not the server's), and the medians
  * (and ranges) of the ratios dlock / SELECT 1 and dlock / bare pairs
  * formed within each round.
@@ -119,6 +121,19 @@ static double round_dlock(dlock_lock_t *l, int n) {
   return rate(n, t0);
 }
 
+static double round_permit(dlock_permit_sem_t *sem, int n) {
+  char id[DLOCK_PERMIT_ID_LEN + 1];
+  int64_t t0 = begin();
+  for (int i = 0; i < n; i++) {
+    if (dlock_permit_sem_acquire(sem, 0, DLOCK_LEASE_WATCHDOG, id) != 0 ||
+        dlock_permit_sem_release(sem, id) != 0) {
+      fprintf(stderr, "dlock permit: %s\n", dlock_last_error());
+      return 0;
+    }
+  }
+  return rate(n, t0);
+}
+
 static int cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -147,20 +162,24 @@ int main(int argc, char **argv) {
   }
   dlock_client_t *cl = NULL;
   dlock_lock_t *l = NULL;
+  dlock_permit_sem_t *sem = NULL;
   if (!c ||
       !mysql_real_connect(c, "127.0.0.1", "dlock", th_my_password(), "dlock",
                           (unsigned)th_my_port(s), NULL, 0) ||
       dlock_client_new(&cl, th_my_url(s), NULL) != 0 ||
-      dlock_lock_new(cl, "bench-dlock", &l) != 0) {
+      dlock_lock_new(cl, "bench-dlock", &l) != 0 ||
+      dlock_permit_sem_new(cl, "bench-permits", &sem) != 0 ||
+      dlock_permit_sem_try_set_permits(sem, 4, NULL) != 0) {
     fprintf(stderr, "setup: %s %s\n", c ? mysql_error(c) : "out of memory",
             dlock_last_error());
     th_my_stop(s);
     return 1;
   }
-  /* per measure (select, floor, dlock's SQL, dlock) and round: rate and
-   * client CPU per operation */
-  double v[4][99], cpu[4][99], rf[99], rs[99];
+  /* per measure (select, floor, dlock's SQL, dlock, permits) and round:
+   * rate and client CPU per operation */
+  double v[5][99], cpu[5][99], rf[99], rs[99];
   round_dlock(l, n / 10 + 1); /* warm: the pooled connection */
+  round_permit(sem, n / 10 + 1);
   int bad = 0;
   for (int r = 0; r < rounds; r++) {
     v[0][r] = round_select(c, n);
@@ -171,19 +190,21 @@ int main(int argc, char **argv) {
     cpu[2][r] = last_cpu;
     v[3][r] = round_dlock(l, n);
     cpu[3][r] = last_cpu;
-    for (int k = 0; k < 4; k++)
+    v[4][r] = round_permit(sem, n);
+    cpu[4][r] = last_cpu;
+    for (int k = 0; k < 5; k++)
       bad |= v[k][r] == 0;
     rf[r] = v[1][r] > 0 ? v[3][r] / v[1][r] : 0; /* within one round */
     rs[r] = v[0][r] > 0 ? v[3][r] / v[0][r] : 0;
   }
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 5; k++) {
     qsort(v[k], (size_t)rounds, sizeof v[k][0], cmp);
     qsort(cpu[k], (size_t)rounds, sizeof cpu[k][0], cmp);
   }
   qsort(rf, (size_t)rounds, sizeof rf[0], cmp);
   qsort(rs, (size_t)rounds, sizeof rs[0], cmp);
   int m = rounds / 2;
-  double S = v[0][m], F = v[1][m], Q = v[2][m], D = v[3][m];
+  double S = v[0][m], F = v[1][m], Q = v[2][m], D = v[3][m], P = v[4][m];
   if (!bad && S > 0 && F > 0) {
     printf("| measure (median of %d rounds of %d) | per second | vs SELECT 1 "
            "| client CPU per operation |\n| --- | --- | --- | --- |\n",
@@ -200,6 +221,9 @@ int main(int argc, char **argv) {
     printf("| dlock pairs (acquire wait 0 + release) | %.0f | %.2f (%.2f of "
            "the bare pairs) | %.1f us |\n",
            D, D / S, D / F, cpu[3][m]);
+    printf("| dlock permit pairs (permit acquire wait 0 + release, 4 "
+           "permits) | %.0f | %.2f (%.2f of the bare pairs) | %.1f us |\n",
+           P, P / S, P / F, cpu[4][m]);
     printf("| per round, median (min-max): dlock / SELECT 1 | | %.2f "
            "(%.2f-%.2f) | |\n",
            rs[m], rs[0], rs[rounds - 1]);
@@ -207,6 +231,7 @@ int main(int argc, char **argv) {
            "(%.2f-%.2f) | |\n",
            rf[m], rf[0], rf[rounds - 1]);
   }
+  dlock_permit_sem_free(sem);
   dlock_lock_free(l);
   dlock_client_free(cl);
   mysql_close(c);

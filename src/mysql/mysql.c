@@ -1,5 +1,6 @@
 /*
- * mysql.c - the MySQL/MariaDB backend: user-level locks (GET_LOCK).
+ * mysql.c - the MySQL/MariaDB backend: user-level locks (GET_LOCK), and
+ * permit semaphores as slot locks.
  *
  *   mysql://[user[:password]@]host[:port][/database][?socket=/path]
  *   mariadb://...   (the same)
@@ -59,17 +60,48 @@
  *   the name's row of the InnoDB table dlock_fence (created on first use)
  *   on the holding connection while the lock is held, so tokens grow with
  *   every grant and survive a restart. GET_LOCK has no shared mode nor a
- *   visible queue: read-write, fair, semaphores and latches are refused by
- *   the core (DLOCK_ENOTSUP) before anything is sent.
+ *   visible queue: read-write and fair locks are refused by the core
+ *   (DLOCK_ENOTSUP) before anything is sent; so are counting semaphores
+ *   and latches, whose counts belong to no session.
+ * - Permit semaphores (`dlock -N`): the semaphore N of K permits is the
+ *   row of N in the InnoDB table dlock_semaphore (its size; created on
+ *   first use) and K slot locks, the user-level locks of `N#permit#i`
+ *   (i = 1..K) by LOCKNAME's rule. A permit is one slot lock held on a
+ *   connection of its own, a hold like a lock's (wait_timeout the lease,
+ *   the watchdog's heartbeats through lock_renew, DLOCK__HK_PERMIT; the
+ *   loop watches its socket); the row (N, i) of dlock_permit records its
+ *   id and connection, valid while that connection holds the slot, which
+ *   is how psem_state names holders (a MEMORY table: a restart frees
+ *   every slot, and its writes cost no log flush). A try is one statement
+ *   taking the first free slot of 1..16 (a CASE over the slot names the
+ *   client writes out); a larger semaphore whose first 16 are in use, or
+ *   one that shrank, is scanned by a second (GET_LOCK(.., 0) over the
+ *   series 1..K, LIMIT 1; after a shrink only while fewer than K of all
+ *   slots are in use). Then the REPLACE of the id on the same connection.
+ * - A permit wait (no NOTIFY in MySQL): the attempts of a permit wait run
+ *   on its thread, so psem_acquire finds its wait by (name, thread id).
+ *   After a failed scan it sends probes: SQL_WAIT on up to MY_PROBES slots
+ *   (from the wait's seq mod K), each on a connection of its own, polled
+ *   by the loop like a lock wait's. When a watched slot frees (a release,
+ *   a holder's session ended) the server grants it and the loop wakes the
+ *   wait; its next attempt claims that slot (still one of 1..K) as the
+ *   permit, giving back any other probe's grant. A waiter's latency is
+ *   thus the server's grant and the claim for a watched slot, and at most
+ *   psem_retry_ms (a third of the watchdog lease, >= 100 ms: the next full
+ *   scan) for a slot it does not watch (K > MY_PROBES, or slots added
+ *   since). wait_end ends pending probes as a lock wait's (KILL QUERY).
+ *   A release wakes this client's waits of the name.
  * - State: IS_USED_LOCK gives the holder's connection id (this client's
  *   own holds are shown by owner); waiters are the sessions whose running
  *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
- *   never held across I/O. A hold's connection is used by one thread at a
- *   time: a renewal marks the hold busy, and a release waits on p->cond
- *   until it is not; the loop polls only connections of holds not busy
- *   and acts on a poll's outcome only if no renewal took the connection
- *   since (a renewal's own answer would look like news).
+ *   never held across I/O. A wait's statements are sent, read and ended
+ *   only by its own thread; the loop only marks them answered. A hold's
+ *   connection is used by one thread at a time: a renewal marks the hold
+ *   busy, and a release waits on p->cond until it is not; the loop polls
+ *   only connections of holds not busy and acts on a poll's outcome only
+ *   if no renewal took the connection since (a renewal's own answer would
+ *   look like news).
  */
 #include <mysql.h>
 #include <netinet/in.h>
@@ -140,6 +172,8 @@ typedef struct my_hold {
   unsigned long id; /* the server connection that took the lock */
   int64_t token;    /* a fenced lock's token (0: none) */
   int64_t wt;       /* its session's wait_timeout (s) */
+  bool permit;      /* a permit of the semaphore `name` (owner: its id) */
+  int64_t slot;     /* a permit: its slot, 1..K */
   bool busy;        /* a renewal is using conn */
   /* conn's socket as the loop's last loop_prepare polled it, -1 when not
    * (or when a renewal has used conn since): only a connection idle for
@@ -150,14 +184,26 @@ typedef struct my_hold {
 
 enum { W_IDLE, W_SENT, W_READY };
 
-typedef struct my_wait {
-  struct my_wait *next;
-  dlock__wait *w;
+/* A pending GET_LOCK of a wait: a lock's, or one of a permit wait's
+ * probes (the slot it waits for). */
+typedef struct my_pending {
   MYSQL *conn;
   int state;
   unsigned long id; /* the session of the pending statement */
   int64_t wt;
   int polled_fd; /* as for a hold: conn's socket as the loop polled it */
+  int64_t slot;  /* a probe: its slot */
+} my_pending;
+
+/* a permit wait watches at most this many slots at once, each with a
+ * GET_LOCK of its own (docs/MYSQL.md) */
+#define MY_PROBES 4
+
+typedef struct my_wait {
+  struct my_wait *next;
+  dlock__wait *w;
+  /* [0] a lock wait's statement; a permit wait's probes */
+  my_pending q[MY_PROBES];
 } my_wait;
 
 typedef struct my {
@@ -176,6 +222,7 @@ typedef struct my {
   MYSQL *doomed[16]; /* closed at the next renewal pass (see postgres.c) */
   int ndoomed;
   my_wait *waits;
+  int64_t psem_retry_ms; /* a permit wait scans all slots this often */
 } my;
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -213,8 +260,9 @@ static int sql_error(my *p, MYSQL *c) {
     return my_err(p, DLOCK_EUNAVAILABLE, "connection lost", c);
   if (e == 1046)
     return my_err(p, DLOCK_EINVAL,
-                  "fenced locks need a database in the URL "
-                  "(mysql://host/database) for the table dlock_fence",
+                  "fenced locks and permit semaphores need a database in "
+                  "the URL (mysql://host/database) for their tables "
+                  "(dlock_fence, dlock_semaphore)",
                   c);
   if (e == 1213 || e == 3058)
     return my_err(p, DLOCK_EDEADLK, "the server found a deadlock", c);
@@ -287,6 +335,10 @@ static int dial(my *p, MYSQL **out) {
                           p->db, p->port, p->socket, 0)) {
     unsigned e = mysql_errno(c);
     int code = connect_code(e);
+    /* reset during the handshake (ECONNRESET): a server that is starting
+     * or stopping, not one that speaks another protocol */
+    if (e == 2013 && strstr(mysql_error(c), "system error: 104"))
+      code = DLOCK_EUNAVAILABLE;
     my_err(p, code,
            code == DLOCK_EPROTO ? "cannot connect (is it a MySQL or MariaDB "
                                   "server?)"
@@ -465,7 +517,21 @@ static int check_name(const char *name) {
 static my_hold *hold_find(my *p, const char *name, const char *owner,
                           my_hold ***link) {
   for (my_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
-    if (strcmp((*hp)->name, name) == 0 && strcmp((*hp)->owner, owner) == 0) {
+    if (!(*hp)->permit && strcmp((*hp)->name, name) == 0 &&
+        strcmp((*hp)->owner, owner) == 0) {
+      if (link)
+        *link = hp;
+      return *hp;
+    }
+  return NULL;
+}
+
+/* The permit `id` of the semaphore `name` this client holds. */
+static my_hold *permit_find(my *p, const char *name, const char *id,
+                            my_hold ***link) {
+  for (my_hold **hp = &p->holds; *hp; hp = &(*hp)->next)
+    if ((*hp)->permit && strcmp((*hp)->name, name) == 0 &&
+        strcmp((*hp)->owner, id) == 0) {
       if (link)
         *link = hp;
       return *hp;
@@ -588,6 +654,40 @@ static int read_pending(my *p, MYSQL *c, unsigned long *id) {
   return got;
 }
 
+/* Sends a wait's blocking GET_LOCK of `name` (SQL_WAIT) on a connection
+ * of its own, whose session's wait_timeout is the lease (the lock's once
+ * granted), into q (idle, of a registered wait: its fields change under
+ * mu). 0, or an error (nothing stays queued: its session ended). */
+static int pending_send(my *p, my_pending *q, const char *name,
+                        int64_t lease_ms) {
+  MYSQL *c;
+  bool fresh;
+  int64_t wt;
+  int rc = conn_get(p, &c, &fresh, &wt);
+  if (rc)
+    return rc;
+  rc = set_lease(p, c, &wt, lease_ms);
+  char *sql = rc ? NULL : with_name(c, SQL_WAIT, name);
+  if (!rc && !sql)
+    rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  if (!rc && mysql_send_query(c, sql, (unsigned long)strlen(sql)))
+    rc = sql_error(p, c);
+  dlock__free(sql);
+  if (rc) {
+    mysql_close(c); /* its session ends: nothing stays queued */
+    dlock__err_set_unsent(true);
+    return rc;
+  }
+  pthread_mutex_lock(&p->mu);
+  q->conn = c;
+  q->wt = wt;
+  q->id = mysql_thread_id(c);
+  q->state = W_SENT;
+  q->polled_fd = -1; /* polled from the next loop_prepare on */
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}
+
 static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
   my *p = be;
@@ -612,16 +712,16 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     hold_free(h);
   }
   my_wait *r = wait_find(p, a->name, a->owner);
-  if (r && r->state == W_SENT) {
+  if (r && r->q[0].state == W_SENT) {
     pthread_mutex_unlock(&p->mu);
     return 0;
   }
-  if (r && r->state == W_READY) {
-    MYSQL *c = r->conn;
-    int64_t wt = r->wt;
-    unsigned long id = r->id;
-    r->conn = NULL;
-    r->state = W_IDLE;
+  if (r && r->q[0].state == W_READY) {
+    MYSQL *c = r->q[0].conn;
+    int64_t wt = r->q[0].wt;
+    unsigned long id = r->q[0].id;
+    r->q[0].conn = NULL;
+    r->q[0].state = W_IDLE;
     pthread_mutex_unlock(&p->mu);
     unsigned long got_id = 0;
     int got = read_pending(p, c, &got_id);
@@ -658,31 +758,9 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   pthread_mutex_unlock(&p->mu);
 
   if (r) { /* within a wait: the server's wait does the waiting */
-    MYSQL *c;
-    bool fresh;
-    int64_t wt;
-    rc = conn_get(p, &c, &fresh, &wt);
+    rc = pending_send(p, &r->q[0], a->name, a->lease_ms);
     if (rc)
       return rc;
-    rc = set_lease(p, c, &wt, a->lease_ms);
-    char *sql = rc ? NULL : with_name(c, SQL_WAIT, a->name);
-    if (!rc && !sql)
-      rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
-    if (!rc && mysql_send_query(c, sql, (unsigned long)strlen(sql)))
-      rc = sql_error(p, c);
-    dlock__free(sql);
-    if (rc) {
-      mysql_close(c); /* its session ends: nothing stays queued */
-      dlock__err_set_unsent(true);
-      return rc;
-    }
-    pthread_mutex_lock(&p->mu);
-    r->conn = c;
-    r->wt = wt;
-    r->id = mysql_thread_id(c);
-    r->state = W_SENT;
-    r->polled_fd = -1; /* polled from the next loop_prepare on */
-    pthread_mutex_unlock(&p->mu);
     dlock__client_poke(p->core);
     return 0;
   }
@@ -784,7 +862,9 @@ static int my_lock_renew(void *be, dlock__renewal *items, size_t n,
     mysql_close(old[i]);
   for (size_t i = 0; i < n; i++) {
     pthread_mutex_lock(&p->mu);
-    my_hold *h = hold_find(p, items[i].name, items[i].owner, NULL);
+    my_hold *h = items[i].kind == DLOCK__HK_PERMIT
+                     ? permit_find(p, items[i].name, items[i].owner, NULL)
+                     : hold_find(p, items[i].name, items[i].owner, NULL);
     if (!h || !h->conn || h->busy) {
       items[i].result = h && h->conn ? 1 : 0;
       pthread_mutex_unlock(&p->mu);
@@ -814,8 +894,9 @@ static int my_lock_renew(void *be, dlock__renewal *items, size_t n,
     pthread_mutex_unlock(&p->mu);
     if (rc) {
       dlock__log(p->core, DLOCK_LOG_WARN,
-                 "mysql: heartbeat of lock '%.200s' failed (%s): the hold is "
+                 "mysql: heartbeat of %s '%.200s' failed (%s): the hold is "
                  "lost",
+                 items[i].kind == DLOCK__HK_PERMIT ? "a permit of" : "lock",
                  items[i].name, dlock_last_error());
       if (c)
         mysql_close(c);
@@ -880,7 +961,7 @@ static int state_waiters(my *p, MYSQL *c, const char *name,
     char *o = NULL;
     pthread_mutex_lock(&p->mu);
     for (my_wait *w = p->waits; w; w = w->next)
-      if (w->conn && w->id == id) {
+      if (!w->w->spec->sync && w->q[0].conn && w->q[0].id == id) {
         o = dlock__strdup(w->w->spec->owner);
         break;
       }
@@ -943,7 +1024,7 @@ static int my_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
     int64_t count = 1;
     pthread_mutex_lock(&p->mu);
     for (my_hold *h = p->holds; h; h = h->next)
-      if (h->conn && h->id == id && strcmp(h->name, name) == 0) {
+      if (!h->permit && h->conn && h->id == id && strcmp(h->name, name) == 0) {
         o = dlock__strdup(h->owner);
         count = h->count;
         break;
@@ -1011,18 +1092,729 @@ static int my_ping(void *be) {
   return exec_pooled(be, SQL_BEAT, NULL, out, sizeof out);
 }
 
+/* ------------------------------------------------------------ permits */
+
+/* The permit semaphore N (docs/MYSQL.md): its size in the row of N in the
+ * table dlock_semaphore (k = UNHEX(SHA2(N, 256)); `slots` is the largest
+ * size it had: slots above the size after a shrink may still be held);
+ * a permit in use is the user-level lock of slot i (1..K), the lock name
+ * of `N#permit#i` by the rule of LOCKNAME, held by its holder's session;
+ * the row (k, i) of dlock_permit names the permit id and the connection
+ * that took slot i (valid while that connection holds the slot). Both
+ * tables are created on first use. */
+#define PSEM_MAX 1000
+static const char SQL_SEM_TABLE[] =
+    "CREATE TABLE IF NOT EXISTS dlock_semaphore (k BINARY(32) PRIMARY KEY, "
+    "name TEXT NOT NULL, permits BIGINT NOT NULL, slots BIGINT NOT NULL) "
+    "ENGINE=InnoDB";
+/* MEMORY: a restart frees every slot, and no log flush per permit */
+static const char SQL_PERMIT_TABLE[] =
+    "CREATE TABLE IF NOT EXISTS dlock_permit (k BINARY(32) NOT NULL, slot "
+    "BIGINT NOT NULL, conn BIGINT UNSIGNED NOT NULL, id VARCHAR(64) NOT NULL, "
+    "PRIMARY KEY (k, slot)) ENGINE=MEMORY";
+#define SEM_KEY "UNHEX(SHA2(%1$s, 256))"
+#define SLOT_STR(i) "CONCAT(%1$s, '#permit#', " i ")"
+/* the lock of slot i: LOCKNAME's rule applied to `N#permit#i` */
+#define SLOT_LOCK(i)                                                           \
+  "IF(CHAR_LENGTH(" SLOT_STR(i) ") <= 64, " SLOT_STR(                          \
+      i) ", CONCAT(LEFT(" SLOT_STR(i) ", 23), '#', LEFT(SHA2(" SLOT_STR(i) "," \
+                                                                           " " \
+                                                                           "2" \
+                                                                           "5" \
+                                                                           "6" \
+                                                                           ")" \
+                                                                           "," \
+                                                                           " " \
+                                                                           "4" \
+                                                                           "0" \
+                                                                           ")" \
+                                                                           ")" \
+                                                                           ")"
+/* the semaphore's row d, and s its slots 1..d.slots */
+#define SQL_SLOTS                                                              \
+  "WITH RECURSIVE d AS (SELECT permits, slots FROM dlock_semaphore WHERE k "   \
+  "= " SEM_KEY                                                                 \
+  "), s(i) AS (SELECT CAST(1 AS SIGNED) UNION ALL SELECT s.i + 1 "             \
+  "FROM s, d WHERE s.i < d.slots) "
+/* The scan (a try past the fast one, try_slot): the first free slot of 1..K
+ * taken on this session, unless the semaphore shrank and K slots of 1..slots
+ * are in use (permits|slot or NULL|connection id; no row: no semaphore). No
+ * ORDER BY: the scan stops at the first slot GET_LOCK took (LIMIT 1), and a
+ * sort would run GET_LOCK on every row first. */
+static const char SQL_PSEM_TRY[] =
+    SQL_SLOTS "SELECT d.permits, (SELECT s.i FROM s WHERE s.i <= d.permits "
+              "AND (d.slots <= d.permits OR (SELECT "
+              "COUNT(IS_USED_LOCK(" SLOT_LOCK(
+                  "u.i") ")) FROM s u) < d.permits) AND "
+                         "GET_LOCK(" SLOT_LOCK("s.i") ", "
+                                                      "0) = 1 LIMIT 1), "
+                                                      "CONNECTION_ID() "
+                                                      "FROM d";
+/* the size, and per slot in use: slot, holder's connection, its permit id
+ * (NULL: not a dlock holder's), user@host (one row with slot NULL: none in
+ * use; no row: no semaphore) */
+static const char SQL_PSEM_HOLDERS[] =
+    SQL_SLOTS "SELECT d.permits, s.i, IS_USED_LOCK(" SLOT_LOCK(
+        "s.i") "), (SELECT p.id FROM dlock_permit p WHERE p.k = " SEM_KEY
+               " AND p.slot = s.i AND p.conn = IS_USED_LOCK(" SLOT_LOCK(
+                   "s.i") ")), (SELECT CONCAT(USER, '@', HOST) FROM "
+                          "information_schema.PROCESSLIST WHERE ID = "
+                          "IS_USED_LOCK(" SLOT_LOCK(
+                              "s.i") ")) FROM d LEFT JOIN s ON "
+                                     "IS_USED_LOCK(" SLOT_LOCK("s.i") ") IS "
+                                                                      "NOT "
+                                                                      "NULL "
+                                                                      "ORDER "
+                                                                      "BY s.i";
+static const char SQL_PSEM_SET[] =
+    "INSERT INTO dlock_semaphore (k, name, permits, slots) VALUES (" SEM_KEY
+    ", %1$s, %2$lld, %2$lld) ON DUPLICATE KEY UPDATE k = k";
+/* adds n unless the size would pass PSEM_MAX (then nothing changes: 0
+ * rows affected); `slots` first, from the size before */
+static const char SQL_PSEM_ADD[] =
+    "INSERT INTO dlock_semaphore (k, name, permits, slots) VALUES (" SEM_KEY
+    ", %1$s, %2$lld, GREATEST(%2$lld, 0)) ON DUPLICATE KEY UPDATE slots = "
+    "IF(permits + %2$lld > %3$d, slots, GREATEST(slots, permits + %2$lld)), "
+    "permits = IF(permits + %2$lld > %3$d, permits, permits + %2$lld)";
+
+/* The name of slot i of the semaphore `name`, whose lock is LOCKNAME's. */
+static char *slot_name(const char *name, int64_t slot) {
+  return dlock__asprintf("%s#permit#%lld", name, (long long)slot);
+}
+
+/* fmt, whose %1$s is the quoted name, with the other arguments put in
+ * first (they are numbers: no quoting). */
+static char *sem_sql(const char *fmt, int64_t n) {
+  return dlock__asprintf(fmt, "%1$s", (long long)n, PSEM_MAX);
+}
+
+/* One statement on a pooled connection, about the semaphore name; a
+ * missing table is created and the statement run once more when `create`,
+ * else *absent is set (no error). *affected: rows it changed. */
+static int sem_exec(my *p, const char *fmt, const char *name, bool create,
+                    bool *absent, char *out, size_t cap, uint64_t *affected) {
+  if (absent)
+    *absent = false;
+  for (int round = 0; round < 3; round++) {
+    MYSQL *c;
+    bool fresh;
+    int64_t wt;
+    int rc = conn_get(p, &c, &fresh, &wt);
+    if (rc)
+      return rc;
+    rc = exec_named(p, c, fmt, name, out, cap);
+    if (rc == 0) {
+      if (affected)
+        *affected = (uint64_t)mysql_affected_rows(c);
+      conn_put(p, c, wt);
+      return 0;
+    }
+    unsigned e = mysql_errno(c);
+    if (e == 1146 && round < 2) { /* no such table */
+      if (!create) {
+        conn_put(p, c, wt);
+        if (absent)
+          *absent = true;
+        dlock__seterr(DLOCK_OK, "%s", "");
+        return 0;
+      }
+      rc = exec_sql(p, c, SQL_SEM_TABLE, NULL, 0);
+      if (!rc)
+        rc = exec_sql(p, c, SQL_PERMIT_TABLE, NULL, 0);
+      if (!rc) {
+        conn_put(p, c, wt);
+        dlock__seterr(DLOCK_OK, "%s", "");
+        continue;
+      }
+      e = mysql_errno(c);
+    }
+    mysql_close(c);
+    if (!(lost_errno(e) && !fresh) || round > 0)
+      return rc;
+  }
+  return dlock__seterr(DLOCK_EUNAVAILABLE, "mysql %s: connection lost",
+                       p->where);
+}
+
+static int check_permits(int64_t n) {
+  if (n > PSEM_MAX || n < -PSEM_MAX)
+    return dlock__seterr(DLOCK_EINVAL,
+                         "the mysql backend keeps one user-level lock per "
+                         "permit: a semaphore has at most %d permits",
+                         PSEM_MAX);
+  return 0;
+}
+
+/* Wakes this client's permit waits of `name`: a permit of it came free
+ * here, or it grew (another client's waits find out by their scans). */
+static void wake_permit_waits(my *p, const char *name) {
+  pthread_mutex_lock(&p->mu);
+  for (my_wait *r = p->waits; r; r = r->next)
+    if (r->w->spec->sync && strcmp(r->w->spec->name, name) == 0)
+      dlock__wait_wake(r->w);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static int my_sem_set(void *be, const char *name, int64_t permits, bool *set) {
+  my *p = be;
+  *set = false;
+  int rc = check_name(name);
+  if (!rc)
+    rc = check_permits(permits);
+  if (rc)
+    return rc;
+  char *sql = sem_sql(SQL_PSEM_SET, permits);
+  if (!sql)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  uint64_t n = 0;
+  rc = sem_exec(p, sql, name, true, NULL, NULL, 0, &n);
+  dlock__free(sql);
+  if (rc == 0 && n == 1) {
+    *set = true;
+    wake_permit_waits(p, name);
+  }
+  return rc;
+}
+
+static int my_sem_add(void *be, const char *name, int64_t n) {
+  my *p = be;
+  int rc = check_name(name);
+  if (!rc)
+    rc = check_permits(n);
+  if (rc || n == 0)
+    return rc;
+  char *sql = sem_sql(SQL_PSEM_ADD, n);
+  if (!sql)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  uint64_t changed = 0;
+  rc = sem_exec(p, sql, name, true, NULL, NULL, 0, &changed);
+  dlock__free(sql);
+  if (rc == 0 && changed == 0) /* it would pass the bound */
+    return check_permits(PSEM_MAX + 1);
+  if (rc == 0 && n > 0)
+    wake_permit_waits(p, name);
+  return rc;
+}
+
+static int my_sem_counting(void *be, const char *name, int64_t permits) {
+  (void)be;
+  (void)name;
+  (void)permits;
+  return dlock__seterr(DLOCK_ENOTSUP,
+                       "the mysql backend has no counting semaphores");
+}
+
+/* The semaphore's size and holders (SQL_PSEM_HOLDERS): *res NULL when
+ * there is no semaphore. */
+static int holders(my *p, const char *name, MYSQL_RES **res) {
+  *res = NULL;
+  int rc = check_name(name);
+  if (rc)
+    return rc;
+  for (int round = 0; round < 2; round++) {
+    MYSQL *c;
+    bool fresh;
+    int64_t wt;
+    rc = conn_get(p, &c, &fresh, &wt);
+    if (rc)
+      return rc;
+    char *sql = with_name(c, SQL_PSEM_HOLDERS, name);
+    if (!sql) {
+      conn_put(p, c, wt);
+      return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    }
+    rc = mysql_real_query(c, sql, (unsigned long)strlen(sql)) ? sql_error(p, c)
+                                                              : 0;
+    dlock__free(sql);
+    if (rc == 0) {
+      MYSQL_RES *r = mysql_store_result(c);
+      if (!r)
+        rc = sql_error(p, c);
+      else {
+        conn_put(p, c, wt);
+        if (mysql_num_rows(r) == 0) {
+          mysql_free_result(r);
+          r = NULL;
+        }
+        *res = r;
+        return 0;
+      }
+    }
+    unsigned e = mysql_errno(c);
+    if (e == 1146) { /* no table: no semaphore */
+      conn_put(p, c, wt);
+      dlock__seterr(DLOCK_OK, "%s", "");
+      return 0;
+    }
+    mysql_close(c);
+    if (!(lost_errno(e) && !fresh))
+      return rc;
+  }
+  return dlock__seterr(DLOCK_EUNAVAILABLE, "mysql %s: connection lost",
+                       p->where);
+}
+
+/* The counts of a holders result: size and slots in use. */
+static void holder_counts(MYSQL_RES *r, int64_t *size, int64_t *in_use) {
+  *size = *in_use = 0;
+  MYSQL_ROW row;
+  mysql_data_seek(r, 0);
+  while ((row = mysql_fetch_row(r)) != NULL) {
+    *size = row[0] ? atoll(row[0]) : 0;
+    if (row[1] && row[2])
+      (*in_use)++;
+  }
+  mysql_data_seek(r, 0);
+}
+
+static int my_sem_available(void *be, dlock__sync_kind kind, const char *name,
+                            int64_t *out) {
+  my *p = be;
+  *out = 0;
+  if (kind != DLOCK__SYNC_PERMIT)
+    return my_sem_counting(be, name, 0);
+  MYSQL_RES *r = NULL;
+  int rc = holders(p, name, &r);
+  if (rc || !r)
+    return rc;
+  int64_t size, in_use;
+  holder_counts(r, &size, &in_use);
+  mysql_free_result(r);
+  *out = size - in_use > 0 ? size - in_use : 0;
+  return 0;
+}
+
+static int my_sem_delete(void *be, dlock__sync_kind kind, const char *name,
+                         bool *existed) {
+  my *p = be;
+  *existed = false;
+  if (kind != DLOCK__SYNC_PERMIT)
+    return my_sem_counting(be, name, 0);
+  MYSQL_RES *r = NULL;
+  int rc = holders(p, name, &r);
+  if (rc)
+    return rc;
+  uint64_t n = 0;
+  bool absent;
+  rc = sem_exec(p, "DELETE FROM dlock_semaphore WHERE k = " SEM_KEY, name,
+                false, &absent, NULL, 0, &n);
+  if (rc == 0 && !absent)
+    rc = sem_exec(p, "DELETE FROM dlock_permit WHERE k = " SEM_KEY, name, false,
+                  NULL, NULL, 0, NULL);
+  /* the holders' sessions end, and their permits with them: their
+   * releases say DLOCK_ELOST */
+  MYSQL_ROW row;
+  while (rc == 0 && r && (row = mysql_fetch_row(r)) != NULL) {
+    if (!row[1] || !row[2])
+      continue;
+    char sql[48];
+    snprintf(sql, sizeof sql, "KILL %lu", strtoul(row[2], NULL, 10));
+    rc = exec_pooled(p, sql, NULL, NULL, 0);
+    if (rc && strstr(dlock_last_error(), "Unknown thread"))
+      rc = 0; /* it had ended meanwhile */
+  }
+  if (r)
+    mysql_free_result(r);
+  if (rc == 0)
+    *existed = n > 0;
+  return rc;
+}
+
+/* Slot `slot` of the semaphore `name`, taken on c (session `id`), becomes
+ * the permit `pid`: its id is recorded in dlock_permit (on c: the
+ * statement restarts the session's idle clock), then the hold. With
+ * `check` (a probe's grant, which came while the wait slept) the slot must
+ * still be one of the semaphore's 1..K. 1, 0 (given back), or an error (c
+ * closed, the slot with its session). */
+static int permit_take(my *p, MYSQL *c, const char *name, int64_t slot,
+                       unsigned long id, int64_t wt, const char *pid,
+                       bool check) {
+  char *sn = slot_name(name, slot);
+  char *sql = dlock__asprintf("REPLACE INTO dlock_permit (k, slot, conn, id) "
+                              "VALUES (" SEM_KEY ", %2$lld, CONNECTION_ID(), "
+                              "'%3$s')",
+                              "%1$s", (long long)slot, pid);
+  int rc = sn && sql ? 0 : dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  if (!rc && check) {
+    char out[32];
+    rc = exec_named(p, c,
+                    "SELECT permits FROM dlock_semaphore WHERE k = " SEM_KEY,
+                    name, out, sizeof out);
+    if (!rc && (!out[0] || atoll(out) < slot)) { /* deleted, or shrank */
+      give_back(p, c, sn, wt);
+      dlock__free(sn);
+      dlock__free(sql);
+      return 0;
+    }
+  }
+  for (int round = 0; !rc; round++) {
+    rc = exec_named(p, c, sql, name, NULL, 0);
+    if (!rc || round > 0 || mysql_errno(c) != 1146)
+      break;
+    rc = exec_sql(p, c, SQL_PERMIT_TABLE, NULL, 0);
+  }
+  my_hold *h = rc ? NULL : dlock__calloc(1, sizeof *h);
+  char *n = h ? dlock__strdup(name) : NULL, *o = n ? dlock__strdup(pid) : NULL;
+  if (!rc && !o)
+    rc = dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  dlock__free(sn);
+  dlock__free(sql);
+  if (rc) {
+    dlock__free(h);
+    dlock__free(n);
+    mysql_close(c); /* its session ends, and the slot with it */
+    return rc;
+  }
+  h->name = n;
+  h->owner = o;
+  h->conn = c;
+  h->count = 1;
+  h->id = id;
+  h->wt = wt;
+  h->permit = true;
+  h->slot = slot;
+  h->polled_fd = -1;
+  pthread_mutex_lock(&p->mu);
+  h->next = p->holds;
+  p->holds = h;
+  pthread_mutex_unlock(&p->mu);
+  return 1;
+}
+
+/* The permit wait of `name` this thread runs, or NULL (mu held). A permit
+ * wait's attempts run on the thread that waits (core/sync.c). */
+static my_wait *permit_wait_find(my *p, const char *name) {
+  uint64_t tid = dlock_thread_id();
+  for (my_wait *r = p->waits; r; r = r->next)
+    if (r->w->spec->sync && r->w->spec->tid == tid &&
+        strcmp(r->w->spec->name, name) == 0)
+      return r;
+  return NULL;
+}
+
+/* Reads the answers of r's probes that came (the loop saw their sockets
+ * readable): the first slot granted becomes the permit `pid` (1), any
+ * other is given back. 0 when none did. */
+static int probes_claim(my *p, my_wait *r, const char *name, const char *pid) {
+  int claimed = 0;
+  for (int j = 0; j < MY_PROBES; j++) {
+    pthread_mutex_lock(&p->mu);
+    my_pending *q = &r->q[j];
+    if (q->state != W_READY || !q->conn) {
+      pthread_mutex_unlock(&p->mu);
+      continue;
+    }
+    MYSQL *c = q->conn;
+    int64_t wt = q->wt, slot = q->slot;
+    unsigned long id = q->id;
+    q->conn = NULL;
+    q->state = W_IDLE;
+    pthread_mutex_unlock(&p->mu);
+    unsigned long got_id = 0;
+    int got = read_pending(p, c, &got_id);
+    if (got < 0) {
+      unsigned e = mysql_errno(c);
+      if (e == 1317 || e == 1028) /* interrupted (KILL QUERY) */
+        conn_put(p, c, wt);
+      else
+        mysql_close(c); /* its session ended, with whatever it had */
+      continue;
+    }
+    if (got == 0) { /* the bound passed */
+      conn_put(p, c, wt);
+      continue;
+    }
+    if (claimed || got_id != id) { /* one permit per attempt; a proxy */
+      char *sn = slot_name(name, slot);
+      if (sn)
+        give_back(p, c, sn, wt);
+      else
+        mysql_close(c);
+      dlock__free(sn);
+      continue;
+    }
+    if (permit_take(p, c, name, slot, id, wt, pid, true) == 1)
+      claimed = 1;
+  }
+  return claimed;
+}
+
+/* Sends r's probes that are not pending, on slots of 1..k: a blocking
+ * GET_LOCK each, on a connection of its own, so the server wakes the wait
+ * the moment one of those slots frees. Waits of a semaphore spread over
+ * its slots (the first slot is the wait's sequence number mod k). A
+ * probe that cannot be sent is left to the wait's scans. */
+static void probes_send(my *p, my_wait *r, const char *name, int64_t k,
+                        int64_t lease_ms) {
+  int n = k < MY_PROBES ? (int)k : MY_PROBES;
+  bool sent = false;
+  for (int j = 0; j < n; j++) {
+    my_pending *q = &r->q[j];
+    pthread_mutex_lock(&p->mu);
+    bool idle = q->state == W_IDLE && !q->conn;
+    pthread_mutex_unlock(&p->mu);
+    if (!idle)
+      continue;
+    int64_t slot = (int64_t)((r->w->spec->seq + (uint64_t)j) % (uint64_t)k) + 1;
+    char *sn = slot_name(name, slot);
+    if (!sn)
+      break;
+    q->slot = slot; /* idle: the loop does not look at it */
+    int rc = pending_send(p, q, sn, lease_ms);
+    dlock__free(sn);
+    if (rc) {
+      dlock__log(p->core, DLOCK_LOG_WARN,
+                 "mysql: permit wait of '%.200s' cannot watch slot %lld "
+                 "(%s): it looks again every %lld ms",
+                 name, (long long)slot, dlock_last_error(),
+                 (long long)p->psem_retry_ms);
+      break;
+    }
+    sent = true;
+  }
+  if (sent)
+    dlock__client_poke(p->core);
+}
+
+/* The try's first statement covers slots 1..MY_FAST_SLOTS with the slot
+ * lock names written out (a CASE takes the first it can, no series to
+ * build): a semaphore that is larger, or that shrank, is scanned by
+ * SQL_PSEM_TRY. */
+#define MY_FAST_SLOTS 16
+
+/* The quoted lock name of slot i of `name` for c: the slot's name itself
+ * when it has at most 64 bytes, else LOCKNAME's rule on it. */
+static char *slot_lock_sql(MYSQL *c, const char *name, int64_t i) {
+  char *sn = slot_name(name, i);
+  if (!sn)
+    return NULL;
+  char *sql = with_name(c, strlen(sn) <= 64 ? "%1$s" : LOCKNAME, sn);
+  dlock__free(sn);
+  return sql;
+}
+
+/* The fast try: "permits|slot or NULL|connection id|slots" into out, ""
+ * when there is no semaphore. */
+static int fast_try(my *p, MYSQL *c, const char *name, char *out, size_t cap) {
+  size_t len = 0, room = 2048;
+  char *sql = dlock__calloc(1, room);
+  int rc = sql ? 0 : DLOCK_ENOMEM;
+  for (int64_t i = 0; !rc && i <= MY_FAST_SLOTS + 1; i++) {
+    char *part = NULL, *lock = NULL;
+    if (i == 0)
+      part = dlock__strdup("SELECT d.permits, CASE WHEN d.slots > d.permits "
+                           "THEN NULL");
+    else if (i <= MY_FAST_SLOTS && (lock = slot_lock_sql(c, name, i)))
+      part = dlock__asprintf(" WHEN d.permits >= %lld AND GET_LOCK(%s, 0) = 1 "
+                             "THEN %lld",
+                             (long long)i, lock, (long long)i);
+    else if (i > MY_FAST_SLOTS)
+      part = with_name(c,
+                       " END, CONNECTION_ID(), d.slots FROM dlock_semaphore d "
+                       "WHERE d.k = " SEM_KEY,
+                       name);
+    dlock__free(lock);
+    size_t n = part ? strlen(part) : 0;
+    if (part && len + n + 1 > room) {
+      room = 2 * (len + n + 1);
+      char *more = dlock__reallocarray(sql, room, 1);
+      if (more)
+        sql = more;
+      else
+        n = 0, dlock__free(part), part = NULL;
+    }
+    if (!part)
+      rc = DLOCK_ENOMEM;
+    else
+      memcpy(sql + len, part, n + 1), len += n;
+    dlock__free(part);
+  }
+  if (rc) {
+    dlock__free(sql);
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  rc = exec_sql(p, c, sql, out, cap);
+  dlock__free(sql);
+  return rc;
+}
+
+/* A try on c: "permits|slot or NULL|connection id" into out ("": no
+ * semaphore). */
+static int try_slot(my *p, MYSQL *c, const char *name, char *out, size_t cap) {
+  int rc = fast_try(p, c, name, out, cap);
+  if (rc || !out[0])
+    return rc;
+  /* permits|slot|id|slots */
+  char *f2 = strchr(out, '|'), *f3 = f2 ? strchr(f2 + 1, '|') : NULL;
+  char *f4 = f3 ? strchr(f3 + 1, '|') : NULL;
+  if (!f4)
+    return dlock__seterr(DLOCK_EPROTO,
+                         "mysql %s: a try's answer without "
+                         "its columns",
+                         p->where);
+  int64_t permits = atoll(out), slots = atoll(f4 + 1);
+  if (strncmp(f2 + 1, "NULL|", 5) != 0 ||
+      (slots <= permits && permits <= MY_FAST_SLOTS)) {
+    *f4 = '\0';
+    return 0;
+  }
+  return exec_named(p, c, SQL_PSEM_TRY, name, out, cap);
+}
+
+static int my_psem_acquire(void *be, const char *name, const char *id,
+                           int64_t lease_ms, int64_t *retry_in_ms) {
+  my *p = be;
+  /* slots a wait does not watch, and a size that grew, are found by its
+   * next scan */
+  *retry_in_ms = p->psem_retry_ms;
+  int rc = check_name(name);
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&p->mu);
+  my_wait *r = permit_wait_find(p, name);
+  pthread_mutex_unlock(&p->mu);
+  if (r && probes_claim(p, r, name, id) == 1)
+    return 1;
+  int64_t k = 0;
+  for (int round = 0; round < 2; round++) {
+    MYSQL *c;
+    bool fresh;
+    int64_t wt;
+    rc = conn_get(p, &c, &fresh, &wt);
+    if (rc)
+      return rc;
+    char out[96];
+    rc = set_lease(p, c, &wt, lease_ms);
+    if (!rc)
+      rc = try_slot(p, c, name, out, sizeof out);
+    if (rc == 0) {
+      /* permits|slot|connection id; "" no semaphore */
+      char *f2 = strchr(out, '|'), *f3 = f2 ? strchr(f2 + 1, '|') : NULL;
+      if (f3 && strncmp(f2 + 1, "NULL|", 5) != 0)
+        return permit_take(p, c, name, atoll(f2 + 1), strtoul(f3 + 1, NULL, 10),
+                           wt, id, false);
+      k = out[0] ? atoll(out) : 0;
+      conn_put(p, c, wt);
+      break;
+    }
+    unsigned e = mysql_errno(c);
+    if (e == 1146) { /* no table: no semaphore, no permits */
+      conn_put(p, c, wt);
+      dlock__seterr(DLOCK_OK, "%s", "");
+      return 0;
+    }
+    mysql_close(c); /* a failed try's session ends: it holds nothing */
+    if (!(lost_errno(e) && !fresh)) {
+      if (rc == DLOCK_EUNAVAILABLE)
+        dlock__err_set_unsent(true);
+      return rc;
+    }
+    if (round == 1)
+      return dlock__seterr(DLOCK_EUNAVAILABLE, "mysql %s: connection lost",
+                           p->where);
+  }
+  if (r && k > 0)
+    probes_send(p, r, name, k, lease_ms);
+  return 0;
+}
+
+static int my_psem_release(void *be, const char *name, const char *id) {
+  my *p = be;
+  pthread_mutex_lock(&p->mu);
+  my_hold **link = NULL;
+  my_hold *h = permit_find(p, name, id, &link);
+  while (h && h->busy) {
+    pthread_cond_wait(&p->cond, &p->mu);
+    h = permit_find(p, name, id, &link);
+  }
+  if (!h) {
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+  }
+  *link = h->next;
+  pthread_mutex_unlock(&p->mu);
+  MYSQL *c = h->conn;
+  int64_t wt = h->wt, slot = h->slot;
+  hold_free(h);
+  if (!c)
+    return 0; /* its session was lost, and the permit with it */
+  char *sn = slot_name(name, slot);
+  if (!sn) {
+    mysql_close(c); /* the session ends, and the permit with it */
+    return 1;
+  }
+  char out[16];
+  int rc = exec_named(p, c, SQL_RELEASE(sn), sn, out, sizeof out);
+  dlock__free(sn);
+  if (rc) {
+    /* as a lock's release: a session the server closed had lost the
+     * permit; one that did not answer ends now */
+    bool closed = rc == DLOCK_EUNAVAILABLE;
+    mysql_close(c);
+    return closed ? 0 : rc;
+  }
+  conn_put(p, c, wt);
+  wake_permit_waits(p, name);
+  return strcmp(out, "1") == 0 ? 1 : 0;
+}
+
+static int my_psem_state(void *be, const char *name, dlock_sem_state_t **out) {
+  my *p = be;
+  *out = NULL;
+  MYSQL_RES *r = NULL;
+  int rc = holders(p, name, &r);
+  if (rc)
+    return rc;
+  int64_t size = 0, in_use = 0;
+  if (r)
+    holder_counts(r, &size, &in_use);
+  dlock_sem_state_t *st = dlock__calloc(1, sizeof *st);
+  size_t cap = in_use < 100 ? (size_t)in_use : 100;
+  if (st) {
+    st->name = dlock__strdup(name);
+    st->permits = dlock__calloc(cap + 1, sizeof *st->permits);
+  }
+  if (!st || !st->name || !st->permits) {
+    if (r)
+      mysql_free_result(r);
+    dlock_sem_state_free(st);
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  st->available = size - in_use > 0 ? size - in_use : 0;
+  st->in_use = in_use;
+  MYSQL_ROW row;
+  while (r && st->npermits < cap && (row = mysql_fetch_row(r)) != NULL) {
+    if (!row[1] || !row[2])
+      continue;
+    /* a dlock holder's permit id; else the session that holds the slot */
+    char *id = row[3] ? dlock__strdup(row[3])
+                      : dlock__asprintf("connection %s (%s)", row[2],
+                                        row[4] ? row[4] : "?");
+    if (!id)
+      break;
+    st->permits[st->npermits].id = id;
+    st->permits[st->npermits].expires_in_ms = -1;
+    st->npermits++;
+  }
+  if (r)
+    mysql_free_result(r);
+  *out = st;
+  return 0;
+}
+
 /* ------------------------------------------------------------ waits */
 
 static int my_wait_begin(void *be, dlock__wait *w) {
   my *p = be;
-  if (w->spec->sync)
-    return dlock__seterr(DLOCK_ENOTSUP,
-                         "the mysql backend has no semaphores or latches");
+  if (w->spec->sync && w->spec->sync_kind != DLOCK__SYNC_PERMIT)
+    return dlock__seterr(DLOCK_ENOTSUP, "the mysql backend has no counting "
+                                        "semaphores or latches");
   my_wait *r = dlock__calloc(1, sizeof *r);
   if (!r)
     return DLOCK_ENOMEM;
   r->w = w;
-  r->polled_fd = -1;
+  for (int j = 0; j < MY_PROBES; j++)
+    r->q[j].polled_fd = -1;
   w->reg = r;
   pthread_mutex_lock(&p->mu);
   r->next = p->waits;
@@ -1083,19 +1875,25 @@ static void my_wait_end(void *be, dlock__wait *w) {
       *rp = r->next;
       break;
     }
-  MYSQL *c = r->conn;
-  unsigned long id = r->id;
-  int64_t wt = r->wt;
-  int state = r->state;
   pthread_mutex_unlock(&p->mu);
   w->reg = NULL;
-  dlock__free(r);
-  if (!c)
-    return;
   bool unsent = dlock__err_unsent(), worded = dlock__err_worded();
   char saved[512];
   snprintf(saved, sizeof saved, "%s", dlock_last_error());
-  end_wait(p, c, id, wt, w->spec->name, state == W_SENT);
+  /* off the list: the loop no longer looks at its statements */
+  for (int j = 0; j < MY_PROBES; j++) {
+    my_pending *q = &r->q[j];
+    if (!q->conn)
+      continue;
+    char *sn = w->spec->sync ? slot_name(w->spec->name, q->slot) : NULL;
+    if (w->spec->sync && !sn)
+      mysql_close(q->conn); /* its session ends, with what it took */
+    else
+      end_wait(p, q->conn, q->id, q->wt, sn ? sn : w->spec->name,
+               q->state == W_SENT);
+    dlock__free(sn);
+  }
+  dlock__free(r);
   dlock__seterr(DLOCK_OK, "%s", saved);
   dlock__err_set_unsent(unsent);
   if (worded)
@@ -1122,15 +1920,17 @@ static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   int n = 0;
   bool more = false;
   pthread_mutex_lock(&p->mu);
-  for (my_wait *r = p->waits; r; r = r->next) {
-    r->polled_fd = -1;
-    if (r->state != W_SENT || !r->conn || more)
-      continue;
-    int fd = (int)mysql_get_socket(r->conn);
-    more = !poll_in(fds, &n, max, fd);
-    if (!more)
-      r->polled_fd = fd;
-  }
+  for (my_wait *r = p->waits; r; r = r->next)
+    for (int j = 0; j < MY_PROBES; j++) {
+      my_pending *q = &r->q[j];
+      q->polled_fd = -1;
+      if (q->state != W_SENT || !q->conn || more)
+        continue;
+      int fd = (int)mysql_get_socket(q->conn);
+      more = !poll_in(fds, &n, max, fd);
+      if (!more)
+        q->polled_fd = fd;
+    }
   /* an idle holding connection says something only when the server ends
    * the session (a restart, KILL, wait_timeout): nothing is sent on it
    * between statements. Only connections no renewal is using are polled
@@ -1164,10 +1964,13 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
     /* matched by the socket polled: a descriptor closed during the poll
      * (a released hold's connection) may be another connection's now */
     for (my_wait *r = p->waits; r && !found; r = r->next)
-      if (r->state == W_SENT && r->conn && r->polled_fd == fds[i].fd) {
-        r->state = W_READY; /* the attempt reads the answer */
-        dlock__wait_wake(r->w);
-        found = true;
+      for (int j = 0; j < MY_PROBES && !found; j++) {
+        my_pending *q = &r->q[j];
+        if (q->state == W_SENT && q->conn && q->polled_fd == fds[i].fd) {
+          q->state = W_READY; /* the attempt reads the answer */
+          dlock__wait_wake(r->w);
+          found = true;
+        }
       }
     /* a holding connection idle since loop_prepare (no renewal took it
      * meanwhile: its polled_fd would be -1) that became readable or hung
@@ -1205,8 +2008,9 @@ static void my_free(my *p) {
   while (p->waits) {
     my_wait *r = p->waits;
     p->waits = r->next;
-    if (r->conn)
-      mysql_close(r->conn);
+    for (int j = 0; j < MY_PROBES; j++)
+      if (r->q[j].conn)
+        mysql_close(r->q[j].conn);
     dlock__free(r);
   }
   dlock__free(p->host);
@@ -1300,6 +2104,7 @@ static int my_open(void **be, const char *url, const struct dlock_options *o,
   p->connect_timeout_ms = o->connect_timeout_ms;
   p->command_timeout_ms = o->command_timeout_ms;
   p->watchdog_ms = o->watchdog_ms;
+  p->psem_retry_ms = o->watchdog_ms / 3 > 100 ? o->watchdog_ms / 3 : 100;
   p->pool_max = o->pool_size > 0 && o->pool_size < MY_POOL_MAX ? o->pool_size
                                                                : MY_POOL_MAX;
   int rc = parse_url(p, url, o);
@@ -1326,11 +2131,13 @@ const dlock__backend_ops dlock__mysql_backend = {
     .name = "mysql",
     .schemes = my_schemes,
     .lock_kinds = (1u << DLOCK_REENTRANT) | (1u << DLOCK_FENCED),
-    .sync_kinds = 0,
+    .sync_kinds = 1u << DLOCK__SYNC_PERMIT,
     .queue_kinds = 0,
     .kinds_why = "GET_LOCK is exclusive, with no shared mode and no queue "
-                 "order a client can see: the mysql backend offers the "
-                 "reentrant and fenced locks (and multilocks of them)",
+                 "order a client can see, and a counting semaphore's or a "
+                 "latch's count has no session to hold it: the mysql backend "
+                 "offers the reentrant and fenced locks (and multilocks of "
+                 "them) and permit semaphores",
     .open = my_open,
     .close = my_close,
     .ping = my_ping,
@@ -1346,4 +2153,13 @@ const dlock__backend_ops dlock__mysql_backend = {
     .wait_end = my_wait_end,
     .loop_prepare = my_loop_prepare,
     .loop_dispatch = my_loop_dispatch,
+    .sem_set = my_sem_set,
+    .sem_add = my_sem_add,
+    .sem_acquire = my_sem_counting,
+    .sem_release = my_sem_counting,
+    .sem_available = my_sem_available,
+    .sem_delete = my_sem_delete,
+    .psem_acquire = my_psem_acquire,
+    .psem_release = my_psem_release,
+    .psem_state = my_psem_state,
 };

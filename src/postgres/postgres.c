@@ -747,6 +747,26 @@ static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
   return 1;
 }
 
+/* The end of a try (a lock's or a permit's) that failed with rc on c, a
+ * pooled connection (`fresh`: dialled for it) in round 0 or 1 of the
+ * try: its session ends, holding nothing. TRY_AGAIN when c was a pooled
+ * connection the server had closed (a restart) and this was round 0: once
+ * more on a new one; else the try's result: rc (a failure that sent
+ * nothing marked so, for the wait to ride it out), or "connection lost"
+ * when the second round's connection was lost too. */
+#define TRY_AGAIN 1
+static int try_failed(pg *p, PGconn *c, bool fresh, int rc, int round) {
+  bool lost = PQstatus(c) != CONNECTION_OK;
+  PQfinish(c);
+  if (lost && !fresh)
+    return round == 0 ? TRY_AGAIN
+                      : dlock__seterr(DLOCK_EUNAVAILABLE,
+                                      "postgres %s: connection lost", p->where);
+  if (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT)
+    dlock__err_set_unsent(true);
+  return rc;
+}
+
 static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
   pg *p = be;
@@ -885,7 +905,7 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   }
 
   /* a try */
-  for (int round = 0; round < 2; round++) {
+  for (int round = 0;; round++) {
     PGconn *c;
     bool fresh, got = false;
     long pid = 0;
@@ -900,18 +920,9 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       conn_put(p, c, idle);
       return 0;
     }
-    bool lost = PQstatus(c) != CONNECTION_OK;
-    PQfinish(c); /* a failed try's session ends: it holds nothing */
-    /* a pooled connection the server had closed (a restart): once more
-     * on a new one */
-    if (!(lost && !fresh)) {
-      if (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT)
-        dlock__err_set_unsent(true);
+    if ((rc = try_failed(p, c, fresh, rc, round)) != TRY_AGAIN)
       return rc;
-    }
   }
-  return dlock__seterr(DLOCK_EUNAVAILABLE, "postgres %s: connection lost",
-                       p->where);
 }
 
 static int pg_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
@@ -1446,7 +1457,7 @@ static int pg_psem_acquire(void *be, const char *name, const char *id,
   char lease[32], out[200];
   lease_text(lease_ms, lease, sizeof lease);
   const char *v[3] = {name, lease, id};
-  for (int round = 0; round < 2; round++) {
+  for (int round = 0;; round++) {
     PGconn *c;
     bool fresh;
     int64_t idle;
@@ -1499,16 +1510,9 @@ static int pg_psem_acquire(void *be, const char *name, const char *id,
         dlock__seterr(DLOCK_OK, "%s", "");
       return 0;
     }
-    bool lost = PQstatus(c) != CONNECTION_OK;
-    PQfinish(c); /* a failed try's session ends: it holds nothing */
-    if (!(lost && !fresh)) {
-      if (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT)
-        dlock__err_set_unsent(true);
+    if ((rc = try_failed(p, c, fresh, rc, round)) != TRY_AGAIN)
       return rc;
-    }
   }
-  return dlock__seterr(DLOCK_EUNAVAILABLE, "postgres %s: connection lost",
-                       p->where);
 }
 
 static int pg_psem_release(void *be, const char *name, const char *id) {

@@ -169,7 +169,7 @@ static const char usage_text[] =
     "      hashtextextended(NAME, 0); no -N\n"
     "  mysql://[user[:password]@]host[:port][/db][?socket=/path], mariadb://\n"
     "      MySQL/MariaDB: GET_LOCK(NAME) (names over 64 characters mapped,\n"
-    "      docs/MYSQL.md); no -N, no -r/-w\n"
+    "      docs/MYSQL.md); -N: slot locks NAME#permit#i; no -r/-w\n"
     "Redis holds have leases that dlock renews; ZooKeeper and etcd holds\n"
     "last as long as dlock's session, which ends --session SECS (default\n"
     "10) after dlock falls silent. man dlock says what each backend\n"
