@@ -134,7 +134,11 @@ typedef struct dlock__wait_spec {
   dlock_lock_kind_t lock_kind; /* a lock's kind */
   dlock__sync_kind sync_kind;  /* a semaphore's or latch's kind */
   const char *name;
-  const char *owner; /* "<client-id>:<tid>" of the waiting thread */
+  /* a lock's wait: "<client-id>:<tid>" of the waiting thread; a permit
+   * semaphore's: the permit id its acquire asks for (its attempts may run
+   * on any thread: async ones on the pool's); NULL for the other sync
+   * kinds */
+  const char *owner;
   uint64_t tid, seq; /* a hand-off names the wait by these */
   int64_t need;      /* a semaphore: the permits wanted */
 } dlock__wait_spec;

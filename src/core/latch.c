@@ -164,7 +164,7 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
   rc = at_zero(&t, &bound);
   /* an outage does not end a wait (dlock__wait_retry) */
   if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
-    rc = dlock__sync_wait(t.h, 0, deadline, at_zero, &t);
+    rc = dlock__sync_wait(t.h, 0, NULL, deadline, at_zero, &t);
   return await_finish(&t, rc, NULL);
 }
 
@@ -180,7 +180,7 @@ int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
   int rc = await_begin(l, wait_ms, fn, &t);
   if (rc)
     return rc;
-  if ((rc = dlock__sync_async(t.h, 0, wait_ms, at_zero, await_finish, &t,
+  if ((rc = dlock__sync_async(t.h, 0, NULL, wait_ms, at_zero, await_finish, &t,
                               sizeof t, done, userdata, id)) != 0)
     return dlock__sync_call_end(t.h, rc);
   return 0;

@@ -170,7 +170,7 @@ int dlock_semaphore_acquire(dlock_semaphore_t *s, int64_t permits,
   rc = sem_attempt(&t, &bound);
   /* an outage does not end a wait (dlock__wait_retry) */
   if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
-    rc = dlock__sync_wait(t.h, permits, deadline, sem_attempt, &t);
+    rc = dlock__sync_wait(t.h, permits, NULL, deadline, sem_attempt, &t);
   return sem_finish(&t, rc, NULL);
 }
 
@@ -186,8 +186,9 @@ int dlock_semaphore_acquire_async(dlock_semaphore_t *s, int64_t permits,
   int rc = sem_begin(s, permits, wait_ms, fn, &t);
   if (rc)
     return rc;
-  if ((rc = dlock__sync_async(t.h, permits, wait_ms, sem_attempt, sem_finish,
-                              &t, sizeof t, done, userdata, id)) != 0)
+  if ((rc = dlock__sync_async(t.h, permits, NULL, wait_ms, sem_attempt,
+                              sem_finish, &t, sizeof t, done, userdata, id)) !=
+      0)
     return dlock__sync_call_end(t.h, rc);
   return 0;
 }
@@ -392,7 +393,7 @@ int dlock_permit_sem_acquire(dlock_permit_sem_t *s, int64_t wait_ms,
   rc = psem_attempt(&t, &bound);
   /* an outage does not end a wait (dlock__wait_retry) */
   if ((rc == 0 || dlock__sync_rides_out(rc, deadline)) && wait_ms != 0)
-    rc = dlock__sync_wait(t.h, 1, deadline, psem_attempt, &t);
+    rc = dlock__sync_wait(t.h, 1, t.id, deadline, psem_attempt, &t);
   if ((rc = psem_finish(&t, rc, NULL)) == 0)
     memcpy(id, pid, sizeof pid);
   return rc;
@@ -430,8 +431,8 @@ int dlock_permit_sem_acquire_async(dlock_permit_sem_t *s, int64_t wait_ms,
   psem_try t;
   int rc = psem_begin(s, wait_ms, lease_ms, fn, a->id, &t);
   if (!rc &&
-      (rc = dlock__sync_async(t.h, 1, wait_ms, psem_attempt, psem_finish, &t,
-                              sizeof t, psem_async_done, a, op)) != 0)
+      (rc = dlock__sync_async(t.h, 1, t.id, wait_ms, psem_attempt, psem_finish,
+                              &t, sizeof t, psem_async_done, a, op)) != 0)
     rc = dlock__sync_call_end(t.h, rc);
   if (rc)
     dlock__free(a);

@@ -245,13 +245,14 @@ static sync_action sync_step(sync_ctx *x, const sync_event *ev) {
 
 /* A wait's registration: its spec (which outlives the wait) and begin. */
 static int sync_open(dlock__sync *h, sync_ctx *x, dlock__wait_spec *spec,
-                     int64_t need, int64_t deadline) {
+                     int64_t need, const char *owner, int64_t deadline) {
   memset(x, 0, sizeof *x);
   x->deadline = deadline;
   x->state = SS_START;
   *spec = (dlock__wait_spec){.sync = true,
                              .sync_kind = h->kind,
                              .name = h->name,
+                             .owner = owner,
                              .tid = dlock_thread_id(),
                              .seq = atomic_fetch_add(&wait_seq, 1) + 1,
                              .need = need > 0 ? need : 1};
@@ -277,11 +278,12 @@ static bool sync_act_now(sync_ctx *x, const sync_action *act,
   return false;
 }
 
-int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
-                     dlock__sync_attempt_fn attempt, void *ctx) {
+int dlock__sync_wait(dlock__sync *h, int64_t need, const char *owner,
+                     int64_t deadline, dlock__sync_attempt_fn attempt,
+                     void *ctx) {
   sync_ctx x;
   dlock__wait_spec spec;
-  int rc = sync_open(h, &x, &spec, need, deadline);
+  int rc = sync_open(h, &x, &spec, need, owner, deadline);
   if (rc)
     return rc;
   sync_event ev = {.kind = SYNC_EV_START};
@@ -315,6 +317,7 @@ typedef struct sync_aop {
   dlock__aop op;
   dlock__sync *h;
   int64_t need, wait_ms;
+  const char *owner; /* the wait's owner (a permit's id), or NULL */
   dlock__sync_attempt_fn attempt;
   dlock__sync_finish_fn finish;
   bool stepping;   /* the wait is registered; its steps run */
@@ -365,7 +368,8 @@ static void sync_run(dlock__aop *op) {
       sync_finish(o, rc);
       return;
     }
-    if ((rc = sync_open(o->h, &o->x, &o->spec, o->need, deadline)) != 0) {
+    if ((rc = sync_open(o->h, &o->x, &o->spec, o->need, o->owner, deadline)) !=
+        0) {
       sync_finish(o, rc);
       return;
     }
@@ -397,8 +401,8 @@ static void sync_run(dlock__aop *op) {
 
 static void sync_aop_free(dlock__aop *op) { dlock__free(op); }
 
-int dlock__sync_async(dlock__sync *h, int64_t need, int64_t wait_ms,
-                      dlock__sync_attempt_fn attempt,
+int dlock__sync_async(dlock__sync *h, int64_t need, const char *owner,
+                      int64_t wait_ms, dlock__sync_attempt_fn attempt,
                       dlock__sync_finish_fn finish, const void *ctx,
                       size_t ctx_size, dlock_done_fn done, void *userdata,
                       dlock_op_t *id) {
@@ -408,6 +412,7 @@ int dlock__sync_async(dlock__sync *h, int64_t need, int64_t wait_ms,
     return DLOCK_ENOMEM;
   o->h = h;
   o->need = need;
+  o->owner = owner;
   o->wait_ms = wait_ms;
   o->attempt = attempt;
   o->finish = finish;

@@ -37,14 +37,17 @@ typedef int (*dlock__sync_attempt_fn)(void *ctx, int64_t *bound_ms);
 bool dlock__sync_rides_out(int rc, int64_t deadline);
 
 /* Waits for the attempt to succeed, after one that failed: registers a
- * wait with the backend (need: the permits a semaphore waiter asks for),
+ * wait with the backend (need: the permits a semaphore waiter asks for;
+ * owner: a permit semaphore waiter's permit id, which outlives the wait,
+ * else NULL),
  * waits until its wake-up path is armed, attempts again, and then sleeps
  * until a wake-up, the bound or the deadline before each further attempt.
  * Never polls. An attempt that fails in an outage is made again while the
  * deadline is ahead (dlock__wait_retry). 1 done, 0 the deadline passed,
  * <0 error. */
-int dlock__sync_wait(dlock__sync *h, int64_t need, int64_t deadline,
-                     dlock__sync_attempt_fn attempt, void *ctx);
+int dlock__sync_wait(dlock__sync *h, int64_t need, const char *owner,
+                     int64_t deadline, dlock__sync_attempt_fn attempt,
+                     void *ctx);
 
 /* The outcome of an async attempt-and-wait (1 done, 0 not in time, <0 an
  * error), made the public code with its detail; it ends the call begun
@@ -58,8 +61,8 @@ typedef int (*dlock__sync_finish_fn)(void *ctx, int rc, int64_t *value);
  * handed to attempt and finish; `done` gets finish's outcome. The caller
  * has begun a call (dlock__sync_call_begin), which finish ends. 0, or an
  * error (nothing started: the caller ends its call). */
-int dlock__sync_async(dlock__sync *h, int64_t need, int64_t wait_ms,
-                      dlock__sync_attempt_fn attempt,
+int dlock__sync_async(dlock__sync *h, int64_t need, const char *owner,
+                      int64_t wait_ms, dlock__sync_attempt_fn attempt,
                       dlock__sync_finish_fn finish, const void *ctx,
                       size_t ctx_size, dlock_done_fn done, void *userdata,
                       dlock_op_t *id);

@@ -78,8 +78,10 @@
  *   one that shrank, is scanned by a second (GET_LOCK(.., 0) over the
  *   series 1..K, LIMIT 1; after a shrink only while fewer than K of all
  *   slots are in use). Then the REPLACE of the id on the same connection.
- * - A permit wait (no NOTIFY in MySQL): the attempts of a permit wait run
- *   on its thread, so psem_acquire finds its wait by (name, thread id).
+ * - A permit wait (no NOTIFY in MySQL): psem_acquire finds its wait by
+ *   (name, permit id: the wait spec's owner); its attempts run one at a
+ *   time, on the waiting thread or, for an async acquire, on a pool
+ *   thread.
  *   After a failed scan it sends probes: SQL_WAIT on up to MY_PROBES slots
  *   (from the wait's seq mod K), each on a connection of its own, polled
  *   by the loop like a lock wait's. When a watched slot frees (a release,
@@ -96,7 +98,8 @@
  *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
  * - Locking: p->mu guards the pool, the holds and the waits' states; it is
  *   never held across I/O. A wait's statements are sent, read and ended
- *   only by its own thread; the loop only marks them answered. A hold's
+ *   only by the thread running its step (one at a time: its own, or an
+ *   async wait's pool thread); the loop only marks them answered. A hold's
  *   connection is used by one thread at a time: a renewal marks the hold
  *   busy, and a release waits on p->cond until it is not; the loop polls
  *   only connections of holds not busy and acts on a poll's outcome only
@@ -1481,12 +1484,12 @@ static int permit_take(my *p, MYSQL *c, const char *name, int64_t slot,
   return 1;
 }
 
-/* The permit wait of `name` this thread runs, or NULL (mu held). A permit
- * wait's attempts run on the thread that waits (core/sync.c). */
-static my_wait *permit_wait_find(my *p, const char *name) {
-  uint64_t tid = dlock_thread_id();
+/* The permit wait of `name` whose acquire asks for permit `pid` (the
+ * wait's owner, core/sync.c), or NULL (mu held). */
+static my_wait *permit_wait_find(my *p, const char *name, const char *pid) {
   for (my_wait *r = p->waits; r; r = r->next)
-    if (r->w->spec->sync && r->w->spec->tid == tid &&
+    if (r->w->spec->sync && r->w->spec->owner &&
+        strcmp(r->w->spec->owner, pid) == 0 &&
         strcmp(r->w->spec->name, name) == 0)
       return r;
   return NULL;
@@ -1671,7 +1674,7 @@ static int my_psem_acquire(void *be, const char *name, const char *id,
   if (rc)
     return rc;
   pthread_mutex_lock(&p->mu);
-  my_wait *r = permit_wait_find(p, name);
+  my_wait *r = permit_wait_find(p, name, id);
   pthread_mutex_unlock(&p->mu);
   if (r && probes_claim(p, r, name, id) == 1)
     return 1;
