@@ -905,6 +905,20 @@ acquire_init(acq *a, dlock_lock_t *l, uint64_t tid, int64_t wait_ms,
   a->thread_wait = wait_ms > 0 ? wait_ms : c->opts.fair_thread_wait_ms;
 }
 
+/* The request of a try (wait 0, or a wait's first attempt sent alone). */
+static inline __attribute__((always_inline)) dlock__acquire
+try_request(const acq *a, bool reentry) {
+  const dlock_lock_t *l = a->l;
+  return (dlock__acquire){.bh = l->bh,
+                          .kind = l->kind,
+                          .name = l->name,
+                          .owner = a->owner,
+                          .lease_ms = a->lease,
+                          .thread_wait_ms = a->thread_wait,
+                          .try_once = true,
+                          .reentry = reentry};
+}
+
 /* Everything before the wait's steps (may block: claiming an earlier
  * wait's grant, a try, the cold first attempt): ACQ_WAIT when the steps
  * are to run, else the outcome (1 acquired, 0 never, or the error). */
@@ -935,14 +949,7 @@ acquire_begin(acq *a, const sent_try *sent) {
   if (a->wait_ms == 0) {
     int64_t pttl = -1;
     a->since = dlock__now_ms();
-    dlock__acquire at = {.bh = l->bh,
-                         .kind = l->kind,
-                         .name = l->name,
-                         .owner = a->owner,
-                         .lease_ms = a->lease,
-                         .thread_wait_ms = a->thread_wait,
-                         .try_once = true,
-                         .reentry = reentry};
+    dlock__acquire at = try_request(a, reentry);
     bool had = false;
     uint64_t other = 0;
     int g = client_owner(l) ? gate_attempt(l, tid, &had, &other, &pttl) : 0;
@@ -1178,14 +1185,7 @@ static void acq_send(acq_op *o) {
     acq_finish(o, DLOCK_ENOMEM);
     return;
   }
-  dlock__acquire at = {.bh = l->bh,
-                       .kind = l->kind,
-                       .name = l->name,
-                       .owner = a->owner,
-                       .lease_ms = a->lease,
-                       .thread_wait_ms = a->thread_wait,
-                       .try_once = true,
-                       .reentry = reentry};
+  dlock__acquire at = try_request(a, reentry);
   int rc = c->ops->lock_acquire_send(c->be, &at, acq_sent, o);
   if (rc == DLOCK__SEND_BLOCKS)
     acq_to_pool(o);
