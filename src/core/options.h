@@ -64,9 +64,6 @@ struct dlock_options {
   dlock__options_ext *ext; /* backends' own settings, one block a type */
 };
 
-/* A spring registry key of n bytes: 0 or DLOCK_EINVAL with detail. */
-int dlock__check_spring_registry(const char *key, size_t n);
-
 void dlock__options_defaults(struct dlock_options *o);
 /* Deep copy of src (or defaults when src is NULL) into dst. */
 int dlock__options_copy(struct dlock_options *dst,
