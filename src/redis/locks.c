@@ -723,6 +723,23 @@ static int release_outcome(redisReply *rep, bool counted) {
   return rc;
 }
 
+/* The keys and arguments of lock_release.lua (a reentrant or fenced
+ * lock's release) into argv[3..]; its argc. */
+static int release_argv(const char **argv, const dlock__redis *r,
+                        const lock_keys *k, const char *name, const char *owner,
+                        const char *latch_key, const char *lease, bool watching,
+                        const char *ikey) {
+  const char *a[] = {
+      name,       k->channel,  latch_key, k->queue,        k->timeouts,
+      k->yield,   k->token,    "0",       lease,           owner,
+      r->publish, r->latch_ms, k->grant,  YIELD_PERIOD_MS, watching ? "1" : "0",
+      ikey};
+  size_t n = sizeof a / sizeof a[0] - (ikey ? 0 : 1);
+  argv[0] = argv[1] = argv[2] = NULL;
+  memcpy(argv + 3, a, n * sizeof a[0]);
+  return (int)(3 + n);
+}
+
 int dlock__redis_lock_release(void *be, const dlock__release *rel) {
   dlock__redis *r = be;
   void *bh = rel->bh;
@@ -833,29 +850,13 @@ int dlock__redis_lock_release(void *be, const dlock__release *rel) {
     if (!rc)
       rc = release_outcome(rep, false);
   } else {
-    const char *argv[MAX_ARGS] = {0,
-                                  0,
-                                  0,
-                                  name,
-                                  k.channel,
-                                  latch_key,
-                                  k.queue,
-                                  k.timeouts,
-                                  k.yield,
-                                  k.token,
-                                  "0",
-                                  lease,
-                                  owner,
-                                  r->publish,
-                                  latch,
-                                  k.grant,
-                                  YIELD_PERIOD_MS,
-                                  watching ? "1" : "0",
-                                  ikey};
+    const char *argv[MAX_ARGS];
+    int argc = release_argv(argv, r, &k, name, owner, latch_key, lease,
+                            watching, ikey);
     /* no resend here: the core retries with the same request id, knowing
      * that a retry answered "not owner" means the first one released */
-    rc = dlock__redis_script(r, &dlock__script_lock_release, 7, ikey ? 19 : 18,
-                             argv, false, &rep);
+    rc = dlock__redis_script(r, &dlock__script_lock_release, 7, argc, argv,
+                             false, &rep);
     if (!rc)
       rc = release_outcome(rep, false);
   }
@@ -1451,7 +1452,6 @@ int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
     return dlock__seterr(DLOCK_ENOTSUP, "redlock: only reentrant and fenced "
                                         "locks are offered");
   char lease[24];
-  const char *latch = r->latch_ms;
   dlock__fmt_i64(lease, rel->lease_ms);
   lock_keys k;
   int rc = keys_get(&k, bh, kind, name, owner, KM_ALL);
@@ -1475,29 +1475,12 @@ int dlock__redis_lock_release_req(void *be, const dlock__release *rel,
    * (own_waits) says whether this client is subscribed to the channel,
    * as lock_release does */
   bool watching = own_waits && k.channel && dlock__redis_watching(r, k.channel);
-  const char *argv[MAX_ARGS] = {0,
-                                0,
-                                0,
-                                name,
-                                k.channel,
-                                latch_key,
-                                k.queue,
-                                k.timeouts,
-                                k.yield,
-                                k.token,
-                                "0",
-                                lease,
-                                owner,
-                                r->publish,
-                                latch,
-                                k.grant,
-                                YIELD_PERIOD_MS,
-                                watching ? "1" : "0",
-                                NULL};
   char ibuf[DLOCK_NAME_MAX + 160];
-  argv[18] = dlock__redis_info_key(r, name, owner, ibuf, sizeof ibuf);
-  rc = dlock__redis_req_set(q, &dlock__script_lock_release, 7,
-                            argv[18] ? 19 : 18, argv);
+  const char *argv[MAX_ARGS];
+  int argc =
+      release_argv(argv, r, &k, name, owner, latch_key, lease, watching,
+                   dlock__redis_info_key(r, name, owner, ibuf, sizeof ibuf));
+  rc = dlock__redis_req_set(q, &dlock__script_lock_release, 7, argc, argv);
   keys_clear(&k);
   dlock__free(latch_key);
   return rc;
