@@ -542,6 +542,24 @@ static my_hold *permit_find(my *p, const char *name, const char *id,
   return NULL;
 }
 
+/* A new hold (its kind's fields set) takes name n and owner o (owned),
+ * its connection c (server connection id, wait_timeout wt), one count,
+ * and joins the holds. */
+static void hold_add(my *p, my_hold *h, char *n, char *o, MYSQL *c,
+                     unsigned long id, int64_t wt) {
+  h->name = n;
+  h->owner = o;
+  h->conn = c;
+  h->count = 1;
+  h->id = id;
+  h->wt = wt;
+  h->polled_fd = -1;
+  pthread_mutex_lock(&p->mu);
+  h->next = p->holds;
+  p->holds = h;
+  pthread_mutex_unlock(&p->mu);
+}
+
 static void hold_free(my_hold *h) {
   if (!h)
     return;
@@ -622,18 +640,8 @@ static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
     give_back(p, c, a->name, wt);
     return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
   }
-  h->name = n;
-  h->owner = o;
-  h->conn = c;
-  h->count = 1;
-  h->id = id;
   h->token = tok;
-  h->wt = wt;
-  h->polled_fd = -1;
-  pthread_mutex_lock(&p->mu);
-  h->next = p->holds;
-  p->holds = h;
-  pthread_mutex_unlock(&p->mu);
+  hold_add(p, h, n, o, c, id, wt);
   if (token)
     *token = tok;
   return 1;
@@ -1468,19 +1476,9 @@ static int permit_take(my *p, MYSQL *c, const char *name, int64_t slot,
     mysql_close(c); /* its session ends, and the slot with it */
     return rc;
   }
-  h->name = n;
-  h->owner = o;
-  h->conn = c;
-  h->count = 1;
-  h->id = id;
-  h->wt = wt;
   h->permit = true;
   h->slot = slot;
-  h->polled_fd = -1;
-  pthread_mutex_lock(&p->mu);
-  h->next = p->holds;
-  p->holds = h;
-  pthread_mutex_unlock(&p->mu);
+  hold_add(p, h, n, o, c, id, wt);
   return 1;
 }
 
