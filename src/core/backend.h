@@ -231,9 +231,15 @@ typedef struct dlock__backend_ops {
    * at once: 0, and done(arg, rc, x, y) runs exactly once later (it may
    * run before send returns), with rc what the blocking operation returns
    * (acquire: x the pttl, y the token) and the thread's error detail set,
-   * or DLOCK__SEND_BLOCKS when nothing of it ran after all; done runs on
+   * or DLOCK__SEND_BLOCKS when the blocking operation is to finish it:
+   * nothing of it took effect, or what did is kept in the backend's own
+   * state, from which the blocking operation, run next on the pool,
+   * goes on (ZooKeeper: a create whose answer was lost); done runs on
    * a thread of the backend or of the event loop, with no core mutex
-   * held, and must not block. DLOCK__SEND_BLOCKS returned: it cannot go
+   * held, must not block, and runs within the bound the blocking
+   * operation keeps (the command timeout: a silent server's request ends
+   * in DLOCK_EIOTIMEOUT then, which loop_prepare's deadline can enforce).
+   * DLOCK__SEND_BLOCKS returned: it cannot go
    * out without blocking now (no connection yet, replicas to WAIT for, a
    * kind or topology it does not send this way); nothing was sent, and
    * the core runs the blocking operation on its pool instead. */

@@ -1134,7 +1134,7 @@ static void acq_to_pool(acq_op *o) {
 
 static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
   acq_op *o = arg;
-  if (rc == DLOCK__SEND_BLOCKS) { /* nothing of it ran */
+  if (rc == DLOCK__SEND_BLOCKS) { /* the blocking operation finishes it */
     acq_to_pool(o);
     return;
   }
