@@ -1088,8 +1088,11 @@ static int sent_created_locked(dlock__zk *z, zk_sent *o, zk_result *res,
   int zrc = res->rc;
   if (zrc == ZOK) {
     node_created_locked(z, n, res);
-    *more = o->listed;
-    return o->listed ? 0 : DLOCK__SEND_BLOCKS; /* (it lists) */
+    if (!o->listed)
+      return DLOCK__SEND_BLOCKS; /* (it lists) */
+    o->phase = SENT_LIST;
+    *more = true;
+    return 0;
   }
   if (zrc == ZNONODE) /* the blocking operation makes the parents */
     return DLOCK__SEND_BLOCKS;
