@@ -981,13 +981,18 @@ static void sent_end_locked(dlock__zk *z, zk_sent *o) {
   o->prev = o->next = NULL;
 }
 
-/* mu held on entry, released here: drops a reference to o, freeing it
+/* mu held on entry, released here: drops k references to o, freeing it
  * with the last. */
-static void sent_put_unlock(dlock__zk *z, zk_sent *o) {
-  bool last = --o->refs == 0;
+static void sent_drop_unlock(dlock__zk *z, zk_sent *o, int k) {
+  o->refs -= k;
+  bool last = o->refs == 0;
   pthread_mutex_unlock(&z->mu);
   if (last)
     dlock__free(o);
+}
+
+static void sent_put_unlock(dlock__zk *z, zk_sent *o) {
+  sent_drop_unlock(z, o, 1);
 }
 
 /* mu held on entry, released here: o ends with (rc, x, y), the thread's
@@ -1168,11 +1173,11 @@ static void sent_then(void *arg, int index, zk_result *res) {
   if (dlock__zk_send_delete(z, o->path, sent_then, o, SENT_DELETE, &zrc) == 1)
     return;
   pthread_mutex_lock(&z->mu);
-  o->refs--;
-  if (o->ended) {
-    sent_put_unlock(z, o);
+  if (o->ended) {          /* (the deadline or the loss came meanwhile) */
+    sent_put_unlock(z, o); /* the delete's reference */
     return;
   }
+  o->refs--; /* the delete's */
   /* the record keeps its node: the blocking try lists and deletes it */
   sent_finish_unlock(z, o, DLOCK__SEND_BLOCKS, -1, 0);
 }
@@ -1182,13 +1187,8 @@ static void sent_then(void *arg, int index, zk_result *res) {
  * else DLOCK__SEND_BLOCKS, o ended without its done and freed. */
 static int sent_unsent(dlock__zk *z, zk_sent *o, int answers, bool drop) {
   pthread_mutex_lock(&z->mu);
-  o->refs -= answers;
-  if (o->ended) {
-    sent_put_unlock(z, o);
-    return 0;
-  }
-  if (!drop) {
-    pthread_mutex_unlock(&z->mu);
+  if (o->ended || !drop) { /* its done ran or runs, or an answer comes */
+    sent_drop_unlock(z, o, answers);
     return 0;
   }
   zk_node *n = o->n;
@@ -1197,7 +1197,7 @@ static int sent_unsent(dlock__zk *z, zk_sent *o, int answers, bool drop) {
    * failure leaves it (forgotten) */
   if (n && !o->release && !n->path && !ext(n)->unsure && n->count == 0)
     node_remove_locked(z, n);
-  sent_put_unlock(z, o);
+  sent_drop_unlock(z, o, answers + 1); /* (and its own: the last) */
   return DLOCK__SEND_BLOCKS;
 }
 
