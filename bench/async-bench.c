@@ -10,7 +10,10 @@
  *     acquire), driven by poll() on the completion descriptor and
  *     dlock_client_process(); rounds alternate (blocking, async,
  *     blocking, ...) so drift of a shared machine falls on both, and the
- *     median round of each is printed with their ratio;
+ *     median round of each is printed with their ratio; then the same
+ *     with one pair at a time (1 blocking thread, 1 async chain): the
+ *     latency a blocking call would have if it waited on the async
+ *     operation (the reply read by the loop, then passed on);
  *   - waiters: W async waiters on one loop thread, on N names that another
  *     client holds: the client's heap (mallinfo2) and resident memory per
  *     waiter once every waiter is queued on the server, then the time
@@ -89,15 +92,15 @@ static void *blocking_main(void *arg) {
   return NULL;
 }
 
-static double round_blocking(dlock_client_t *c, int seconds) {
+static double round_blocking(dlock_client_t *c, int seconds, int nthreads) {
   bthread_t t[BLOCKING_THREADS];
   int64_t t0 = th_now_ms(), end = t0 + seconds * 1000;
-  for (int i = 0; i < BLOCKING_THREADS; i++) {
+  for (int i = 0; i < nthreads; i++) {
     t[i] = (bthread_t){.c = c, .i = i, .end = end};
     pthread_create(&t[i].th, NULL, blocking_main, &t[i]);
   }
   long pairs = 0;
-  for (int i = 0; i < BLOCKING_THREADS; i++) {
+  for (int i = 0; i < nthreads; i++) {
     pthread_join(t[i].th, NULL);
     pairs += t[i].pairs;
   }
@@ -164,7 +167,7 @@ static void drive(dlock_client_t *c, int *live, int64_t deadline) {
   }
 }
 
-static double round_async(dlock_client_t *c, int seconds) {
+static double round_async(dlock_client_t *c, int seconds, int inflight) {
   static dlock_lock_t *locks[IN_FLIGHT];
   static chain_t ch[IN_FLIGHT];
   if (!locks[0])
@@ -175,9 +178,9 @@ static double round_async(dlock_client_t *c, int seconds) {
         exit(1);
     }
   long pairs = 0;
-  int live = IN_FLIGHT;
+  int live = inflight;
   int64_t t0 = th_now_ms(), end = t0 + seconds * 1000;
-  for (int i = 0; i < IN_FLIGHT; i++) {
+  for (int i = 0; i < inflight; i++) {
     ch[i] = (chain_t){.l = locks[i],
                       .tid = 5000 + (uint64_t)i,
                       .end = end,
@@ -350,19 +353,32 @@ int main(int argc, char **argv) {
   }
   printf("backend %s at %s\n", redis ? "redis" : th_backend_name(other), g_url);
   dlock_client_t *c = client();
-  double b[15], a[15];
+  double b[15], a[15], b1[15], a1[15];
   for (int r = 0; r < rounds; r++) {
-    b[r] = round_blocking(c, seconds);
-    a[r] = round_async(c, seconds);
+    b[r] = round_blocking(c, seconds, BLOCKING_THREADS);
+    a[r] = round_async(c, seconds, IN_FLIGHT);
+    b1[r] = round_blocking(c, seconds, 1);
+    a1[r] = round_async(c, seconds, 1);
     printf("round %d: blocking %d threads %.0f pairs/s, async 1 thread "
-           "(%d in flight, %d pool threads) %.0f pairs/s\n",
-           r + 1, BLOCKING_THREADS, b[r], IN_FLIGHT, g_async_threads, a[r]);
+           "(%d in flight, %d pool threads) %.0f pairs/s; one at a time: "
+           "blocking %.0f, async %.0f\n",
+           r + 1, BLOCKING_THREADS, b[r], IN_FLIGHT, g_async_threads, a[r],
+           b1[r], a1[r]);
   }
   qsort(b, (size_t)rounds, sizeof b[0], cmp_double);
   qsort(a, (size_t)rounds, sizeof a[0], cmp_double);
+  qsort(b1, (size_t)rounds, sizeof b1[0], cmp_double);
+  qsort(a1, (size_t)rounds, sizeof a1[0], cmp_double);
   printf("median: blocking %.0f pairs/s, async %.0f pairs/s, async/blocking "
          "%.2f\n",
          b[rounds / 2], a[rounds / 2], a[rounds / 2] / b[rounds / 2]);
+  /* one pair at a time: what a blocking call made as a wait on the async
+   * operation would cost at best (its reply read by the loop, its
+   * completion passed to the caller's thread) against the blocking call
+   * that reads its own reply */
+  printf("median, one at a time: blocking 1 thread %.0f pairs/s, async 1 in "
+         "flight %.0f pairs/s, async/blocking %.2f\n",
+         b1[rounds / 2], a1[rounds / 2], a1[rounds / 2] / b1[rounds / 2]);
   dlock_client_free(c);
   if (nwaiters > 0 && redis)
     waiters(s, nwaiters);
