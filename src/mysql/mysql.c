@@ -121,12 +121,12 @@
 #include "core/backend.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/idle.h"
 #include "core/options.h"
 #include "core/uri.h"
 #include "core/wait.h"
 #include "mysql/mysql.h"
 
-#define MY_POOL_MAX 16
 #define MY_DEFAULT_PORT 3306
 /* a waiting GET_LOCK's bound (s): past it the statement answers 0 and is
  * sent again; a wait that ends sooner kills its session */
@@ -212,15 +212,14 @@ typedef struct my_wait {
 typedef struct my {
   struct dlock_client *core;
   int64_t connect_timeout_ms, command_timeout_ms, watchdog_ms;
-  int pool_max;
   char *host, *user, *password, *db, *socket;
   unsigned port;
   char where[200]; /* host:port/db, for messages */
   pthread_mutex_t mu;
   pthread_cond_t cond;
-  MYSQL *idle[MY_POOL_MAX];
-  int64_t idle_wt[MY_POOL_MAX], idle_since[MY_POOL_MAX];
-  int nidle;
+  /* idle connections, each with its wait_timeout (core/idle.h: one idle
+   * too long for it is closed, not lent) */
+  dlock__idle_pool idle;
   my_hold *holds;
   MYSQL *doomed[16]; /* closed at the next renewal pass (see postgres.c) */
   int ndoomed;
@@ -356,25 +355,14 @@ static int dial(my *p, MYSQL **out) {
   return 0;
 }
 
+static void conn_close(void *c) { mysql_close(c); }
+
 /* An idle connection (pooled or new); *wt its session's wait_timeout (0:
  * the server's default). */
 static int conn_get(my *p, MYSQL **out, bool *fresh, int64_t *wt) {
-  MYSQL *c = NULL;
-  *wt = 0;
-  int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&p->mu);
-  while (!c && p->nidle > 0) {
-    p->nidle--;
-    c = p->idle[p->nidle];
-    *wt = p->idle_wt[p->nidle];
-    int64_t ms = *wt * 1000, margin = ms / 4 > 50 ? ms / 4 : 50;
-    if (ms > 0 && now - p->idle_since[p->nidle] >= ms - margin) {
-      mysql_close(c); /* soon closed by the server */
-      c = NULL;
-      *wt = 0;
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
+  int64_t ms = 0;
+  MYSQL *c = dlock__idle_take(&p->idle, dlock__now_ms(), &ms);
+  *wt = ms / 1000;
   *fresh = c == NULL;
   if (c) {
     *out = c;
@@ -393,17 +381,7 @@ static void conn_put(my *p, MYSQL *c, int64_t wt) {
     mysql_close(c);
     return;
   }
-  int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&p->mu);
-  if (p->nidle < p->pool_max) {
-    p->idle_wt[p->nidle] = wt;
-    p->idle_since[p->nidle] = now;
-    p->idle[p->nidle++] = c;
-    c = NULL;
-  }
-  pthread_mutex_unlock(&p->mu);
-  if (c)
-    mysql_close(c);
+  dlock__idle_put(&p->idle, c, wt * 1000, dlock__now_ms());
 }
 
 /* One statement; the first row's columns joined by '|' into out (NULL as
@@ -1918,6 +1896,9 @@ static bool poll_in(struct pollfd *fds, int *n, int max, int fd) {
 static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   my *p = be;
+  int64_t swept = dlock__idle_sweep(&p->idle, now);
+  if (swept < *until)
+    *until = swept;
   int n = 0;
   bool more = false;
   pthread_mutex_lock(&p->mu);
@@ -1995,8 +1976,7 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
 static void my_free(my *p) {
   if (!p)
     return;
-  for (int i = 0; i < p->nidle; i++)
-    mysql_close(p->idle[i]);
+  dlock__idle_destroy(&p->idle);
   for (int i = 0; i < p->ndoomed; i++)
     mysql_close(p->doomed[i]);
   while (p->holds) {
@@ -2101,13 +2081,12 @@ static int my_open(void **be, const char *url, const struct dlock_options *o,
     return DLOCK_ENOMEM;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cond, NULL);
+  dlock__idle_init(&p->idle, o->pool_size, conn_close, NULL);
   p->core = core;
   p->connect_timeout_ms = o->connect_timeout_ms;
   p->command_timeout_ms = o->command_timeout_ms;
   p->watchdog_ms = o->watchdog_ms;
   p->psem_retry_ms = o->watchdog_ms / 3 > 100 ? o->watchdog_ms / 3 : 100;
-  p->pool_max = o->pool_size > 0 && o->pool_size < MY_POOL_MAX ? o->pool_size
-                                                               : MY_POOL_MAX;
   int rc = parse_url(p, url, o);
   if (rc) {
     if (p->password && p->password[0])
