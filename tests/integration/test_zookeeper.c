@@ -1489,55 +1489,17 @@ static void t_waiter_survives_outage(void) {
 
 /* ------------------------------------------------- sent async operations */
 
-/* One async operation's outcome, and a loop that runs the client's
- * callbacks (as an event-loop program does) until it has come. */
-typedef struct sent_out {
-  int calls, rc;
-  int64_t value;
-} sent_out_t;
-
-static void on_sent_out(void *ud, int rc, int64_t value) {
-  sent_out_t *o = ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-}
-
-static bool loop_for(dlock_client_t *c, const sent_out_t *o,
-                     int64_t timeout_ms) {
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + timeout_ms;
-  while (o->calls == 0) {
-    int64_t left = deadline - th_now_ms();
-    if (left <= 0)
-      return false;
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, left > 200 ? 200 : (int)left) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
-  return true;
-}
-
 /* An async try (wait 0) or release of l by owner tid: its rc. */
 static int async_try(dlock_client_t *c, dlock_lock_t *l, uint64_t tid,
                      int64_t *token) {
-  sent_out_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, tid, 0, DLOCK_LEASE_WATCHDOG,
-                                    on_sent_out, &o, NULL));
-  CHECKF(loop_for(c, &o, 60000), "no callback for the try");
-  CHECK_INT(o.calls, ==, 1);
+  it_op_out_t o = it_op_call(c, l, tid, true, DLOCK_LEASE_WATCHDOG);
   if (token)
     *token = o.value;
   return o.rc;
 }
 
 static int async_release(dlock_client_t *c, dlock_lock_t *l, uint64_t tid) {
-  sent_out_t o = {0};
-  CHECK_OK(dlock_lock_release_async(l, tid, on_sent_out, &o, NULL));
-  CHECKF(loop_for(c, &o, 60000), "no callback for the release");
-  CHECK_INT(o.calls, ==, 1);
-  return o.rc;
+  return it_op_call(c, l, tid, false, 0).rc;
 }
 
 static int thread_count(void) {
