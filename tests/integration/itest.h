@@ -415,13 +415,12 @@ static inline bool it_op_wait(dlock_client_t *c, const it_op_out_t *o,
 /* One async try (wait 0) or release of l by owner tid, run to its
  * callback. */
 static inline it_op_out_t it_op_call(dlock_client_t *c, dlock_lock_t *l,
-                                           uint64_t tid, bool acquire,
-                                           int64_t lease_ms) {
+                                     uint64_t tid, bool acquire,
+                                     int64_t lease_ms) {
   it_op_out_t o = {0};
-  CHECK_OK(acquire ? dlock_lock_acquire_async(l, tid, 0, lease_ms,
-                                              it_op_done, &o, NULL)
-                   : dlock_lock_release_async(l, tid, it_op_done, &o,
-                                              NULL));
+  CHECK_OK(acquire ? dlock_lock_acquire_async(l, tid, 0, lease_ms, it_op_done,
+                                              &o, NULL)
+                   : dlock_lock_release_async(l, tid, it_op_done, &o, NULL));
   it_op_wait(c, &o, 60000);
   CHECK_INT(o.calls, ==, 1);
   return o;
