@@ -36,8 +36,16 @@
  * prefix before anything is created again, so that no orphan node of ours
  * can queue ahead of us or, worse, hold the lock unknown to us.
  *
- * Threads: caller threads, and the settling worker (leave, release). A
- * node record is used by its owner's thread; its fields are read and
+ * Sent operations (the async calls' tries and releases, backend.h
+ * lock_*_send): the same steps, carried from answer to answer by the
+ * completions of sent requests instead of a sleeping thread, for the
+ * common case only (section "sent operations" below); the rest is left to
+ * the blocking operation, from the node table as the sent part left it.
+ *
+ * Threads: caller threads, the settling worker (leave, release), and for
+ * the sent operations libzookeeper's completion thread and the event loop
+ * (their deadline, the session's loss). A node record is used by its
+ * owner's thread (or its owner's sent operation); its fields are read and
  * written under z->mu, and requests are made without it. A session loss
  * marks every record lost (dlock__zk_nodes_forget_locked) without freeing it,
  * so that a thread in the middle of an attempt never touches freed memory.

@@ -27,7 +27,9 @@
  * Threads: the watcher runs on libzookeeper's completion thread; it takes
  * z->mu briefly and makes up-calls (poke, wait wakes). loop_prepare runs
  * on the event loop, never blocks, and reports losses with no mutex of
- * ours held. The handle reset runs on the dialling worker with zh_lock
+ * ours held; it also ends the sent operations (locks.c) that the loss
+ * ended or whose command timeout passed, and wakes the loop by the next
+ * such deadline. The handle reset runs on the dialling worker with zh_lock
  * write-locked (callers wait for it on their next request).
  *
  * Logging: libzookeeper's log callback has no context argument, so each
