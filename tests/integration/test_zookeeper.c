@@ -1544,6 +1544,9 @@ static void t_sent_no_pool_thread(void) {
     CHECK_INT(async_release(c, l, tid), ==, 0);
   }
   int after = thread_count();
+  printf("threads: %d before 20 x (try, re-entry, refused try, 2 releases), "
+         "%d after\n",
+         before, after);
   CHECKF(after <= before, "threads: %d before the async calls, %d after",
          before, after);
   /* nothing of ours stayed behind: free here, still held there */
