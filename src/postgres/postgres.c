@@ -258,6 +258,7 @@ typedef struct pg {
    * as the first descriptors of its set (the loop's own) */
   pg_sent *sents, **sents_tail;
   int npolled;
+  bool poked;       /* a send poked the loop since its last prepare */
   pg_sent *claims;  /* S_CLAIM grants (under mu) */
   bool dial_queued; /* the dialling worker dials a connection (under mu) */
 } pg;
@@ -1881,8 +1882,8 @@ static void sent_end(pg_sent *s, int rc, int64_t x, int64_t y) {
 }
 
 /* Puts s's next statement on its connection and hands it to the loop
- * (the caller pokes it, unless it is the loop): 0, or the error of a
- * send that failed (s is not listed then). */
+ * (poked, unless a poke since its last prepare is pending): 0, or the
+ * error of a send that failed (s is not listed then). */
 static int sent_go(pg *p, pg_sent *s, const char *sql, int n,
                    const char *const *vals) {
   int f = send_start(p, s->conn, sql, n, vals);
@@ -1897,7 +1898,11 @@ static int sent_go(pg *p, pg_sent *s, const char *sql, int n,
   pthread_mutex_lock(&p->mu);
   *p->sents_tail = s;
   p->sents_tail = &s->next;
+  bool poke = !p->poked;
+  p->poked = true;
   pthread_mutex_unlock(&p->mu);
+  if (poke) /* the loop polls s's socket from its next round on */
+    dlock__client_poke(p->core);
   return 0;
 }
 
@@ -1967,10 +1972,8 @@ static int pg_lock_acquire_send(void *be, const dlock__acquire *a,
     while ((s->conn = sent_conn(p, &s->idle)) != NULL) {
       s->step = S_TRY;
       const char *sql = try_sql(&s->a, s->conn, s->idle, lease, v, &n);
-      if (sent_go(p, s, sql, n, v) == 0) {
-        dlock__client_poke(p->core);
+      if (sent_go(p, s, sql, n, v) == 0)
         return 0;
-      }
       PQfinish(s->conn); /* broken, and nothing sent: the next one */
     }
     local = DLOCK__SEND_BLOCKS;
@@ -1994,10 +1997,8 @@ static int pg_lock_release_send(void *be, const dlock__release *r,
     s->step = S_UNLOCK;
     const char *v[1] = {r->name};
     int rc = sent_go(p, s, sql_unlock_keep[is_shared(r->kind)], 1, v);
-    if (rc == 0) {
-      dlock__client_poke(p->core);
+    if (rc == 0)
       return 0;
-    }
     out = release_end(p, s->conn, s->idle, rc, "");
   }
   dlock__free(s);
@@ -2143,6 +2144,7 @@ static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   int n;
   bool more;
   pthread_mutex_lock(&p->mu);
+  p->poked = false; /* what is sent from here on pokes again */
   for (;;) {
     /* sent statements first, the oldest first; the overdue ones end */
     n = 0;

@@ -33,7 +33,6 @@
 #include "pg.h"
 #include "harness.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -347,30 +346,11 @@ int th_pg_port(const th_pg_t *s) { return s->port; }
  * backend is a session of its own, out of the postmaster's process group,
  * so a signal to the group would miss them) and records them in s. */
 static void stop_children(th_pg_t *s) {
-  DIR *d = opendir("/proc");
-  if (!d)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL && s->npaused < TH_PG_PAUSED) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9')
-      continue;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%.20s/stat", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')'); /* after the command's name */
-    char state;
-    int parent;
-    pid_t pid = (pid_t)atoi(e->d_name);
-    if (rp && sscanf(rp + 1, " %c %d", &state, &parent) == 2 &&
-        parent == s->pid && kill(pid, SIGSTOP) == 0)
-      s->paused[s->npaused++] = pid;
-  }
-  closedir(d);
+  pid_t pids[TH_PG_PAUSED];
+  int n = th_children(s->pid, pids, NULL, TH_PG_PAUSED);
+  for (int i = 0; i < n; i++)
+    if (kill(pids[i], SIGSTOP) == 0)
+      s->paused[s->npaused++] = pids[i];
 }
 
 /* SIGCONTs the children stop_children stopped (async-signal-safe: the
