@@ -44,6 +44,23 @@
  *   server's idle clock after the attempt's send time, so the hold's date
  *   is safe). A wait that ends without claiming cancels its statement
  *   with libpq's cancel request and unlocks a grant that raced with it.
+ * - Async calls (backend.h's lock_acquire_send, lock_release_send): the
+ *   try of a reentrant or fenced lock goes out from the caller's thread on
+ *   an idle pooled connection, and a release's unlock on its hold's
+ *   connection, without waiting; the event loop polls those sockets (the
+ *   first of its set: pg_sent, oldest first), reads the answers with
+ *   libpq's non-blocking calls and ends each operation as the blocking one
+ *   would (the same statements, results and records: a grant's
+ *   connection becomes the hold's, a fenced one after its token statement,
+ *   sent by the loop). A statement unanswered by the command timeout ends
+ *   in DLOCK_EIOTIMEOUT and its connection is closed (its session, and any
+ *   lock it took, end). A send never dials nor waits: no idle connection,
+ *   a hold busy with a heartbeat, a wait of the owner's in progress:
+ *   DLOCK__SEND_BLOCKS (the core runs the blocking operation on its pool),
+ *   and the dialling worker pools a connection for the sends to come. A
+ *   connection found closed (a restart) hands over the same way; a fenced
+ *   grant whose token statement failed is kept (S_CLAIM) for the blocking
+ *   try to go on from.
  * - Kinds: reentrant, fenced and the write side of a read-write lock take
  *   the exclusive advisory lock of the name (one lock for the three); the
  *   read side takes its shared lock (pg_advisory_lock_shared). A thread
@@ -70,7 +87,8 @@
  *   wakes the waits of the name. A permit the server frees (its holder's
  *   session ended) sends nothing: a wait looks again at least every third
  *   of the client's watchdog lease.
- * - Locking: p->mu guards the pool, the holds and the waits' states; it is
+ * - Locking: p->mu guards the holds, the waits' states and the sent
+ *   statements' list (the idle pool has its own, core/idle.h); it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
  *   until it is not. p->lmu guards the listening connection (taken before
