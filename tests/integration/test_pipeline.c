@@ -21,6 +21,8 @@
 
 #include "itest.h"
 
+#include "async_one.h"
+
 #include <poll.h>
 #include <string.h>
 
@@ -355,38 +357,12 @@ static void log_sink(void *ud, dlock_log_level_t level, const char *msg) {
     atomic_fetch_add(&g_wait_went_on, 1);
 }
 
-typedef struct one {
-  int calls, rc;
-  int64_t value;
-  char detail[300];
-} one_t;
-
-static void one_done(void *ud, int rc, int64_t value) {
-  one_t *o = ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
-}
+typedef th_async_outcome_t one_t;
 
 /* One async acquire (wait 0) or release of l, run to its callback. */
 static one_t one_call(dlock_client_t *c, dlock_lock_t *l, bool acquire,
                       int64_t lease_ms) {
-  one_t o = {0};
-  int rc =
-      acquire ? dlock_lock_acquire_async(l, 77, 0, lease_ms, one_done, &o, NULL)
-              : dlock_lock_release_async(l, 77, one_done, &o, NULL);
-  CHECK_OK(rc);
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + 30000;
-  while (o.calls == 0 && th_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
-  CHECK_INT(o.calls, ==, 1);
-  return o;
+  return th_async_one(c, l, 77, acquire, 0, lease_ms);
 }
 
 /* Sent requests meet the server's faults as the blocking calls do: lost
@@ -440,7 +416,7 @@ static void t_async_sent_faults(void) {
   int went_on = atomic_load(&g_wait_went_on);
   one_t w = {0};
   CHECK_OK(dlock_lock_acquire_async(l3, 78, 20000, DLOCK_LEASE_WATCHDOG,
-                                    one_done, &w, NULL));
+                                    th_async_note, &w, NULL));
   int64_t deadline = th_now_ms() + 15000;
   while (w.calls == 0 && atomic_load(&g_wait_went_on) == went_on &&
          th_now_ms() < deadline) {

@@ -20,9 +20,10 @@
 #include "harness.h"
 #include "pg.h"
 
+#include "async_one.h"
+
 #include <dirent.h>
 #include <dlock/dlock.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -862,38 +863,13 @@ static void t_cli_limit(void) {
 
 /* ------------------------------------------- sent operations (async) */
 
-typedef struct sent_call {
-  int calls, rc;
-  int64_t value;
-  char detail[300];
-} sent_call_t;
-
-static void sent_done(void *ud, int rc, int64_t value) {
-  sent_call_t *o = ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
-}
+typedef th_async_outcome_t sent_call_t;
 
 /* One async acquire (wait_ms) or release of l as thread 77, run to its
  * callback by this thread, as an event-loop program does. */
 static sent_call_t sent_one(dlock_client_t *c, dlock_lock_t *l, bool acquire,
                             int64_t wait_ms, int64_t lease_ms) {
-  sent_call_t o = {0};
-  CHECK_OK(acquire ? dlock_lock_acquire_async(l, 77, wait_ms, lease_ms,
-                                              sent_done, &o, NULL)
-                   : dlock_lock_release_async(l, 77, sent_done, &o, NULL));
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + 30000;
-  while (o.calls == 0 && th_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
-  CHECK_INT(o.calls, ==, 1);
-  return o;
+  return th_async_one(c, l, 77, acquire, wait_ms, lease_ms);
 }
 
 /* The process's threads (entries of /proc/self/task). */
