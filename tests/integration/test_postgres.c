@@ -956,7 +956,7 @@ static void t_sent_faults(void) {
   CHECK(s != NULL);
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
-  CHECK_OK(dlock_options_set_connect_timeout(o, 1000));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 10000)); /* SCRAM, slowed */
   CHECK_OK(dlock_options_set_command_timeout(o, 1000));
   dlock_client_t *c = NULL;
   CHECK_OK(dlock_client_new(&c, th_pg_url(s), o));
