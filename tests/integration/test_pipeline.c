@@ -21,6 +21,7 @@
 
 #include "itest.h"
 
+
 #include <poll.h>
 #include <string.h>
 
