@@ -106,6 +106,7 @@
  *   if no renewal took the connection since (a renewal's own answer would
  *   look like news).
  */
+#include <errno.h>
 #include <mysql.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -209,6 +210,24 @@ typedef struct my_wait {
   my_pending q[MY_PROBES];
 } my_wait;
 
+/* A sent operation (lock_acquire_send, lock_release_send): the statement
+ * of its step on a connection of its own, answered to the loop. */
+enum { S_TRY, S_TOKEN, S_TABLE, S_RELEASE };
+
+typedef struct my_sent {
+  struct my_sent *next;
+  MYSQL *conn;
+  int step;
+  int64_t wt;       /* conn's session wait_timeout */
+  int64_t deadline; /* the statement's answer is due by then */
+  int polled_fd;    /* as for a hold: conn's socket as the loop polled it */
+  unsigned long id; /* an acquire's: the session that took the lock */
+  bool table_made;  /* a fenced grant's: dlock_fence was created */
+  dlock__acquire a; /* an acquire's (name and owner owned); a release's name */
+  dlock__sent_fn done;
+  void *arg;
+} my_sent;
+
 typedef struct my {
   struct dlock_client *core;
   int64_t connect_timeout_ms, command_timeout_ms, watchdog_ms;
@@ -226,6 +245,9 @@ typedef struct my {
   int ndoomed;
   my_wait *waits;
   int64_t psem_retry_ms; /* a permit wait scans all slots this often */
+  my_sent *sent;         /* sent operations whose statement is out */
+  bool dial_queued;      /* the dialling worker pools one for the sends */
+  int64_t dial_lease_ms; /* ... whose session has this lease */
 } my;
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -358,22 +380,35 @@ static int dial(my *p, MYSQL **out) {
 
 /* An idle connection (pooled or new); *wt its session's wait_timeout (0:
  * the server's default). */
+/* mu held: the most recently pooled connection whose session's
+ * wait_timeout is `want` (-1: any), its wait_timeout into *wt; NULL when
+ * there is none. Those the server closes soon are closed on the way. */
+static MYSQL *pool_pop_locked(my *p, int64_t now, int64_t want, int64_t *wt) {
+  for (int i = p->nidle - 1; i >= 0; i--) {
+    int64_t ms = p->idle_wt[i] * 1000, margin = ms / 4 > 50 ? ms / 4 : 50;
+    bool closing = ms > 0 && now - p->idle_since[i] >= ms - margin;
+    if (!closing && want >= 0 && p->idle_wt[i] != want)
+      continue;
+    MYSQL *c = p->idle[i];
+    *wt = p->idle_wt[i];
+    p->nidle--;
+    for (int j = i; j < p->nidle; j++) {
+      p->idle[j] = p->idle[j + 1];
+      p->idle_wt[j] = p->idle_wt[j + 1];
+      p->idle_since[j] = p->idle_since[j + 1];
+    }
+    if (!closing)
+      return c;
+    mysql_close(c); /* soon closed by the server */
+  }
+  return NULL;
+}
+
 static int conn_get(my *p, MYSQL **out, bool *fresh, int64_t *wt) {
-  MYSQL *c = NULL;
   *wt = 0;
   int64_t now = dlock__now_ms();
   pthread_mutex_lock(&p->mu);
-  while (!c && p->nidle > 0) {
-    p->nidle--;
-    c = p->idle[p->nidle];
-    *wt = p->idle_wt[p->nidle];
-    int64_t ms = *wt * 1000, margin = ms / 4 > 50 ? ms / 4 : 50;
-    if (ms > 0 && now - p->idle_since[p->nidle] >= ms - margin) {
-      mysql_close(c); /* soon closed by the server */
-      c = NULL;
-      *wt = 0;
-    }
-  }
+  MYSQL *c = pool_pop_locked(p, now, -1, wt);
   pthread_mutex_unlock(&p->mu);
   *fresh = c == NULL;
   if (c) {
@@ -406,13 +441,10 @@ static void conn_put(my *p, MYSQL *c, int64_t wt) {
     mysql_close(c);
 }
 
-/* One statement; the first row's columns joined by '|' into out (NULL as
- * "NULL"; "" when there is no row). */
-static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
-  if (out && cap)
-    out[0] = '\0';
-  if (mysql_real_query(c, sql, (unsigned long)strlen(sql)))
-    return sql_error(p, c);
+/* The answer of the statement whose result was read on c: the first
+ * row's columns joined by '|' into out (NULL as "NULL"; "" when there is
+ * no row). */
+static int stored_row(my *p, MYSQL *c, char *out, size_t cap) {
   MYSQL_RES *r = mysql_store_result(c);
   if (!r)
     return mysql_field_count(c) ? sql_error(p, c) : 0;
@@ -426,6 +458,15 @@ static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
   }
   mysql_free_result(r);
   return 0;
+}
+
+/* One statement; its first row into out (stored_row). */
+static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
+  if (out && cap)
+    out[0] = '\0';
+  if (mysql_real_query(c, sql, (unsigned long)strlen(sql)))
+    return sql_error(p, c);
+  return stored_row(p, c, out, cap);
 }
 
 /* The statement fmt with %1$s the name quoted for c (an SQL literal). */
@@ -614,6 +655,42 @@ static int next_token(my *p, MYSQL *c, const char *name, int64_t *token) {
   }
 }
 
+/* The hold of a's name and owner on c, which took the lock (session id,
+ * wait_timeout wt; tok a fenced lock's token): 1, or DLOCK_ENOMEM (c
+ * left to the caller). */
+static int hold_record(my *p, const dlock__acquire *a, MYSQL *c,
+                       unsigned long id, int64_t wt, int64_t tok) {
+  my_hold *h = dlock__calloc(1, sizeof *h);
+  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
+  if (!h || !n || !o) {
+    dlock__free(h);
+    dlock__free(n);
+    dlock__free(o);
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  h->token = tok;
+  hold_add(p, h, n, o, c, id, wt);
+  return 1;
+}
+
+/* mu held: a hold of a's name and owner whose session lives counts one
+ * more (reentry: the session holds it; 1, *token its token); one whose
+ * session was lost is forgotten (0). */
+static int reenter_locked(my *p, const dlock__acquire *a, int64_t *token) {
+  my_hold **link = NULL;
+  my_hold *h = hold_find(p, a->name, a->owner, &link);
+  if (h && h->conn) {
+    h->count++;
+    *token = h->token;
+    return 1;
+  }
+  if (h) {
+    *link = h->next;
+    hold_free(h);
+  }
+  return 0;
+}
+
 /* A grant on c: a fenced lock gets its token, then the hold is recorded.
  * On failure the lock is given up. */
 static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
@@ -631,20 +708,34 @@ static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
       return dlock__seterr(rc, "%s", saved);
     }
   }
-  my_hold *h = dlock__calloc(1, sizeof *h);
-  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
-  if (!h || !n || !o) {
-    dlock__free(h);
-    dlock__free(n);
-    dlock__free(o);
+  int rc = hold_record(p, a, c, id, wt, tok);
+  if (rc < 0) {
     give_back(p, c, a->name, wt);
-    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    return rc;
   }
-  h->token = tok;
-  hold_add(p, h, n, o, c, id, wt);
   if (token)
     *token = tok;
   return 1;
+}
+
+/* A try's answer (rc the statement's outcome, out its row "got|connection
+ * id") on c: granted, 1 and *id the connection id; refused, c is pooled
+ * (0); failed, c is closed (the error; *lost: the server had closed the
+ * connection, so the try may go again on another). */
+static int try_answer(my *p, MYSQL *c, int64_t wt, int rc, const char *out,
+                      unsigned long *id, bool *lost) {
+  *lost = false;
+  if (rc == 0 && strncmp(out, "1|", 2) == 0) {
+    *id = strtoul(out + 2, NULL, 10);
+    return 1;
+  }
+  if (rc == 0) {
+    conn_put(p, c, wt);
+    return 0;
+  }
+  *lost = lost_errno(mysql_errno(c));
+  mysql_close(c); /* a failed try's session ends: it holds nothing */
+  return rc;
 }
 
 /* ------------------------------------------------------------ operations */
@@ -709,18 +800,12 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   if (rc)
     return rc;
   pthread_mutex_lock(&p->mu);
-  my_hold **link = NULL;
-  my_hold *h = hold_find(p, a->name, a->owner, &link);
-  if (h && h->conn) {
-    h->count++; /* reentry: the session holds it; counted here */
-    if (token)
-      *token = h->token;
+  int64_t tok = 0;
+  if (reenter_locked(p, a, &tok) == 1) {
     pthread_mutex_unlock(&p->mu);
+    if (token)
+      *token = tok;
     return 1;
-  }
-  if (h) { /* a hold whose session was lost: forget it */
-    *link = h->next;
-    hold_free(h);
   }
   my_wait *r = wait_find(p, a->name, a->owner);
   if (r && r->q[0].state == W_SENT) {
@@ -788,14 +873,13 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     rc = set_lease(p, c, &wt, a->lease_ms);
     if (!rc)
       rc = exec_named(p, c, SQL_TRY(a->name), a->name, out, sizeof out);
-    if (rc == 0 && strncmp(out, "1|", 2) == 0)
-      return grant(p, a, c, strtoul(out + 2, NULL, 10), wt, token);
-    if (rc == 0) {
-      conn_put(p, c, wt);
+    unsigned long id = 0;
+    bool lost;
+    rc = try_answer(p, c, wt, rc, out, &id, &lost);
+    if (rc == 1)
+      return grant(p, a, c, id, wt, token);
+    if (rc == 0)
       return 0;
-    }
-    bool lost = lost_errno(mysql_errno(c));
-    mysql_close(c); /* a failed try's session ends: it holds nothing */
     if (!(lost && !fresh)) {
       if (rc == DLOCK_EUNAVAILABLE)
         dlock__err_set_unsent(true);
@@ -816,22 +900,26 @@ static int my_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return 0; /* a wait's statement is ended by wait_end */
 }
 
-static int my_lock_release(void *be, const dlock__release *rel) {
-  /* one kind of hold, no lease (the connection keeps it), no request id
-   * (a retry finds the hold gone: "not owner", which the core takes as
-   * the first attempt's release) */
-  const char *name = rel->name, *owner = rel->owner;
-  my *p = be;
+/* release_take: the hold's RELEASE_LOCK is to be sent on *c */
+#define MY_RELEASE_SEND 101
+
+/* A release's first half: the hold of rel's name and owner counts one
+ * less (DLOCK__REL_DOWN), or leaves the holds with its connection,
+ * *c and *wt (MY_RELEASE_SEND), or is not there or lost its session
+ * (DLOCK__REL_NOTOWNER). A hold a renewal is using is waited for
+ * (`wait`), else DLOCK__SEND_BLOCKS. */
+static int release_take(my *p, const dlock__release *rel, bool wait,
+                        MYSQL **c, int64_t *wt) {
   pthread_mutex_lock(&p->mu);
   my_hold **link = NULL;
-  my_hold *h = hold_find(p, name, owner, &link);
-  while (h && h->busy) {
+  my_hold *h = hold_find(p, rel->name, rel->owner, &link);
+  while (h && h->busy && wait) {
     pthread_cond_wait(&p->cond, &p->mu);
-    h = hold_find(p, name, owner, &link);
+    h = hold_find(p, rel->name, rel->owner, &link);
   }
-  if (!h) {
+  if (!h || h->busy) {
     pthread_mutex_unlock(&p->mu);
-    return DLOCK__REL_NOTOWNER;
+    return h ? DLOCK__SEND_BLOCKS : DLOCK__REL_NOTOWNER;
   }
   if (h->conn && h->count > 1) {
     h->count--;
@@ -840,13 +928,17 @@ static int my_lock_release(void *be, const dlock__release *rel) {
   }
   *link = h->next;
   pthread_mutex_unlock(&p->mu);
-  MYSQL *c = h->conn;
-  int64_t wt = h->wt;
+  *c = h->conn;
+  *wt = h->wt;
   hold_free(h);
-  if (!c)
-    return DLOCK__REL_NOTOWNER; /* its session was lost */
-  char out[16];
-  int rc = exec_named(p, c, SQL_RELEASE(name), name, out, sizeof out);
+  /* no connection: its session was lost */
+  return *c ? MY_RELEASE_SEND : DLOCK__REL_NOTOWNER;
+}
+
+/* RELEASE_LOCK's answer (rc, out) on c: the connection is pooled, or
+ * closed when the statement failed. */
+static int release_answer(my *p, MYSQL *c, int64_t wt, int rc,
+                          const char *out) {
   if (rc) {
     /* the server had closed the session: the lock went with it; otherwise
      * the session ends now, and the core's retry finds no hold */
@@ -856,6 +948,21 @@ static int my_lock_release(void *be, const dlock__release *rel) {
   }
   conn_put(p, c, wt);
   return strcmp(out, "1") == 0 ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+static int my_lock_release(void *be, const dlock__release *rel) {
+  /* one kind of hold, no lease (the connection keeps it), no request id
+   * (a retry finds the hold gone: "not owner", which the core takes as
+   * the first attempt's release) */
+  my *p = be;
+  MYSQL *c;
+  int64_t wt;
+  int rc = release_take(p, rel, true, &c, &wt);
+  if (rc != MY_RELEASE_SEND)
+    return rc;
+  char out[16];
+  rc = exec_named(p, c, SQL_RELEASE(rel->name), rel->name, out, sizeof out);
+  return release_answer(p, c, wt, rc, out);
 }
 
 static int my_lock_renew(void *be, dlock__renewal *items, size_t n,
@@ -1901,6 +2008,312 @@ static void my_wait_end(void *be, dlock__wait *w) {
     dlock__err_set_worded();
 }
 
+/* ------------------------------------------------------------ sent ops */
+
+/* Whether the whole answer to the statement sent on fd is in the socket's
+ * buffer (looked at with MSG_PEEK: nothing is consumed), so that the
+ * connector's blocking read of it returns without waiting: one OK or ERR
+ * packet, or a result set (the column count, as many column definitions,
+ * EOF, rows, EOF or ERR). The connector asks for no CLIENT_DEPRECATE_EOF
+ * and this backend for no compression nor TLS, so these are the packets
+ * on the socket; the answers sent here are well under the buffer (an
+ * answer that is not understood, or larger, is never taken as complete:
+ * its deadline ends it). */
+static bool answer_in(int fd) {
+  unsigned char b[4096];
+  ssize_t got = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+  if (got <= 0) /* closed, or failed: the read fails at once */
+    return got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  size_t n = (size_t)got, at = 0;
+  uint64_t cols = 0;
+  for (int phase = 0; at + 4 <= n;) {
+    size_t len = b[at] | (size_t)b[at + 1] << 8 | (size_t)b[at + 2] << 16;
+    const unsigned char *q = b + at + 4;
+    if (len == 0 || len == 0xffffff || at + 4 + len > n)
+      return false;
+    at += 4 + len;
+    bool err = q[0] == 0xff, eof = q[0] == 0xfe && len < 9;
+    if (err && len >= 3 && q[1] == 0xff && q[2] == 0xff)
+      continue; /* a progress report */
+    if (phase == 0) { /* OK, ERR, or the column count */
+      if (err || q[0] == 0x00)
+        return true;
+      if (q[0] >= 0xfb)
+        return false;
+      cols = q[0];
+      phase = 1;
+    } else if (phase == 1) { /* a column definition */
+      phase = --cols == 0 ? 2 : 1;
+    } else if (phase == 2) { /* EOF after the definitions */
+      phase = 3;
+    } else if (err) { /* rows, then EOF or ERR */
+      return true;
+    } else if (eof) {
+      unsigned status = len >= 5 ? q[3] | (unsigned)q[4] << 8 : 0;
+      if (!(status & SERVER_MORE_RESULTS_EXIST))
+        return true;
+      phase = 0;
+    }
+  }
+  return false;
+}
+
+/* Whether the pooled connection c is still open: an idle connection has
+ * nothing to read unless the server closed it (a restart, KILL, its
+ * wait_timeout). */
+static bool idle_open(MYSQL *c) {
+  struct pollfd q = {.fd = (int)mysql_get_socket(c),
+                     .events = POLLIN | POLLRDHUP};
+  return q.fd >= 0 && poll(&q, 1, 0) == 0;
+}
+
+static void sent_free(my_sent *s) {
+  dlock__free((char *)s->a.name);
+  dlock__free((char *)s->a.owner);
+  dlock__free(s);
+}
+
+/* The end of a sent operation (no mutex held): its done runs, once. */
+static void sent_end(my_sent *s, int rc, int64_t x, int64_t y) {
+  s->done(s->arg, rc, x, y);
+  sent_free(s);
+}
+
+/* Sends the statement fmt (%1$s the name) on s->conn as s's step, and
+ * queues s for the loop, which polls its socket from its next round on
+ * (poke: from another thread, the loop is told). 0, or an error (s is not
+ * queued, s->conn is as it was). A statement of a few hundred bytes on a
+ * connection whose last answer was read (so the server read all that was
+ * sent) goes into the socket's empty buffer without waiting. */
+static int sent_out(my *p, my_sent *s, const char *fmt, int step, bool poke) {
+  char *sql = with_name(s->conn, fmt, s->a.name);
+  if (!sql)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  int rc = mysql_send_query(s->conn, sql, (unsigned long)strlen(sql))
+               ? sql_error(p, s->conn)
+               : 0;
+  dlock__free(sql);
+  if (rc)
+    return rc;
+  s->step = step;
+  s->deadline = dlock__deadline_after(p->command_timeout_ms);
+  pthread_mutex_lock(&p->mu);
+  s->polled_fd = -1;
+  s->next = p->sent;
+  p->sent = s;
+  pthread_mutex_unlock(&p->mu);
+  if (poke)
+    dlock__client_poke(p->core);
+  return 0;
+}
+
+/* The answer of s's statement, complete in its socket (answer_in), read
+ * on the loop thread (no mutex held), and handled as the blocking
+ * operation handles it: the try's (try_answer), a fenced grant's token
+ * (next_token's steps: the table created when missing), the release's
+ * (release_answer). A token that fails closes the connection: its
+ * session ends, and the lock with it. */
+static void sent_answer(my *p, my_sent *s) {
+  MYSQL *c = s->conn;
+  char out[48] = "";
+  int rc = mysql_read_query_result(c) ? sql_error(p, c)
+                                      : stored_row(p, c, out, sizeof out);
+  int64_t tok = 0;
+  int next = -1;
+  bool lost = false;
+  switch (s->step) {
+  case S_RELEASE:
+    sent_end(s, release_answer(p, c, s->wt, rc, out), 0, 0);
+    return;
+  case S_TRY:
+    rc = try_answer(p, c, s->wt, rc, out, &s->id, &lost);
+    if (rc == 1 && s->a.kind == DLOCK_FENCED)
+      next = S_TOKEN;
+    else if (rc < 0) { /* a lost connection held nothing: the pool's try */
+      sent_end(s, lost ? DLOCK__SEND_BLOCKS : rc, -1, 0);
+      return;
+    }
+    break;
+  case S_TOKEN:
+    if (rc == 0)
+      tok = (int64_t)mysql_insert_id(c);
+    else if (!s->table_made && mysql_errno(c) == 1146) /* no such table */
+      next = S_TABLE;
+    rc = rc ? rc : 1;
+    break;
+  default: /* S_TABLE */
+    if (rc == 0) {
+      s->table_made = true; /* a second 1146 fails */
+      next = S_TOKEN;
+    }
+    break;
+  }
+  if (next >= 0) /* c holds the lock */
+    rc = sent_out(p, s, next == S_TOKEN ? SQL_TOKEN : SQL_FENCE_TABLE, next,
+                  false);
+  if (next >= 0 && rc == 0)
+    return;
+  if (rc == 1)
+    rc = hold_record(p, &s->a, c, s->id, s->wt, tok);
+  if (rc < 0)
+    mysql_close(c); /* the session ends, and the lock with it */
+  sent_end(s, rc, -1, rc == 1 ? tok : 0);
+}
+
+/* A sent statement the server did not answer by its deadline: the
+ * connection's state is unknown, so it is closed (a lock it took ends
+ * with its session), as the blocking path's read timeout ends it. */
+static void sent_expire(my *p, my_sent *s) {
+  mysql_close(s->conn);
+  dlock__seterr(DLOCK_EIOTIMEOUT,
+                "mysql %s: lock '%.200s': the server did not answer in %lld "
+                "ms",
+                p->where, s->a.name, (long long)p->command_timeout_ms);
+  sent_end(s, DLOCK_EIOTIMEOUT, -1, 0);
+}
+
+/* The dialling worker: a pooled connection whose session has the
+ * wait_timeout the sends ask for, for the next sends to find. */
+static void dial_job(void *arg) {
+  my *p = arg;
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  pthread_mutex_lock(&p->mu);
+  int64_t lease_ms = p->dial_lease_ms;
+  pthread_mutex_unlock(&p->mu);
+  MYSQL *c;
+  bool fresh;
+  int64_t wt;
+  if (conn_get(p, &c, &fresh, &wt) == 0) {
+    (void)set_lease(p, c, &wt, lease_ms);
+    conn_put(p, c, wt); /* closed when the SET failed (wt -1) */
+  }
+  pthread_mutex_lock(&p->mu);
+  p->dial_queued = false;
+  pthread_mutex_unlock(&p->mu);
+  dlock__seterr(DLOCK_OK, "%s", saved);
+}
+
+/* No pooled connection for a send (lease_ms its lease): the dialling
+ * worker makes one, once at a time. */
+static void dial_ahead(my *p, int64_t lease_ms) {
+  pthread_mutex_lock(&p->mu);
+  bool go = !p->dial_queued;
+  if (go) {
+    p->dial_queued = true;
+    p->dial_lease_ms = lease_ms;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (go && dlock__client_run_dial(p->core, dial_job, p) != 0) {
+    pthread_mutex_lock(&p->mu);
+    p->dial_queued = false;
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+/* The try of a reentrant or fenced lock, sent (backend.h): a re-entry
+ * counts here, with no round trip; else SQL_TRY goes out on a pooled
+ * connection whose session has the lease's wait_timeout already, and the
+ * loop reads its answer (sent_answer). The rest goes to the pool: a name
+ * of more than 64 bytes (its statement computes LOCKNAME), a wait of
+ * this owner under way, no such connection pooled (one is dialled for
+ * the next sends). */
+static int my_lock_acquire_send(void *be, const dlock__acquire *a,
+                                dlock__sent_fn done, void *arg) {
+  my *p = be;
+  if (a->q || !SHORT_NAME(a->name))
+    return DLOCK__SEND_BLOCKS;
+  int rc = check_name(a->name);
+  if (rc)
+    return rc;
+  int64_t tok = 0, want = secs(a->lease_ms), wt = 0;
+  pthread_mutex_lock(&p->mu);
+  int held = reenter_locked(p, a, &tok);
+  bool waiting = !held && wait_find(p, a->name, a->owner);
+  pthread_mutex_unlock(&p->mu);
+  if (held) {
+    done(arg, 1, -1, tok);
+    return 0;
+  }
+  if (waiting)
+    return DLOCK__SEND_BLOCKS;
+  MYSQL *c = NULL;
+  for (int i = 0; !c && i < MY_POOL_MAX; i++) {
+    pthread_mutex_lock(&p->mu);
+    c = pool_pop_locked(p, dlock__now_ms(), want, &wt);
+    pthread_mutex_unlock(&p->mu);
+    if (!c)
+      break;
+    if (!idle_open(c)) {
+      mysql_close(c);
+      c = NULL;
+    }
+  }
+  if (!c) {
+    dial_ahead(p, a->lease_ms);
+    return DLOCK__SEND_BLOCKS;
+  }
+  my_sent *s = dlock__calloc(1, sizeof *s);
+  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
+  if (s) {
+    s->a = *a;
+    s->a.name = n;
+    s->a.owner = o;
+    s->a.q = NULL;
+    s->conn = c;
+    s->wt = wt;
+    s->done = done;
+    s->arg = arg;
+  }
+  if (!s || !n || !o || sent_out(p, s, SQL_TRY(a->name), S_TRY, true) != 0) {
+    /* nothing took effect: what might have, ends with the session */
+    mysql_close(c);
+    if (s)
+      sent_free(s);
+    else {
+      dlock__free(n);
+      dlock__free(o);
+    }
+    return DLOCK__SEND_BLOCKS;
+  }
+  return 0;
+}
+
+/* The release of a reentrant or fenced lock, sent: a count that stays,
+ * and a hold that is gone, answer at once; else SQL_RELEASE goes out on
+ * the hold's connection, and the loop reads its answer. A hold that a
+ * renewal is using, and a long name, go to the pool. */
+static int my_lock_release_send(void *be, const dlock__release *rel,
+                                dlock__sent_fn done, void *arg) {
+  my *p = be;
+  if (!SHORT_NAME(rel->name))
+    return DLOCK__SEND_BLOCKS;
+  my_sent *s = dlock__calloc(1, sizeof *s);
+  char *n = dlock__strdup(rel->name);
+  if (!s || !n) {
+    dlock__free(s);
+    dlock__free(n);
+    return DLOCK__SEND_BLOCKS;
+  }
+  s->a.name = n;
+  s->a.kind = rel->kind;
+  s->done = done;
+  s->arg = arg;
+  int out = release_take(p, rel, false, &s->conn, &s->wt);
+  if (out == MY_RELEASE_SEND) {
+    int rc = sent_out(p, s, SQL_RELEASE(rel->name), S_RELEASE, true);
+    if (rc == 0)
+      return 0;
+    out = release_answer(p, s->conn, s->wt, rc, "");
+  }
+  if (out == DLOCK__SEND_BLOCKS) {
+    sent_free(s);
+    return out;
+  }
+  sent_end(s, out, 0, 0);
+  return 0;
+}
+
 /* ------------------------------------------------------------ the loop */
 
 /* Adds fd to the loop's poll set for reading; false when the set is
@@ -1920,7 +2333,28 @@ static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   my *p = be;
   int n = 0;
   bool more = false;
+  my_sent *over = NULL;
   pthread_mutex_lock(&p->mu);
+  /* sent statements: polled until their deadline, then ended here */
+  for (my_sent **sp = &p->sent; *sp;) {
+    my_sent *s = *sp;
+    s->polled_fd = -1;
+    if (now >= s->deadline) {
+      *sp = s->next;
+      s->next = over;
+      over = s;
+      continue;
+    }
+    if (s->deadline < *until)
+      *until = s->deadline;
+    int fd = (int)mysql_get_socket(s->conn);
+    more = more || !poll_in(fds, &n, max, fd);
+    if (!more) {
+      fds[n - 1].events |= POLLRDHUP;
+      s->polled_fd = fd;
+    }
+    sp = &s->next;
+  }
   for (my_wait *r = p->waits; r; r = r->next)
     for (int j = 0; j < MY_PROBES; j++) {
       my_pending *q = &r->q[j];
@@ -1947,6 +2381,11 @@ static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
       h->polled_fd = fd;
   }
   pthread_mutex_unlock(&p->mu);
+  while (over) {
+    my_sent *s = over;
+    over = s->next;
+    sent_expire(p, s);
+  }
   if (more && now + 100 < *until) /* more than the loop polls */
     *until = now + 100;
   return n;
@@ -1957,11 +2396,26 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
   (void)now;
   my *p = be;
   bool broke = false;
+  my_sent *answered = NULL;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < n; i++) {
     if (!fds[i].revents)
       continue;
     bool found = false;
+    /* a sent statement's answer is read once it is all there (or the
+     * connection ended: the read fails at once), after mu is released */
+    for (my_sent **sp = &p->sent; *sp && !found; sp = &(*sp)->next) {
+      my_sent *s = *sp;
+      if (s->polled_fd != fds[i].fd)
+        continue;
+      found = true;
+      if ((fds[i].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) ||
+          answer_in(fds[i].fd)) {
+        *sp = s->next;
+        s->next = answered;
+        answered = s;
+      }
+    }
     /* matched by the socket polled: a descriptor closed during the poll
      * (a released hold's connection) may be another connection's now */
     for (my_wait *r = p->waits; r && !found; r = r->next)
@@ -1986,6 +2440,11 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
       }
   }
   pthread_mutex_unlock(&p->mu);
+  while (answered) {
+    my_sent *s = answered;
+    answered = s->next;
+    sent_answer(p, s);
+  }
   if (broke)
     dlock__holds_renew_now(p->core);
 }
@@ -1995,6 +2454,16 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
 static void my_free(my *p) {
   if (!p)
     return;
+  /* a sent operation still out (the core's teardown waits for their
+   * ends, so normally none) ends here, its session with it */
+  while (p->sent) {
+    my_sent *s = p->sent;
+    p->sent = s->next;
+    mysql_close(s->conn);
+    dlock__seterr(DLOCK_ECLOSED, "mysql %s: the client was closed",
+                  p->where);
+    sent_end(s, DLOCK_ECLOSED, -1, 0);
+  }
   for (int i = 0; i < p->nidle; i++)
     mysql_close(p->idle[i]);
   for (int i = 0; i < p->ndoomed; i++)
@@ -2145,6 +2614,8 @@ const dlock__backend_ops dlock__mysql_backend = {
     .lock_acquire = my_lock_acquire,
     .lock_leave = my_lock_leave,
     .lock_release = my_lock_release,
+    .lock_acquire_send = my_lock_acquire_send,
+    .lock_release_send = my_lock_release_send,
     .lock_renew = my_lock_renew,
     .lock_force_release = my_lock_force_release,
     .lock_query = my_lock_query,
