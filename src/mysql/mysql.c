@@ -2404,7 +2404,7 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
     bool found = false;
     /* a sent statement's answer is read once it is all there (or the
      * connection ended: the read fails at once), after mu is released */
-    for (my_sent **sp = &p->sent; *sp && !found; sp = &(*sp)->next) {
+    for (my_sent **sp = &p->sent; *sp; sp = &(*sp)->next) {
       my_sent *s = *sp;
       if (s->polled_fd != fds[i].fd)
         continue;
@@ -2415,6 +2415,7 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
         s->next = answered;
         answered = s;
       }
+      break;
     }
     /* matched by the socket polled: a descriptor closed during the poll
      * (a released hold's connection) may be another connection's now */
