@@ -56,6 +56,32 @@
  *   (`KILL QUERY <id>` from a pooled connection) and reads its answer, so
  *   the statement is over when the wait ends; a grant that raced with the
  *   end is released on its connection.
+ * - Sent operations (the async API's tries and releases of reentrant and
+ *   fenced locks, backend.h's lock_acquire_send / lock_release_send): a
+ *   re-entry counts with no round trip; a try's statement goes out from
+ *   the calling thread on a pooled connection that is still open and
+ *   whose session has the lease's wait_timeout already (mysql_send_query,
+ *   not read), a release's on the hold's connection, and the operation
+ *   joins p->sent. The loop polls their sockets (loop_prepare, lowering
+ *   *until to the earliest deadline) and reads an answer only once all of
+ *   it is in the socket's buffer: answer_in walks the packets with
+ *   MSG_PEEK (an OK or ERR packet, or a result set through its final
+ *   EOF; the connector asks for no CLIENT_DEPRECATE_EOF and the backend
+ *   for no compression nor TLS, so the bytes on the socket are those
+ *   packets), or once the server hung up; the connector's blocking read
+ *   then finds every byte it asks for and returns without waiting. The
+ *   answer is handled by the blocking path's code (try_answer,
+ *   hold_record, release_answer), with no mutex held; a fenced grant
+ *   sends its token statement next (and the table's creation, when it
+ *   is missing), as next_token does. A statement not answered within the
+ *   command timeout ends in DLOCK_EIOTIMEOUT and its connection is closed
+ *   (a lock it may have taken ends with the session). done runs once:
+ *   the operation leaves p->sent, under mu, only in the hands of the one
+ *   that ends it (the loop; the close, for any left). To the pool
+ *   (DLOCK__SEND_BLOCKS): a name of more than 64 bytes, a wait of the
+ *   owner under way, a hold a renewal is using, no such connection pooled
+ *   (then the dialling worker pools one for the sends to come), and a
+ *   try whose connection turns out closed by the server (nothing held).
  * - Kinds: reentrant and fenced take the same lock. A fenced grant raises
  *   the name's row of the InnoDB table dlock_fence (created on first use)
  *   on the holding connection while the lock is held, so tokens grow with
@@ -96,8 +122,9 @@
  * - State: IS_USED_LOCK gives the holder's connection id (this client's
  *   own holds are shown by owner); waiters are the sessions whose running
  *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
- * - Locking: p->mu guards the pool, the holds and the waits' states; it is
- *   never held across I/O. A wait's statements are sent, read and ended
+ * - Locking: p->mu guards the pool, the holds, the waits' states and the
+ *   sent operations; it is never held across I/O (but a poll or a peek
+ *   that does not wait). A wait's statements are sent, read and ended
  *   only by the thread running its step (one at a time: its own, or an
  *   async wait's pool thread); the loop only marks them answered. A hold's
  *   connection is used by one thread at a time: a renewal marks the hold
@@ -908,8 +935,8 @@ static int my_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
  * *c and *wt (MY_RELEASE_SEND), or is not there or lost its session
  * (DLOCK__REL_NOTOWNER). A hold a renewal is using is waited for
  * (`wait`), else DLOCK__SEND_BLOCKS. */
-static int release_take(my *p, const dlock__release *rel, bool wait,
-                        MYSQL **c, int64_t *wt) {
+static int release_take(my *p, const dlock__release *rel, bool wait, MYSQL **c,
+                        int64_t *wt) {
   pthread_mutex_lock(&p->mu);
   my_hold **link = NULL;
   my_hold *h = hold_find(p, rel->name, rel->owner, &link);
@@ -2034,7 +2061,7 @@ static bool answer_in(int fd) {
     at += 4 + len;
     bool err = q[0] == 0xff, eof = q[0] == 0xfe && len < 9;
     if (err && len >= 3 && q[1] == 0xff && q[2] == 0xff)
-      continue; /* a progress report */
+      continue;       /* a progress report */
     if (phase == 0) { /* OK, ERR, or the column count */
       if (err || q[0] == 0x00)
         return true;
@@ -2461,8 +2488,7 @@ static void my_free(my *p) {
     my_sent *s = p->sent;
     p->sent = s->next;
     mysql_close(s->conn);
-    dlock__seterr(DLOCK_ECLOSED, "mysql %s: the client was closed",
-                  p->where);
+    dlock__seterr(DLOCK_ECLOSED, "mysql %s: the client was closed", p->where);
     sent_end(s, DLOCK_ECLOSED, -1, 0);
   }
   for (int i = 0; i < p->nidle; i++)

@@ -946,10 +946,10 @@ static void sent_call_done(void *ud, int rc, int64_t value) {
 static sent_call_t sent_call(dlock_client_t *c, dlock_lock_t *l, bool acquire,
                              int64_t wait_ms) {
   sent_call_t o = {0};
-  int rc = acquire ? dlock_lock_acquire_async(l, 0, wait_ms,
-                                              DLOCK_LEASE_WATCHDOG,
-                                              sent_call_done, &o, NULL)
-                   : dlock_lock_release_async(l, 0, sent_call_done, &o, NULL);
+  int rc = acquire
+               ? dlock_lock_acquire_async(l, 0, wait_ms, DLOCK_LEASE_WATCHDOG,
+                                          sent_call_done, &o, NULL)
+               : dlock_lock_release_async(l, 0, sent_call_done, &o, NULL);
   CHECK_OK(rc);
   int fd = -1;
   CHECK_OK(dlock_client_fd(c, &fd));
