@@ -315,7 +315,10 @@ DLOCK_EXTERN int dlock_options_set_sentinel_credentials(dlock_options_t *opts,
                                                         const char *password);
 /* How many command connections the client keeps (1..1024). Redis: up to
  * this many calls at once each have a connection of their own; calls
- * beyond that share one pipelined connection rather than dial more. */
+ * beyond that share one pipelined connection rather than dial more.
+ * PostgreSQL, MySQL: every hold has a connection of its own; one its
+ * release gives back is kept while the session timeout it was left with
+ * allows (up to 1024), one without such a timeout up to this many. */
 DLOCK_EXTERN int dlock_options_set_pool_size(dlock_options_t *opts, int n);
 /* Fair locks: how long a queued waiter keeps its place without coming back
  * (a crashed waiter loses it after this), > 0. Default 300000 (Redisson's).

@@ -59,10 +59,13 @@
  * - Sent operations (the async API's tries and releases of reentrant and
  *   fenced locks, backend.h's lock_acquire_send / lock_release_send): a
  *   re-entry counts with no round trip; a try's statement goes out from
- *   the calling thread on a pooled connection that is still open and
- *   whose session has the lease's wait_timeout already (mysql_send_query,
- *   not read), a release's on the hold's connection, and the operation
- *   joins p->sent. The loop polls their sockets (loop_prepare, lowering
+ *   the calling thread on a pooled connection that is still open (after
+ *   set_lease's SET when its session's wait_timeout is not the lease's),
+ *   with mysql_send_query (not read), a release's on the hold's
+ *   connection, and the operation joins p->sent. Each statement is a few
+ *   hundred bytes on a connection whose last answer was read (the server
+ *   read all that was sent): it goes into the socket's empty buffer
+ *   without waiting. The loop polls their sockets (loop_prepare, lowering
  *   *until to the earliest deadline) and reads an answer only once all of
  *   it is in the socket's buffer: answer_in walks the packets with
  *   MSG_PEEK (an OK or ERR packet, or a result set through its final
@@ -71,7 +74,9 @@
  *   packets), or once the server hung up; the connector's blocking read
  *   then finds every byte it asks for and returns without waiting. The
  *   answer is handled by the blocking path's code (try_answer,
- *   hold_record, release_answer), with no mutex held; a fenced grant
+ *   hold_record, release_answer), with no mutex held, on the loop
+ *   thread, which sends the operation's next statement if any (the try
+ *   after the SET); a fenced grant
  *   sends its token statement next (and the table's creation, when it
  *   is missing), as next_token does. A statement not answered within the
  *   command timeout ends in DLOCK_EIOTIMEOUT and its connection is closed
@@ -79,9 +84,10 @@
  *   the operation leaves p->sent, under mu, only in the hands of the one
  *   that ends it (the loop; the close, for any left). To the pool
  *   (DLOCK__SEND_BLOCKS): a name of more than 64 bytes, a wait of the
- *   owner under way, a hold a renewal is using, no such connection pooled
- *   (then the dialling worker pools one for the sends to come), and a
- *   try whose connection turns out closed by the server (nothing held).
+ *   owner under way, a hold a renewal is using, no open connection
+ *   pooled (then the dialling worker pools one for the sends to come),
+ *   and a try whose connection turns out closed by the server (nothing
+ *   held).
  * - Kinds: reentrant and fenced take the same lock. A fenced grant raises
  *   the name's row of the InnoDB table dlock_fence (created on first use)
  *   on the holding connection while the lock is held, so tokens grow with
@@ -149,12 +155,12 @@
 #include "core/backend.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/idle.h"
 #include "core/options.h"
 #include "core/uri.h"
 #include "core/wait.h"
 #include "mysql/mysql.h"
 
-#define MY_POOL_MAX 16
 #define MY_DEFAULT_PORT 3306
 /* a waiting GET_LOCK's bound (s): past it the statement answers 0 and is
  * sent again; a wait that ends sooner kills its session */
@@ -239,7 +245,7 @@ typedef struct my_wait {
 
 /* A sent operation (lock_acquire_send, lock_release_send): the statement
  * of its step on a connection of its own, answered to the loop. */
-enum { S_TRY, S_TOKEN, S_TABLE, S_RELEASE };
+enum { S_LEASE, S_TRY, S_TOKEN, S_TABLE, S_RELEASE };
 
 typedef struct my_sent {
   struct my_sent *next;
@@ -258,15 +264,14 @@ typedef struct my_sent {
 typedef struct my {
   struct dlock_client *core;
   int64_t connect_timeout_ms, command_timeout_ms, watchdog_ms;
-  int pool_max;
   char *host, *user, *password, *db, *socket;
   unsigned port;
   char where[200]; /* host:port/db, for messages */
   pthread_mutex_t mu;
   pthread_cond_t cond;
-  MYSQL *idle[MY_POOL_MAX];
-  int64_t idle_wt[MY_POOL_MAX], idle_since[MY_POOL_MAX];
-  int nidle;
+  /* idle connections, each with its wait_timeout (core/idle.h: one idle
+   * too long for it is closed, not lent) */
+  dlock__idle_pool idle;
   my_hold *holds;
   MYSQL *doomed[16]; /* closed at the next renewal pass (see postgres.c) */
   int ndoomed;
@@ -405,38 +410,14 @@ static int dial(my *p, MYSQL **out) {
   return 0;
 }
 
+static void conn_close(void *c) { mysql_close(c); }
+
 /* An idle connection (pooled or new); *wt its session's wait_timeout (0:
  * the server's default). */
-/* mu held: the most recently pooled connection whose session's
- * wait_timeout is `want` (-1: any), its wait_timeout into *wt; NULL when
- * there is none. Those the server closes soon are closed on the way. */
-static MYSQL *pool_pop_locked(my *p, int64_t now, int64_t want, int64_t *wt) {
-  for (int i = p->nidle - 1; i >= 0; i--) {
-    int64_t ms = p->idle_wt[i] * 1000, margin = ms / 4 > 50 ? ms / 4 : 50;
-    bool closing = ms > 0 && now - p->idle_since[i] >= ms - margin;
-    if (!closing && want >= 0 && p->idle_wt[i] != want)
-      continue;
-    MYSQL *c = p->idle[i];
-    *wt = p->idle_wt[i];
-    p->nidle--;
-    for (int j = i; j < p->nidle; j++) {
-      p->idle[j] = p->idle[j + 1];
-      p->idle_wt[j] = p->idle_wt[j + 1];
-      p->idle_since[j] = p->idle_since[j + 1];
-    }
-    if (!closing)
-      return c;
-    mysql_close(c); /* soon closed by the server */
-  }
-  return NULL;
-}
-
 static int conn_get(my *p, MYSQL **out, bool *fresh, int64_t *wt) {
-  *wt = 0;
-  int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&p->mu);
-  MYSQL *c = pool_pop_locked(p, now, -1, wt);
-  pthread_mutex_unlock(&p->mu);
+  int64_t ms = 0;
+  MYSQL *c = dlock__idle_take(&p->idle, dlock__now_ms(), &ms);
+  *wt = ms / 1000;
   *fresh = c == NULL;
   if (c) {
     *out = c;
@@ -455,17 +436,7 @@ static void conn_put(my *p, MYSQL *c, int64_t wt) {
     mysql_close(c);
     return;
   }
-  int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&p->mu);
-  if (p->nidle < p->pool_max) {
-    p->idle_wt[p->nidle] = wt;
-    p->idle_since[p->nidle] = now;
-    p->idle[p->nidle++] = c;
-    c = NULL;
-  }
-  pthread_mutex_unlock(&p->mu);
-  if (c)
-    mysql_close(c);
+  dlock__idle_put(&p->idle, c, wt * 1000, dlock__now_ms());
 }
 
 /* The answer of the statement whose result was read on c: the first
@@ -546,12 +517,17 @@ static int exec_pooled(my *p, const char *fmt, const char *name, char *out,
 }
 
 /* Sets c's session wait_timeout to the lease unless it has it. */
+/* The statement that sets a session's wait_timeout to `want` (s). */
+static void lease_sql(char *sql, size_t cap, int64_t want) {
+  snprintf(sql, cap, "SET SESSION wait_timeout = %lld", (long long)want);
+}
+
 static int set_lease(my *p, MYSQL *c, int64_t *wt, int64_t lease_ms) {
   int64_t want = secs(lease_ms);
   if (*wt == want)
     return 0;
   char sql[64];
-  snprintf(sql, sizeof sql, "SET SESSION wait_timeout = %lld", (long long)want);
+  lease_sql(sql, sizeof sql, want);
   int rc = exec_sql(p, c, sql, NULL, 0);
   *wt = rc ? -1 : want;
   return rc;
@@ -2149,6 +2125,15 @@ static void sent_answer(my *p, my_sent *s) {
   int next = -1;
   bool lost = false;
   switch (s->step) {
+  case S_LEASE: /* set_lease's SET: the try follows */
+    if (rc == 0) {
+      s->wt = secs(s->a.lease_ms);
+      next = S_TRY;
+      break;
+    }
+    rc = try_answer(p, c, -1, rc, out, &s->id, &lost);
+    sent_end(s, lost ? DLOCK__SEND_BLOCKS : rc, -1, 0);
+    return;
   case S_RELEASE:
     sent_end(s, release_answer(p, c, s->wt, rc, out), 0, 0);
     return;
@@ -2175,11 +2160,20 @@ static void sent_answer(my *p, my_sent *s) {
     }
     break;
   }
-  if (next >= 0) /* c holds the lock */
-    rc = sent_out(p, s, next == S_TOKEN ? SQL_TOKEN : SQL_FENCE_TABLE, next,
-                  false);
-  if (next >= 0 && rc == 0)
-    return;
+  if (next >= 0) {
+    rc = sent_out(p, s,
+                  next == S_TRY     ? SQL_TRY(s->a.name)
+                  : next == S_TOKEN ? SQL_TOKEN
+                                    : SQL_FENCE_TABLE,
+                  next, false);
+    if (rc == 0)
+      return;
+    if (next == S_TRY) { /* nothing taken: the pool's try */
+      mysql_close(c);
+      sent_end(s, DLOCK__SEND_BLOCKS, -1, 0);
+      return;
+    }
+  }
   if (rc == 1)
     rc = hold_record(p, &s->a, c, s->id, s->wt, tok);
   if (rc < 0)
@@ -2240,10 +2234,10 @@ static void dial_ahead(my *p, int64_t lease_ms) {
 
 /* The try of a reentrant or fenced lock, sent (backend.h): a re-entry
  * counts here, with no round trip; else SQL_TRY goes out on a pooled
- * connection whose session has the lease's wait_timeout already, and the
- * loop reads its answer (sent_answer). The rest goes to the pool: a name
- * of more than 64 bytes (its statement computes LOCKNAME), a wait of
- * this owner under way, no such connection pooled (one is dialled for
+ * connection (set_lease's SET first when its wait_timeout differs), and
+ * the loop reads its answer (sent_answer). The rest goes to the pool: a
+ * name of more than 64 bytes (its statement computes LOCKNAME), a wait
+ * of this owner under way, no open connection pooled (one is dialled for
  * the next sends). */
 static int my_lock_acquire_send(void *be, const dlock__acquire *a,
                                 dlock__sent_fn done, void *arg) {
@@ -2265,12 +2259,11 @@ static int my_lock_acquire_send(void *be, const dlock__acquire *a,
   if (waiting)
     return DLOCK__SEND_BLOCKS;
   MYSQL *c = NULL;
-  for (int i = 0; !c && i < MY_POOL_MAX; i++) {
-    pthread_mutex_lock(&p->mu);
-    c = pool_pop_locked(p, dlock__now_ms(), want, &wt);
-    pthread_mutex_unlock(&p->mu);
-    if (!c)
+  for (int i = 0; !c && i < 4; i++) {
+    int64_t ms = 0;
+    if (!(c = dlock__idle_take(&p->idle, dlock__now_ms(), &ms)))
       break;
+    wt = ms / 1000;
     if (!idle_open(c)) {
       mysql_close(c);
       c = NULL;
@@ -2292,7 +2285,11 @@ static int my_lock_acquire_send(void *be, const dlock__acquire *a,
     s->done = done;
     s->arg = arg;
   }
-  if (!s || !n || !o || sent_out(p, s, SQL_TRY(a->name), S_TRY, true) != 0) {
+  char lease[64];
+  lease_sql(lease, sizeof lease, want);
+  if (!s || !n || !o ||
+      sent_out(p, s, wt == want ? SQL_TRY(a->name) : lease,
+               wt == want ? S_TRY : S_LEASE, true) != 0) {
     /* nothing took effect: what might have, ends with the session */
     mysql_close(c);
     if (s)
@@ -2358,6 +2355,9 @@ static bool poll_in(struct pollfd *fds, int *n, int max, int fd) {
 static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
   my *p = be;
+  int64_t swept = dlock__idle_sweep(&p->idle, now);
+  if (swept < *until)
+    *until = swept;
   int n = 0;
   bool more = false;
   my_sent *over = NULL;
@@ -2491,8 +2491,7 @@ static void my_free(my *p) {
     dlock__seterr(DLOCK_ECLOSED, "mysql %s: the client was closed", p->where);
     sent_end(s, DLOCK_ECLOSED, -1, 0);
   }
-  for (int i = 0; i < p->nidle; i++)
-    mysql_close(p->idle[i]);
+  dlock__idle_destroy(&p->idle);
   for (int i = 0; i < p->ndoomed; i++)
     mysql_close(p->doomed[i]);
   while (p->holds) {
@@ -2597,13 +2596,12 @@ static int my_open(void **be, const char *url, const struct dlock_options *o,
     return DLOCK_ENOMEM;
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cond, NULL);
+  dlock__idle_init(&p->idle, o->pool_size, conn_close, NULL);
   p->core = core;
   p->connect_timeout_ms = o->connect_timeout_ms;
   p->command_timeout_ms = o->command_timeout_ms;
   p->watchdog_ms = o->watchdog_ms;
   p->psem_retry_ms = o->watchdog_ms / 3 > 100 ? o->watchdog_ms / 3 : 100;
-  p->pool_max = o->pool_size > 0 && o->pool_size < MY_POOL_MAX ? o->pool_size
-                                                               : MY_POOL_MAX;
   int rc = parse_url(p, url, o);
   if (rc) {
     if (p->password && p->password[0])

@@ -90,11 +90,11 @@
 #include "core/backend.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/idle.h"
 #include "core/options.h"
 #include "core/wait.h"
 #include "postgres/postgres.h"
 
-#define PG_POOL_MAX 16
 #define PG_MIN_VERSION 140000
 #define PG_KW_MAX 64
 
@@ -197,7 +197,6 @@ typedef struct pg_wait {
 typedef struct pg {
   struct dlock_client *core;
   int64_t connect_timeout_ms, command_timeout_ms;
-  int pool_max;
   const char *kw[PG_KW_MAX + 1];
   const char *val[PG_KW_MAX + 1];
   char *owned[PG_KW_MAX * 2]; /* strings kw/val point to */
@@ -206,11 +205,9 @@ typedef struct pg {
   char *password;  /* scrubbed from messages */
   pthread_mutex_t mu;
   pthread_cond_t cond;
-  PGconn *idle[PG_POOL_MAX];
-  /* each pooled connection's idle_session_timeout (ms, 0 none) and since
-   * when it is idle: one idle too long for it is dropped, not lent */
-  int64_t idle_ms[PG_POOL_MAX], idle_since[PG_POOL_MAX];
-  int nidle;
+  /* idle connections, each with its idle_session_timeout (core/idle.h:
+   * one idle too long for it is closed, not lent) */
+  dlock__idle_pool idle;
   pg_hold *holds;
   /* connections of holds whose heartbeat failed, closed only at the next
    * renewal pass (or close): closing at once could end the session on the
@@ -365,26 +362,14 @@ static int dial(pg *p, PGconn **out) {
   return 0;
 }
 
+static void conn_close(void *c) { PQfinish(c); }
+
+static bool conn_usable(void *c) { return PQstatus(c) == CONNECTION_OK; }
+
 /* An idle connection (pooled or new). *fresh tells which; *idle is its
  * idle_session_timeout (0 on a new one). */
 static int conn_get(pg *p, PGconn **out, bool *fresh, int64_t *idle) {
-  PGconn *c = NULL;
-  *idle = 0;
-  int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&p->mu);
-  while (!c && p->nidle > 0) {
-    p->nidle--;
-    c = p->idle[p->nidle];
-    *idle = p->idle_ms[p->nidle];
-    int64_t margin = *idle / 4 > 50 ? *idle / 4 : 50;
-    if (PQstatus(c) != CONNECTION_OK ||
-        (*idle > 0 && now - p->idle_since[p->nidle] >= *idle - margin)) {
-      PQfinish(c); /* gone, or soon ended by the server */
-      c = NULL;
-      *idle = 0;
-    }
-  }
-  pthread_mutex_unlock(&p->mu);
+  PGconn *c = dlock__idle_take(&p->idle, dlock__now_ms(), idle);
   *fresh = c == NULL;
   if (c) {
     *out = c;
@@ -406,17 +391,7 @@ static void conn_put(pg *p, PGconn *c, int64_t idle) {
     PQfinish(c);
     return;
   }
-  int64_t now = dlock__now_ms();
-  pthread_mutex_lock(&p->mu);
-  if (p->nidle < p->pool_max) {
-    p->idle_ms[p->nidle] = idle;
-    p->idle_since[p->nidle] = now;
-    p->idle[p->nidle++] = c;
-    c = NULL;
-  }
-  pthread_mutex_unlock(&p->mu);
-  if (c)
-    PQfinish(c);
+  dlock__idle_put(&p->idle, c, idle, dlock__now_ms());
 }
 
 /* Sends sql on c (non-blocking), flushing by deadline. */
@@ -1765,8 +1740,10 @@ static bool poll_in(struct pollfd *fds, int *n, int max, PGconn *c) {
 
 static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
                            int64_t *until) {
-  (void)now;
   pg *p = be;
+  int64_t swept = dlock__idle_sweep(&p->idle, now);
+  if (swept < *until)
+    *until = swept;
   int n = 0;
   bool more = false;
   pthread_mutex_lock(&p->mu);
@@ -1888,8 +1865,7 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
 static void pg_free(pg *p) {
   if (!p)
     return;
-  for (int i = 0; i < p->nidle; i++)
-    PQfinish(p->idle[i]);
+  dlock__idle_destroy(&p->idle);
   for (int i = 0; i < p->ndoomed; i++)
     PQfinish(p->doomed[i]);
   while (p->holds) {
@@ -2050,6 +2026,7 @@ static int pg_open(void **be, const char *url, const struct dlock_options *o,
     return DLOCK_ENOMEM;
   pthread_mutex_init(&p->mu, NULL);
   pthread_mutex_init(&p->lmu, NULL);
+  dlock__idle_init(&p->idle, o->pool_size, conn_close, conn_usable);
   p->lsn_fd = -1;
   p->psem_retry_ms = o->watchdog_ms / 3 > 100 ? o->watchdog_ms / 3 : 100;
   pthread_condattr_t attr;
@@ -2059,8 +2036,6 @@ static int pg_open(void **be, const char *url, const struct dlock_options *o,
   p->core = core;
   p->connect_timeout_ms = o->connect_timeout_ms;
   p->command_timeout_ms = o->command_timeout_ms;
-  p->pool_max = o->pool_size > 0 && o->pool_size < PG_POOL_MAX ? o->pool_size
-                                                               : PG_POOL_MAX;
   int rc = parse_url(p, url, o);
   if (rc) {
     pg_free(p);

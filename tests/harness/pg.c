@@ -243,7 +243,7 @@ static int spawn_server(th_pg_t *s) {
                         "-c", "fsync=off",
                         "-c", "full_page_writes=off",
                         "-c", "shared_buffers=16MB",
-                        "-c", "max_connections=60",
+                        "-c", "max_connections=200",
                         "-c", "logging_collector=off",
                         NULL};
   pid_t pid = run("postgres", args, log, false);

@@ -22,15 +22,19 @@
 #include "itest.h"
 
 #include <poll.h>
+#include <string.h>
 
 #define THREADS 16
 #define BASE 100 /* thread i's semaphore has BASE + i permits */
 
 /* command_ms: generous where no call may fail (a slow machine, valgrind:
  * sixteen threads queue on one connection) */
+static void log_sink(void *ud, dlock_log_level_t level, const char *msg);
+
 static dlock_client_t *pool_of_one(th_server_t *s, int64_t command_ms) {
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_log_callback(o, log_sink, NULL, DLOCK_LOG_INFO));
   CHECK_OK(dlock_options_set_pool_size(o, 1));
   CHECK_OK(dlock_options_set_connect_timeout(o, 1000));
   CHECK_OK(dlock_options_set_command_timeout(o, command_ms));
@@ -340,6 +344,17 @@ static void t_async_sent_share(void) {
   th_server_stop(s);
 }
 
+/* how many times the library said an async wait went on after its
+ * first attempt failed */
+static atomic_int g_wait_went_on;
+
+static void log_sink(void *ud, dlock_log_level_t level, const char *msg) {
+  (void)ud;
+  (void)level;
+  if (strstr(msg, "the wait goes on"))
+    atomic_fetch_add(&g_wait_went_on, 1);
+}
+
 typedef struct one {
   int calls, rc;
   int64_t value;
@@ -414,6 +429,39 @@ static void t_async_sent_faults(void) {
   dlock_lock_t *l2 = it_lock(c, "sent-faults-after");
   CHECK_OK(one_call(c, l2, true, DLOCK_LEASE_WATCHDOG).rc);
   CHECK_OK(one_call(c, l2, false, 0).rc);
+  /* a wait whose first attempt is sent to a stopped server rides the
+   * outage out, as a blocking wait does: the attempt fails at its
+   * deadline, the wait goes on, and it takes the lock once the server is
+   * back */
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  dlock_lock_t *l3 = it_lock(c, "sent-faults-wait");
+  CHECK(th_server_pause(s) == 0);
+  int went_on = atomic_load(&g_wait_went_on);
+  one_t w = {0};
+  CHECK_OK(dlock_lock_acquire_async(l3, 78, 20000, DLOCK_LEASE_WATCHDOG,
+                                    one_done, &w, NULL));
+  int64_t deadline = th_now_ms() + 15000;
+  while (w.calls == 0 && atomic_load(&g_wait_went_on) == went_on &&
+         th_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 50) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  CHECK(th_server_resume(s) == 0);
+  CHECKF(w.calls == 0, "the wait ended with the attempt: %s (%s)",
+         dlock_err_name(w.rc), w.detail);
+  CHECK(atomic_load(&g_wait_went_on) > went_on);
+  deadline = th_now_ms() + 20000;
+  while (w.calls == 0 && th_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 200) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  CHECKF(w.calls == 1 && w.rc == 0, "the wait after the outage: %s (%s)",
+         dlock_err_name(w.rc), w.detail);
+  CHECK_OK(dlock_lock_release_as(l3, 78));
+  dlock_lock_free(l3);
   CHECK_INT(dlock_client_pending(c), ==, 0);
   dlock_lock_free(l2);
   dlock_lock_free(l);

@@ -1,7 +1,8 @@
 /*
  * test_core.c - the core's own behaviour on an in-memory backend
  * (fake_backend.h): the session loss clock, waits and their deadlines,
- * without any server.
+ * without any server; and the idle connection pool of the session-lock
+ * backends (core/idle.h), on tokens for connections and given times.
  *
  * Design note: every case uses the public API for what a user does and
  * sees (acquire, release, hold validity, lost callbacks, who gets a lock)
@@ -18,6 +19,8 @@
 #endif
 
 #include "check.h"
+#include "core/clock.h"
+#include "core/idle.h"
 #include "fake_backend.h"
 #include "harness.h"
 
@@ -386,6 +389,68 @@ static void t_async_rides_out_outage(void) {
   dlock_client_free(a);
 }
 
+/* ------------------------------------------------------------ idle pool */
+
+/* The pool's connections are tokens here; a close is counted. */
+static int g_closed;
+static void tok_close(void *c) {
+  (void)c;
+  g_closed++;
+}
+static bool tok_usable(void *c) { return (uintptr_t)c != 99; }
+#define TOK(i) ((void *)(uintptr_t)(i))
+
+/* What a program holding many session locks at once sees: every
+ * connection given back with a server timeout is kept beyond the pool
+ * size (no dial when it takes them again), lent newest first, and closed
+ * once idle near its timeout, whether by the loop's sweep or on the way
+ * to a younger one; connections with no timeout stay within the pool
+ * size; a broken one is never lent. */
+static void t_idle_pool(void) {
+  dlock__idle_pool ip;
+  g_closed = 0;
+  dlock__idle_init(&ip, 2, tok_close, tok_usable);
+  int64_t t = 1000, to;
+  for (int i = 1; i <= 64; i++) /* 64 holds' connections, 30 s timeout */
+    dlock__idle_put(&ip, TOK(i), 30000, t);
+  CHECK_INT(g_closed, ==, 0);
+  CHECK(dlock__idle_take(&ip, t + 10, &to) == TOK(64));
+  CHECK_INT((int)to, ==, 30000);
+  dlock__idle_put(&ip, TOK(64), 30000, t + 20);
+  /* untimed ones: two kept, the third closed at once */
+  dlock__idle_put(&ip, TOK(101), 0, t);
+  dlock__idle_put(&ip, TOK(102), 0, t);
+  dlock__idle_put(&ip, TOK(103), 0, t);
+  CHECK_INT(g_closed, ==, 1);
+  /* the sweep: nothing near its timeout yet; the next due at the
+   * timeout less its margin (a quarter) from the oldest */
+  CHECK_INT((int)dlock__idle_sweep(&ip, t + 100), ==, 1000 + 22500);
+  CHECK_INT(g_closed, ==, 1);
+  /* past it: the 63 of t go, the one given back at t + 20 stays a
+   * little longer, the untimed ones stay */
+  int64_t next = dlock__idle_sweep(&ip, t + 22500);
+  CHECK_INT(g_closed, ==, 1 + 16); /* at most 16 per sweep: come back now */
+  CHECK(next == t + 22500);
+  for (int i = 0; i < 8 && g_closed < 1 + 63; i++)
+    dlock__idle_sweep(&ip, t + 22500);
+  CHECK_INT(g_closed, ==, 1 + 63);
+  CHECK(dlock__idle_take(&ip, t + 22500, &to) == TOK(102));
+  CHECK_INT((int)to, ==, 0);
+  CHECK(dlock__idle_take(&ip, t + 22500, &to) == TOK(101));
+  /* 64 is left; taken past its own expiry it is closed, not lent */
+  CHECK(dlock__idle_take(&ip, t + 22520, &to) == NULL);
+  CHECK_INT(g_closed, ==, 1 + 64);
+  CHECK(dlock__idle_sweep(&ip, t) == DLOCK__NEVER);
+  /* a broken connection is passed over and closed */
+  dlock__idle_put(&ip, TOK(7), 30000, t);
+  dlock__idle_put(&ip, TOK(99), 30000, t);
+  CHECK(dlock__idle_take(&ip, t, &to) == TOK(7));
+  CHECK_INT(g_closed, ==, 1 + 65);
+  dlock__idle_put(&ip, TOK(7), 30000, t);
+  dlock__idle_destroy(&ip);
+  CHECK_INT(g_closed, ==, 1 + 66);
+}
+
 /* clang-format off */
 static const check_case_t cases[] = {
     {"session_bound_passes", t_session_bound_passes},
@@ -397,6 +462,7 @@ static const check_case_t cases[] = {
     {"wait_rides_out_outage", t_wait_rides_out_outage},
     {"async_park_time_cancel", t_async_park_time_cancel},
     {"async_rides_out_outage", t_async_rides_out_outage},
+    {"idle_pool", t_idle_pool},
 };
 /* clang-format on */
 
