@@ -14,7 +14,10 @@
  * hand), exclude the K+1th, come to a waiter of another client or
  * process on a release, a kill or a freeze of their holder, never have
  * more than K holders across processes, and `dlock -N` runs K commands
- * at once and lists their ids. Every wait is bounded. Without mariadbd
+ * at once and lists their ids. The async calls' tries and releases need
+ * no thread (a warmed-up client's thread count stays), and meet a
+ * stopped, killed or restarted server as the blocking calls do. Every
+ * wait is bounded. Without mariadbd
  * every case exits 77 (skipped).
  */
 #ifndef _GNU_SOURCE
@@ -24,6 +27,8 @@
 #include "check.h"
 #include "harness.h"
 #include "mysql.h"
+
+#include "async_one.h" /* after check.h and harness.h */
 
 #include <dirent.h>
 #include <dlock/dlock.h>
@@ -927,42 +932,6 @@ static void t_cli_limit(void) {
  * from the calling thread on pooled connections, their answers read by
  * the event loop (mysql.c "sent ops"). */
 
-typedef struct sent_call {
-  int calls, rc;
-  int64_t value;
-  char detail[300];
-} sent_call_t;
-
-static void sent_call_done(void *ud, int rc, int64_t value) {
-  sent_call_t *o = ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
-}
-
-/* One async try (wait 0) or release of l, run to its callback on this
- * thread (dlock_client_process), within 30 s. */
-static sent_call_t sent_call(dlock_client_t *c, dlock_lock_t *l, bool acquire,
-                             int64_t wait_ms) {
-  sent_call_t o = {0};
-  int rc = acquire
-               ? dlock_lock_acquire_async(l, 0, wait_ms, DLOCK_LEASE_WATCHDOG,
-                                          sent_call_done, &o, NULL)
-               : dlock_lock_release_async(l, 0, sent_call_done, &o, NULL);
-  CHECK_OK(rc);
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + 30000;
-  while (o.calls == 0 && th_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
-  CHECK_INT(o.calls, ==, 1);
-  return o;
-}
-
 /* The threads of this process (/proc/self/task). */
 static int thread_count(void) {
   DIR *d = opendir("/proc/self/task");
@@ -1009,20 +978,23 @@ static void t_async_sent_no_pool(void) {
   enum { PAIRS = 40 };
   int64_t last = 0;
   for (int i = 0; i < PAIRS; i++) {
-    CHECK_OK(sent_call(c, r, true, 0).rc);
-    CHECK_OK(sent_call(c, r, true, 0).rc); /* reentry */
-    CHECK_OK(sent_call(c, r, false, 0).rc);
-    CHECK_OK(sent_call(c, r, false, 0).rc);
-    sent_call_t g = sent_call(c, f, true, 0);
+    CHECK_OK(th_async_one(c, r, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(
+        th_async_one(c, r, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc); /* reentry */
+    CHECK_OK(th_async_one(c, r, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, r, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+    th_async_outcome_t g = th_async_one(c, f, 0, true, 0, DLOCK_LEASE_WATCHDOG);
     CHECK_OK(g.rc);
     CHECKF(g.value > last, "token %lld after %lld", (long long)g.value,
            (long long)last);
     last = g.value;
-    CHECK_INT(sent_call(c, f, true, 0).value, ==, last);
-    CHECK_OK(sent_call(c, f, false, 0).rc);
-    CHECK_OK(sent_call(c, f, false, 0).rc);
+    CHECK_INT(th_async_one(c, f, 0, true, 0, DLOCK_LEASE_WATCHDOG).value, ==,
+              last);
+    CHECK_OK(th_async_one(c, f, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, f, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
   }
-  sent_call_t busy = sent_call(c, b, true, 0);
+  th_async_outcome_t busy =
+      th_async_one(c, b, 0, true, 0, DLOCK_LEASE_WATCHDOG);
   CHECKF(busy.rc == DLOCK_EBUSY, "a held lock's try: %s (%s)",
          dlock_err_name(busy.rc), busy.detail);
   int after = thread_count();
@@ -1074,7 +1046,7 @@ static void t_async_sent_faults(void) {
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
   CHECK_OK(dlock_lock_release(l));
   CHECK_INT(th_my_pause(s), ==, 0);
-  sent_call_t o = sent_call(c, l, true, 0);
+  th_async_outcome_t o = th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG);
   CHECK_INT(th_my_resume(s), ==, 0);
   CHECKF(o.rc == DLOCK_EIOTIMEOUT, "a try on a stopped server: %s (%s)",
          dlock_err_name(o.rc), o.detail);
@@ -1082,9 +1054,9 @@ static void t_async_sent_faults(void) {
   printf("a try on a stopped server: %s (%s)\n", dlock_err_name(o.rc),
          o.detail);
   /* its session ends once the server reads on: the lock comes free */
-  CHECK_OK(sent_call(c, l, true, 20000).rc);
+  CHECK_OK(th_async_one(c, l, 0, true, 20000, DLOCK_LEASE_WATCHDOG).rc);
   CHECK_INT(th_my_pause(s), ==, 0);
-  o = sent_call(c, l, false, 0);
+  o = th_async_one(c, l, 0, false, 0, DLOCK_LEASE_WATCHDOG);
   CHECK_INT(th_my_resume(s), ==, 0);
   CHECKF(o.rc == 0, "a release on a stopped server: %s (%s)",
          dlock_err_name(o.rc), o.detail);
@@ -1094,14 +1066,14 @@ static void t_async_sent_faults(void) {
   printf("a release on a stopped server: done, the lock free once it ran "
          "on\n");
   kill_sessions(s);
-  CHECK_OK(sent_call(c, l, true, 0).rc);
-  CHECK_OK(sent_call(c, l, false, 0).rc);
+  CHECK_OK(th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(th_async_one(c, l, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
   CHECK_INT(client_try(s, "'sent-faults'"), ==, '1');
   CHECK_INT(th_my_kill9(s), ==, 0);
   CHECK_INT(th_my_up(s), ==, 0);
   for (int i = 0; i < 2; i++) {
-    CHECK_OK(sent_call(c, l, true, 0).rc);
-    CHECK_OK(sent_call(c, l, false, 0).rc);
+    CHECK_OK(th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, l, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
   }
   CHECK_INT(client_try(s, "'sent-faults'"), ==, '1');
   printf("sessions killed, then a server restart, between operations: the "
