@@ -116,7 +116,11 @@ static int64_t chores_locked(struct dlock_client *c, int64_t now) {
  * blocking), sleep in poll() until a descriptor, a poke or the next
  * deadline, and hand the backend what poll() saw. Nothing here waits on
  * the network. */
-#define LOOP_FDS 64 /* a backend's descriptors (over several servers: one each) */
+/* A backend's descriptors: over several servers one each, and on
+ * PostgreSQL and MySQL one per hold and per statement in flight (a
+ * program holding hundreds of locks); those beyond are polled every 100
+ * ms. 8 KiB of the loop thread's stack. */
+#define LOOP_FDS 1024
 
 static void *bg_main(void *arg) {
   struct dlock_client *c = arg;
