@@ -59,20 +59,20 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/worker.h"
 #include "core/holds.h"
 #include "core/wait.h"
+#include "core/worker.h"
 #include "etcd/etcd.h"
 
 struct etcd_watch {
   etcd_reg *reg; /* NULL once the wait ended or moved on (under mu) */
   CURL *h;
-  int idx;      /* endpoint */
-  char *req;    /* the request body (kept for libcurl) */
-  char *buf;    /* bytes of a result line not complete yet */
+  int idx;   /* endpoint */
+  char *req; /* the request body (kept for libcurl) */
+  char *buf; /* bytes of a result line not complete yet */
   size_t n;
-  bool fired;   /* the key was deleted, or the stream is useless */
-  bool done;    /* the transfer ended */
+  bool fired; /* the key was deleted, or the stream is useless */
+  bool done;  /* the transfer ended */
   etcd_watch *next;
 };
 
@@ -357,6 +357,7 @@ static void *etcd_thread(void *arg) {
   memset(&ka, 0, sizeof ka);
   wprobe_t wp = {NULL, 0};
   etcd_watch *watches = NULL;
+  etcd_sent *sends = NULL; /* sent requests under way (transport.c) */
   for (;;) {
     int64_t now = dlock__now_ms();
     /* no timer of ours when idle: libcurl shortens the poll to its own
@@ -422,6 +423,7 @@ static void *etcd_thread(void *arg) {
       }
     }
     watches_sync_locked(e, &watches);
+    dlock__etcd_sends_take_locked(e, &sends);
     pthread_mutex_unlock(&e->mu);
 
     int running = 0;
@@ -433,12 +435,16 @@ static void *etcd_thread(void *arg) {
       if (m->msg != CURLMSG_DONE)
         continue;
       progressed = true;
+      /* m lives in its easy handle: read before a sent one is freed */
+      if (dlock__etcd_sends_ended(e, &sends, m->easy_handle,
+                                  (int)m->data.result))
+        continue;
       if (ka.h && m->easy_handle == ka.h) {
         CURLcode cc = m->data.result;
         long status = 0;
         curl_easy_getinfo(ka.h, CURLINFO_RESPONSE_CODE, &status);
-        json_object *j = cc == CURLE_OK && ka.buf ? json_tokener_parse(ka.buf)
-                                                  : NULL;
+        json_object *j =
+            cc == CURLE_OK && ka.buf ? json_tokener_parse(ka.buf) : NULL;
         json_object *res = dlock__etcd_get(j, "result");
         const char *err = json_object_get_string(dlock__etcd_get(j, "error"));
         bool gone = (res && dlock__etcd_i64(res, "TTL") <= 0) ||
@@ -524,6 +530,7 @@ static void *etcd_thread(void *arg) {
       wait = 0;
     curl_multi_poll(e->multi, NULL, 0, (int)wait, NULL);
   }
+  dlock__etcd_sends_close(e, &sends);
   ka_clear(e, &ka);
   if (wp.h) {
     curl_multi_remove_handle(e->multi, wp.h);
