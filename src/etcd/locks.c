@@ -46,6 +46,10 @@
  * are reported lost and every wait attempts again under a new lease,
  * with a new key, so at the back of the queue.
  *
+ * The async calls' try and release (backend.h's lock_*_send) are the
+ * same requests on the session thread, with the same halves of the
+ * blocking functions: see "sent requests" below.
+ *
  * Release deletes the key (never sent twice: a second "deleted 0" would
  * read as a lost lock; the core retries once and reads "not owner" on its
  * retry as done). "deleted 0" on the first try means the key was gone:

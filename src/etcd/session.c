@@ -42,12 +42,27 @@
  *   streams the same way, so a waiter whose predecessor's stream is on a
  *   stopped member learns of the release within about TTL/3 + 1 s, not
  *   at its TTL bound.
+ * - sent requests (transport.c's dlock__etcd_send, for the async calls'
+ *   tries and releases: locks.c): a caller queues an easy handle under
+ *   mu and wakes the thread, which adds it to its multi handle; when the
+ *   transfer ends (reply, failure, or CURLOPT_TIMEOUT_MS, the command
+ *   timeout, which libcurl's own timers enforce inside curl_multi_poll)
+ *   the thread runs its handler, with no mutex held; a handler never
+ *   waits (a follow-up request is sent the same way). At stop, each one
+ *   left ends with DLOCK_ECLOSED. This thread rather than the client's
+ *   event loop (loop_prepare / loop_dispatch with
+ *   curl_multi_socket_action): it already drives a multi handle, whose
+ *   connection cache the sent requests share with the keep-alives, and
+ *   libcurl keeps the deadline; the loop would need a second multi handle
+ *   with socket and timer callbacks mapped onto its few descriptors, for
+ *   no fewer thread hops (either way one thread of the library reads the
+ *   reply and queues the outcome for the program's thread).
  * The thread sleeps in curl_multi_poll until the next keep-alive; callers
  * interrupt it with curl_multi_wakeup.
  *
  * Locks: e->mu guards the lease fields, the registrations (and
- * reg->watch / watch->reg, the link between a wait and its stream) and
- * `stop`; the thread alone touches the multi handle, the easy handles of
+ * reg->watch / watch->reg, the link between a wait and its stream), the
+ * queue of sent requests and `stop`; the thread alone touches the multi handle, the easy handles of
  * streams and their buffers. The wait up-calls are made with e->mu held
  * (lock order: e->mu, then client->mu); dlock__holds_session_lost without.
  */

@@ -23,7 +23,8 @@
  * the gateway is the choice.
  *
  * Requests (caller threads; the session thread makes its keep-alive and
- * watch handles with dlock__etcd_easy_new and runs them itself): an easy
+ * watch handles with dlock__etcd_easy_new and runs them itself, and runs
+ * the sent requests of the async calls, see "sent requests" below): an easy
  * handle is borrowed from a small idle pool together with the multi
  * handle it runs in (pool_mu guards the arrays, the endpoint in use and
  * the auth token, never I/O), so each keeps its HTTP keep-alive
