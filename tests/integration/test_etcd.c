@@ -1003,6 +1003,19 @@ static void t_sent_no_pool_thread(void) {
   th_etcd_stop(e);
 }
 
+/* Another client finds `name` free, and takes and releases it (sent). */
+static void check_free(th_etcd_t *e, const char *name) {
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 3000);
+  dlock_lock_t *l = lock_kind(c, name, DLOCK_REENTRANT);
+  bool b = true;
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECKF(!b, "'%s' is still locked", name);
+  CHECK_OK(try_async(c, l, NULL));
+  CHECK_OK(release_async(c, l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+}
+
 static void t_sent_server_paused(void) {
   /* the server stops answering (SIGSTOP) while a sent try is under way:
    * its callback says DLOCK_EIOTIMEOUT, after the command timeout; once
@@ -1033,15 +1046,7 @@ static void t_sent_server_paused(void) {
          dlock_last_error());
   dlock_lock_free(l);
   dlock_client_free(c);
-  dlock_client_t *c2 = client_cmd(th_etcd_url(e), 3000);
-  dlock_lock_t *l2 = lock_kind(c2, "sent-paused", DLOCK_REENTRANT);
-  bool b = true;
-  CHECK_OK(dlock_lock_is_locked(l2, &b));
-  CHECK(!b);
-  CHECK_OK(try_async(c2, l2, NULL));
-  CHECK_OK(release_async(c2, l2));
-  dlock_lock_free(l2);
-  dlock_client_free(c2);
+  check_free(e, "sent-paused");
   th_etcd_stop(e);
 }
 
@@ -1064,15 +1069,7 @@ static void t_sent_server_restarted(void) {
     CHECK_OK(th_etcd_up(e, 0));
     CHECK_OK(release_async(c, l));
   }
-  dlock_client_t *c2 = client_cmd(th_etcd_url(e), 3000);
-  dlock_lock_t *l2 = lock_kind(c2, "sent-restart", DLOCK_REENTRANT);
-  bool b = true;
-  CHECK_OK(dlock_lock_is_locked(l2, &b));
-  CHECK(!b);
-  CHECK_OK(dlock_lock_acquire(l2, 0, DLOCK_LEASE_WATCHDOG));
-  CHECK_OK(dlock_lock_release(l2));
-  dlock_lock_free(l2);
-  dlock_client_free(c2);
+  check_free(e, "sent-restart"); /* while c lives: nothing lingers */
   dlock_lock_free(l);
   dlock_client_free(c);
   th_etcd_stop(e);
