@@ -822,13 +822,17 @@ int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
  * way: the blocking operation grants). What the blocking operation
  * would go on with (a request not sent, a failed connection, no leader,
  * an expired token, a lease etcd no longer has) ends in
- * DLOCK__SEND_BLOCKS with the entry left as the owner's, from which the
- * blocking acquire goes on (its transaction is idempotent) and the
- * blocking release deletes the key (still held here). A silent endpoint
+ * DLOCK__SEND_BLOCKS: a try's entry is freed (a try the core cancels
+ * before its blocking run must not leave the name taken here), and the
+ * blocking acquire claims it anew and sends the transaction again (it is
+ * idempotent: a key the lost one put is found and taken, or removed on a
+ * refusal); a release's entry is still held, and the blocking release
+ * deletes the key. A silent endpoint
  * ends in DLOCK_EIOTIMEOUT at the command timeout: a try then removes
  * its key first, as the blocking try does after an error. */
 
 typedef struct sent_lock {
+  dlock__etcd *e;
   char *name;
   char owner[64];
   int64_t lease;
@@ -839,7 +843,7 @@ typedef struct sent_lock {
   void *arg;
 } sent_lock;
 
-static sent_lock *sent_new(const char *name, const char *owner,
+static sent_lock *sent_new(dlock__etcd *e, const char *name, const char *owner,
                            dlock__sent_fn done, void *arg) {
   if (strlen(owner) >= sizeof((sent_lock *)0)->owner)
     return NULL;
@@ -850,6 +854,7 @@ static sent_lock *sent_new(const char *name, const char *owner,
   }
   if (s) {
     snprintf(s->owner, sizeof s->owner, "%s", owner);
+    s->e = e;
     s->done = done;
     s->arg = arg;
   }
@@ -863,6 +868,8 @@ static void sent_free(sent_lock *s) {
 
 /* done runs last: it may free what arg points to. */
 static void sent_finish(sent_lock *s, int rc, int64_t x, int64_t y) {
+  if (rc == DLOCK__SEND_BLOCKS) /* the blocking acquire claims it anew */
+    abandon_end(s->e, s->name, s->owner, 0);
   dlock__sent_fn done = s->done;
   void *arg = s->arg;
   sent_free(s);
@@ -891,7 +898,7 @@ static void try_remove(dlock__etcd *e, sent_lock *s) {
   int rc =
       req ? dlock__etcd_send(e, "/v3/kv/deleterange", req, true, try_removed, s)
           : DLOCK_ENOMEM;
-  if (rc == DLOCK__SEND_BLOCKS) /* the entry is still the owner's */
+  if (rc == DLOCK__SEND_BLOCKS) /* the blocking try removes it */
     sent_finish(s, DLOCK__SEND_BLOCKS, 0, 0);
   else if (rc)
     try_removed(e, s, rc, NULL);
@@ -958,13 +965,14 @@ int dlock__etcd_lock_acquire_send(void *be, const dlock__acquire *a,
   }
   if (rc < 0)
     return rc;
-  /* the entry is the owner's: from here on, a send that does not go out
-   * leaves it to the blocking acquire, which goes on from it */
-  sent_lock *s = sent_new(a->name, a->owner, done, arg);
+  /* the entry is the owner's: a send that does not go out frees it for
+   * the blocking acquire, which claims it anew */
+  sent_lock *s = sent_new(e, a->name, a->owner, done, arg);
   names_t n;
   if (!s || names_make(a->name, lease, &n) != 0) {
     if (s)
       sent_free(s);
+    abandon_end(e, a->name, a->owner, 0);
     return DLOCK__SEND_BLOCKS;
   }
   s->lease = lease;
@@ -973,6 +981,7 @@ int dlock__etcd_lock_acquire_send(void *be, const dlock__acquire *a,
   rc = dlock__etcd_send(e, "/v3/kv/txn", txn, true, try_answered, s);
   if (rc) {
     sent_free(s);
+    abandon_end(e, a->name, a->owner, 0);
     return DLOCK__SEND_BLOCKS;
   }
   return 0;
@@ -1002,7 +1011,7 @@ int dlock__etcd_lock_release_send(void *be, const dlock__release *rel,
   }
   /* still held here: a delete that does not go out is the blocking
    * release's */
-  sent_lock *s = sent_new(rel->name, rel->owner, done, arg);
+  sent_lock *s = sent_new(e, rel->name, rel->owner, done, arg);
   json_object *req = s ? delete_req(b64) : NULL;
   dlock__free(b64);
   rc = req ? dlock__etcd_send(e, "/v3/kv/deleterange", req, false,
