@@ -19,6 +19,7 @@
 #include "check.h"
 #include "etcd.h"
 #include "harness.h"
+#include "outcome.h"
 
 #include <dirent.h>
 #include <dlock/dlock.h>
@@ -893,40 +894,17 @@ static int nthreads(void) {
   return n;
 }
 
-typedef struct outcome {
-  int calls, rc;
-  int64_t value;
-  char err[256];
-} outcome_t;
-
-static void on_outcome(void *ud, int rc, int64_t value) {
-  outcome_t *o = ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-  snprintf(o->err, sizeof o->err, "%s", rc ? dlock_last_error() : "");
-}
-
-static bool outcome_in(void *arg) { return ((outcome_t *)arg)->calls > 0; }
-
 /* Runs c's callbacks until o has its outcome (20 s at most); its rc. */
-static int outcome_wait(dlock_client_t *c, outcome_t *o) {
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + 20000;
-  while (!outcome_in(o) && th_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
+static int outcome_wait(dlock_client_t *c, th_outcome_t *o) {
+  th_loop_until(c, th_called, o, 20000);
   CHECKF(o->calls == 1, "%d callbacks", o->calls);
   return o->rc;
 }
 
 static int try_async(dlock_client_t *c, dlock_lock_t *l, int64_t *token) {
-  outcome_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, 0, 0, DLOCK_LEASE_WATCHDOG, on_outcome,
-                                    &o, NULL));
+  th_outcome_t o = {0};
+  CHECK_OK(dlock_lock_acquire_async(l, 0, 0, DLOCK_LEASE_WATCHDOG,
+                                    th_on_outcome, &o, NULL));
   int rc = outcome_wait(c, &o);
   if (token)
     *token = o.value;
@@ -934,8 +912,8 @@ static int try_async(dlock_client_t *c, dlock_lock_t *l, int64_t *token) {
 }
 
 static int release_async(dlock_client_t *c, dlock_lock_t *l) {
-  outcome_t o = {0};
-  CHECK_OK(dlock_lock_release_async(l, 0, on_outcome, &o, NULL));
+  th_outcome_t o = {0};
+  CHECK_OK(dlock_lock_release_async(l, 0, th_on_outcome, &o, NULL));
   return outcome_wait(c, &o);
 }
 
@@ -983,11 +961,11 @@ static void t_sent_no_pool_thread(void) {
     CHECK_OK(release_async(c, l));
   }
   CHECK_RC(release_async(c, l), DLOCK_ENOTOWNER);
-  outcome_t o = {0};
+  th_outcome_t o = {0};
   CHECK_OK(dlock_lock_acquire_async(busy, 0, 0, DLOCK_LEASE_WATCHDOG,
-                                    on_outcome, &o, NULL));
+                                    th_on_outcome, &o, NULL));
   CHECK_RC(outcome_wait(c, &o), DLOCK_EBUSY);
-  CHECKF(strstr(o.err, "held by another") != NULL, "%s", o.err);
+  CHECKF(strstr(o.detail, "held by another") != NULL, "%s", o.detail);
   CHECK_INT(nthreads(), ==, before);
   /* the refused try left no key behind: no waiter on the holder */
   CHECK_INT(nwaiters(obusy), ==, 0);
@@ -1033,12 +1011,12 @@ static void t_sent_server_paused(void) {
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
   CHECK_OK(dlock_lock_release(l));
   CHECK_OK(th_etcd_pause(e, 0));
-  outcome_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, 0, 0, DLOCK_LEASE_WATCHDOG, on_outcome,
-                                    &o, NULL));
+  th_outcome_t o = {0};
+  CHECK_OK(dlock_lock_acquire_async(l, 0, 0, DLOCK_LEASE_WATCHDOG,
+                                    th_on_outcome, &o, NULL));
   int rc = outcome_wait(c, &o);
   CHECK_OK(th_etcd_resume(e, 0));
-  CHECKF(rc == DLOCK_EIOTIMEOUT, "%s: %s", dlock_err_name(rc), o.err);
+  CHECKF(rc == DLOCK_EIOTIMEOUT, "%s: %s", dlock_err_name(rc), o.detail);
   CHECK_OK(dlock_client_ping(c)); /* the server answers again */
   CHECK_OK(try_async(c, l, NULL));
   rc = release_async(c, l);
