@@ -920,7 +920,8 @@ static int release_async(dlock_client_t *c, dlock_lock_t *l) {
 static dlock_client_t *client_cmd(const char *url, int64_t command_ms) {
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
-  CHECK_OK(dlock_options_set_connect_timeout(o, 1000));
+  CHECK_OK(dlock_options_set_connect_timeout(o, command_ms < 1000 ? command_ms
+                                                                  : 1000));
   CHECK_OK(dlock_options_set_command_timeout(o, command_ms));
   CHECK_OK(dlock_options_set_async_threads(o, 2));
   dlock_client_t *c = NULL;
@@ -1048,6 +1049,37 @@ static void t_sent_server_restarted(void) {
     CHECK_OK(release_async(c, l));
   }
   check_free(e, "sent-restart"); /* while c lives: nothing lingers */
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_sent_server_down(void) {
+  /* the server down (killed): a sent try and a sent release cannot
+   * connect and hand over to the blocking calls, whose answer
+   * (DLOCK_EUNAVAILABLE) they give; the hold is kept, and once the server
+   * is back its release and the try work */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 500);
+  dlock_lock_t *held = lock_kind(c, "sent-down-held", DLOCK_REENTRANT);
+  dlock_lock_t *l = lock_kind(c, "sent-down", DLOCK_FENCED);
+  CHECK_OK(try_async(c, held, NULL));
+  CHECK_OK(th_etcd_kill9(e, 0));
+  int rc = release_async(c, held);
+  CHECKF(rc == DLOCK_EUNAVAILABLE, "release: %s", dlock_err_name(rc));
+  rc = try_async(c, l, NULL);
+  CHECKF(rc == DLOCK_EUNAVAILABLE, "try: %s", dlock_err_name(rc));
+  CHECK_OK(th_etcd_up(e, 0));
+  CHECK_OK(dlock_client_ping(c));
+  bool b = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(held, &b));
+  CHECK(b);
+  CHECK_OK(release_async(c, held));
+  CHECK_OK(try_async(c, l, NULL));
+  CHECK_OK(release_async(c, l));
+  check_free(e, "sent-down-held");
+  check_free(e, "sent-down");
+  dlock_lock_free(held);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_etcd_stop(e);
@@ -1979,6 +2011,7 @@ static const check_case_t cases[] = {
     {"sent_no_pool_thread", t_sent_no_pool_thread},
     {"sent_server_paused", t_sent_server_paused},
     {"sent_server_restarted", t_sent_server_restarted},
+    {"sent_server_down", t_sent_server_down},
     {"rw", t_rw},
     {"rw_shared_command", t_rw_shared_command},
     {"rw_wait_lease_revoked", t_rw_wait_lease_revoked},
