@@ -404,9 +404,13 @@ static int attempt(wait_ctx *x, bool queue, int64_t *pttl) {
  * grant, or the lost attempt's own) from a second one, and claims it with
  * its count unchanged (lock_acquire.lua). A thread that held the lock
  * when the wait began could not be told apart, so its waits are not. */
+static bool repeatable_for(const dlock_lock_t *l, bool reentry) {
+  return has_handoff(l) && !reentry &&
+         (l->kind == DLOCK_REENTRANT || l->kind == DLOCK_FENCED);
+}
+
 static bool repeatable(const wait_ctx *x) {
-  return has_handoff(x->l) && !x->reentry &&
-         (x->l->kind == DLOCK_REENTRANT || x->l->kind == DLOCK_FENCED);
+  return repeatable_for(x->l, x->reentry);
 }
 
 /* After a failed attempt: an outage of unknown outcome that a repeatable
@@ -746,11 +750,14 @@ static void confirm_late_grant(wait_ctx *x, bool by_attempt) {
   }
 }
 
-/* An async wait's first attempt, sent (acq_send) and refused at `at`
- * with the holder's lease left `pttl`: the wait's steps go on from
- * there, without a cold attempt of their own. */
+/* An async wait's first attempt, sent (acq_send) at `at` and refused
+ * with the holder's lease left `pttl` (rc 0), or failed in an outage the
+ * wait rides out (rc < 0; unsent: as dlock__err_unsent said then): the
+ * wait's steps go on from there, without a cold attempt of their own. */
 typedef struct sent_try {
   int64_t at, pttl;
+  int rc;
+  bool unsent;
 } sent_try;
 
 /* The wait's opening, before its steps (may block: the cold first
@@ -778,6 +785,10 @@ wait_open(wait_ctx *x, int *out, const sent_try *sent) {
   int rc;
   if (sent) {
     pttl = sent->pttl;
+    if (sent->rc < 0) { /* as the cold attempt's failure below */
+      dlock__err_set_unsent(sent->unsent);
+      note_failure(x, sent->rc);
+    }
   } else if (c->ops->wait_hot && !c->ops->wait_hot(c->be, &x->spec)) {
     pttl = -1;
     dlock__err_set_unsent(false);
@@ -1031,7 +1042,9 @@ typedef struct acq_op {
   acq a;
   bool stepping;   /* the wait is registered; its steps run */
   wait_action act; /* the action it is parked on */
-  bool sent_refused; /* its first attempt was sent and refused: `sent` */
+  bool sent_refused; /* its first attempt was sent and refused (or failed
+                        in an outage): `sent` */
+  bool reentry;      /* the thread held the lock at the send */
   sent_try sent;
 } acq_op;
 
@@ -1139,15 +1152,28 @@ static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
     return;
   }
   acq *a = &o->a;
-  if (rc == 0 && a->wait_ms != 0) {
-    /* refused: the wait's steps go on on the pool from this attempt, by
-     * the deadline the call set */
+  /* an outage does not end a wait (wait_open's cold attempt): one the
+   * blocking wait would ride out, with its deadline not passed */
+  bool unsent = dlock__err_unsent();
+  int64_t left = a->wait_ms == DLOCK_WAIT_FOREVER
+                     ? 1
+                     : a->wait_ms - (dlock__now_ms() - o->sent.at);
+  bool rides = (rc == DLOCK_EUNAVAILABLE || rc == DLOCK_EIOTIMEOUT) &&
+               (unsent || repeatable_for(a->l, o->reentry)) && left > 0;
+  if (a->wait_ms != 0 && (rc == 0 || rides)) {
+    /* refused, or failed so: the wait's steps go on on the pool from
+     * this attempt, by the deadline the call set */
+    if (rc < 0)
+      dlock__log(a->l->client, DLOCK_LOG_INFO,
+                 "lock '%.200s': the wait's first attempt failed (%s); the "
+                 "wait goes on",
+                 a->l->name, dlock_last_error());
     o->sent_refused = true;
-    o->sent.pttl = pttl;
-    if (a->wait_ms != DLOCK_WAIT_FOREVER) {
-      int64_t left = a->wait_ms - (dlock__now_ms() - o->sent.at);
+    o->sent.pttl = rc == 0 ? pttl : -1;
+    o->sent.rc = rc;
+    o->sent.unsent = unsent;
+    if (a->wait_ms != DLOCK_WAIT_FOREVER)
       a->wait_ms = left > 0 ? left : 1; /* a wait, not a try */
-    }
     acq_to_pool(o);
     return;
   }
@@ -1185,6 +1211,7 @@ static void acq_send(acq_op *o) {
     acq_finish(o, DLOCK_ENOMEM);
     return;
   }
+  o->reentry = reentry;
   dlock__acquire at = try_request(a, reentry);
   int rc = c->ops->lock_acquire_send(c->be, &at, acq_sent, o);
   if (rc == DLOCK__SEND_BLOCKS)

@@ -56,6 +56,38 @@
  *   (`KILL QUERY <id>` from a pooled connection) and reads its answer, so
  *   the statement is over when the wait ends; a grant that raced with the
  *   end is released on its connection.
+ * - Sent operations (the async API's tries and releases of reentrant and
+ *   fenced locks, backend.h's lock_acquire_send / lock_release_send): a
+ *   re-entry counts with no round trip; a try's statement goes out from
+ *   the calling thread on a pooled connection that is still open (after
+ *   set_lease's SET when its session's wait_timeout is not the lease's),
+ *   with mysql_send_query (not read), a release's on the hold's
+ *   connection, and the operation joins p->sent. Each statement is a few
+ *   hundred bytes on a connection whose last answer was read (the server
+ *   read all that was sent): it goes into the socket's empty buffer
+ *   without waiting. The loop polls their sockets (loop_prepare, lowering
+ *   *until to the earliest deadline) and reads an answer only once all of
+ *   it is in the socket's buffer: answer_in walks the packets with
+ *   MSG_PEEK (an OK or ERR packet, or a result set through its final
+ *   EOF; the connector asks for no CLIENT_DEPRECATE_EOF and the backend
+ *   for no compression nor TLS, so the bytes on the socket are those
+ *   packets), or once the server hung up; the connector's blocking read
+ *   then finds every byte it asks for and returns without waiting. The
+ *   answer is handled by the blocking path's code (try_answer,
+ *   hold_record, release_answer), with no mutex held, on the loop
+ *   thread, which sends the operation's next statement if any (the try
+ *   after the SET); a fenced grant
+ *   sends its token statement next (and the table's creation, when it
+ *   is missing), as next_token does. A statement not answered within the
+ *   command timeout ends in DLOCK_EIOTIMEOUT and its connection is closed
+ *   (a lock it may have taken ends with the session). done runs once:
+ *   the operation leaves p->sent, under mu, only in the hands of the one
+ *   that ends it (the loop; the close, for any left). To the pool
+ *   (DLOCK__SEND_BLOCKS): a name of more than 64 bytes, a wait of the
+ *   owner under way, a hold a renewal is using, no open connection
+ *   pooled (then the dialling worker pools one for the sends to come),
+ *   and a try whose connection turns out closed by the server (nothing
+ *   held).
  * - Kinds: reentrant and fenced take the same lock. A fenced grant raises
  *   the name's row of the InnoDB table dlock_fence (created on first use)
  *   on the holding connection while the lock is held, so tokens grow with
@@ -96,8 +128,9 @@
  * - State: IS_USED_LOCK gives the holder's connection id (this client's
  *   own holds are shown by owner); waiters are the sessions whose running
  *   statement is dlock's wait statement for the name (PROCESSLIST.INFO).
- * - Locking: p->mu guards the pool, the holds and the waits' states; it is
- *   never held across I/O. A wait's statements are sent, read and ended
+ * - Locking: p->mu guards the pool, the holds, the waits' states and the
+ *   sent operations; it is never held across I/O (but a poll or a peek
+ *   that does not wait). A wait's statements are sent, read and ended
  *   only by the thread running its step (one at a time: its own, or an
  *   async wait's pool thread); the loop only marks them answered. A hold's
  *   connection is used by one thread at a time: a renewal marks the hold
@@ -106,6 +139,7 @@
  *   if no renewal took the connection since (a renewal's own answer would
  *   look like news).
  */
+#include <errno.h>
 #include <mysql.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -209,6 +243,24 @@ typedef struct my_wait {
   my_pending q[MY_PROBES];
 } my_wait;
 
+/* A sent operation (lock_acquire_send, lock_release_send): the statement
+ * of its step on a connection of its own, answered to the loop. */
+enum { S_LEASE, S_TRY, S_TOKEN, S_TABLE, S_RELEASE };
+
+typedef struct my_sent {
+  struct my_sent *next;
+  MYSQL *conn;
+  int step;
+  int64_t wt;       /* conn's session wait_timeout */
+  int64_t deadline; /* the statement's answer is due by then */
+  int polled_fd;    /* as for a hold: conn's socket as the loop polled it */
+  unsigned long id; /* an acquire's: the session that took the lock */
+  bool table_made;  /* a fenced grant's: dlock_fence was created */
+  dlock__acquire a; /* an acquire's (name and owner owned); a release's name */
+  dlock__sent_fn done;
+  void *arg;
+} my_sent;
+
 typedef struct my {
   struct dlock_client *core;
   int64_t connect_timeout_ms, command_timeout_ms, watchdog_ms;
@@ -225,6 +277,9 @@ typedef struct my {
   int ndoomed;
   my_wait *waits;
   int64_t psem_retry_ms; /* a permit wait scans all slots this often */
+  my_sent *sent;         /* sent operations whose statement is out */
+  bool dial_queued;      /* the dialling worker pools one for the sends */
+  int64_t dial_lease_ms; /* ... whose session has this lease */
 } my;
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -384,13 +439,10 @@ static void conn_put(my *p, MYSQL *c, int64_t wt) {
   dlock__idle_put(&p->idle, c, wt * 1000, dlock__now_ms());
 }
 
-/* One statement; the first row's columns joined by '|' into out (NULL as
- * "NULL"; "" when there is no row). */
-static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
-  if (out && cap)
-    out[0] = '\0';
-  if (mysql_real_query(c, sql, (unsigned long)strlen(sql)))
-    return sql_error(p, c);
+/* The answer of the statement whose result was read on c: the first
+ * row's columns joined by '|' into out (NULL as "NULL"; "" when there is
+ * no row). */
+static int stored_row(my *p, MYSQL *c, char *out, size_t cap) {
   MYSQL_RES *r = mysql_store_result(c);
   if (!r)
     return mysql_field_count(c) ? sql_error(p, c) : 0;
@@ -404,6 +456,15 @@ static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
   }
   mysql_free_result(r);
   return 0;
+}
+
+/* One statement; its first row into out (stored_row). */
+static int exec_sql(my *p, MYSQL *c, const char *sql, char *out, size_t cap) {
+  if (out && cap)
+    out[0] = '\0';
+  if (mysql_real_query(c, sql, (unsigned long)strlen(sql)))
+    return sql_error(p, c);
+  return stored_row(p, c, out, cap);
 }
 
 /* The statement fmt with %1$s the name quoted for c (an SQL literal). */
@@ -456,12 +517,17 @@ static int exec_pooled(my *p, const char *fmt, const char *name, char *out,
 }
 
 /* Sets c's session wait_timeout to the lease unless it has it. */
+/* The statement that sets a session's wait_timeout to `want` (s). */
+static void lease_sql(char *sql, size_t cap, int64_t want) {
+  snprintf(sql, cap, "SET SESSION wait_timeout = %lld", (long long)want);
+}
+
 static int set_lease(my *p, MYSQL *c, int64_t *wt, int64_t lease_ms) {
   int64_t want = secs(lease_ms);
   if (*wt == want)
     return 0;
   char sql[64];
-  snprintf(sql, sizeof sql, "SET SESSION wait_timeout = %lld", (long long)want);
+  lease_sql(sql, sizeof sql, want);
   int rc = exec_sql(p, c, sql, NULL, 0);
   *wt = rc ? -1 : want;
   return rc;
@@ -592,6 +658,42 @@ static int next_token(my *p, MYSQL *c, const char *name, int64_t *token) {
   }
 }
 
+/* The hold of a's name and owner on c, which took the lock (session id,
+ * wait_timeout wt; tok a fenced lock's token): 1, or DLOCK_ENOMEM (c
+ * left to the caller). */
+static int hold_record(my *p, const dlock__acquire *a, MYSQL *c,
+                       unsigned long id, int64_t wt, int64_t tok) {
+  my_hold *h = dlock__calloc(1, sizeof *h);
+  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
+  if (!h || !n || !o) {
+    dlock__free(h);
+    dlock__free(n);
+    dlock__free(o);
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  }
+  h->token = tok;
+  hold_add(p, h, n, o, c, id, wt);
+  return 1;
+}
+
+/* mu held: a hold of a's name and owner whose session lives counts one
+ * more (reentry: the session holds it; 1, *token its token); one whose
+ * session was lost is forgotten (0). */
+static int reenter_locked(my *p, const dlock__acquire *a, int64_t *token) {
+  my_hold **link = NULL;
+  my_hold *h = hold_find(p, a->name, a->owner, &link);
+  if (h && h->conn) {
+    h->count++;
+    *token = h->token;
+    return 1;
+  }
+  if (h) {
+    *link = h->next;
+    hold_free(h);
+  }
+  return 0;
+}
+
 /* A grant on c: a fenced lock gets its token, then the hold is recorded.
  * On failure the lock is given up. */
 static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
@@ -609,20 +711,34 @@ static int grant(my *p, const dlock__acquire *a, MYSQL *c, unsigned long id,
       return dlock__seterr(rc, "%s", saved);
     }
   }
-  my_hold *h = dlock__calloc(1, sizeof *h);
-  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
-  if (!h || !n || !o) {
-    dlock__free(h);
-    dlock__free(n);
-    dlock__free(o);
+  int rc = hold_record(p, a, c, id, wt, tok);
+  if (rc < 0) {
     give_back(p, c, a->name, wt);
-    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    return rc;
   }
-  h->token = tok;
-  hold_add(p, h, n, o, c, id, wt);
   if (token)
     *token = tok;
   return 1;
+}
+
+/* A try's answer (rc the statement's outcome, out its row "got|connection
+ * id") on c: granted, 1 and *id the connection id; refused, c is pooled
+ * (0); failed, c is closed (the error; *lost: the server had closed the
+ * connection, so the try may go again on another). */
+static int try_answer(my *p, MYSQL *c, int64_t wt, int rc, const char *out,
+                      unsigned long *id, bool *lost) {
+  *lost = false;
+  if (rc == 0 && strncmp(out, "1|", 2) == 0) {
+    *id = strtoul(out + 2, NULL, 10);
+    return 1;
+  }
+  if (rc == 0) {
+    conn_put(p, c, wt);
+    return 0;
+  }
+  *lost = lost_errno(mysql_errno(c));
+  mysql_close(c); /* a failed try's session ends: it holds nothing */
+  return rc;
 }
 
 /* ------------------------------------------------------------ operations */
@@ -687,18 +803,12 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
   if (rc)
     return rc;
   pthread_mutex_lock(&p->mu);
-  my_hold **link = NULL;
-  my_hold *h = hold_find(p, a->name, a->owner, &link);
-  if (h && h->conn) {
-    h->count++; /* reentry: the session holds it; counted here */
-    if (token)
-      *token = h->token;
+  int64_t tok = 0;
+  if (reenter_locked(p, a, &tok) == 1) {
     pthread_mutex_unlock(&p->mu);
+    if (token)
+      *token = tok;
     return 1;
-  }
-  if (h) { /* a hold whose session was lost: forget it */
-    *link = h->next;
-    hold_free(h);
   }
   my_wait *r = wait_find(p, a->name, a->owner);
   if (r && r->q[0].state == W_SENT) {
@@ -766,14 +876,13 @@ static int my_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
     rc = set_lease(p, c, &wt, a->lease_ms);
     if (!rc)
       rc = exec_named(p, c, SQL_TRY(a->name), a->name, out, sizeof out);
-    if (rc == 0 && strncmp(out, "1|", 2) == 0)
-      return grant(p, a, c, strtoul(out + 2, NULL, 10), wt, token);
-    if (rc == 0) {
-      conn_put(p, c, wt);
+    unsigned long id = 0;
+    bool lost;
+    rc = try_answer(p, c, wt, rc, out, &id, &lost);
+    if (rc == 1)
+      return grant(p, a, c, id, wt, token);
+    if (rc == 0)
       return 0;
-    }
-    bool lost = lost_errno(mysql_errno(c));
-    mysql_close(c); /* a failed try's session ends: it holds nothing */
     if (!(lost && !fresh)) {
       if (rc == DLOCK_EUNAVAILABLE)
         dlock__err_set_unsent(true);
@@ -794,22 +903,26 @@ static int my_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return 0; /* a wait's statement is ended by wait_end */
 }
 
-static int my_lock_release(void *be, const dlock__release *rel) {
-  /* one kind of hold, no lease (the connection keeps it), no request id
-   * (a retry finds the hold gone: "not owner", which the core takes as
-   * the first attempt's release) */
-  const char *name = rel->name, *owner = rel->owner;
-  my *p = be;
+/* release_take: the hold's RELEASE_LOCK is to be sent on *c */
+#define MY_RELEASE_SEND 101
+
+/* A release's first half: the hold of rel's name and owner counts one
+ * less (DLOCK__REL_DOWN), or leaves the holds with its connection,
+ * *c and *wt (MY_RELEASE_SEND), or is not there or lost its session
+ * (DLOCK__REL_NOTOWNER). A hold a renewal is using is waited for
+ * (`wait`), else DLOCK__SEND_BLOCKS. */
+static int release_take(my *p, const dlock__release *rel, bool wait, MYSQL **c,
+                        int64_t *wt) {
   pthread_mutex_lock(&p->mu);
   my_hold **link = NULL;
-  my_hold *h = hold_find(p, name, owner, &link);
-  while (h && h->busy) {
+  my_hold *h = hold_find(p, rel->name, rel->owner, &link);
+  while (h && h->busy && wait) {
     pthread_cond_wait(&p->cond, &p->mu);
-    h = hold_find(p, name, owner, &link);
+    h = hold_find(p, rel->name, rel->owner, &link);
   }
-  if (!h) {
+  if (!h || h->busy) {
     pthread_mutex_unlock(&p->mu);
-    return DLOCK__REL_NOTOWNER;
+    return h ? DLOCK__SEND_BLOCKS : DLOCK__REL_NOTOWNER;
   }
   if (h->conn && h->count > 1) {
     h->count--;
@@ -818,13 +931,17 @@ static int my_lock_release(void *be, const dlock__release *rel) {
   }
   *link = h->next;
   pthread_mutex_unlock(&p->mu);
-  MYSQL *c = h->conn;
-  int64_t wt = h->wt;
+  *c = h->conn;
+  *wt = h->wt;
   hold_free(h);
-  if (!c)
-    return DLOCK__REL_NOTOWNER; /* its session was lost */
-  char out[16];
-  int rc = exec_named(p, c, SQL_RELEASE(name), name, out, sizeof out);
+  /* no connection: its session was lost */
+  return *c ? MY_RELEASE_SEND : DLOCK__REL_NOTOWNER;
+}
+
+/* RELEASE_LOCK's answer (rc, out) on c: the connection is pooled, or
+ * closed when the statement failed. */
+static int release_answer(my *p, MYSQL *c, int64_t wt, int rc,
+                          const char *out) {
   if (rc) {
     /* the server had closed the session: the lock went with it; otherwise
      * the session ends now, and the core's retry finds no hold */
@@ -834,6 +951,21 @@ static int my_lock_release(void *be, const dlock__release *rel) {
   }
   conn_put(p, c, wt);
   return strcmp(out, "1") == 0 ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+static int my_lock_release(void *be, const dlock__release *rel) {
+  /* one kind of hold, no lease (the connection keeps it), no request id
+   * (a retry finds the hold gone: "not owner", which the core takes as
+   * the first attempt's release) */
+  my *p = be;
+  MYSQL *c;
+  int64_t wt;
+  int rc = release_take(p, rel, true, &c, &wt);
+  if (rc != MY_RELEASE_SEND)
+    return rc;
+  char out[16];
+  rc = exec_named(p, c, SQL_RELEASE(rel->name), rel->name, out, sizeof out);
+  return release_answer(p, c, wt, rc, out);
 }
 
 static int my_lock_renew(void *be, dlock__renewal *items, size_t n,
@@ -1879,6 +2011,333 @@ static void my_wait_end(void *be, dlock__wait *w) {
     dlock__err_set_worded();
 }
 
+/* ------------------------------------------------------------ sent ops */
+
+/* Whether the whole answer to the statement sent on fd is in the socket's
+ * buffer (looked at with MSG_PEEK: nothing is consumed), so that the
+ * connector's blocking read of it returns without waiting: one OK or ERR
+ * packet, or a result set (the column count, as many column definitions,
+ * EOF, rows, EOF or ERR). The connector asks for no CLIENT_DEPRECATE_EOF
+ * and this backend for no compression nor TLS, so these are the packets
+ * on the socket; the answers sent here are well under the buffer (an
+ * answer that is not understood, or larger, is never taken as complete:
+ * its deadline ends it). */
+static bool answer_in(int fd) {
+  unsigned char b[4096];
+  ssize_t got = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+  if (got <= 0) /* closed, or failed: the read fails at once */
+    return got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  size_t n = (size_t)got, at = 0;
+  uint64_t cols = 0;
+  for (int phase = 0; at + 4 <= n;) {
+    size_t len = b[at] | (size_t)b[at + 1] << 8 | (size_t)b[at + 2] << 16;
+    const unsigned char *q = b + at + 4;
+    if (len == 0 || len == 0xffffff || at + 4 + len > n)
+      return false;
+    at += 4 + len;
+    bool err = q[0] == 0xff, eof = q[0] == 0xfe && len < 9;
+    if (err && len >= 3 && q[1] == 0xff && q[2] == 0xff)
+      continue;       /* a progress report */
+    if (phase == 0) { /* OK, ERR, or the column count */
+      if (err || q[0] == 0x00)
+        return true;
+      if (q[0] >= 0xfb)
+        return false;
+      cols = q[0];
+      phase = 1;
+    } else if (phase == 1) { /* a column definition */
+      phase = --cols == 0 ? 2 : 1;
+    } else if (phase == 2) { /* EOF after the definitions */
+      phase = 3;
+    } else if (err) { /* rows, then EOF or ERR */
+      return true;
+    } else if (eof) {
+      unsigned status = len >= 5 ? q[3] | (unsigned)q[4] << 8 : 0;
+      if (!(status & SERVER_MORE_RESULTS_EXIST))
+        return true;
+      phase = 0;
+    }
+  }
+  return false;
+}
+
+/* Whether the pooled connection c is still open: an idle connection has
+ * nothing to read unless the server closed it (a restart, KILL, its
+ * wait_timeout). */
+static bool idle_open(MYSQL *c) {
+  struct pollfd q = {.fd = (int)mysql_get_socket(c),
+                     .events = POLLIN | POLLRDHUP};
+  return q.fd >= 0 && poll(&q, 1, 0) == 0;
+}
+
+static void sent_free(my_sent *s) {
+  dlock__free((char *)s->a.name);
+  dlock__free((char *)s->a.owner);
+  dlock__free(s);
+}
+
+/* The end of a sent operation (no mutex held): its done runs, once. */
+static void sent_end(my_sent *s, int rc, int64_t x, int64_t y) {
+  s->done(s->arg, rc, x, y);
+  sent_free(s);
+}
+
+/* Sends the statement fmt (%1$s the name) on s->conn as s's step, and
+ * queues s for the loop, which polls its socket from its next round on
+ * (poke: from another thread, the loop is told). 0, or an error (s is not
+ * queued, s->conn is as it was). A statement of a few hundred bytes on a
+ * connection whose last answer was read (so the server read all that was
+ * sent) goes into the socket's empty buffer without waiting. */
+static int sent_out(my *p, my_sent *s, const char *fmt, int step, bool poke) {
+  char *sql = with_name(s->conn, fmt, s->a.name);
+  if (!sql)
+    return dlock__seterr(DLOCK_ENOMEM, "mysql: out of memory");
+  int rc = mysql_send_query(s->conn, sql, (unsigned long)strlen(sql))
+               ? sql_error(p, s->conn)
+               : 0;
+  dlock__free(sql);
+  if (rc)
+    return rc;
+  s->step = step;
+  s->deadline = dlock__deadline_after(p->command_timeout_ms);
+  pthread_mutex_lock(&p->mu);
+  s->polled_fd = -1;
+  s->next = p->sent;
+  p->sent = s;
+  pthread_mutex_unlock(&p->mu);
+  if (poke)
+    dlock__client_poke(p->core);
+  return 0;
+}
+
+/* The answer of s's statement, complete in its socket (answer_in), read
+ * on the loop thread (no mutex held), and handled as the blocking
+ * operation handles it: the try's (try_answer), a fenced grant's token
+ * (next_token's steps: the table created when missing), the release's
+ * (release_answer). A token that fails closes the connection: its
+ * session ends, and the lock with it. */
+static void sent_answer(my *p, my_sent *s) {
+  MYSQL *c = s->conn;
+  char out[48] = "";
+  int rc = mysql_read_query_result(c) ? sql_error(p, c)
+                                      : stored_row(p, c, out, sizeof out);
+  int64_t tok = 0;
+  int next = -1;
+  bool lost = false;
+  switch (s->step) {
+  case S_LEASE: /* set_lease's SET: the try follows */
+    if (rc == 0) {
+      s->wt = secs(s->a.lease_ms);
+      next = S_TRY;
+      break;
+    }
+    rc = try_answer(p, c, -1, rc, out, &s->id, &lost);
+    sent_end(s, lost ? DLOCK__SEND_BLOCKS : rc, -1, 0);
+    return;
+  case S_RELEASE:
+    sent_end(s, release_answer(p, c, s->wt, rc, out), 0, 0);
+    return;
+  case S_TRY:
+    rc = try_answer(p, c, s->wt, rc, out, &s->id, &lost);
+    if (rc == 1 && s->a.kind == DLOCK_FENCED)
+      next = S_TOKEN;
+    else if (rc < 0) { /* a lost connection held nothing: the pool's try */
+      sent_end(s, lost ? DLOCK__SEND_BLOCKS : rc, -1, 0);
+      return;
+    }
+    break;
+  case S_TOKEN:
+    if (rc == 0)
+      tok = (int64_t)mysql_insert_id(c);
+    else if (!s->table_made && mysql_errno(c) == 1146) /* no such table */
+      next = S_TABLE;
+    rc = rc ? rc : 1;
+    break;
+  default: /* S_TABLE */
+    if (rc == 0) {
+      s->table_made = true; /* a second 1146 fails */
+      next = S_TOKEN;
+    }
+    break;
+  }
+  if (next >= 0) {
+    rc = sent_out(p, s,
+                  next == S_TRY     ? SQL_TRY(s->a.name)
+                  : next == S_TOKEN ? SQL_TOKEN
+                                    : SQL_FENCE_TABLE,
+                  next, false);
+    if (rc == 0)
+      return;
+    if (next == S_TRY) { /* nothing taken: the pool's try */
+      mysql_close(c);
+      sent_end(s, DLOCK__SEND_BLOCKS, -1, 0);
+      return;
+    }
+  }
+  if (rc == 1)
+    rc = hold_record(p, &s->a, c, s->id, s->wt, tok);
+  if (rc < 0)
+    mysql_close(c); /* the session ends, and the lock with it */
+  sent_end(s, rc, -1, rc == 1 ? tok : 0);
+}
+
+/* A sent statement the server did not answer by its deadline: the
+ * connection's state is unknown, so it is closed (a lock it took ends
+ * with its session), as the blocking path's read timeout ends it. */
+static void sent_expire(my *p, my_sent *s) {
+  mysql_close(s->conn);
+  dlock__seterr(DLOCK_EIOTIMEOUT,
+                "mysql %s: lock '%.200s': the server did not answer in %lld "
+                "ms",
+                p->where, s->a.name, (long long)p->command_timeout_ms);
+  sent_end(s, DLOCK_EIOTIMEOUT, -1, 0);
+}
+
+/* The dialling worker: a pooled connection whose session has the
+ * wait_timeout the sends ask for, for the next sends to find. */
+static void dial_job(void *arg) {
+  my *p = arg;
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  pthread_mutex_lock(&p->mu);
+  int64_t lease_ms = p->dial_lease_ms;
+  pthread_mutex_unlock(&p->mu);
+  MYSQL *c;
+  bool fresh;
+  int64_t wt;
+  if (conn_get(p, &c, &fresh, &wt) == 0) {
+    (void)set_lease(p, c, &wt, lease_ms);
+    conn_put(p, c, wt); /* closed when the SET failed (wt -1) */
+  }
+  pthread_mutex_lock(&p->mu);
+  p->dial_queued = false;
+  pthread_mutex_unlock(&p->mu);
+  dlock__seterr(DLOCK_OK, "%s", saved);
+}
+
+/* No pooled connection for a send (lease_ms its lease): the dialling
+ * worker makes one, once at a time. */
+static void dial_ahead(my *p, int64_t lease_ms) {
+  pthread_mutex_lock(&p->mu);
+  bool go = !p->dial_queued;
+  if (go) {
+    p->dial_queued = true;
+    p->dial_lease_ms = lease_ms;
+  }
+  pthread_mutex_unlock(&p->mu);
+  if (go && dlock__client_run_dial(p->core, dial_job, p) != 0) {
+    pthread_mutex_lock(&p->mu);
+    p->dial_queued = false;
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+/* The try of a reentrant or fenced lock, sent (backend.h): a re-entry
+ * counts here, with no round trip; else SQL_TRY goes out on a pooled
+ * connection (set_lease's SET first when its wait_timeout differs), and
+ * the loop reads its answer (sent_answer). The rest goes to the pool: a
+ * name of more than 64 bytes (its statement computes LOCKNAME), a wait
+ * of this owner under way, no open connection pooled (one is dialled for
+ * the next sends). */
+static int my_lock_acquire_send(void *be, const dlock__acquire *a,
+                                dlock__sent_fn done, void *arg) {
+  my *p = be;
+  if (a->q || !SHORT_NAME(a->name))
+    return DLOCK__SEND_BLOCKS;
+  int rc = check_name(a->name);
+  if (rc)
+    return rc;
+  int64_t tok = 0, want = secs(a->lease_ms), wt = 0;
+  pthread_mutex_lock(&p->mu);
+  int held = reenter_locked(p, a, &tok);
+  bool waiting = !held && wait_find(p, a->name, a->owner);
+  pthread_mutex_unlock(&p->mu);
+  if (held) {
+    done(arg, 1, -1, tok);
+    return 0;
+  }
+  if (waiting)
+    return DLOCK__SEND_BLOCKS;
+  MYSQL *c = NULL;
+  for (int i = 0; !c && i < 4; i++) {
+    int64_t ms = 0;
+    if (!(c = dlock__idle_take(&p->idle, dlock__now_ms(), &ms)))
+      break;
+    wt = ms / 1000;
+    if (!idle_open(c)) {
+      mysql_close(c);
+      c = NULL;
+    }
+  }
+  if (!c) {
+    dial_ahead(p, a->lease_ms);
+    return DLOCK__SEND_BLOCKS;
+  }
+  my_sent *s = dlock__calloc(1, sizeof *s);
+  char *n = dlock__strdup(a->name), *o = dlock__strdup(a->owner);
+  if (s) {
+    s->a = *a;
+    s->a.name = n;
+    s->a.owner = o;
+    s->a.q = NULL;
+    s->conn = c;
+    s->wt = wt;
+    s->done = done;
+    s->arg = arg;
+  }
+  char lease[64];
+  lease_sql(lease, sizeof lease, want);
+  if (!s || !n || !o ||
+      sent_out(p, s, wt == want ? SQL_TRY(a->name) : lease,
+               wt == want ? S_TRY : S_LEASE, true) != 0) {
+    /* nothing took effect: what might have, ends with the session */
+    mysql_close(c);
+    if (s)
+      sent_free(s);
+    else {
+      dlock__free(n);
+      dlock__free(o);
+    }
+    return DLOCK__SEND_BLOCKS;
+  }
+  return 0;
+}
+
+/* The release of a reentrant or fenced lock, sent: a count that stays,
+ * and a hold that is gone, answer at once; else SQL_RELEASE goes out on
+ * the hold's connection, and the loop reads its answer. A hold that a
+ * renewal is using, and a long name, go to the pool. */
+static int my_lock_release_send(void *be, const dlock__release *rel,
+                                dlock__sent_fn done, void *arg) {
+  my *p = be;
+  if (!SHORT_NAME(rel->name))
+    return DLOCK__SEND_BLOCKS;
+  my_sent *s = dlock__calloc(1, sizeof *s);
+  char *n = dlock__strdup(rel->name);
+  if (!s || !n) {
+    dlock__free(s);
+    dlock__free(n);
+    return DLOCK__SEND_BLOCKS;
+  }
+  s->a.name = n;
+  s->a.kind = rel->kind;
+  s->done = done;
+  s->arg = arg;
+  int out = release_take(p, rel, false, &s->conn, &s->wt);
+  if (out == MY_RELEASE_SEND) {
+    int rc = sent_out(p, s, SQL_RELEASE(rel->name), S_RELEASE, true);
+    if (rc == 0)
+      return 0;
+    out = release_answer(p, s->conn, s->wt, rc, "");
+  }
+  if (out == DLOCK__SEND_BLOCKS) {
+    sent_free(s);
+    return out;
+  }
+  sent_end(s, out, 0, 0);
+  return 0;
+}
+
 /* ------------------------------------------------------------ the loop */
 
 /* Adds fd to the loop's poll set for reading; false when the set is
@@ -1901,7 +2360,28 @@ static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
     *until = swept;
   int n = 0;
   bool more = false;
+  my_sent *over = NULL;
   pthread_mutex_lock(&p->mu);
+  /* sent statements: polled until their deadline, then ended here */
+  for (my_sent **sp = &p->sent; *sp;) {
+    my_sent *s = *sp;
+    s->polled_fd = -1;
+    if (now >= s->deadline) {
+      *sp = s->next;
+      s->next = over;
+      over = s;
+      continue;
+    }
+    if (s->deadline < *until)
+      *until = s->deadline;
+    int fd = (int)mysql_get_socket(s->conn);
+    more = more || !poll_in(fds, &n, max, fd);
+    if (!more) {
+      fds[n - 1].events |= POLLRDHUP;
+      s->polled_fd = fd;
+    }
+    sp = &s->next;
+  }
   for (my_wait *r = p->waits; r; r = r->next)
     for (int j = 0; j < MY_PROBES; j++) {
       my_pending *q = &r->q[j];
@@ -1928,6 +2408,11 @@ static int my_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
       h->polled_fd = fd;
   }
   pthread_mutex_unlock(&p->mu);
+  while (over) {
+    my_sent *s = over;
+    over = s->next;
+    sent_expire(p, s);
+  }
   if (more && now + 100 < *until) /* more than the loop polls */
     *until = now + 100;
   return n;
@@ -1938,11 +2423,27 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
   (void)now;
   my *p = be;
   bool broke = false;
+  my_sent *answered = NULL;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < n; i++) {
     if (!fds[i].revents)
       continue;
     bool found = false;
+    /* a sent statement's answer is read once it is all there (or the
+     * connection ended: the read fails at once), after mu is released */
+    for (my_sent **sp = &p->sent; *sp; sp = &(*sp)->next) {
+      my_sent *s = *sp;
+      if (s->polled_fd != fds[i].fd)
+        continue;
+      found = true;
+      if ((fds[i].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) ||
+          answer_in(fds[i].fd)) {
+        *sp = s->next;
+        s->next = answered;
+        answered = s;
+      }
+      break;
+    }
     /* matched by the socket polled: a descriptor closed during the poll
      * (a released hold's connection) may be another connection's now */
     for (my_wait *r = p->waits; r && !found; r = r->next)
@@ -1967,6 +2468,11 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
       }
   }
   pthread_mutex_unlock(&p->mu);
+  while (answered) {
+    my_sent *s = answered;
+    answered = s->next;
+    sent_answer(p, s);
+  }
   if (broke)
     dlock__holds_renew_now(p->core);
 }
@@ -1976,6 +2482,15 @@ static void my_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
 static void my_free(my *p) {
   if (!p)
     return;
+  /* a sent operation still out (the core's teardown waits for their
+   * ends, so normally none) ends here, its session with it */
+  while (p->sent) {
+    my_sent *s = p->sent;
+    p->sent = s->next;
+    mysql_close(s->conn);
+    dlock__seterr(DLOCK_ECLOSED, "mysql %s: the client was closed", p->where);
+    sent_end(s, DLOCK_ECLOSED, -1, 0);
+  }
   dlock__idle_destroy(&p->idle);
   for (int i = 0; i < p->ndoomed; i++)
     mysql_close(p->doomed[i]);
@@ -2124,6 +2639,8 @@ const dlock__backend_ops dlock__mysql_backend = {
     .lock_acquire = my_lock_acquire,
     .lock_leave = my_lock_leave,
     .lock_release = my_lock_release,
+    .lock_acquire_send = my_lock_acquire_send,
+    .lock_release_send = my_lock_release_send,
     .lock_renew = my_lock_renew,
     .lock_force_release = my_lock_force_release,
     .lock_query = my_lock_query,

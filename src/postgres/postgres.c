@@ -44,6 +44,23 @@
  *   server's idle clock after the attempt's send time, so the hold's date
  *   is safe). A wait that ends without claiming cancels its statement
  *   with libpq's cancel request and unlocks a grant that raced with it.
+ * - Async calls (backend.h's lock_acquire_send, lock_release_send): the
+ *   try of a reentrant or fenced lock goes out from the caller's thread on
+ *   an idle pooled connection, and a release's unlock on its hold's
+ *   connection, without waiting; the event loop polls those sockets (the
+ *   first of its set: pg_sent, oldest first), reads the answers with
+ *   libpq's non-blocking calls and ends each operation as the blocking one
+ *   would (the same statements, results and records: a grant's
+ *   connection becomes the hold's, a fenced one after its token statement,
+ *   sent by the loop). A statement unanswered by the command timeout ends
+ *   in DLOCK_EIOTIMEOUT and its connection is closed (its session, and any
+ *   lock it took, end). A send never dials nor waits: no idle connection,
+ *   a hold busy with a heartbeat, a wait of the owner's in progress:
+ *   DLOCK__SEND_BLOCKS (the core runs the blocking operation on its pool),
+ *   and the dialling worker pools a connection for the sends to come. A
+ *   connection found closed (a restart) hands over the same way; a fenced
+ *   grant whose token statement failed is kept (S_CLAIM) for the blocking
+ *   try to go on from.
  * - Kinds: reentrant, fenced and the write side of a read-write lock take
  *   the exclusive advisory lock of the name (one lock for the three); the
  *   read side takes its shared lock (pg_advisory_lock_shared). A thread
@@ -70,7 +87,8 @@
  *   wakes the waits of the name. A permit the server frees (its holder's
  *   session ended) sends nothing: a wait looks again at least every third
  *   of the client's watchdog lease.
- * - Locking: p->mu guards the pool, the holds and the waits' states; it is
+ * - Locking: p->mu guards the holds, the waits' states and the sent
+ *   statements' list (the idle pool has its own, core/idle.h); it is
  *   never held across I/O. A hold's connection is used by one thread at a
  *   time: a renewal marks the hold busy, and a release waits on p->cond
  *   until it is not. p->lmu guards the listening connection (taken before
@@ -194,6 +212,34 @@ typedef struct pg_wait {
   int64_t idle0;    /* conn's idle_session_timeout before the statement */
 } pg_wait;
 
+/* A sent operation (lock_acquire_send, lock_release_send): its statement
+ * is on a connection of its own, whose answer the event loop reads.
+ * S_TRY: a try on a pooled connection; S_TOKEN: a fenced grant's token on
+ * the connection the try took the lock on; S_UNLOCK: a release's unlock
+ * on its hold's connection. A grant whose token statement failed on a
+ * live connection waits as S_CLAIM (p->claims) for the blocking try,
+ * which the core runs next, to go on from it (grant). */
+enum { S_TRY, S_TOKEN, S_UNLOCK, S_CLAIM };
+
+typedef struct pg_sent {
+  struct pg_sent *next;
+  PGconn *conn;
+  int step;
+  /* the try (a release: its kind and name), name and owner in names[] */
+  dlock__acquire a;
+  int64_t idle;     /* conn's idle_session_timeout (a grant: the lease's) */
+  long pid;         /* a grant: the server process that holds it */
+  int64_t deadline; /* the statement's answer is due by then */
+  bool flushing;    /* part of the statement is still to be written */
+  bool first;       /* results_in's state: no result taken yet */
+  int rc;           /* the statement's outcome so far */
+  char out[48];     /* its first row */
+  char err[512];    /* rc's detail */
+  dlock__sent_fn done;
+  void *arg;
+  char names[];
+} pg_sent;
+
 typedef struct pg {
   struct dlock_client *core;
   int64_t connect_timeout_ms, command_timeout_ms;
@@ -225,6 +271,14 @@ typedef struct pg {
   int lsn_fd;
   int nsync;
   int64_t psem_retry_ms; /* a permit wait retries at least this often */
+  /* sent statements, oldest first (under mu; callers append, only the
+   * loop removes), the tail's link, and how many of them the loop polls
+   * as the first descriptors of its set (the loop's own) */
+  pg_sent *sents, **sents_tail;
+  int npolled;
+  bool poked;       /* a send poked the loop since its last prepare */
+  pg_sent *claims;  /* S_CLAIM grants (under mu) */
+  bool dial_queued; /* the dialling worker dials a connection (under mu) */
 } pg;
 
 static void quiet_notices(void *arg, const char *msg) {
@@ -394,27 +448,40 @@ static void conn_put(pg *p, PGconn *c, int64_t idle) {
   dlock__idle_put(&p->idle, c, idle, dlock__now_ms());
 }
 
+/* Puts sql on c without waiting: 0 all of it written, 1 some left for
+ * PQflush, or the error (the connection is broken). */
+static int send_start(pg *p, PGconn *c, const char *sql, int n,
+                      const char *const *vals) {
+  int f = -1;
+  if (PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0))
+    f = PQflush(c);
+  return f < 0 ? pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
+                        PQerrorMessage(c))
+               : f;
+}
+
 /* Sends sql on c (non-blocking), flushing by deadline. */
 static int send_sql(pg *p, PGconn *c, const char *sql, int n,
                     const char *const *vals, int64_t deadline) {
-  if (!PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0))
-    return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
-  for (;;) {
-    int f = PQflush(c);
-    if (f == 0)
-      return 0;
-    if (f < 0)
-      return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
-                    PQerrorMessage(c));
+  int f = send_start(p, c, sql, n, vals);
+  while (f == 1) {
     int r = wait_socket(c, POLLOUT | POLLIN, deadline);
     if (r == 0)
       return dlock__seterr(DLOCK_EIOTIMEOUT,
                            "postgres %s: could not send within %lld ms",
                            p->where, (long long)p->command_timeout_ms);
-    if (r > 0 && !PQconsumeInput(c))
+    if ((r > 0 && !PQconsumeInput(c)) || (f = PQflush(c)) < 0)
       return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
                     PQerrorMessage(c));
   }
+  return f;
+}
+
+/* A statement's answer did not come by its deadline. */
+static int no_answer(pg *p) {
+  return dlock__seterr(DLOCK_EIOTIMEOUT,
+                       "postgres %s: no answer within %lld ms", p->where,
+                       (long long)p->command_timeout_ms);
 }
 
 /* The code of a statement's error result. */
@@ -446,9 +513,7 @@ static int read_rows(pg *p, PGconn *c, int64_t deadline, PGresult **res) {
     while (rc == 0 && PQisBusy(c)) {
       int r = wait_socket(c, POLLIN, deadline);
       if (r == 0)
-        rc = dlock__seterr(DLOCK_EIOTIMEOUT,
-                           "postgres %s: no answer within %lld ms", p->where,
-                           (long long)p->command_timeout_ms);
+        rc = no_answer(p);
       else if (r < 0 || !PQconsumeInput(c))
         rc =
             pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
@@ -469,30 +534,24 @@ static int read_rows(pg *p, PGconn *c, int64_t deadline, PGresult **res) {
   return rc;
 }
 
-/* Reads every result of the statement in flight by deadline. *val gets the
- * first column of the first row of the first result ('\0' if none). */
-static int read_result(pg *p, PGconn *c, int64_t deadline, char *val,
+/* Takes the results of the statement in flight that libpq has read:
+ * false while more are due; true once the statement is complete, *rc then
+ * its outcome (the first result's error, or a lost connection) and val
+ * the first row of the first result, its columns joined by '|' ('\0' if
+ * none). *first and *rc carry the state from call to call (at the start:
+ * true and 0). */
+static bool results_in(pg *p, PGconn *c, bool *first, int *rc, char *val,
                        size_t cap) {
-  int rc = 0;
-  bool first = true;
-  if (val && cap)
-    val[0] = '\0';
-  for (;;) {
-    while (PQisBusy(c)) {
-      int r = wait_socket(c, POLLIN, deadline);
-      if (r == 0)
-        return dlock__seterr(DLOCK_EIOTIMEOUT,
-                             "postgres %s: no answer within %lld ms", p->where,
-                             (long long)p->command_timeout_ms);
-      if (r < 0 || !PQconsumeInput(c))
-        return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
-                      PQerrorMessage(c));
-    }
+  while (!PQisBusy(c)) {
     PGresult *res = PQgetResult(c);
-    if (!res)
-      break;
+    if (!res) {
+      if (*rc == 0 && PQstatus(c) != CONNECTION_OK)
+        *rc =
+            pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+      return true;
+    }
     ExecStatusType st = PQresultStatus(res);
-    if (first && rc == 0) {
+    if (*first && *rc == 0) {
       if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
         if (val && cap && PQntuples(res) > 0 && PQnfields(res) > 0)
           for (int f = 0, o = 0; f < PQnfields(res) && o + 1 < (int)cap; f++) {
@@ -501,14 +560,31 @@ static int read_result(pg *p, PGconn *c, int64_t deadline, char *val,
             o += w > 0 ? w : 0;
           }
       } else {
-        rc = result_error(p, res);
+        *rc = result_error(p, res);
       }
-      first = false;
+      *first = false;
     }
     PQclear(res);
   }
-  if (rc == 0 && PQstatus(c) != CONNECTION_OK)
-    rc = pg_err(p, DLOCK_EUNAVAILABLE, "connection lost", PQerrorMessage(c));
+  return false;
+}
+
+/* Reads every result of the statement in flight by deadline (results_in
+ * says what *val gets). */
+static int read_result(pg *p, PGconn *c, int64_t deadline, char *val,
+                       size_t cap) {
+  int rc = 0;
+  bool first = true;
+  if (val && cap)
+    val[0] = '\0';
+  while (!results_in(p, c, &first, &rc, val, cap)) {
+    int r = wait_socket(c, POLLIN, deadline);
+    if (r == 0)
+      return no_answer(p);
+    if (r < 0 || !PQconsumeInput(c))
+      return pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
+                    PQerrorMessage(c));
+  }
   return rc;
 }
 
@@ -588,8 +664,11 @@ static void hold_free(pg_hold *h) {
   dlock__free(h);
 }
 
+/* Records the hold (name, owner) of a lock granted on c, in server
+ * process pid, its fencing token tok (0 none) and c's
+ * idle_session_timeout idle (the lease). */
 static int hold_add(pg *p, const char *name, const char *owner, bool shared,
-                    PGconn *c, long pid) {
+                    PGconn *c, long pid, int64_t tok, int64_t idle) {
   pg_hold *h = dlock__calloc(1, sizeof *h);
   char *n = dlock__strdup(name), *o = dlock__strdup(owner);
   if (!h || !n || !o) {
@@ -604,6 +683,8 @@ static int hold_add(pg *p, const char *name, const char *owner, bool shared,
   h->count = 1;
   h->shared = shared;
   h->pid = pid;
+  h->token = tok;
+  h->idle = idle;
   pthread_mutex_lock(&p->mu);
   h->next = p->holds;
   p->holds = h;
@@ -652,21 +733,37 @@ static int pooler_error(pg *p, const char *name) {
                        p->where, name);
 }
 
-static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, int64_t idle,
-                    bool *got, long *pid) {
-  char lease[32], out[48];
-  lease_text(a->lease_ms, lease, sizeof lease);
-  const char *v[3] = {a->name, lease, a->owner};
+/* A try's statement on c, whose idle_session_timeout is idle: the bare
+ * one when c's lease and owner are the ones wanted already. v (3) gets
+ * its parameters, *n how many; lease (32 bytes) holds the lease's text. */
+static const char *try_sql(const dlock__acquire *a, PGconn *c, int64_t idle,
+                           char *lease, const char **v, int *n) {
+  lease_text(a->lease_ms, lease, 32);
+  v[0] = a->name;
+  v[1] = lease;
+  v[2] = a->owner;
   const char *app = PQparameterStatus(c, "application_name");
   bool set =
       idle != lease_idle(a->lease_ms) || !app || strcmp(app, a->owner) != 0;
-  int rc = exec_sql(p, c,
-                    set ? sql_try[is_shared(a->kind)]
-                        : sql_try_bare[is_shared(a->kind)],
-                    set ? 3 : 1, v, cmd_deadline(p), out, sizeof out);
-  *got = rc == 0 && out[0] == 't';
+  *n = set ? 3 : 1;
+  return set ? sql_try[is_shared(a->kind)] : sql_try_bare[is_shared(a->kind)];
+}
+
+/* A try's answer ("granted|pid"): whether it was granted, and *pid. */
+static bool try_answer(const char *out, long *pid) {
   const char *bar = strchr(out, '|');
   *pid = bar ? atol(bar + 1) : 0;
+  return out[0] == 't';
+}
+
+static int try_lock(pg *p, const dlock__acquire *a, PGconn *c, int64_t idle,
+                    bool *got, long *pid) {
+  char lease[32], out[48] = "";
+  const char *v[3];
+  int n;
+  const char *sql = try_sql(a, c, idle, lease, v, &n);
+  int rc = exec_sql(p, c, sql, n, v, cmd_deadline(p), out, sizeof out);
+  *got = try_answer(out, pid) && rc == 0;
   return rc;
 }
 
@@ -692,10 +789,11 @@ static int next_token(pg *p, PGconn *c, const char *name, int64_t *token) {
   }
 }
 
-/* A grant on c: a fenced lock gets its token, then the hold is recorded.
- * On failure the lock is given up (the connection unlocked or closed). */
+/* A grant on c: a fenced lock gets its token, then the hold is recorded
+ * (c's idle_session_timeout: idle). On failure the lock is given up (the
+ * connection unlocked or closed). */
 static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
-                 int64_t *token) {
+                 int64_t idle, int64_t *token) {
   int64_t tok = 0;
   if (a->kind == DLOCK_FENCED) {
     int rc = next_token(p, c, a->name, &tok);
@@ -706,17 +804,11 @@ static int grant(pg *p, const dlock__acquire *a, PGconn *c, long pid,
       return dlock__seterr(rc, "%s", saved);
     }
   }
-  if (hold_add(p, a->name, a->owner, is_shared(a->kind), c, pid) != 0) {
+  if (hold_add(p, a->name, a->owner, is_shared(a->kind), c, pid, tok, idle) !=
+      0) {
     give_back(p, c, a->name, is_shared(a->kind), true, 0);
     return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
   }
-  pthread_mutex_lock(&p->mu);
-  pg_hold *h = hold_find(p, a->name, a->owner, is_shared(a->kind), NULL);
-  if (h) {
-    h->token = tok;
-    h->idle = lease_idle(a->lease_ms);
-  }
-  pthread_mutex_unlock(&p->mu);
   if (token)
     *token = tok;
   return 1;
@@ -742,6 +834,54 @@ static int try_failed(pg *p, PGconn *c, bool fresh, int rc, int round) {
   return rc;
 }
 
+/* What an acquire decides from this client's records alone (mu held): 1
+ * a re-entry (the session holds it; counted here, *token the hold's),
+ * DLOCK_EDEADLK (this thread holds the other side: its session and a new
+ * one would block each other), or ASK_SERVER. A hold whose session was
+ * lost is forgotten. */
+#define ASK_SERVER 2
+static int acquire_local_locked(pg *p, const dlock__acquire *a,
+                                int64_t *token) {
+  bool shared = is_shared(a->kind);
+  pg_hold *other = hold_find(p, a->name, a->owner, !shared, NULL);
+  if (other && other->conn)
+    return dlock__seterr(
+        DLOCK_EDEADLK,
+        shared ? "lock '%.200s': this thread holds the write side; the "
+                 "postgres backend cannot add the read side (release the "
+                 "write side first)"
+               : "lock '%.200s': this thread holds the read side; a reader "
+                 "cannot take the write side",
+        a->name);
+  pg_hold **link = NULL;
+  pg_hold *h = hold_find(p, a->name, a->owner, shared, &link);
+  if (h && !h->conn) { /* a hold whose session was lost: forget it */
+    *link = h->next;
+    hold_free(h);
+    return ASK_SERVER;
+  }
+  if (!h)
+    return ASK_SERVER;
+  /* reentry, also while a heartbeat is in flight on it (busy) */
+  h->count++;
+  if (token)
+    *token = h->token;
+  return 1;
+}
+
+/* The S_CLAIM grant of (name, owner) taken from the list (mu held), or
+ * NULL. */
+static pg_sent *claim_take_locked(pg *p, const dlock__acquire *a) {
+  for (pg_sent **sp = &p->claims; *sp; sp = &(*sp)->next)
+    if ((*sp)->a.kind == a->kind && strcmp((*sp)->a.name, a->name) == 0 &&
+        strcmp((*sp)->a.owner, a->owner) == 0) {
+      pg_sent *s = *sp;
+      *sp = s->next;
+      return s;
+    }
+  return NULL;
+}
+
 static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                            int64_t *token) {
   pg *p = be;
@@ -753,40 +893,18 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
                          "the postgres backend has no fair lock");
   bool shared = is_shared(a->kind);
   pthread_mutex_lock(&p->mu);
-  /* the other side held by this thread: its session and a new one would
-   * block each other */
-  pg_hold *other = hold_find(p, a->name, a->owner, !shared, NULL);
-  if (other && other->conn) {
+  int local = acquire_local_locked(p, a, token);
+  pg_sent *claim = local == ASK_SERVER ? claim_take_locked(p, a) : NULL;
+  if (local != ASK_SERVER || claim) {
     pthread_mutex_unlock(&p->mu);
-    return dlock__seterr(
-        DLOCK_EDEADLK,
-        shared ? "lock '%.200s': this thread holds the write side; the "
-                 "postgres backend cannot add the read side (release the "
-                 "write side first)"
-               : "lock '%.200s': this thread holds the read side; a reader "
-                 "cannot take the write side",
-        a->name);
-  }
-  pg_hold **link = NULL;
-  pg_hold *h = hold_find(p, a->name, a->owner, shared, &link);
-  if (h && h->conn && !h->busy) {
-    h->count++; /* reentry: the session holds it; counted here */
-    if (token)
-      *token = h->token;
-    pthread_mutex_unlock(&p->mu);
-    return 1;
-  }
-  if (h && !h->conn) { /* a hold whose session was lost: forget it */
-    *link = h->next;
-    hold_free(h);
-    h = NULL;
-  }
-  if (h) { /* busy: a heartbeat in flight on it; reentry all the same */
-    h->count++;
-    if (token)
-      *token = h->token;
-    pthread_mutex_unlock(&p->mu);
-    return 1;
+    if (!claim)
+      return local;
+    /* a sent try's grant whose token statement failed: on from there */
+    PGconn *c = claim->conn;
+    long pid = claim->pid;
+    int64_t idle = claim->idle;
+    dlock__free(claim);
+    return grant(p, a, c, pid, idle, token);
   }
   pg_wait *r = wait_find(p, a->name, a->owner);
   if (r && r->state == W_SENT) {
@@ -848,7 +966,7 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       PQfinish(c);
       return pooler_error(p, a->name);
     }
-    return grant(p, a, c, pid, token);
+    return grant(p, a, c, pid, lease_idle(a->lease_ms), token);
   }
   pthread_mutex_unlock(&p->mu);
 
@@ -890,7 +1008,7 @@ static int pg_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
       return rc;
     rc = try_lock(p, a, c, idle, &got, &pid);
     if (rc == 0 && got)
-      return grant(p, a, c, pid, token);
+      return grant(p, a, c, pid, lease_idle(a->lease_ms), token);
     if (rc == 0) {
       conn_put(p, c, idle);
       return 0;
@@ -910,41 +1028,47 @@ static int pg_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return 0; /* a wait's statement is cancelled by wait_end */
 }
 
-static int pg_lock_release(void *be, const dlock__release *rel) {
-  /* no lease (the connection keeps the hold) and no request id (a retry
-   * finds the hold gone: "not owner", which the core takes as the first
-   * attempt's release) */
+/* A release's first half: DLOCK__REL_DOWN (one count less),
+ * DLOCK__REL_NOTOWNER (no hold, or its session was lost), or UNLOCK: the
+ * hold is gone from the records, and the unlock statement is to go on its
+ * connection *c (idle_session_timeout *idle). A hold whose connection a
+ * renewal is using is waited for, unless `wait` is false:
+ * DLOCK__SEND_BLOCKS then. No request id and no lease: a retry finds the
+ * hold gone, "not owner", which the core takes as the first attempt's
+ * release, and the connection keeps the hold. */
+#define UNLOCK 3
+static int release_take(pg *p, const dlock__release *rel, bool wait, PGconn **c,
+                        int64_t *idle) {
   const char *name = rel->name, *owner = rel->owner;
-  pg *p = be;
   bool shared = is_shared(rel->kind);
   pthread_mutex_lock(&p->mu);
   pg_hold **link = NULL;
   pg_hold *h = hold_find(p, name, owner, shared, &link);
-  while (h && h->busy) {
+  while (h && h->busy && wait) {
     pthread_cond_wait(&p->cond, &p->mu);
     h = hold_find(p, name, owner, shared, &link);
   }
-  if (!h) {
-    pthread_mutex_unlock(&p->mu);
-    return DLOCK__REL_NOTOWNER;
-  }
-  if (h->conn && h->count > 1) {
+  int out = !h                        ? DLOCK__REL_NOTOWNER
+            : h->busy                 ? DLOCK__SEND_BLOCKS
+            : h->conn && h->count > 1 ? DLOCK__REL_DOWN
+                                      : UNLOCK;
+  if (out == DLOCK__REL_DOWN)
     h->count--;
-    pthread_mutex_unlock(&p->mu);
-    return DLOCK__REL_DOWN;
-  }
-  *link = h->next;
+  if (out == UNLOCK)
+    *link = h->next;
   pthread_mutex_unlock(&p->mu);
-  PGconn *c = h->conn;
-  int64_t idle = h->idle;
+  if (out != UNLOCK)
+    return out;
+  *c = h->conn;
+  *idle = h->idle;
   hold_free(h);
-  if (!c)
-    return DLOCK__REL_NOTOWNER; /* its session was lost */
-  const char *v[1] = {name};
-  char out[8];
-  /* the lease and owner settings stay for the connection's next hold */
-  int rc = exec_sql(p, c, sql_unlock_keep[shared], 1, v, cmd_deadline(p), out,
-                    sizeof out);
+  return *c ? UNLOCK : DLOCK__REL_NOTOWNER; /* its session was lost */
+}
+
+/* A release's second half: the unlock statement on c ended with rc, its
+ * answer out. c goes back to the pool, or is closed when it failed. */
+static int release_end(pg *p, PGconn *c, int64_t idle, int rc,
+                       const char *out) {
   if (rc) {
     /* the server had closed the session (terminated, restarted): the lock
      * went with it before this release; otherwise (no answer) the session
@@ -955,6 +1079,21 @@ static int pg_lock_release(void *be, const dlock__release *rel) {
   }
   conn_put(p, c, idle);
   return out[0] == 't' ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+static int pg_lock_release(void *be, const dlock__release *rel) {
+  pg *p = be;
+  PGconn *c;
+  int64_t idle;
+  int out = release_take(p, rel, true, &c, &idle);
+  if (out != UNLOCK)
+    return out;
+  const char *v[1] = {rel->name};
+  char val[8] = "";
+  /* the lease and owner settings stay for the connection's next hold */
+  int rc = exec_sql(p, c, sql_unlock_keep[is_shared(rel->kind)], 1, v,
+                    cmd_deadline(p), val, sizeof val);
+  return release_end(p, c, idle, rc, val);
 }
 
 static int pg_lock_renew(void *be, dlock__renewal *items, size_t n,
@@ -1724,18 +1863,294 @@ static void pg_wait_end(void *be, dlock__wait *w) {
     dlock__err_set_worded();
 }
 
+/* ------------------------------------------------------------ sent */
+
+/* lock_acquire_send and lock_release_send (backend.h): the try of a
+ * reentrant or fenced lock on a pooled connection, and a release on its
+ * hold's connection, put on the wire from the caller's thread; the event
+ * loop reads the answer (pg_loop_prepare / pg_loop_dispatch: a sent
+ * statement's socket is polled, its deadline enforced) and ends the
+ * operation as the blocking one would, with the same statements, the same
+ * records and the same errors (results_in, try_answer, try_failed, grant's
+ * hold_add, release_end). A send never dials: with no idle connection it
+ * answers DLOCK__SEND_BLOCKS, and the dialling worker pools one for the
+ * sends to come. */
+
+static pg_sent *sent_new(const dlock__acquire *a, dlock__sent_fn done,
+                         void *arg) {
+  size_t nl = strlen(a->name) + 1, ol = strlen(a->owner) + 1;
+  pg_sent *s = dlock__calloc(1, sizeof *s + nl + ol);
+  if (!s)
+    return NULL;
+  s->a = *a;
+  s->a.bh = NULL;
+  s->a.name = memcpy(s->names, a->name, nl);
+  s->a.owner = memcpy(s->names + nl, a->owner, ol);
+  s->done = done;
+  s->arg = arg;
+  return s;
+}
+
+/* Ends s: done(rc, x, y), with no mutex held, the error detail set. */
+static void sent_end(pg_sent *s, int rc, int64_t x, int64_t y) {
+  dlock__sent_fn done = s->done;
+  void *arg = s->arg;
+  dlock__free(s);
+  done(arg, rc, x, y);
+}
+
+/* Puts s's next statement on its connection and hands it to the loop
+ * (poked, unless a poke since its last prepare is pending): 0, or the
+ * error of a send that failed (s is not listed then). */
+static int sent_go(pg *p, pg_sent *s, const char *sql, int n,
+                   const char *const *vals) {
+  int f = send_start(p, s->conn, sql, n, vals);
+  if (f < 0)
+    return f;
+  s->flushing = f == 1;
+  s->first = true;
+  s->rc = 0;
+  s->out[0] = s->err[0] = '\0';
+  s->deadline = cmd_deadline(p);
+  s->next = NULL;
+  pthread_mutex_lock(&p->mu);
+  *p->sents_tail = s;
+  p->sents_tail = &s->next;
+  bool poke = !p->poked;
+  p->poked = true;
+  pthread_mutex_unlock(&p->mu);
+  if (poke) /* the loop polls s's socket from its next round on */
+    dlock__client_poke(p->core);
+  return 0;
+}
+
+/* The dialling worker: a pooled connection for the sends to come. */
+static void dial_job(void *arg) {
+  pg *p = arg;
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  PGconn *c;
+  if (dial(p, &c) == 0) /* a failure: the next send without one asks again */
+    conn_put(p, c, 0);
+  pthread_mutex_lock(&p->mu);
+  p->dial_queued = false;
+  pthread_mutex_unlock(&p->mu);
+  dlock__seterr(DLOCK_OK, "%s", saved);
+}
+
+/* A pooled connection for a sent try, or NULL: none is idle (the dialling
+ * worker is asked for one). One the server closed while it was idle (a
+ * restart, its session terminated) is closed, and the next one taken. */
+static PGconn *sent_conn(pg *p, int64_t *idle) {
+  for (;;) {
+    PGconn *c = dlock__idle_take(&p->idle, dlock__now_ms(), idle);
+    pthread_mutex_lock(&p->mu);
+    bool dial = !c && !p->dial_queued;
+    p->dial_queued |= dial;
+    pthread_mutex_unlock(&p->mu);
+    if (dial && dlock__client_run_dial(p->core, dial_job, p) != 0) {
+      pthread_mutex_lock(&p->mu);
+      p->dial_queued = false;
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (!c)
+      return NULL;
+    /* an idle connection says something only when its session ends (the
+     * server's FATAL, then the end of the stream: read apart) */
+    struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+    bool ok = true;
+    for (int i = 0; ok && i < 3 && poll(&pfd, 1, 0) > 0; i++)
+      ok = PQconsumeInput(c) && PQstatus(c) == CONNECTION_OK && !PQisBusy(c);
+    if (ok)
+      return c;
+    PQfinish(c);
+  }
+}
+
+static int pg_lock_acquire_send(void *be, const dlock__acquire *a,
+                                dlock__sent_fn done, void *arg) {
+  pg *p = be;
+  if (a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED)
+    return DLOCK__SEND_BLOCKS;
+  pg_sent *s = sent_new(a, done, arg);
+  if (!s)
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  int64_t tok = 0;
+  pthread_mutex_lock(&p->mu);
+  int local = acquire_local_locked(p, a, &tok);
+  /* a wait of this owner's, or a grant to claim: the blocking try's */
+  if (local == ASK_SERVER &&
+      (wait_find(p, a->name, a->owner) || p->claims != NULL))
+    local = DLOCK__SEND_BLOCKS;
+  pthread_mutex_unlock(&p->mu);
+  if (local == ASK_SERVER) {
+    char lease[32];
+    const char *v[3];
+    int n;
+    while ((s->conn = sent_conn(p, &s->idle)) != NULL) {
+      s->step = S_TRY;
+      const char *sql = try_sql(&s->a, s->conn, s->idle, lease, v, &n);
+      if (sent_go(p, s, sql, n, v) == 0)
+        return 0;
+      PQfinish(s->conn); /* broken, and nothing sent: the next one */
+    }
+    local = DLOCK__SEND_BLOCKS;
+  }
+  dlock__free(s);
+  if (local == DLOCK__SEND_BLOCKS)
+    return local;
+  done(arg, local, -1, tok); /* a re-entry, or EDEADLK */
+  return 0;
+}
+
+static int pg_lock_release_send(void *be, const dlock__release *r,
+                                dlock__sent_fn done, void *arg) {
+  pg *p = be;
+  dlock__acquire a = {.kind = r->kind, .name = r->name, .owner = r->owner};
+  pg_sent *s = sent_new(&a, done, arg);
+  if (!s)
+    return dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory");
+  int out = release_take(p, r, false, &s->conn, &s->idle);
+  if (out == UNLOCK) {
+    s->step = S_UNLOCK;
+    const char *v[1] = {r->name};
+    int rc = sent_go(p, s, sql_unlock_keep[is_shared(r->kind)], 1, v);
+    if (rc == 0)
+      return 0;
+    out = release_end(p, s->conn, s->idle, rc, "");
+  }
+  dlock__free(s);
+  if (out == DLOCK__SEND_BLOCKS)
+    return out;
+  done(arg, out, 0, 0);
+  return 0;
+}
+
+/* s's connection was ready (or s is overdue): true once its statement is
+ * complete (s->rc, s->out, s->err). */
+static bool sent_read(pg *p, pg_sent *s) {
+  int f = s->flushing ? PQflush(s->conn) : 0;
+  s->flushing = f == 1;
+  if (f < 0 || !PQconsumeInput(s->conn)) {
+    s->rc = pg_err(p, DLOCK_EUNAVAILABLE, "connection lost",
+                   PQerrorMessage(s->conn));
+    snprintf(s->err, sizeof s->err, "%s", dlock_last_error());
+    return true;
+  }
+  bool complete =
+      results_in(p, s->conn, &s->first, &s->rc, s->out, sizeof s->out);
+  if (s->rc && !s->err[0])
+    snprintf(s->err, sizeof s->err, "%s", dlock_last_error());
+  return complete;
+}
+
+/* s's statement is complete, or failed (s->rc: an overdue one
+ * DLOCK_EIOTIMEOUT): its next statement goes out, or it ends as the
+ * blocking operation would. On the loop's thread, no mutex held. */
+static void sent_next(pg *p, pg_sent *s) {
+  int rc = s->rc;
+  PGconn *c = s->conn;
+  if (rc)
+    dlock__seterr(rc, "%s", s->err);
+  if (s->step == S_UNLOCK) {
+    sent_end(s, release_end(p, c, s->idle, rc, s->out), 0, 0);
+    return;
+  }
+  if (s->step == S_TRY) {
+    if (rc) { /* its session ends, holding nothing */
+      rc = try_failed(p, c, false, rc, 0);
+      sent_end(s, rc == TRY_AGAIN ? DLOCK__SEND_BLOCKS : rc, -1, 0);
+      return;
+    }
+    if (!try_answer(s->out, &s->pid)) {
+      conn_put(p, c, s->idle);
+      sent_end(s, 0, -1, 0);
+      return;
+    }
+    s->idle = lease_idle(s->a.lease_ms);
+    if (s->a.kind == DLOCK_FENCED) {
+      s->step = S_TOKEN;
+      const char *v[1] = {s->a.name};
+      if ((rc = sent_go(p, s, SQL_TOKEN, 1, v)) == 0)
+        return;
+    }
+  }
+  if (rc && PQstatus(c) == CONNECTION_OK && !PQisBusy(c)) {
+    /* the token statement failed (the table dlock_fence missing, say):
+     * the blocking try goes on from this grant (claim_take_locked) */
+    dlock__sent_fn done = s->done;
+    void *arg = s->arg;
+    s->step = S_CLAIM;
+    pthread_mutex_lock(&p->mu);
+    s->next = p->claims;
+    p->claims = s; /* from here on, s is the claimer's */
+    pthread_mutex_unlock(&p->mu);
+    done(arg, DLOCK__SEND_BLOCKS, 0, 0);
+    return;
+  }
+  if (rc) { /* lost (nothing is held then), or no answer */
+    bool lost = PQstatus(c) != CONNECTION_OK;
+    PQfinish(c);
+    sent_end(s, lost ? DLOCK__SEND_BLOCKS : rc, -1, 0);
+    return;
+  }
+  int64_t tok = s->step == S_TOKEN ? atoll(s->out) : 0;
+  if (hold_add(p, s->a.name, s->a.owner, false, c, s->pid, tok, s->idle)) {
+    PQfinish(c); /* its session ends, and the lock with it */
+    sent_end(s, dlock__seterr(DLOCK_ENOMEM, "postgres: out of memory"), -1, 0);
+    return;
+  }
+  sent_end(s, 1, -1, tok);
+}
+
+/* Goes on with each of list (sent statements the loop took out of
+ * p->sents) whose statement is complete; one that is not goes back to the
+ * head of the list, or, `overdue`, ends in DLOCK_EIOTIMEOUT. */
+static void sents_run(pg *p, pg_sent *list, bool overdue) {
+  pg_sent *back = NULL, **bt = &back;
+  while (list) {
+    pg_sent *s = list;
+    list = s->next;
+    s->next = NULL;
+    if (!sent_read(p, s) && !overdue) {
+      *bt = s;
+      bt = &s->next;
+      continue;
+    }
+    if (!s->rc && PQisBusy(s->conn)) { /* overdue: as a silent server's */
+      s->rc = no_answer(p);
+      snprintf(s->err, sizeof s->err, "%s", dlock_last_error());
+    }
+    sent_next(p, s);
+  }
+  if (back) {
+    pthread_mutex_lock(&p->mu);
+    *bt = p->sents;
+    if (!p->sents)
+      p->sents_tail = bt;
+    p->sents = back;
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
 /* ------------------------------------------------------------ the loop */
 
-/* Adds c's socket to the loop's poll set for reading; false when the set
- * is full. */
-static bool poll_in(struct pollfd *fds, int *n, int max, PGconn *c) {
+/* Adds fd to the loop's poll set for events; false when the set is
+ * full. */
+static bool poll_add(struct pollfd *fds, int *n, int max, int fd,
+                     short events) {
   if (*n == max)
     return false;
-  fds[*n].fd = PQsocket(c);
-  fds[*n].events = POLLIN;
+  fds[*n].fd = fd;
+  fds[*n].events = events;
   fds[*n].revents = 0;
   (*n)++;
   return true;
+}
+
+/* Adds c's socket to the loop's poll set for reading. */
+static bool poll_in(struct pollfd *fds, int *n, int max, PGconn *c) {
+  return poll_add(fds, n, max, PQsocket(c), POLLIN);
 }
 
 static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
@@ -1744,9 +2159,38 @@ static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   int64_t swept = dlock__idle_sweep(&p->idle, now);
   if (swept < *until)
     *until = swept;
-  int n = 0;
-  bool more = false;
+  int n;
+  bool more;
   pthread_mutex_lock(&p->mu);
+  p->poked = false; /* what is sent from here on pokes again */
+  for (;;) {
+    /* sent statements first, the oldest first; the overdue ones end */
+    n = 0;
+    more = false;
+    pg_sent *over = NULL, **ot = &over, **sp = &p->sents;
+    while (*sp) {
+      pg_sent *s = *sp;
+      if (now >= s->deadline) {
+        *sp = s->next;
+        *ot = s;
+        ot = &s->next;
+        continue;
+      }
+      more = more || !poll_add(fds, &n, max, PQsocket(s->conn),
+                               s->flushing ? POLLIN | POLLOUT : POLLIN);
+      if (s->deadline < *until)
+        *until = s->deadline;
+      sp = &s->next;
+    }
+    p->sents_tail = sp;
+    p->npolled = n;
+    if (!over)
+      break;
+    *ot = NULL;
+    pthread_mutex_unlock(&p->mu);
+    sents_run(p, over, true); /* may send a next statement: look again */
+    pthread_mutex_lock(&p->mu);
+  }
   for (pg_wait *r = p->waits; r && !more; r = r->next)
     if (r->state == W_SENT && r->conn)
       more = !poll_in(fds, &n, max, r->conn);
@@ -1755,16 +2199,8 @@ static int pg_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
   for (pg_hold *h = p->holds; h && !more; h = h->next)
     if (h->conn && !h->busy && !h->broken)
       more = !poll_in(fds, &n, max, h->conn);
-  if (p->lsn_fd >= 0 && !more) {
-    if (n < max) {
-      fds[n].fd = p->lsn_fd;
-      fds[n].events = POLLIN;
-      fds[n].revents = 0;
-      n++;
-    } else {
-      more = true;
-    }
-  }
+  if (p->lsn_fd >= 0 && !more)
+    more = !poll_add(fds, &n, max, p->lsn_fd, POLLIN);
   pthread_mutex_unlock(&p->mu);
   if (more) { /* more than the loop polls: look again soon */
     int64_t soon = now + 100;
@@ -1821,9 +2257,30 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
                              int n) {
   (void)now;
   pg *p = be;
+  /* the first npolled descriptors are sent statements', in the list's
+   * order (only the loop removes from it) */
+  pg_sent *ready = NULL, **rt = &ready;
+  pthread_mutex_lock(&p->mu);
+  pg_sent **sp = &p->sents;
+  for (int i = 0; i < p->npolled && *sp; i++) {
+    pg_sent *s = *sp;
+    if (fds[i].revents && fds[i].fd == PQsocket(s->conn)) {
+      *sp = s->next;
+      *rt = s;
+      rt = &s->next;
+    } else {
+      sp = &s->next;
+    }
+  }
+  if (!*sp)
+    p->sents_tail = sp;
+  *rt = NULL;
+  pthread_mutex_unlock(&p->mu);
+  if (ready)
+    sents_run(p, ready, false);
   bool broke = false, heard = false;
   pthread_mutex_lock(&p->mu);
-  for (int i = 0; i < n; i++) {
+  for (int i = p->npolled; i < n; i++) {
     if (!fds[i].revents)
       continue;
     if (p->lsn_fd >= 0 && fds[i].fd == p->lsn_fd) {
@@ -1865,6 +2322,21 @@ static void pg_loop_dispatch(void *be, int64_t now, const struct pollfd *fds,
 static void pg_free(pg *p) {
   if (!p)
     return;
+  /* sent operations still in flight (the core waits for them before it
+   * closes, so none should be): their sessions end, and so do they */
+  while (p->sents) {
+    pg_sent *s = p->sents;
+    p->sents = s->next;
+    PQfinish(s->conn);
+    sent_end(s, dlock__seterr(DLOCK_ECLOSED, "the client is being freed"), -1,
+             0);
+  }
+  while (p->claims) {
+    pg_sent *s = p->claims;
+    p->claims = s->next;
+    PQfinish(s->conn);
+    dlock__free(s);
+  }
   dlock__idle_destroy(&p->idle);
   for (int i = 0; i < p->ndoomed; i++)
     PQfinish(p->doomed[i]);
@@ -2028,6 +2500,7 @@ static int pg_open(void **be, const char *url, const struct dlock_options *o,
   pthread_mutex_init(&p->lmu, NULL);
   dlock__idle_init(&p->idle, o->pool_size, conn_close, conn_usable);
   p->lsn_fd = -1;
+  p->sents_tail = &p->sents;
   p->psem_retry_ms = o->watchdog_ms / 3 > 100 ? o->watchdog_ms / 3 : 100;
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -2072,6 +2545,8 @@ const dlock__backend_ops dlock__postgres_backend = {
     .lock_acquire = pg_lock_acquire,
     .lock_leave = pg_lock_leave,
     .lock_release = pg_lock_release,
+    .lock_acquire_send = pg_lock_acquire_send,
+    .lock_release_send = pg_lock_release_send,
     .lock_renew = pg_lock_renew,
     .lock_force_release = pg_lock_force_release,
     .lock_query = pg_lock_query,

@@ -36,8 +36,16 @@
  * prefix before anything is created again, so that no orphan node of ours
  * can queue ahead of us or, worse, hold the lock unknown to us.
  *
- * Threads: caller threads, and the settling worker (leave, release). A
- * node record is used by its owner's thread; its fields are read and
+ * Sent operations (the async calls' tries and releases, backend.h
+ * lock_*_send): the same steps, carried from answer to answer by the
+ * completions of sent requests instead of a sleeping thread, for the
+ * common case only (section "sent operations" below); the rest is left to
+ * the blocking operation, from the node table as the sent part left it.
+ *
+ * Threads: caller threads, the settling worker (leave, release), and for
+ * the sent operations libzookeeper's completion thread and the event loop
+ * (their deadline, the session's loss). A node record is used by its
+ * owner's thread (or its owner's sent operation); its fields are read and
  * written under z->mu, and requests are made without it. A session loss
  * marks every record lost (dlock__zk_nodes_forget_locked) without freeing it,
  * so that a thread in the middle of an attempt never touches freed memory.
@@ -52,13 +60,14 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/id.h"
 #include "zookeeper/zk.h"
 
 #define PATH_MAX_ZK ZK_PATH_MAX
-#define MAX_ROUNDS 16   /* one attempt's retries (races with deletes) */
-#define STATE_MAX 100   /* nodes listed by lock_state */
+#define MAX_ROUNDS 16 /* one attempt's retries (races with deletes) */
+#define STATE_MAX 100 /* nodes listed by lock_state */
 
 static const char MUTEX_MARK[] = "lock-";
 static const char READ_MARK[] = "__READ__";
@@ -78,10 +87,13 @@ static const char *mark_of(zk_side side) {
 
 /* ---------------------------------------------------------- node table */
 
+typedef struct zk_sent zk_sent;
+
 typedef struct zk_node_ext {
   zk_node n;
-  bool lost;   /* its session ended */
-  bool unsure; /* a create may have happened without our knowing */
+  bool lost;     /* its session ended */
+  bool unsure;   /* a create may have happened without our knowing */
+  zk_sent *sent; /* a sent operation in flight on it, or NULL */
 } zk_node_ext;
 
 static zk_node_ext *ext(zk_node *n) { return (zk_node_ext *)n; }
@@ -100,8 +112,8 @@ static void node_made_locked(dlock__zk *z, zk_node *n, uint64_t gen) {
     ext(n)->lost = false;
 }
 
-static zk_node *node_find_locked(dlock__zk *z, zk_side side,
-                                 const char *name, const char *owner) {
+static zk_node *node_find_locked(dlock__zk *z, zk_side side, const char *name,
+                                 const char *owner) {
   for (zk_node *n = z->nodes; n; n = n->next)
     if (n->side == side && strcmp(n->name, name) == 0 &&
         strcmp(n->owner, owner) == 0)
@@ -128,7 +140,11 @@ static zk_node *node_add_locked(dlock__zk *z, zk_side side, const char *name,
   return n;
 }
 
+static void sent_detach_locked(zk_sent *o);
+
 static void node_remove_locked(dlock__zk *z, zk_node *n) {
+  if (ext(n)->sent)
+    sent_detach_locked(ext(n)->sent);
   for (zk_node **p = &z->nodes; *p; p = &(*p)->next)
     if (*p == n) {
       *p = n->next;
@@ -152,9 +168,28 @@ static void node_restart_locked(zk_node *n) {
   dlock__uuid(n->uuid);
 }
 
+static void sent_end_all_locked(dlock__zk *z);
+
 void dlock__zk_nodes_forget_locked(dlock__zk *z) {
   for (zk_node *n = z->nodes; n; n = n->next)
     ext(n)->lost = true;
+  sent_end_all_locked(z); /* (their outcomes: dlock__zk_sent_report) */
+}
+
+void dlock__zk_nodes_free_locked(dlock__zk *z) {
+  while (z->nodes)
+    node_remove_locked(z, z->nodes);
+}
+
+/* mu held: n's node was made (or found) by the server, as r says: its
+ * path and token are taken from r. */
+static void node_created_locked(dlock__zk *z, zk_node *n, zk_result *r) {
+  dlock__free(n->path);
+  n->path = r->path;
+  r->path = NULL;
+  n->czxid = r->stat.czxid;
+  ext(n)->unsure = false;
+  node_made_locked(z, n, r->gen);
 }
 
 /* ------------------------------------------------------------- children */
@@ -195,12 +230,34 @@ static bool is_write(const char *child) {
   return strstr(child, WRITE_MARK) != NULL;
 }
 
+/* Where the node `mine` stands among a lock's sorted children: *me its
+ * index (-1: not there); true when it holds, else *watch is the node it
+ * waits for (the one before it; for a read node the first write node). */
+static bool node_holds(const zk_result *kids, zk_side side, const char *mine,
+                       int *me, int *watch) {
+  int first_write = -1;
+  *me = -1;
+  for (int i = 0; i < kids->nchildren; i++) {
+    if (*me < 0 && strcmp(kids->children[i], mine) == 0)
+      *me = i;
+    if (first_write < 0 && side != ZK_MUTEX && is_write(kids->children[i]))
+      first_write = i;
+  }
+  if (side == ZK_READ) {
+    bool holds = first_write < 0 || first_write > *me;
+    *watch = holds ? -1 : first_write;
+    return holds;
+  }
+  *watch = *me - 1;
+  return *me == 0;
+}
+
 static int check_and_sort(dlock__zk *z, const char *dir, bool rw,
                           const char *name, zk_result *r);
 
 /* Lists and sorts the lock's children. ZNONODE: an empty list. */
-static int list_sorted(dlock__zk *z, const char *dir, bool rw,
-                       const char *name, zk_result *r) {
+static int list_sorted(dlock__zk *z, const char *dir, bool rw, const char *name,
+                       zk_result *r) {
   int rc = dlock__zk_children(z, dir, r);
   if (rc)
     return rc;
@@ -364,23 +421,32 @@ static int find_protected(dlock__zk *z, zk_node *n, const char *dir) {
  * unless suffix is given (a downgrade's read node). With kids, the create
  * is sent together with a listing of dir (dlock__zk_create_and_list): *listed
  * says whether *kids holds that listing (then the caller's to clear). */
+#define NODE_DATA_MAX (256 + DLOCK_HOLDER_INFO_MAX)
+
+/* The path of n's node under dir, `<dir>/_c_<uuid>-<mark><suffix>`
+ * (sequential unless suffix is given), into path (PATH_MAX_ZK bytes), and
+ * its data into data (NODE_DATA_MAX): the owner, and the holder info on a
+ * line after it. */
+static int node_request(const dlock__zk *z, const zk_node *n, const char *dir,
+                        const char *suffix, char *path, char *data) {
+  int len = snprintf(path, PATH_MAX_ZK, "%s/_c_%s-%s%s", dir, n->uuid,
+                     mark_of(n->side), suffix ? suffix : "");
+  if (len < 0 || (size_t)len >= PATH_MAX_ZK)
+    return dlock__seterr(DLOCK_EINVAL, "lock path too long: %.200s", dir);
+  snprintf(data, NODE_DATA_MAX, "%s%s%s", n->owner,
+           z->holder_info[0] ? "\n" : "", z->holder_info);
+  return 0;
+}
+
 static int create_node(dlock__zk *z, zk_node *n, const char *dir,
                        const char *suffix, zk_result *kids, bool *listed) {
   if (listed)
     *listed = false;
-  char path[PATH_MAX_ZK];
-  int len = snprintf(path, sizeof path, "%s/_c_%s-%s%s", dir, n->uuid,
-                     mark_of(n->side), suffix ? suffix : "");
-  if (len < 0 || (size_t)len >= sizeof path)
-    return dlock__seterr(DLOCK_EINVAL, "lock path too long: %.200s", dir);
+  char path[PATH_MAX_ZK], d[NODE_DATA_MAX];
+  int rc = node_request(z, n, dir, suffix, path, d);
+  if (rc)
+    return rc;
   int flags = suffix ? ZOO_EPHEMERAL : ZOO_EPHEMERAL_SEQUENTIAL;
-  /* the data: the owner, and the holder info on a line after it */
-  char data[256 + DLOCK_HOLDER_INFO_MAX];
-  const char *d = n->owner;
-  if (z->holder_info[0]) {
-    snprintf(data, sizeof data, "%s\n%s", n->owner, z->holder_info);
-    d = data;
-  }
   for (int round = 0; round < 4; round++) {
     pthread_mutex_lock(&z->mu);
     bool unsure = ext(n)->unsure;
@@ -391,7 +457,6 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
         return found < 0 ? found : 0;
     }
     zk_result r;
-    int rc;
     if (kids) {
       rc = dlock__zk_create_and_list(z, path, d, flags, dir, &r, kids);
       if (!rc && r.rc == ZOK && kids->rc == ZOK)
@@ -411,12 +476,7 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
       return rc;
     if (r.rc == ZOK) {
       pthread_mutex_lock(&z->mu);
-      dlock__free(n->path);
-      n->path = r.path;
-      r.path = NULL;
-      n->czxid = r.stat.czxid;
-      ext(n)->unsure = false;
-      node_made_locked(z, n, r.gen);
+      node_created_locked(z, n, &r);
       pthread_mutex_unlock(&z->mu);
       dlock__zk_result_clear(&r);
       return 0;
@@ -450,6 +510,17 @@ static int create_node(dlock__zk *z, zk_node *n, const char *dir,
                        z->display, dir);
 }
 
+/* mu held: the delete of n's node at path was answered zrc: 0 and the
+ * record forgotten (ZNONODE counts as deleted), or the error (the record
+ * stays, for a retry). */
+static int node_deleted_locked(dlock__zk *z, zk_node *n, int zrc,
+                               const char *path) {
+  if (zrc != ZOK && zrc != ZNONODE)
+    return dlock__zk_error(z, zrc, "delete", path);
+  node_remove_locked(z, n);
+  return 0;
+}
+
 /* Deletes n's node (and forgets the record): 0, or an error (the record
  * stays, for a retry). ZNONODE counts as deleted. */
 static int drop_node(dlock__zk *z, zk_node *n, const char *dir) {
@@ -465,22 +536,22 @@ static int drop_node(dlock__zk *z, zk_node *n, const char *dir) {
     path = n->path ? dlock__strdup(n->path) : NULL;
     pthread_mutex_unlock(&z->mu);
   }
+  int rc = 0;
+  int zrc = ZOK;
   if (path) {
     zk_result r;
-    int rc = dlock__zk_delete(z, path, &r);
-    int zrc = rc ? ZOK : r.rc;
+    rc = dlock__zk_delete(z, path, &r);
+    zrc = rc ? ZOK : r.rc;
     if (!rc)
       dlock__zk_result_clear(&r);
-    if (!rc && zrc != ZOK && zrc != ZNONODE)
-      rc = dlock__zk_error(z, zrc, "delete", path);
-    dlock__free(path);
-    if (rc)
-      return rc;
   }
-  pthread_mutex_lock(&z->mu);
-  node_remove_locked(z, n);
-  pthread_mutex_unlock(&z->mu);
-  return 0;
+  if (!rc) {
+    pthread_mutex_lock(&z->mu);
+    rc = node_deleted_locked(z, n, zrc, path);
+    pthread_mutex_unlock(&z->mu);
+  }
+  dlock__free(path);
+  return rc;
 }
 
 /* ------------------------------------------------------------ handles */
@@ -643,14 +714,8 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
     if (!listed && (rc = list_sorted(z, dir, rw, a->name, &kids)) != 0)
       goto failed;
     pthread_mutex_lock(&z->mu);
-    const char *mine = base_name(n->path);
-    int me = -1, first_write = -1;
-    for (int i = 0; i < kids.nchildren; i++) {
-      if (me < 0 && strcmp(kids.children[i], mine) == 0)
-        me = i;
-      if (first_write < 0 && rw && is_write(kids.children[i]))
-        first_write = i;
-    }
+    int me, watch;
+    bool holds = node_holds(&kids, side, base_name(n->path), &me, &watch);
     if (me < 0 && listed) { /* never expected (see calls.c): list again */
       pthread_mutex_unlock(&z->mu);
       dlock__zk_result_clear(&kids);
@@ -662,15 +727,6 @@ static int acquire_once(dlock__zk *z, const dlock__acquire *a, int64_t *pttl,
       pthread_mutex_unlock(&z->mu);
       dlock__zk_result_clear(&kids);
       continue;
-    }
-    int watch = -1;
-    bool holds;
-    if (side == ZK_READ) {
-      holds = first_write < 0 || first_write > me;
-      watch = holds ? -1 : first_write;
-    } else {
-      holds = me == 0;
-      watch = me - 1;
     }
     if (holds && ext(n)->lost) {
       /* the node is of a session given up while this attempt ran (made
@@ -769,51 +825,489 @@ int dlock__zk_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
   return rc < 0 ? rc : 0;
 }
 
-int dlock__zk_lock_release(void *be, const dlock__release *rel) {
-  /* rel->request_id is not needed: a retry finds its record still
-   * releasing; the session keeps the hold, not a lease */
-  dlock__zk *z = be;
-  pthread_mutex_lock(&z->mu);
-  zk_node *n = node_find_locked(z, side_of(rel->kind), rel->name, rel->owner);
+/* A release's step on the node table (mu held), n its record (or NULL):
+ * a DLOCK__REL_* outcome when no round trip is needed, else REL_DELETE
+ * with the node's path in path (PATH_MAX_ZK bytes): the record is then
+ * marked releasing, so that a retry deletes again. rel->request_id is not
+ * needed: a retry finds its record still releasing; the session keeps
+ * the hold, not a lease. */
+#define REL_DELETE 3
+static int release_begin_locked(dlock__zk *z, zk_node *n, char *path) {
   if (n && ext(n)->lost) {
     node_remove_locked(z, n);
     n = NULL;
   }
-  if (!n || (n->count == 0 && !n->releasing)) {
-    pthread_mutex_unlock(&z->mu);
+  if (!n || (n->count == 0 && !n->releasing))
     return DLOCK__REL_NOTOWNER;
-  }
   if (n->count > 1) {
     n->count--;
-    pthread_mutex_unlock(&z->mu);
     return DLOCK__REL_DOWN;
   }
   n->count = 0;
   n->releasing = true;
-  char *path = n->path ? dlock__strdup(n->path) : NULL;
-  pthread_mutex_unlock(&z->mu);
-  if (!path)
+  if (!n->path)
     return DLOCK_ENOMEM;
+  snprintf(path, PATH_MAX_ZK, "%s", n->path);
+  return REL_DELETE;
+}
+
+/* mu held: the release's delete was answered zrc. ZNONODE: someone
+ * deleted it (a force release, the session's end); on the core's retry
+ * that means our first delete went through. */
+static int release_answered_locked(dlock__zk *z, zk_node *n, int zrc,
+                                   const char *path) {
+  int rc = node_deleted_locked(z, n, zrc, path);
+  if (rc)
+    return rc; /* the record stays releasing: the retry deletes again */
+  return zrc == ZOK ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+int dlock__zk_lock_release(void *be, const dlock__release *rel) {
+  dlock__zk *z = be;
+  char path[PATH_MAX_ZK];
+  pthread_mutex_lock(&z->mu);
+  zk_node *n = node_find_locked(z, side_of(rel->kind), rel->name, rel->owner);
+  int out = release_begin_locked(z, n, path);
+  pthread_mutex_unlock(&z->mu);
+  if (out != REL_DELETE)
+    return out;
   zk_result r;
   int rc = dlock__zk_delete(z, path, &r);
-  if (rc) {
-    dlock__free(path);
+  if (rc)
     return rc; /* the record stays releasing: the retry deletes again */
-  }
   int zrc = r.rc;
   dlock__zk_result_clear(&r);
-  if (zrc != ZOK && zrc != ZNONODE) {
-    rc = dlock__zk_error(z, zrc, "delete", path);
-    dlock__free(path);
+  pthread_mutex_lock(&z->mu);
+  out = release_answered_locked(z, n, zrc, path);
+  pthread_mutex_unlock(&z->mu);
+  return out;
+}
+
+/* ------------------------------------------ sent operations (async calls)
+ *
+ * lock_acquire_send / lock_release_send (backend.h): the common case of a
+ * try of a reentrant or fenced lock and of a mutex's release, carried by
+ * the completions of sent requests (calls.c) instead of a sleeping
+ * thread, keeping the node table as the blocking path does:
+ *   acquire: a re-entry counts at once; a first attempt (no record, or a
+ *   fresh one) sends its create with the listing (one round trip): first
+ *   child, held (its czxid the token); else its node is deleted (a second
+ *   round trip) and the try refused;
+ *   release: a count above 1 goes down at once; the last one's delete is
+ *   sent, and its answer ends it as the blocking release's does.
+ * Everything else is the blocking operation's, from the record as it
+ * stands (DLOCK__SEND_BLOCKS): a record waiting, unsure, releasing or
+ * lost, the session not usable, a handle being replaced, missing parents
+ * (ZNONODE), a create whose answer was lost (the record unsure), a
+ * listing that failed, a delete that could not go.
+ *
+ * An operation ends exactly once, under z->mu (`ended`), by whichever
+ * comes first: its last answer, its deadline (the command timeout, kept by
+ * the event loop: dlock__zk_sent_expire; an unanswered create leaves the
+ * record unsure, as create_node's timeout does), the session's loss or
+ * the backend's close (dlock__zk_nodes_forget_locked: DLOCK_EUNAVAILABLE,
+ * as a blocking request cut by them). Its done runs after z->mu is
+ * released. An answer that comes after the end touches nothing but its
+ * own result and the operation's reference count: the operation is freed
+ * by whoever drops the last reference (one per answer to come, one until
+ * done has run). Its record points back at it (zk_node_ext.sent), so that
+ * nothing else sends on that record meanwhile and a record removed under
+ * it is detached rather than left dangling. */
+
+enum { SENT_CREATE = 0, SENT_LIST = 1, SENT_DELETE = 2 }; /* answer indexes */
+
+struct zk_sent {
+  zk_sent *prev, *next; /* z->sent_head..tail, oldest first; then ended */
+  dlock__zk *z;
+  zk_node *n; /* its record; NULL once detached */
+  dlock__sent_fn done;
+  void *arg;
+  int refs;  /* answers to come, + 1 until done has run */
+  int phase; /* the answer it waits for */
+  bool release;
+  bool listed; /* the listing went with the create */
+  bool ended;
+  int64_t deadline;
+  int rc;        /* an end by the deadline or the session's loss */
+  char why[512]; /* (the loss's detail) */
+  char dir[PATH_MAX_ZK];
+  char path[PATH_MAX_ZK]; /* the node to create, then to delete */
+};
+
+static zk_sent *sent_new(dlock__zk *z, dlock__sent_fn done, void *arg) {
+  zk_sent *o = dlock__reallocarray(NULL, 1, sizeof *o);
+  if (!o)
+    return NULL;
+  o->prev = o->next = NULL;
+  o->z = z;
+  o->n = NULL;
+  o->done = done;
+  o->arg = arg;
+  o->refs = 1;
+  o->phase = SENT_CREATE;
+  o->release = o->listed = o->ended = false;
+  o->deadline = 0;
+  o->rc = 0;
+  o->why[0] = o->dir[0] = o->path[0] = '\0';
+  return o;
+}
+
+static void sent_detach_locked(zk_sent *o) {
+  if (o->n)
+    ext(o->n)->sent = NULL;
+  o->n = NULL;
+}
+
+/* mu held: o goes in flight on record n, until its deadline. */
+static void sent_begin_locked(dlock__zk *z, zk_sent *o, zk_node *n, int phase,
+                              int answers) {
+  o->n = n;
+  ext(n)->sent = o;
+  o->phase = phase;
+  o->refs += answers;
+  o->deadline = dlock__deadline_after(z->command_timeout);
+  o->prev = z->sent_tail;
+  if (z->sent_tail)
+    z->sent_tail->next = o;
+  else
+    z->sent_head = o;
+  z->sent_tail = o;
+}
+
+/* mu held: o is no longer in flight (its done is the caller's to run). */
+static void sent_end_locked(dlock__zk *z, zk_sent *o) {
+  o->ended = true;
+  sent_detach_locked(o);
+  if (o->prev)
+    o->prev->next = o->next;
+  else
+    z->sent_head = o->next;
+  if (o->next)
+    o->next->prev = o->prev;
+  else
+    z->sent_tail = o->prev;
+  o->prev = o->next = NULL;
+}
+
+/* mu held on entry, released here: drops k references to o, freeing it
+ * with the last. */
+static void sent_drop_unlock(dlock__zk *z, zk_sent *o, int k) {
+  o->refs -= k;
+  bool last = o->refs == 0;
+  pthread_mutex_unlock(&z->mu);
+  if (last)
+    dlock__free(o);
+}
+
+static void sent_put_unlock(dlock__zk *z, zk_sent *o) {
+  sent_drop_unlock(z, o, 1);
+}
+
+/* mu held on entry, released here: o ends with (rc, x, y), the thread's
+ * error detail set for an error; its done runs. */
+static void sent_finish_unlock(dlock__zk *z, zk_sent *o, int rc, int64_t x,
+                               int64_t y) {
+  sent_end_locked(z, o);
+  dlock__sent_fn done = o->done;
+  void *arg = o->arg;
+  sent_put_unlock(z, o);
+  done(arg, rc, x, y);
+}
+
+/* mu held: o ends at once (its outcome: dlock__zk_sent_report). */
+static void sent_end_later_locked(dlock__zk *z, zk_sent *o, int rc) {
+  o->rc = rc;
+  sent_end_locked(z, o);
+  o->next = z->sent_ended;
+  z->sent_ended = o;
+}
+
+static void sent_end_all_locked(dlock__zk *z) {
+  while (z->sent_head) {
+    zk_sent *o = z->sent_head;
+    snprintf(o->why, sizeof o->why,
+             "zookeeper %.150s: lock '%.200s': the session was lost during the "
+             "%s",
+             z->display, o->n ? o->n->name : "?",
+             o->release ? "release" : "acquire");
+    sent_end_later_locked(z, o, DLOCK_EUNAVAILABLE);
+  }
+}
+
+static const char *sent_what(const zk_sent *o) {
+  return o->phase == SENT_CREATE ? "create"
+         : o->phase == SENT_LIST ? "list children of"
+                                 : "delete";
+}
+
+void dlock__zk_sent_report(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  zk_sent *o = z->sent_ended;
+  z->sent_ended = NULL;
+  pthread_mutex_unlock(&z->mu);
+  while (o) {
+    zk_sent *next = o->next;
+    if (o->rc == DLOCK_EIOTIMEOUT)
+      dlock__zk_timeout_error(z, sent_what(o),
+                              o->phase == SENT_LIST ? o->dir : o->path);
+    else
+      dlock__seterr(o->rc, "%s", o->why);
+    o->done(o->arg, o->rc, -1, 0);
+    pthread_mutex_lock(&z->mu);
+    sent_put_unlock(z, o);
+    o = next;
+  }
+}
+
+void dlock__zk_sent_drop(dlock__zk *z) {
+  pthread_mutex_lock(&z->mu);
+  while (z->sent_head)
+    sent_end_later_locked(z, z->sent_head, DLOCK_ECLOSED);
+  zk_sent *o = z->sent_ended;
+  z->sent_ended = NULL;
+  pthread_mutex_unlock(&z->mu);
+  while (o) { /* a forked child's: their answers never come */
+    zk_sent *next = o->next;
+    dlock__free(o);
+    o = next;
+  }
+}
+
+void dlock__zk_sent_expire(dlock__zk *z, int64_t now, int64_t *until) {
+  pthread_mutex_lock(&z->mu);
+  while (z->sent_head && z->sent_head->deadline <= now) {
+    zk_sent *o = z->sent_head;
+    if (o->phase == SENT_CREATE && o->n)
+      ext(o->n)->unsure = true; /* sent; the answer did not come */
+    sent_end_later_locked(z, o, DLOCK_EIOTIMEOUT);
+  }
+  /* the oldest's deadline; without one, a look at least every command
+   * timeout, so that an operation sent meanwhile is seen by its own */
+  int64_t next = z->sent_head ? z->sent_head->deadline
+                              : dlock__deadline_after(z->command_timeout);
+  if (next < *until)
+    *until = next;
+  bool ended = z->sent_ended != NULL;
+  pthread_mutex_unlock(&z->mu);
+  if (ended)
+    dlock__zk_sent_report(z);
+}
+
+/* The create's answer (mu held): 0 with *more when the listing's comes
+ * next, else the outcome. */
+static int sent_created_locked(dlock__zk *z, zk_sent *o, zk_result *res,
+                               bool *more) {
+  zk_node *n = o->n;
+  int zrc = res->rc;
+  if (zrc == ZOK) {
+    node_created_locked(z, n, res);
+    if (!o->listed)
+      return DLOCK__SEND_BLOCKS; /* (it lists) */
+    o->phase = SENT_LIST;
+    *more = true;
+    return 0;
+  }
+  if (zrc == ZNONODE) /* the blocking operation makes the parents */
+    return DLOCK__SEND_BLOCKS;
+  if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
+    ext(n)->unsure = true; /* its create looks for the node first */
+    return DLOCK__SEND_BLOCKS;
+  }
+  int rc = zrc == ZSYSTEMERROR
+               ? dlock__seterr(DLOCK_ENOMEM, "out of memory reading a reply")
+               : dlock__zk_error(z, zrc, "create", o->path);
+  if (!ext(n)->unsure && !n->path) /* a try leaves nothing behind */
+    node_remove_locked(z, n);
+  return rc;
+}
+
+/* The listing's answer (mu held): 1 held (*token), 0 with *more when the
+ * node's delete is to be sent (a refusal), else DLOCK__SEND_BLOCKS. */
+static int sent_listed_locked(dlock__zk *z, zk_sent *o, zk_result *res,
+                              int64_t *token, bool *more) {
+  zk_node *n = o->n;
+  if (res->rc != ZOK || !n->path || ext(n)->lost ||
+      check_and_sort(z, o->dir, false, n->name, res) != 0)
+    return DLOCK__SEND_BLOCKS; /* (it lists again) */
+  int me, watch;
+  bool holds = node_holds(res, ZK_MUTEX, base_name(n->path), &me, &watch);
+  if (me < 0)
+    return DLOCK__SEND_BLOCKS;
+  if (holds) {
+    n->count = 1;
+    *token = n->czxid;
+    return 1;
+  }
+  snprintf(o->path, sizeof o->path, "%s", n->path);
+  o->phase = SENT_DELETE;
+  *more = true;
+  return 0;
+}
+
+/* The completion of each request of a sent operation. */
+static void sent_then(void *arg, int index, zk_result *res) {
+  zk_sent *o = arg;
+  dlock__zk *z = o->z;
+  pthread_mutex_lock(&z->mu);
+  if (o->ended || index != o->phase) { /* too late: only its result */
+    dlock__zk_result_clear(res);
+    sent_put_unlock(z, o); /* this answer's reference */
+    return;
+  }
+  o->refs--; /* this answer's */
+  int64_t token = 0;
+  bool more = false;
+  int rc = DLOCK__SEND_BLOCKS; /* a record removed under it: blocking */
+  if (o->n && index == SENT_CREATE)
+    rc = sent_created_locked(z, o, res, &more);
+  else if (o->n && index == SENT_LIST)
+    rc = sent_listed_locked(z, o, res, &token, &more);
+  else if (o->n && o->release)
+    rc = release_answered_locked(z, o->n, res->rc, o->path);
+  else if (o->n) /* a refused try's node went */
+    rc = node_deleted_locked(z, o->n, res->rc, o->path);
+  dlock__zk_result_clear(res);
+  if (!more) {
+    sent_finish_unlock(z, o, rc, -1, token);
+    return;
+  }
+  if (o->phase == SENT_LIST) { /* its answer follows */
+    pthread_mutex_unlock(&z->mu);
+    return;
+  }
+  o->refs++; /* the delete's answer, to come */
+  pthread_mutex_unlock(&z->mu);
+  int zrc;
+  if (dlock__zk_send_delete(z, o->path, sent_then, o, SENT_DELETE, &zrc) == 1)
+    return;
+  pthread_mutex_lock(&z->mu);
+  if (o->ended) {          /* (the deadline or the loss came meanwhile) */
+    sent_put_unlock(z, o); /* the delete's reference */
+    return;
+  }
+  o->refs--; /* the delete's */
+  /* the record keeps its node: the blocking try lists and deletes it */
+  sent_finish_unlock(z, o, DLOCK__SEND_BLOCKS, -1, 0);
+}
+
+/* After a send that did not (all) go: `answers` of the answers counted
+ * will never come. 0 when o goes on or has ended (its done ran or runs),
+ * else DLOCK__SEND_BLOCKS, o ended without its done and freed. */
+static int sent_unsent(dlock__zk *z, zk_sent *o, int answers, bool drop) {
+  pthread_mutex_lock(&z->mu);
+  if (o->ended || !drop) { /* its done ran or runs, or an answer comes */
+    sent_drop_unlock(z, o, answers);
+    return 0;
+  }
+  zk_node *n = o->n;
+  sent_end_locked(z, o);
+  /* a fresh record of a try that never went: as the blocking try's
+   * failure leaves it (forgotten) */
+  if (n && !o->release && !n->path && !ext(n)->unsure && n->count == 0)
+    node_remove_locked(z, n);
+  sent_drop_unlock(z, o, answers + 1); /* (and its own: the last) */
+  return DLOCK__SEND_BLOCKS;
+}
+
+int dlock__zk_lock_acquire_send(void *be, const dlock__acquire *a,
+                                dlock__sent_fn done, void *arg) {
+  dlock__zk *z = be;
+  if (a->q || (a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED))
+    return DLOCK__SEND_BLOCKS;
+  int rc = lease_check(z, a);
+  if (rc)
+    return rc;
+  zk_sent *o = sent_new(z, done, arg);
+  if (!o)
+    return DLOCK_ENOMEM;
+  if ((rc = dlock__zk_lock_path(z, a->name, o->dir, sizeof o->dir))) {
+    dlock__free(o);
     return rc;
   }
-  dlock__free(path);
+  char data[NODE_DATA_MAX];
   pthread_mutex_lock(&z->mu);
-  node_remove_locked(z, n);
+  zk_node *n = node_find_locked(z, ZK_MUTEX, a->name, a->owner);
+  if (n && n->count > 0 && !ext(n)->lost) { /* a re-entry */
+    n->count++;
+    int64_t token = n->czxid;
+    pthread_mutex_unlock(&z->mu);
+    dlock__free(o);
+    done(arg, 1, -1, token);
+    return 0;
+  }
+  if (!dlock__zk_usable_locked(z) ||
+      (n && (ext(n)->lost || ext(n)->unsure || ext(n)->sent || n->path ||
+             n->releasing))) {
+    pthread_mutex_unlock(&z->mu);
+    dlock__free(o);
+    return DLOCK__SEND_BLOCKS;
+  }
+  bool added = !n;
+  if (added && !(n = node_add_locked(z, ZK_MUTEX, a->name, a->owner)))
+    rc = DLOCK_ENOMEM;
+  else if ((rc = node_request(z, n, o->dir, NULL, o->path, data)) && added)
+    node_remove_locked(z, n);
+  if (rc) {
+    pthread_mutex_unlock(&z->mu);
+    dlock__free(o);
+    return rc;
+  }
+  o->listed = true;
+  sent_begin_locked(z, o, n, SENT_CREATE, 2);
   pthread_mutex_unlock(&z->mu);
-  /* ZNONODE: someone deleted it (a force release, the session's end);
-   * on the core's retry that means our first delete went through */
-  return zrc == ZOK ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+  int zrc;
+  int nsent = dlock__zk_send_create_and_list(
+      z, o->path, data, ZOO_EPHEMERAL_SEQUENTIAL, o->dir, sent_then, o, &zrc);
+  if (nsent == 2)
+    return 0;
+  if (nsent == 0)
+    return sent_unsent(z, o, 2, true);
+  /* the create went, not the listing: the create's answer ends it */
+  pthread_mutex_lock(&z->mu);
+  o->listed = false;
+  if (!o->ended && o->phase == SENT_LIST) { /* (it came already) */
+    o->refs--;
+    sent_finish_unlock(z, o, DLOCK__SEND_BLOCKS, -1, 0);
+    return 0;
+  }
+  pthread_mutex_unlock(&z->mu);
+  return sent_unsent(z, o, 1, false);
+}
+
+int dlock__zk_lock_release_send(void *be, const dlock__release *rel,
+                                dlock__sent_fn done, void *arg) {
+  dlock__zk *z = be;
+  if (side_of(rel->kind) != ZK_MUTEX)
+    return DLOCK__SEND_BLOCKS;
+  zk_sent *o = sent_new(z, done, arg);
+  if (!o)
+    return DLOCK_ENOMEM;
+  o->release = true;
+  pthread_mutex_lock(&z->mu);
+  zk_node *n = node_find_locked(z, ZK_MUTEX, rel->name, rel->owner);
+  if (n && ext(n)->sent) {
+    pthread_mutex_unlock(&z->mu);
+    dlock__free(o);
+    return DLOCK__SEND_BLOCKS;
+  }
+  int out = release_begin_locked(z, n, o->path);
+  if (out != REL_DELETE || !dlock__zk_usable_locked(z)) {
+    /* (not usable: the record stays releasing, the blocking release
+     * deletes from there) */
+    pthread_mutex_unlock(&z->mu);
+    dlock__free(o);
+    if (out == REL_DELETE)
+      return DLOCK__SEND_BLOCKS;
+    if (out >= 0)
+      done(arg, out, -1, 0);
+    return out < 0 ? out : 0;
+  }
+  sent_begin_locked(z, o, n, SENT_DELETE, 1);
+  pthread_mutex_unlock(&z->mu);
+  int zrc;
+  if (dlock__zk_send_delete(z, o->path, sent_then, o, SENT_DELETE, &zrc) == 1)
+    return 0;
+  return sent_unsent(z, o, 1, true);
 }
 
 /* ------------------------------------------------------- state, admin */
@@ -860,8 +1354,7 @@ int dlock__zk_lock_force_release(void *be, dlock_lock_kind_t kind,
 }
 
 int dlock__zk_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
-                         const char *owner, dlock__lock_query q,
-                         int64_t *out) {
+                         const char *owner, dlock__lock_query q, int64_t *out) {
   dlock__zk *z = be;
   char dir[PATH_MAX_ZK];
   int rc = dlock__zk_lock_path(z, name, dir, sizeof dir);

@@ -27,7 +27,9 @@
  * Threads: the watcher runs on libzookeeper's completion thread; it takes
  * z->mu briefly and makes up-calls (poke, wait wakes). loop_prepare runs
  * on the event loop, never blocks, and reports losses with no mutex of
- * ours held. The handle reset runs on the dialling worker with zh_lock
+ * ours held; it also ends the sent operations (locks.c) that the loss
+ * ended or whose command timeout passed, and wakes the loop by the next
+ * such deadline. The handle reset runs on the dialling worker with zh_lock
  * write-locked (callers wait for it on their next request).
  *
  * Logging: libzookeeper's log callback has no context argument, so each
@@ -118,12 +120,11 @@ TRAMPOLINE(31)
 static void log_drop(const char *m) { (void)m; }
 
 static const log_callback_fn log_cbs[LOG_SLOTS] = {
-    log_cb_0,  log_cb_1,  log_cb_2,  log_cb_3,  log_cb_4,  log_cb_5,
-    log_cb_6,  log_cb_7,  log_cb_8,  log_cb_9,  log_cb_10, log_cb_11,
-    log_cb_12, log_cb_13, log_cb_14, log_cb_15, log_cb_16, log_cb_17,
-    log_cb_18, log_cb_19, log_cb_20, log_cb_21, log_cb_22, log_cb_23,
-    log_cb_24, log_cb_25, log_cb_26, log_cb_27, log_cb_28, log_cb_29,
-    log_cb_30, log_cb_31};
+    log_cb_0,  log_cb_1,  log_cb_2,  log_cb_3,  log_cb_4,  log_cb_5,  log_cb_6,
+    log_cb_7,  log_cb_8,  log_cb_9,  log_cb_10, log_cb_11, log_cb_12, log_cb_13,
+    log_cb_14, log_cb_15, log_cb_16, log_cb_17, log_cb_18, log_cb_19, log_cb_20,
+    log_cb_21, log_cb_22, log_cb_23, log_cb_24, log_cb_25, log_cb_26, log_cb_27,
+    log_cb_28, log_cb_29, log_cb_30, log_cb_31};
 
 static int log_slot_take(dlock__zk *z) {
   for (int i = 0; i < LOG_SLOTS; i++) {
@@ -257,11 +258,9 @@ int dlock__zk_lock_path(const dlock__zk *z, const char *name, char *out,
   if (name[0] == '/')
     n = snprintf(out, size, "%s", name);
   else
-    n = snprintf(out, size, "%s/%s", strcmp(z->base, "/") ? z->base : "",
-                 name);
+    n = snprintf(out, size, "%s/%s", strcmp(z->base, "/") ? z->base : "", name);
   if (n < 0 || (size_t)n >= size)
-    return dlock__seterr(DLOCK_EINVAL, "lock name '%.200s' is too long",
-                         name);
+    return dlock__seterr(DLOCK_EINVAL, "lock name '%.200s' is too long", name);
   if (!path_ok(out) || strcmp(out, "/") == 0 ||
       strcmp(out, "/zookeeper") == 0 || strncmp(out, "/zookeeper/", 11) == 0)
     return dlock__seterr(
@@ -275,17 +274,20 @@ int dlock__zk_lock_path(const dlock__zk *z, const char *name, char *out,
 
 /* ------------------------------------------------------------- session */
 
+bool dlock__zk_usable_locked(const dlock__zk *z) {
+  /* a session given up (lost_handled) is not used again even if its
+   * handle reconnects before the reset replaces it: nodes made on it would
+   * go when it is closed */
+  return z->state == ZOO_CONNECTED_STATE && !z->expired && !z->lost_handled;
+}
+
 bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline) {
   struct timespec ts;
   dlock__deadline_timespec(deadline, &ts);
   pthread_mutex_lock(&z->mu);
-  /* a session given up (lost_handled) is not used again even if its
-   * handle reconnects before the reset replaces it: nodes made on it would
-   * go when it is closed */
-  while ((z->state != ZOO_CONNECTED_STATE || z->expired || z->lost_handled) &&
-         dlock__now_ms() < deadline)
+  while (!dlock__zk_usable_locked(z) && dlock__now_ms() < deadline)
     pthread_cond_timedwait(&z->cond, &z->mu, &ts);
-  bool ok = z->state == ZOO_CONNECTED_STATE && !z->expired && !z->lost_handled;
+  bool ok = dlock__zk_usable_locked(z);
   pthread_mutex_unlock(&z->mu);
   return ok;
 }
@@ -363,8 +365,8 @@ static void session_watcher(zhandle_t *zh, int type, int state,
     dlock__session_linked(z->core, sid, false,
                           suspended_bound(suspended_at, timeout));
   if (say)
-    dlock__log(z->core, state == ZOO_CONNECTED_STATE ? DLOCK_LOG_INFO
-                                                     : DLOCK_LOG_WARN,
+    dlock__log(z->core,
+               state == ZOO_CONNECTED_STATE ? DLOCK_LOG_INFO : DLOCK_LOG_WARN,
                "zookeeper %s: session 0x%llx: %s", z->display,
                (unsigned long long)sid, say);
   if (poke)
@@ -373,8 +375,8 @@ static void session_watcher(zhandle_t *zh, int type, int state,
 
 static zhandle_t *handle_new(dlock__zk *z) {
   errno = 0;
-  return zookeeper_init2(z->hosts, session_watcher, z->session_timeout, NULL,
-                         z, 0, log_cb(z));
+  return zookeeper_init2(z->hosts, session_watcher, z->session_timeout, NULL, z,
+                         0, log_cb(z));
 }
 
 /* The dialling worker: replaces a dead session's handle with a new one. */
@@ -412,8 +414,8 @@ static void reset_job(void *arg) {
   pthread_rwlock_unlock(&z->zh_lock);
   if (!zh)
     dlock__log(z->core, DLOCK_LOG_ERROR,
-               "zookeeper %s: cannot make a new session handle: %s",
-               z->display, strerror(errno));
+               "zookeeper %s: cannot make a new session handle: %s", z->display,
+               strerror(errno));
 }
 
 static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
@@ -449,7 +451,10 @@ static int zk_loop_prepare(void *be, int64_t now, struct pollfd *fds, int max,
     pthread_mutex_lock(&z->mu);
     dlock__zk_waits_wake_all_locked(z);
     pthread_mutex_unlock(&z->mu);
+    dlock__zk_sent_report(z); /* the sent operations the loss ended */
   }
+  /* a sent operation's deadline: the blocking call's command timeout */
+  dlock__zk_sent_expire(z, now, until);
   if (reset && dlock__client_run_dial(z->core, reset_job, z) != 0) {
     pthread_mutex_lock(&z->mu);
     z->reset_busy = false; /* tried again on the next turn */
@@ -477,17 +482,23 @@ static void zk_close(void *be) {
   } /* else: a forked child; the library's threads are not here: leak */
   if (z->log_slot >= 0)
     atomic_store(&log_slots[z->log_slot], NULL);
+  /* every answer has come (zookeeper_close ran the last completions): a
+   * sent operation still in flight ends here, and the records go */
   pthread_mutex_lock(&z->mu);
   dlock__zk_nodes_forget_locked(z);
+  dlock__zk_nodes_free_locked(z);
   pthread_mutex_unlock(&z->mu);
+  if (z->pid == getpid())
+    dlock__zk_sent_report(z);
+  else
+    dlock__zk_sent_drop(z);
   pthread_rwlock_destroy(&z->zh_lock);
   pthread_mutex_destroy(&z->mu);
   pthread_cond_destroy(&z->cond);
   dlock__free(z);
 }
 
-static int zk_open(void **be, const char *url,
-                   const struct dlock_options *opts,
+static int zk_open(void **be, const char *url, const struct dlock_options *opts,
                    struct dlock_client *core) {
   *be = NULL;
   dlock__zk *z = dlock__calloc(1, sizeof *z);
@@ -604,6 +615,8 @@ const dlock__backend_ops dlock__zookeeper_backend = {
     .lock_leave = dlock__zk_lock_leave,
     .session_length = zk_session_length,
     .lock_release = dlock__zk_lock_release,
+    .lock_acquire_send = dlock__zk_lock_acquire_send,
+    .lock_release_send = dlock__zk_lock_release_send,
     .lock_force_release = dlock__zk_lock_force_release,
     .lock_renew = NULL,
     .session_expired = zk_session_expired,

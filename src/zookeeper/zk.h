@@ -41,12 +41,12 @@ typedef enum zk_side { ZK_MUTEX = 0, ZK_READ = 1, ZK_WRITE = 2 } zk_side;
 typedef struct zk_node {
   struct zk_node *next;
   zk_side side;
-  char *name;   /* the lock's dlock name */
-  char *owner;  /* "<client-id>:<tid>" */
-  char *path;   /* the node's full path, NULL until created */
-  char uuid[37]; /* protection id: the name starts `_c_<uuid>-` */
-  int64_t czxid; /* creation zxid: the fencing token */
-  int64_t count; /* reentry count; 0 while waiting */
+  char *name;     /* the lock's dlock name */
+  char *owner;    /* "<client-id>:<tid>" */
+  char *path;     /* the node's full path, NULL until created */
+  char uuid[37];  /* protection id: the name starts `_c_<uuid>-` */
+  int64_t czxid;  /* creation zxid: the fencing token */
+  int64_t count;  /* reentry count; 0 while waiting */
   bool releasing; /* count fell to 0; the delete is not confirmed */
 } zk_node;
 
@@ -59,10 +59,10 @@ typedef struct zk_wait {
 
 typedef struct dlock__zk {
   struct dlock_client *core;
-  pid_t pid; /* the process that opened it (close after fork leaks) */
-  char hosts[1024];  /* "h:p,h:p[/chroot]" for zookeeper_init */
-  char display[1024]; /* for messages */
-  char base[512];     /* where relative names live */
+  pid_t pid;           /* the process that opened it (close after fork leaks) */
+  char hosts[1024];    /* "h:p,h:p[/chroot]" for zookeeper_init */
+  char display[1024];  /* for messages */
+  char base[512];      /* where relative names live */
   int session_timeout; /* ms asked for */
   int64_t connect_timeout, command_timeout, watchdog_ms;
   /* dlock_options_set_holder_info: written after the owner line of each
@@ -76,20 +76,23 @@ typedef struct dlock__zk {
   pthread_mutex_t mu;
   pthread_cond_t cond; /* state changes */
   /* --- under mu --- */
-  zhandle_t *closing;  /* a handle being closed: its events are ignored */
-  int state;           /* last session state seen (ZOO_*_STATE) */
-  bool live;           /* the session was established */
-  bool expired;        /* the server said so (the handle is dead) */
-  bool clock_lost;     /* the core's loss clock ended it (core/session.h) */
-  bool lost_handled;   /* holds were reported lost for this session */
-  bool reset_busy;     /* a new handle is being made */
+  zhandle_t *closing; /* a handle being closed: its events are ignored */
+  int state;          /* last session state seen (ZOO_*_STATE) */
+  bool live;          /* the session was established */
+  bool expired;       /* the server said so (the handle is dead) */
+  bool clock_lost;    /* the core's loss clock ended it (core/session.h) */
+  bool lost_handled;  /* holds were reported lost for this session */
+  bool reset_busy;    /* a new handle is being made */
   /* the handle's generation: +1 at each reset (written with zh_lock held
    * for writing and mu; read under either) */
   uint64_t gen;
   int64_t session_id;
-  int64_t negotiated;  /* session timeout the server granted, ms */
+  int64_t negotiated;   /* session timeout the server granted, ms */
   int64_t suspended_at; /* monotonic ms the connection dropped; 0: up */
   zk_node *nodes;
+  /* sent operations in flight, oldest first, and those ended whose done
+   * is still to run (locks.c) */
+  struct zk_sent *sent_head, *sent_tail, *sent_ended;
   zk_wait *waits;
   uint64_t next_wait_id;
 } dlock__zk;
@@ -98,17 +101,20 @@ typedef struct dlock__zk {
 
 /* The result of one request. */
 typedef struct zk_result {
-  int rc;                  /* ZOK or a ZooKeeper error */
-  struct Stat stat;        /* create2, get, children2 */
-  char *path;              /* create2: the created path (free it) */
-  char **children;         /* children2 (free with dlock__zk_result_clear) */
+  int rc;           /* ZOK or a ZooKeeper error */
+  struct Stat stat; /* create2, get, children2 */
+  char *path;       /* create2: the created path (free it) */
+  char **children;  /* children2 (free with dlock__zk_result_clear) */
   int nchildren;
-  char *data;              /* get: the data, NUL-terminated */
+  char *data; /* get: the data, NUL-terminated */
   int data_len;
   uint64_t gen; /* the handle generation (z->gen) it was sent on */
 } zk_result;
 
 void dlock__zk_result_clear(zk_result *r);
+
+/* Where a sent request's answer goes (dlock__zk_send_*). */
+typedef void (*dlock__zk_then_fn)(void *arg, int index, zk_result *res);
 
 /* Each waits until the session is connected (bounded by the command
  * timeout), sends one request and waits for its answer until the command
@@ -142,9 +148,30 @@ int dlock__zk_set(dlock__zk *z, const char *path, const char *data, int version,
                   zk_result *out);
 /* A ZooKeeper error as a dlock error with detail "<what> <path>: ...". */
 int dlock__zk_error(dlock__zk *z, int zrc, const char *what, const char *path);
+/* DLOCK_EIOTIMEOUT: <what> <path> had no answer within the command timeout. */
+int dlock__zk_timeout_error(dlock__zk *z, const char *what, const char *path);
+
+/* Sent requests (the async calls' sent operations, locks.c): handed to
+ * the library without waiting, and only if the handle is not being
+ * replaced or closed at that moment. Each returns how many of its
+ * requests went (create_and_list: 0, 1 the create only, or 2); for each,
+ * then(arg, index, res) runs once later, in the order sent (create_and_list:
+ * index 0 the create, 1 the list; delete: `index`), on libzookeeper's
+ * completion thread or on the thread closing the handle (then res->rc is
+ * ZCLOSING, and a request sent from there is refused); *res, with the
+ * handle's generation, is then's to clear. *zrc says why a request did
+ * not go. */
+int dlock__zk_send_create_and_list(dlock__zk *z, const char *path,
+                                   const char *data, int flags, const char *dir,
+                                   dlock__zk_then_fn then, void *arg, int *zrc);
+int dlock__zk_send_delete(dlock__zk *z, const char *path,
+                          dlock__zk_then_fn then, void *arg, int index,
+                          int *zrc);
 
 /* -------------------------------------------------------- session.c */
 
+/* mu held: the session is connected and in use (not given up). */
+bool dlock__zk_usable_locked(const dlock__zk *z);
 /* Waits until the session is connected, at most until `deadline`. */
 bool dlock__zk_await_connected(dlock__zk *z, int64_t deadline);
 /* The path of lock `name` (DLOCK_EINVAL for a name ZooKeeper refuses). */
@@ -171,8 +198,25 @@ int dlock__zk_make_parents(dlock__zk *z, const char *dir);
 /* dir/child into out (cut short when too long: then no such node). */
 void dlock__zk_join(char *out, size_t size, const char *dir, const char *child);
 #define ZK_PATH_MAX 1200
-/* Forgets every node (the session that owned them ended); mu held. */
+/* Forgets every node (the session that owned them ended), and ends every
+ * sent operation in flight (DLOCK_EUNAVAILABLE, reported by
+ * dlock__zk_sent_report); mu held. */
 void dlock__zk_nodes_forget_locked(dlock__zk *z);
+/* Frees the node table (the backend's close); mu held. */
+void dlock__zk_nodes_free_locked(dlock__zk *z);
+/* backend.h lock_acquire_send, lock_release_send. */
+int dlock__zk_lock_acquire_send(void *be, const dlock__acquire *a,
+                                dlock__sent_fn done, void *arg);
+int dlock__zk_lock_release_send(void *be, const dlock__release *rel,
+                                dlock__sent_fn done, void *arg);
+/* Runs the done of each sent operation ended meanwhile (no mutex held). */
+void dlock__zk_sent_report(dlock__zk *z);
+/* The event loop: ends the sent operations whose deadline has passed
+ * (DLOCK_EIOTIMEOUT) and lowers *until to the next deadline. */
+void dlock__zk_sent_expire(dlock__zk *z, int64_t now, int64_t *until);
+/* A forked child's close: frees the sent operations, whose answers and
+ * done belong to the parent. */
+void dlock__zk_sent_drop(dlock__zk *z);
 
 /* ------------------------------------------------------ semaphore.c */
 

@@ -57,7 +57,6 @@
 #include "sentinel.h"
 #include "zk.h"
 
-#include <dirent.h>
 #include <dlock/dlock.h>
 #include <limits.h>
 #include <signal.h>
@@ -1045,36 +1044,15 @@ static void t_kill_redis(void) {
   env_stop(&e);
 }
 
-/* True when a process named `comm` has parent `ppid` (a /proc scan). */
+/* True when a process named `comm` has parent `ppid`. */
 static bool child_named(pid_t ppid, const char *comm) {
-  DIR *d = opendir("/proc");
-  if (!d)
-    return false;
-  bool found = false;
-  struct dirent *de;
-  while (!found && (de = readdir(d)) != NULL) {
-    if (de->d_name[0] < '0' || de->d_name[0] > '9')
-      continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* pid (comm) state ppid ... ; comm may hold spaces: use the last ')' */
-    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-    if (!open || !close || close < open)
-      continue;
-    int parent = 0;
-    if (sscanf(close + 1, " %*c %d", &parent) != 1)
-      continue;
-    *close = '\0';
-    found = parent == ppid && strcmp(open + 1, comm) == 0;
-  }
-  closedir(d);
-  return found;
+  pid_t pids[64];
+  char comms[64][16];
+  int n = th_children(ppid, pids, comms, 64);
+  for (int i = 0; i < n; i++)
+    if (strcmp(comms[i], comm) == 0)
+      return true;
+  return false;
 }
 
 /*

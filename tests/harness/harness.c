@@ -223,6 +223,38 @@ static void reg_set_pid(th_server_t *s, pid_t pid) {
 
 /* ---------------------------------------------------------------- time */
 
+int th_children(pid_t ppid, pid_t *pids, char (*comms)[16], int max) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return 0;
+  int n = 0;
+  struct dirent *de;
+  while (n < max && (de = readdir(d)) != NULL) {
+    if (de->d_name[0] < '1' || de->d_name[0] > '9')
+      continue;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%.20s/stat", de->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    /* pid (comm) state ppid ... ; comm may hold spaces: use the last ')' */
+    char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+    int parent = 0;
+    if (!open || !close || close < open ||
+        sscanf(close + 1, " %*c %d", &parent) != 1 || parent != ppid)
+      continue;
+    *close = '\0';
+    if (comms)
+      snprintf(comms[n], sizeof comms[n], "%.15s", open + 1);
+    pids[n++] = (pid_t)atoi(de->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
 int64_t th_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

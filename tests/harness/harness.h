@@ -141,6 +141,11 @@ struct sigaction;
 void th_signals_install(void (*handler)(int), struct sigaction *old /* [3] */);
 void th_signal_pass_on(int sig, const struct sigaction *old /* [3] */);
 
+/* The processes whose parent is ppid (a /proc scan): up to max of their
+ * pids into pids, and their command names (/proc's comm) into comms
+ * unless it is NULL. How many were found. */
+int th_children(pid_t ppid, pid_t *pids, char (*comms)[16], int max);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0). */
 int th_free_port(void);
 /* Monotonic milliseconds. */

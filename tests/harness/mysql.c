@@ -372,7 +372,12 @@ int th_my_up(th_my_t *s) {
 }
 
 int th_my_pause(th_my_t *s) {
-  return s->pid && kill(s->pid, SIGSTOP) == 0 ? 0 : -1;
+  if (!s->pid || kill(s->pid, SIGSTOP) != 0)
+    return -1;
+  /* kill() returns before every thread of the server has stopped (one
+   * may still answer a statement): the parent is told once all have */
+  int st = 0;
+  return waitpid(s->pid, &st, WUNTRACED) == s->pid && WIFSTOPPED(st) ? 0 : -1;
 }
 
 int th_my_resume(th_my_t *s) {

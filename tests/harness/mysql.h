@@ -31,7 +31,8 @@ const char *th_my_password(void);
 int th_my_kill9(th_my_t *s);
 /* Starts it again on its port and data. 0/-1. */
 int th_my_up(th_my_t *s);
-/* SIGSTOP / SIGCONT the server. 0/-1. */
+/* SIGSTOP (returning once the server has stopped) / SIGCONT the server.
+ * 0/-1. */
 int th_my_pause(th_my_t *s);
 int th_my_resume(th_my_t *s);
 /* Runs the `mariadb` client (-N -B) with sql; output (trimmed) into out;

@@ -18,6 +18,10 @@
  * - Readiness is a condition: libpq's PQping says the server accepts
  *   connections, polled every 20 ms within a bound, watching for an early
  *   exit (a port taken meanwhile: the start is retried on a new port).
+ * - Pause: SIGSTOP of the postmaster and of each of its children (every
+ *   backend is a session of its own, so no process group holds them all),
+ *   recorded so that a kill or the signal handler continues them: a
+ *   stopped backend would outlive its killed postmaster.
  * - Cleanup: a registry of live servers. atexit() stops them (only in the
  *   process that started them); SIGINT/SIGTERM/SIGHUP SIGKILL and reap
  *   them, then chain to the handler that was there before.
@@ -48,14 +52,19 @@
 #define TH_PG_REG 8
 #define TH_PG_PASSWORD "dlock-test-pw"
 
+#define TH_PG_PAUSED 128
+
 struct th_pg {
-  pid_t pid; /* 0 while down */
+  pid_t pid;                  /* 0 while down */
+  pid_t paused[TH_PG_PAUSED]; /* the server processes th_pg_pause stopped */
+  int npaused;
   int port;
   char root[128];
   char url[256];
 };
 
 static th_pg_t *g_servers[TH_PG_REG];
+static void cont_children(th_pg_t *s);
 static pid_t g_owner;
 static struct sigaction g_old[3];
 static bool g_init;
@@ -74,6 +83,7 @@ static void on_signal(int sig) {
       if (s && s->pid > 0) {
         kill(s->pid, SIGKILL);
         waitpid(s->pid, NULL, 0);
+        cont_children(s);
       }
     }
   th_signal_pass_on(sig, g_old);
@@ -332,12 +342,33 @@ th_pg_t *th_pg_start(void) {
 const char *th_pg_url(const th_pg_t *s) { return s->url; }
 int th_pg_port(const th_pg_t *s) { return s->port; }
 
+/* SIGSTOPs every child of the postmaster (the server processes: each
+ * backend is a session of its own, out of the postmaster's process group,
+ * so a signal to the group would miss them) and records them in s. */
+static void stop_children(th_pg_t *s) {
+  pid_t pids[TH_PG_PAUSED];
+  int n = th_children(s->pid, pids, NULL, TH_PG_PAUSED);
+  for (int i = 0; i < n; i++)
+    if (kill(pids[i], SIGSTOP) == 0)
+      s->paused[s->npaused++] = pids[i];
+}
+
+/* SIGCONTs the children stop_children stopped (async-signal-safe: the
+ * signal handler calls it, so that no server process stays stopped once
+ * its postmaster is killed). */
+static void cont_children(th_pg_t *s) {
+  for (int i = 0; i < s->npaused; i++)
+    kill(s->paused[i], SIGCONT);
+  s->npaused = 0;
+}
+
 int th_pg_kill9(th_pg_t *s) {
   if (!s->pid)
     return -1;
   kill(s->pid, SIGKILL);
   waitpid(s->pid, NULL, 0);
   s->pid = 0;
+  cont_children(s); /* they see their postmaster gone, and exit */
   return 0;
 }
 
@@ -360,18 +391,24 @@ int th_pg_up(th_pg_t *s) {
 }
 
 int th_pg_pause(th_pg_t *s) {
-  return s->pid && kill(s->pid, SIGSTOP) == 0 ? 0 : -1;
+  if (!s->pid || s->npaused > 0 || kill(s->pid, SIGSTOP) != 0)
+    return -1;
+  stop_children(s); /* the postmaster first: it starts none meanwhile */
+  return 0;
 }
 
 int th_pg_resume(th_pg_t *s) {
-  return s->pid && kill(s->pid, SIGCONT) == 0 ? 0 : -1;
+  if (!s->pid)
+    return -1;
+  cont_children(s);
+  return kill(s->pid, SIGCONT) == 0 ? 0 : -1;
 }
 
 void th_pg_stop(th_pg_t *s) {
   if (!s)
     return;
   if (s->pid > 0) {
-    kill(s->pid, SIGCONT);
+    th_pg_resume(s);
     kill(s->pid, SIGINT); /* fast shutdown */
     int64_t deadline = th_now_ms() + 10000;
     bool reaped = false;

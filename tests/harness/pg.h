@@ -33,7 +33,9 @@ const char *th_pg_password(void);
 int th_pg_kill9(th_pg_t *s);
 /* Starts it again on its port and data, waiting until it answers. 0/-1. */
 int th_pg_up(th_pg_t *s);
-/* SIGSTOP / SIGCONT the postmaster. 0/-1. */
+/* SIGSTOP / SIGCONT the postmaster and every server process it started
+ * (its children, the sessions' backends included), so that a paused
+ * server answers no connection, old or new. 0/-1. */
 int th_pg_pause(th_pg_t *s);
 int th_pg_resume(th_pg_t *s);
 /* Runs psql -X -A -t -v ON_ERROR_STOP=1 against the server with each -c

@@ -33,6 +33,7 @@
 
 #include "zk.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -497,10 +498,45 @@ int th_zk_up(th_zk_t *z, int i) {
   return 0;
 }
 
+/* Whether every thread of process pid is stopped (state 'T'). */
+static bool all_stopped(pid_t pid) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(dir);
+  if (!d)
+    return false;
+  bool all = true;
+  struct dirent *e;
+  while (all && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[384], buf[512];
+    snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue; /* a thread that ended */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    if (!paren || paren[1] != ' ' || paren[2] != 'T')
+      all = false;
+  }
+  closedir(d);
+  return all;
+}
+
 int th_zk_pause(th_zk_t *z, int i) {
   if (!z || i < 0 || i >= z->n || z->m[i].pid <= 0)
     return -1;
-  return kill(z->m[i].pid, SIGSTOP) == 0 ? 0 : -1;
+  if (kill(z->m[i].pid, SIGSTOP) != 0)
+    return -1;
+  for (int tries = 0; tries < 1000; tries++) { /* 10 s at most */
+    if (all_stopped(z->m[i].pid))
+      return 0;
+    th_sleep_ms(10);
+  }
+  return -1;
 }
 
 int th_zk_resume(th_zk_t *z, int i) {

@@ -43,7 +43,9 @@ int th_zk_kill9(th_zk_t *z, int i);
 /* Starts member i again on its ports and dir, and waits (at most 60 s)
  * until it serves. 0/-1. */
 int th_zk_up(th_zk_t *z, int i);
-/* SIGSTOP / SIGCONT member i. 0/-1. */
+/* SIGSTOP / SIGCONT member i. 0/-1. th_zk_pause returns once every thread
+ * of the member's JVM has stopped (its /proc state 'T'; at most 10 s), so
+ * that nothing sent after it is answered before th_zk_resume. */
 int th_zk_pause(th_zk_t *z, int i);
 int th_zk_resume(th_zk_t *z, int i);
 /* Kills every member, removes the directory, frees z. Accepts NULL. */

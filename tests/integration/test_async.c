@@ -24,7 +24,6 @@
 #include "backends.h"
 #include "check.h"
 #include "harness.h"
-#include "outcome.h"
 
 #include <dlock/dlock.h>
 #include <poll.h>
@@ -59,6 +58,25 @@ static dlock_client_t *client(void) {
   CHECK_OK(dlock_client_new(&c, th_backend_url(g_backend), o));
   dlock_options_free(o);
   return c;
+}
+
+/* Runs the client's callbacks as they come until cond() holds or
+ * timeout_ms passes; false on the timeout. */
+static bool loop_until(dlock_client_t *c, bool (*cond)(void *), void *arg,
+                       int64_t timeout_ms) {
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  int64_t deadline = th_now_ms() + timeout_ms;
+  while (!cond(arg)) {
+    int64_t left = deadline - th_now_ms();
+    if (left <= 0)
+      return false;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    int n = poll(&p, 1, left > 200 ? 200 : (int)left);
+    if (n > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  return true;
 }
 
 /* ------------------------------------------------- many waiters, names */
@@ -144,7 +162,7 @@ static void t_waiters_exclude(void) {
                                       DLOCK_LEASE_WATCHDOG, on_acquired,
                                       &k.w[i], NULL));
   }
-  CHECKF(th_loop_until(k.c, crowd_done, &k, 90000),
+  CHECKF(loop_until(k.c, crowd_done, &k, 90000),
          "only %d of %d waiters were granted and released in 90 s", k.released,
          WAITERS);
   for (int i = 0; i < WAITERS; i++) {
@@ -170,6 +188,23 @@ static void t_waiters_exclude(void) {
 
 /* ------------------------------------------------------------- outcomes */
 
+typedef struct outcome {
+  int calls;
+  int rc;
+  int64_t value;
+  char detail[256];
+} outcome_t;
+
+static void on_outcome(void *ud, int rc, int64_t value) {
+  outcome_t *o = ud;
+  o->calls++;
+  o->rc = rc;
+  o->value = value;
+  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
+}
+
+static bool called(void *arg) { return ((outcome_t *)arg)->calls > 0; }
+
 /* A cancelled waiter's callback says DLOCK_ECANCELED, and it has left the
  * queue: the holder's release hands the lock to nobody. */
 static void t_cancel_leaves_queue(void) {
@@ -178,17 +213,17 @@ static void t_cancel_leaves_queue(void) {
   dlock_lock_t *l = NULL;
   CHECK_OK(dlock_lock_new(c, "async-cancel", &l));
   CHECK_OK(dlock_lock_acquire_as(l, 7, 0, DLOCK_LEASE_WATCHDOG));
-  th_outcome_t o = {0};
+  outcome_t o = {0};
   dlock_op_t op = 0;
-  CHECK_OK(dlock_lock_acquire_async(
-      l, 8, DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, th_on_outcome, &o, &op));
+  CHECK_OK(dlock_lock_acquire_async(l, 8, DLOCK_WAIT_FOREVER,
+                                    DLOCK_LEASE_WATCHDOG, on_outcome, &o, &op));
   CHECK(op != 0);
   CHECK_INT(dlock_client_pending(c), ==, 1);
   /* let the waiter queue (a bounded pause; the test holds either way) */
   th_sleep_ms(300);
   CHECK_INT(o.calls, ==, 0);
   CHECK_OK(dlock_op_cancel(c, op));
-  CHECK(th_loop_until(c, th_called, &o, 30000));
+  CHECK(loop_until(c, called, &o, 30000));
   CHECK_INT(o.calls, ==, 1);
   CHECK_RC(o.rc, DLOCK_ECANCELED);
   CHECKF(strstr(o.detail, "async-cancel") != NULL, "detail: %s", o.detail);
@@ -211,41 +246,41 @@ static void t_outcomes(void) {
   dlock_client_t *c = client();
   dlock_lock_t *l = NULL;
   CHECK_OK(dlock_lock_new_kind(c, "async-outcomes", DLOCK_FENCED, &l));
-  th_outcome_t got = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, 21, 0, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &got, NULL));
-  CHECK(th_loop_until(c, th_called, &got, 30000));
+  outcome_t got = {0};
+  CHECK_OK(dlock_lock_acquire_async(l, 21, 0, DLOCK_LEASE_WATCHDOG, on_outcome,
+                                    &got, NULL));
+  CHECK(loop_until(c, called, &got, 30000));
   CHECK_OK(got.rc);
   CHECKF(got.value > 0, "fencing token %lld", (long long)got.value);
-  th_outcome_t late = {0};
+  outcome_t late = {0};
   CHECK_OK(dlock_lock_acquire_async(l, 22, 300, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &late, NULL));
-  CHECK(th_loop_until(c, th_called, &late, 30000));
+                                    on_outcome, &late, NULL));
+  CHECK(loop_until(c, called, &late, 30000));
   CHECK_RC(late.rc, DLOCK_ETIMEDOUT);
   CHECKF(strstr(late.detail, "async-outcomes") != NULL, "detail: %s",
          late.detail);
-  th_outcome_t rel = {0};
-  CHECK_OK(dlock_lock_release_async(l, 21, th_on_outcome, &rel, NULL));
-  CHECK(th_loop_until(c, th_called, &rel, 30000));
+  outcome_t rel = {0};
+  CHECK_OK(dlock_lock_release_async(l, 21, on_outcome, &rel, NULL));
+  CHECK(loop_until(c, called, &rel, 30000));
   CHECK_OK(rel.rc);
-  th_outcome_t none = {0};
-  CHECK_OK(dlock_lock_release_async(l, 21, th_on_outcome, &none, NULL));
-  CHECK(th_loop_until(c, th_called, &none, 30000));
+  outcome_t none = {0};
+  CHECK_OK(dlock_lock_release_async(l, 21, on_outcome, &none, NULL));
+  CHECK(loop_until(c, called, &none, 30000));
   CHECK_RC(none.rc, DLOCK_ENOTOWNER);
   /* refused before anything starts: no callback */
-  th_outcome_t bad = {0};
-  CHECK_RC(dlock_lock_acquire_async(l, 23, -5, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &bad, NULL),
+  outcome_t bad = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 23, -5, DLOCK_LEASE_WATCHDOG, on_outcome,
+                                    &bad, NULL),
            DLOCK_EINVAL);
-  CHECK_RC(dlock_lock_acquire_async(l, 23, 0, 0, th_on_outcome, &bad, NULL),
+  CHECK_RC(dlock_lock_acquire_async(l, 23, 0, 0, on_outcome, &bad, NULL),
            DLOCK_EINVAL);
   CHECK_RC(dlock_lock_acquire_async(l, 23, 0, DLOCK_LEASE_WATCHDOG, NULL, &bad,
                                     NULL),
            DLOCK_EINVAL);
   CHECK_RC(dlock_lock_acquire_async(NULL, 23, 0, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &bad, NULL),
+                                    on_outcome, &bad, NULL),
            DLOCK_EINVAL);
-  CHECK_RC(dlock_lock_release_async(NULL, 23, th_on_outcome, &bad, NULL),
+  CHECK_RC(dlock_lock_release_async(NULL, 23, on_outcome, &bad, NULL),
            DLOCK_EINVAL);
   CHECK_RC(dlock_op_cancel(c, 987654321), DLOCK_EINVAL);
   CHECK_RC(dlock_op_cancel(NULL, 1), DLOCK_EINVAL);
@@ -268,10 +303,9 @@ static void t_free_ends_wait(void) {
   CHECK_OK(dlock_lock_new(holder, "async-free-wait", &h));
   CHECK_OK(dlock_lock_new(c, "async-free-wait", &l));
   CHECK_OK(dlock_lock_acquire(h, 0, DLOCK_LEASE_WATCHDOG));
-  th_outcome_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, 41, DLOCK_WAIT_FOREVER,
-                                    DLOCK_LEASE_WATCHDOG, th_on_outcome, &o,
-                                    NULL));
+  outcome_t o = {0};
+  CHECK_OK(dlock_lock_acquire_async(
+      l, 41, DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, on_outcome, &o, NULL));
   th_sleep_ms(200);
   dlock_client_free(c);
   CHECK_INT(o.calls, ==, 1);
@@ -335,16 +369,16 @@ static void t_semaphore_latch(void) {
       CHECK_OK(
           dlock_semaphore_acquire_async(s, 1, 60000, on_tally, &got, NULL));
     want_t two = {&got, 2}, three = {&got, 3};
-    CHECK(th_loop_until(c, reached, &two, 30000));
+    CHECK(loop_until(c, reached, &two, 30000));
     /* the third waits (a bounded look: it must not come on its own) */
-    CHECK(!th_loop_until(c, reached, &three, 300));
+    CHECK(!loop_until(c, reached, &three, 300));
     CHECK_INT(got.ok, ==, 2);
     tally_t rel = {0};
     CHECK_OK(dlock_semaphore_release_async(s, 1, on_tally, &rel, NULL));
     /* the waiter may be told before the release's own callback runs */
     want_t released = {&rel, 1};
-    CHECK(th_loop_until(c, reached, &three, 30000));
-    CHECK(th_loop_until(c, reached, &released, 30000));
+    CHECK(loop_until(c, reached, &three, 30000));
+    CHECK(loop_until(c, reached, &released, 30000));
     CHECK_INT(got.ok, ==, 3);
     CHECK_INT(rel.ok, ==, 1);
     CHECK_RC(dlock_semaphore_acquire_async(s, 0, 0, on_tally, &got, NULL),
@@ -361,14 +395,14 @@ static void t_semaphore_latch(void) {
       CHECK_OK(dlock_latch_await_async(l, 60000, on_tally, &opened, NULL));
     want_t one_down = {&downs, 1}, all = {&opened, 3};
     CHECK_OK(dlock_latch_count_down_async(l, on_tally, &downs, NULL));
-    CHECK(th_loop_until(c, reached, &one_down, 30000));
-    CHECK(!th_loop_until(c, reached, &all, 300));
+    CHECK(loop_until(c, reached, &one_down, 30000));
+    CHECK(!loop_until(c, reached, &all, 300));
     CHECK_INT(opened.ok + opened.failed, ==, 0);
     CHECK_OK(dlock_latch_count_down_async(l, on_tally, &downs, NULL));
     /* the awaits may be told before the count-down's own callback runs */
     want_t two_downs = {&downs, 2};
-    CHECK(th_loop_until(c, reached, &all, 30000));
-    CHECK(th_loop_until(c, reached, &two_downs, 30000));
+    CHECK(loop_until(c, reached, &all, 30000));
+    CHECK(loop_until(c, reached, &two_downs, 30000));
     CHECK_INT(opened.ok, ==, 3);
     CHECK_INT(downs.ok, ==, 2);
     dlock_latch_free(l);
@@ -418,9 +452,9 @@ static void t_permits(void) {
       CHECK_OK(dlock_permit_sem_acquire_async(s, 60000, DLOCK_LEASE_WATCHDOG,
                                               on_permit, &got, NULL));
     want_t two = {(tally_t *)&got, 2}, three = {(tally_t *)&got, 3};
-    CHECK(th_loop_until(c, permits_reached, &two, 30000));
+    CHECK(loop_until(c, permits_reached, &two, 30000));
     /* the third waits (a bounded look: it must not come on its own) */
-    CHECK(!th_loop_until(c, permits_reached, &three, 300));
+    CHECK(!loop_until(c, permits_reached, &three, 300));
     CHECK_INT(got.ok, ==, 2);
     CHECKF(strcmp(got.ids[0], got.ids[1]) != 0, "two permits share id %s",
            got.ids[0]);
@@ -428,8 +462,8 @@ static void t_permits(void) {
     CHECK_OK(
         dlock_permit_sem_release_async(s, got.ids[0], on_tally, &rel, NULL));
     want_t released = {&rel, 1};
-    CHECK(th_loop_until(c, permits_reached, &three, 30000));
-    CHECK(th_loop_until(c, reached, &released, 30000));
+    CHECK(loop_until(c, permits_reached, &three, 30000));
+    CHECK(loop_until(c, reached, &released, 30000));
     CHECK_INT(got.ok, ==, 3);
     CHECK_INT(rel.ok, ==, 1);
     CHECKF(strcmp(got.ids[2], got.ids[0]) != 0 &&
@@ -440,7 +474,7 @@ static void t_permits(void) {
     CHECK_OK(
         dlock_permit_sem_release_async(s, got.ids[0], on_tally, &again, NULL));
     want_t again_done = {&again, 1};
-    CHECK(th_loop_until(c, reached, &again_done, 30000));
+    CHECK(loop_until(c, reached, &again_done, 30000));
     CHECK_INT(again.failed, ==, 1);
     tally_t rest = {0};
     CHECK_OK(
@@ -448,7 +482,7 @@ static void t_permits(void) {
     CHECK_OK(
         dlock_permit_sem_release_async(s, got.ids[2], on_tally, &rest, NULL));
     want_t rest_done = {&rest, 2};
-    CHECK(th_loop_until(c, reached, &rest_done, 30000));
+    CHECK(loop_until(c, reached, &rest_done, 30000));
     CHECK_INT(rest.ok, ==, 2);
     int64_t avail = -1;
     CHECK_OK(dlock_permit_sem_available(s, &avail));
@@ -459,7 +493,7 @@ static void t_permits(void) {
       CHECK_OK(dlock_permit_sem_acquire_async(s, 0, DLOCK_LEASE_WATCHDOG,
                                               on_permit, &full, NULL));
     want_t tried = {(tally_t *)&full, 3};
-    CHECK(th_loop_until(c, permits_reached, &tried, 30000));
+    CHECK(loop_until(c, permits_reached, &tried, 30000));
     CHECK_INT(full.ok, ==, 2);
     CHECK_INT(full.failed, ==, 1);
     CHECK_INT(full.null_ids, ==, 1);
@@ -497,32 +531,31 @@ static void t_multilock(void) {
   dlock_multilock_t *m = NULL;
   CHECK_OK(dlock_multilock_new(&m, both, 2));
   CHECK_OK(dlock_lock_acquire_as(b, 7, 0, DLOCK_LEASE_WATCHDOG));
-  th_outcome_t got = {0};
+  outcome_t got = {0};
   CHECK_OK(dlock_multilock_acquire_async(m, 8, 60000, DLOCK_LEASE_WATCHDOG,
-                                         th_on_outcome, &got, NULL));
-  CHECK(!th_loop_until(c, th_called, &got, 300));
+                                         on_outcome, &got, NULL));
+  CHECK(!loop_until(c, called, &got, 300));
   CHECK_OK(dlock_lock_release_as(b, 7));
-  CHECK(th_loop_until(c, th_called, &got, 30000));
+  CHECK(loop_until(c, called, &got, 30000));
   CHECKF(got.rc == 0, "multilock: %s (%s)", dlock_err_name(got.rc), got.detail);
   bool locked = false;
   CHECK_OK(dlock_lock_is_locked(a, &locked));
   CHECK(locked);
   CHECK_OK(dlock_lock_is_locked(b, &locked));
   CHECK(locked);
-  th_outcome_t rel = {0};
-  CHECK_OK(dlock_multilock_release_async(m, 8, th_on_outcome, &rel, NULL));
-  CHECK(th_loop_until(c, th_called, &rel, 30000));
+  outcome_t rel = {0};
+  CHECK_OK(dlock_multilock_release_async(m, 8, on_outcome, &rel, NULL));
+  CHECK(loop_until(c, called, &rel, 30000));
   CHECK_OK(rel.rc);
   /* cancelled while it waits for a member */
   CHECK_OK(dlock_lock_acquire_as(a, 7, 0, DLOCK_LEASE_WATCHDOG));
-  th_outcome_t gone = {0};
+  outcome_t gone = {0};
   dlock_op_t op = 0;
-  CHECK_OK(dlock_multilock_acquire_async(m, 9, DLOCK_WAIT_FOREVER,
-                                         DLOCK_LEASE_WATCHDOG, th_on_outcome,
-                                         &gone, &op));
+  CHECK_OK(dlock_multilock_acquire_async(
+      m, 9, DLOCK_WAIT_FOREVER, DLOCK_LEASE_WATCHDOG, on_outcome, &gone, &op));
   th_sleep_ms(300);
   CHECK_OK(dlock_op_cancel(c, op));
-  CHECK(th_loop_until(c, th_called, &gone, 30000));
+  CHECK(loop_until(c, called, &gone, 30000));
   CHECK_RC(gone.rc, DLOCK_ECANCELED);
   CHECK_OK(dlock_lock_release_as(a, 7));
   CHECK_OK(dlock_lock_is_locked(a, &locked));

@@ -19,7 +19,8 @@
 #include "check.h"
 #include "etcd.h"
 #include "harness.h"
-#include "outcome.h"
+
+#include "async_one.h" /* after check.h and harness.h */
 
 #include <dirent.h>
 #include <dlock/dlock.h>
@@ -894,27 +895,23 @@ static int nthreads(void) {
   return n;
 }
 
-/* Runs c's callbacks until o has its outcome (20 s at most); its rc. */
-static int outcome_wait(dlock_client_t *c, th_outcome_t *o) {
-  th_loop_until(c, th_called, o, 20000);
-  CHECKF(o->calls == 1, "%d callbacks", o->calls);
-  return o->rc;
-}
-
+/* An async try (wait 0) or release of l by this thread, run to its
+ * callback: its rc, its detail printed on failure (*token: the try's
+ * value). */
 static int try_async(dlock_client_t *c, dlock_lock_t *l, int64_t *token) {
-  th_outcome_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, 0, 0, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &o, NULL));
-  int rc = outcome_wait(c, &o);
+  th_async_outcome_t o = th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG);
   if (token)
     *token = o.value;
-  return rc;
+  if (o.rc)
+    fprintf(stderr, "try: %s: %s\n", dlock_err_name(o.rc), o.detail);
+  return o.rc;
 }
 
 static int release_async(dlock_client_t *c, dlock_lock_t *l) {
-  th_outcome_t o = {0};
-  CHECK_OK(dlock_lock_release_async(l, 0, th_on_outcome, &o, NULL));
-  return outcome_wait(c, &o);
+  th_async_outcome_t o = th_async_one(c, l, 0, false, 0, 0);
+  if (o.rc)
+    fprintf(stderr, "release: %s: %s\n", dlock_err_name(o.rc), o.detail);
+  return o.rc;
 }
 
 static dlock_client_t *client_cmd(const char *url, int64_t command_ms) {
@@ -962,10 +959,9 @@ static void t_sent_no_pool_thread(void) {
     CHECK_OK(release_async(c, l));
   }
   CHECK_RC(release_async(c, l), DLOCK_ENOTOWNER);
-  th_outcome_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(busy, 0, 0, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &o, NULL));
-  CHECK_RC(outcome_wait(c, &o), DLOCK_EBUSY);
+  th_async_outcome_t o =
+      th_async_one(c, busy, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  CHECK_INT(o.rc, ==, DLOCK_EBUSY);
   CHECKF(strstr(o.detail, "held by another") != NULL, "%s", o.detail);
   CHECK_INT(nthreads(), ==, before);
   /* the refused try left no key behind: no waiter on the holder */
@@ -1012,10 +1008,8 @@ static void t_sent_server_paused(void) {
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
   CHECK_OK(dlock_lock_release(l));
   CHECK_OK(th_etcd_pause(e, 0));
-  th_outcome_t o = {0};
-  CHECK_OK(dlock_lock_acquire_async(l, 0, 0, DLOCK_LEASE_WATCHDOG,
-                                    th_on_outcome, &o, NULL));
-  int rc = outcome_wait(c, &o);
+  th_async_outcome_t o = th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  int rc = o.rc;
   CHECK_OK(th_etcd_resume(e, 0));
   CHECKF(rc == DLOCK_EIOTIMEOUT, "%s: %s", dlock_err_name(rc), o.detail);
   CHECK_OK(dlock_client_ping(c)); /* the server answers again */

@@ -14,7 +14,10 @@
  * hand), exclude the K+1th, come to a waiter of another client or
  * process on a release, a kill or a freeze of their holder, never have
  * more than K holders across processes, and `dlock -N` runs K commands
- * at once and lists their ids. Every wait is bounded. Without mariadbd
+ * at once and lists their ids. The async calls' tries and releases need
+ * no thread (a warmed-up client's thread count stays), and meet a
+ * stopped, killed or restarted server as the blocking calls do. Every
+ * wait is bounded. Without mariadbd
  * every case exits 77 (skipped).
  */
 #ifndef _GNU_SOURCE
@@ -25,8 +28,12 @@
 #include "harness.h"
 #include "mysql.h"
 
+#include "async_one.h" /* after check.h and harness.h */
+
+#include <dirent.h>
 #include <dlock/dlock.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -919,6 +926,164 @@ static void t_cli_limit(void) {
 #endif
 }
 
+/* ------------------------------------------------------ sent operations
+ *
+ * The async API's tries and releases of reentrant and fenced locks go out
+ * from the calling thread on pooled connections, their answers read by
+ * the event loop (mysql.c "sent ops"). */
+
+/* The threads of this process (/proc/self/task). */
+static int thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+static dlock_client_t *client_timeout(const char *url, int64_t command_ms) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 5000));
+  CHECK_OK(dlock_options_set_command_timeout(o, command_ms));
+  CHECK_OK(dlock_options_set_watchdog_timeout(o, 6000));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, o));
+  dlock_options_free(o);
+  return c;
+}
+
+/* On a client warmed up by one blocking acquire and release of each name,
+ * async tries and releases of a reentrant and a fenced lock (re-entries
+ * and a refusal among them) complete with no thread started: no pool
+ * thread carried them. Fenced tokens grow, re-entry keeps the token, and
+ * the locks are free after. */
+static void t_async_sent_no_pool(void) {
+  th_my_t *s = start();
+  dlock_client_t *c = client_timeout(th_my_url(s), 5000);
+  dlock_lock_t *r = NULL, *f = NULL;
+  CHECK_OK(dlock_lock_new(c, "sent-r", &r));
+  CHECK_OK(dlock_lock_new_kind(c, "sent-f", DLOCK_FENCED, &f));
+  CHECK_OK(dlock_lock_acquire(r, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(r));
+  CHECK_OK(dlock_lock_acquire(f, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(f));
+  th_my_session_t *q = client_holds(s, "sent-busy");
+  dlock_lock_t *b = NULL;
+  CHECK_OK(dlock_lock_new(c, "sent-busy", &b));
+  int before = thread_count();
+  enum { PAIRS = 40 };
+  int64_t last = 0;
+  for (int i = 0; i < PAIRS; i++) {
+    CHECK_OK(th_async_one(c, r, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(
+        th_async_one(c, r, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc); /* reentry */
+    CHECK_OK(th_async_one(c, r, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, r, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+    th_async_outcome_t g = th_async_one(c, f, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+    CHECK_OK(g.rc);
+    CHECKF(g.value > last, "token %lld after %lld", (long long)g.value,
+           (long long)last);
+    last = g.value;
+    CHECK_INT(th_async_one(c, f, 0, true, 0, DLOCK_LEASE_WATCHDOG).value, ==,
+              last);
+    CHECK_OK(th_async_one(c, f, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, f, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+  }
+  th_async_outcome_t busy =
+      th_async_one(c, b, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  CHECKF(busy.rc == DLOCK_EBUSY, "a held lock's try: %s (%s)",
+         dlock_err_name(busy.rc), busy.detail);
+  int after = thread_count();
+  CHECKF(after == before, "%d threads before %d sent pairs, %d after", before,
+         PAIRS * 2, after);
+  printf("%d async pairs (re-entered, fenced tokens up to %lld) and a "
+         "refusal with no thread started (%d threads)\n",
+         PAIRS * 2, (long long)last, after);
+  CHECK_INT(client_try(s, "'sent-r'"), ==, '1');
+  CHECK_INT(client_try(s, "'sent-f'"), ==, '1');
+  th_my_session_close(q);
+  dlock_lock_free(b);
+  dlock_lock_free(r);
+  dlock_lock_free(f);
+  dlock_client_free(c);
+  th_my_stop(s);
+}
+
+/* The client's connections killed, and every session of user dlock but
+ * the caller's, by KILL from a mariadb session. */
+static void kill_sessions(th_my_t *s) {
+  char ids[512] = "";
+  CHECK_INT(th_my_sql(s,
+                      "SELECT GROUP_CONCAT(ID SEPARATOR ' ') FROM "
+                      "information_schema.PROCESSLIST WHERE USER = 'dlock' "
+                      "AND ID <> CONNECTION_ID()",
+                      ids, sizeof ids),
+            ==, 0);
+  char *save = NULL;
+  for (char *id = strtok_r(ids, " ", &save); id;
+       id = strtok_r(NULL, " ", &save)) {
+    char sql[64], out[64];
+    snprintf(sql, sizeof sql, "KILL %s", id);
+    th_my_sql(s, sql, out, sizeof out); /* one that ended meanwhile: fine */
+  }
+}
+
+/* Sent operations meet the server's faults as the blocking ones do: a
+ * stopped server fails the try in flight with DLOCK_EIOTIMEOUT at the
+ * command timeout, and the release in flight is taken as done (its
+ * session is closed, and the lock with it); sessions killed, and a
+ * restarted server, between operations cost nothing: the next try works,
+ * and the lock is free after. */
+static void t_async_sent_faults(void) {
+  th_my_t *s = start();
+  dlock_client_t *c = client_timeout(th_my_url(s), 1000);
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, "sent-faults", &l));
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(th_my_pause(s), ==, 0);
+  th_async_outcome_t o = th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  CHECK_INT(th_my_resume(s), ==, 0);
+  CHECKF(o.rc == DLOCK_EIOTIMEOUT, "a try on a stopped server: %s (%s)",
+         dlock_err_name(o.rc), o.detail);
+  CHECK(strchr(o.detail, '\n') == NULL);
+  printf("a try on a stopped server: %s (%s)\n", dlock_err_name(o.rc),
+         o.detail);
+  /* its session ends once the server reads on: the lock comes free */
+  CHECK_OK(th_async_one(c, l, 0, true, 20000, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_INT(th_my_pause(s), ==, 0);
+  o = th_async_one(c, l, 0, false, 0, DLOCK_LEASE_WATCHDOG);
+  CHECK_INT(th_my_resume(s), ==, 0);
+  CHECKF(o.rc == 0, "a release on a stopped server: %s (%s)",
+         dlock_err_name(o.rc), o.detail);
+  bool locked = true, freed = false;
+  TH_WAIT_FOR(freed, dlock_lock_is_locked(l, &locked) == 0 && !locked, 20000);
+  CHECK(freed);
+  printf("a release on a stopped server: done, the lock free once it ran "
+         "on\n");
+  kill_sessions(s);
+  CHECK_OK(th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(th_async_one(c, l, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_INT(client_try(s, "'sent-faults'"), ==, '1');
+  CHECK_INT(th_my_kill9(s), ==, 0);
+  CHECK_INT(th_my_up(s), ==, 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, l, 0, false, 0, DLOCK_LEASE_WATCHDOG).rc);
+  }
+  CHECK_INT(client_try(s, "'sent-faults'"), ==, '1');
+  printf("sessions killed, then a server restart, between operations: the "
+         "next tries worked, the lock free after\n");
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_my_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"client_excludes_dlock", t_client_excludes_dlock},
     {"kinds", t_kinds},
@@ -931,6 +1096,8 @@ static const check_case_t cases[] = {
     {"permit_restart", t_permit_restart},
     {"permits_bound_processes", t_permits_bound_processes},
     {"cli_limit", t_cli_limit},
+    {"async_sent_no_pool", t_async_sent_no_pool},
+    {"async_sent_faults", t_async_sent_faults},
 };
 
 CHECK_MAIN(cases)

@@ -21,16 +21,21 @@
 
 #include "itest.h"
 
+
 #include <poll.h>
+#include <string.h>
 
 #define THREADS 16
 #define BASE 100 /* thread i's semaphore has BASE + i permits */
 
 /* command_ms: generous where no call may fail (a slow machine, valgrind:
  * sixteen threads queue on one connection) */
+static void log_sink(void *ud, dlock_log_level_t level, const char *msg);
+
 static dlock_client_t *pool_of_one(th_server_t *s, int64_t command_ms) {
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_log_callback(o, log_sink, NULL, DLOCK_LOG_INFO));
   CHECK_OK(dlock_options_set_pool_size(o, 1));
   CHECK_OK(dlock_options_set_connect_timeout(o, 1000));
   CHECK_OK(dlock_options_set_command_timeout(o, command_ms));
@@ -340,38 +345,15 @@ static void t_async_sent_share(void) {
   th_server_stop(s);
 }
 
-typedef struct one {
-  int calls, rc;
-  int64_t value;
-  char detail[300];
-} one_t;
+/* how many times the library said an async wait went on after its
+ * first attempt failed */
+static atomic_int g_wait_went_on;
 
-static void one_done(void *ud, int rc, int64_t value) {
-  one_t *o = ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
-}
-
-/* One async acquire (wait 0) or release of l, run to its callback. */
-static one_t one_call(dlock_client_t *c, dlock_lock_t *l, bool acquire,
-                      int64_t lease_ms) {
-  one_t o = {0};
-  int rc =
-      acquire ? dlock_lock_acquire_async(l, 77, 0, lease_ms, one_done, &o, NULL)
-              : dlock_lock_release_async(l, 77, one_done, &o, NULL);
-  CHECK_OK(rc);
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + 30000;
-  while (o.calls == 0 && th_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
-  CHECK_INT(o.calls, ==, 1);
-  return o;
+static void log_sink(void *ud, dlock_log_level_t level, const char *msg) {
+  (void)ud;
+  (void)level;
+  if (strstr(msg, "the wait goes on"))
+    atomic_fetch_add(&g_wait_went_on, 1);
 }
 
 /* Sent requests meet the server's faults as the blocking calls do: lost
@@ -386,34 +368,67 @@ static void t_async_sent_faults(void) {
   /* twice: the first may go through the pool while the shared
    * connection is dialled */
   for (int i = 0; i < 2; i++) {
-    CHECK_OK(one_call(c, l, true, DLOCK_LEASE_WATCHDOG).rc);
-    CHECK_OK(one_call(c, l, false, 0).rc);
+    CHECK_OK(it_op_call(c, l, 77, true, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(it_op_call(c, l, 77, false, 0).rc);
   }
   /* the server forgets its scripts: NOSCRIPT, then the body */
   th_redis_int(s, "SCRIPT FLUSH");
-  CHECK_OK(one_call(c, l, true, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(it_op_call(c, l, 77, true, DLOCK_LEASE_WATCHDOG).rc);
   bool locked = false;
   CHECK_OK(dlock_lock_is_locked(l, &locked));
   CHECK(locked);
-  CHECK_OK(one_call(c, l, false, 0).rc);
+  CHECK_OK(it_op_call(c, l, 77, false, 0).rc);
   /* every client connection is closed while idle */
   redisReply *r = th_redis_cmd(s, "CLIENT KILL TYPE normal");
   freeReplyObject(r);
-  CHECK_OK(one_call(c, l, true, DLOCK_LEASE_WATCHDOG).rc);
-  CHECK_OK(one_call(c, l, false, 0).rc);
+  CHECK_OK(it_op_call(c, l, 77, true, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(it_op_call(c, l, 77, false, 0).rc);
   /* a stopped server: the try in flight fails at its deadline (500 ms),
    * with an error that says so; its outcome is unknown, so its lease is
    * short */
   CHECK(th_server_pause(s) == 0);
-  one_t o = one_call(c, l, true, 1000);
+  it_op_out_t o = it_op_call(c, l, 77, true, 1000);
   CHECK(th_server_resume(s) == 0);
   CHECKF(o.rc == DLOCK_EIOTIMEOUT || o.rc == DLOCK_EUNAVAILABLE,
          "a try on a stopped server: %d (%s)", o.rc, o.detail);
   printf("a try on a stopped server: %s (%s)\n", dlock_err_name(o.rc),
          o.detail);
   dlock_lock_t *l2 = it_lock(c, "sent-faults-after");
-  CHECK_OK(one_call(c, l2, true, DLOCK_LEASE_WATCHDOG).rc);
-  CHECK_OK(one_call(c, l2, false, 0).rc);
+  CHECK_OK(it_op_call(c, l2, 77, true, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(it_op_call(c, l2, 77, false, 0).rc);
+  /* a wait whose first attempt is sent to a stopped server rides the
+   * outage out, as a blocking wait does: the attempt fails at its
+   * deadline, the wait goes on, and it takes the lock once the server is
+   * back */
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  dlock_lock_t *l3 = it_lock(c, "sent-faults-wait");
+  CHECK(th_server_pause(s) == 0);
+  int went_on = atomic_load(&g_wait_went_on);
+  it_op_out_t w = {0};
+  CHECK_OK(dlock_lock_acquire_async(l3, 78, 20000, DLOCK_LEASE_WATCHDOG,
+                                    it_op_done, &w, NULL));
+  int64_t deadline = th_now_ms() + 15000;
+  while (w.calls == 0 && atomic_load(&g_wait_went_on) == went_on &&
+         th_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 50) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  CHECK(th_server_resume(s) == 0);
+  CHECKF(w.calls == 0, "the wait ended with the attempt: %s (%s)",
+         dlock_err_name(w.rc), w.detail);
+  CHECK(atomic_load(&g_wait_went_on) > went_on);
+  deadline = th_now_ms() + 20000;
+  while (w.calls == 0 && th_now_ms() < deadline) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, 200) > 0)
+      CHECK(dlock_client_process(c) >= 0);
+  }
+  CHECKF(w.calls == 1 && w.rc == 0, "the wait after the outage: %s (%s)",
+         dlock_err_name(w.rc), w.detail);
+  CHECK_OK(dlock_lock_release_as(l3, 78));
+  dlock_lock_free(l3);
   CHECK_INT(dlock_client_pending(c), ==, 0);
   dlock_lock_free(l2);
   dlock_lock_free(l);

@@ -20,6 +20,9 @@
 #include "harness.h"
 #include "pg.h"
 
+#include "async_one.h"
+
+#include <dirent.h>
 #include <dlock/dlock.h>
 #include <pthread.h>
 #include <signal.h>
@@ -858,6 +861,150 @@ static void t_cli_limit(void) {
 #endif
 }
 
+/* ------------------------------------------- sent operations (async) */
+
+typedef th_async_outcome_t sent_call_t;
+
+/* One async acquire (wait_ms) or release of l as thread 77, run to its
+ * callback by this thread, as an event-loop program does. */
+static sent_call_t sent_one(dlock_client_t *c, dlock_lock_t *l, bool acquire,
+                            int64_t wait_ms, int64_t lease_ms) {
+  return th_async_one(c, l, 77, acquire, wait_ms, lease_ms);
+}
+
+/* The process's threads (entries of /proc/self/task). */
+static int threads_now(void) {
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* An event-loop program's tries and releases go out from its own thread
+ * and their answers are read by the client's loop: on a client warmed up
+ * by one blocking pair, async pairs (re-entries, fenced tokens included)
+ * start no thread at all, where a pool thread would run each of them
+ * otherwise. Explicit leases: no watchdog thread starts meanwhile. */
+static void t_sent_no_pool_thread(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  dlock_client_t *c = client_for(th_pg_url(s));
+  dlock_lock_t *l = NULL, *f = NULL;
+  CHECK_OK(dlock_lock_new(c, "sent-pairs", &l));
+  CHECK_OK(dlock_lock_new_kind(c, "sent-fenced", DLOCK_FENCED, &f));
+  int64_t last = 0;
+  CHECK_OK(dlock_lock_acquire(l, 0, 30000));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_acquire_fenced(f, 0, 30000, &last));
+  CHECK_OK(dlock_lock_release(f));
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  int before = threads_now();
+  enum { PAIRS = 20 };
+  for (int i = 0; i < PAIRS; i++) {
+    CHECK_OK(sent_one(c, l, true, 0, 30000).rc);
+    CHECK_OK(sent_one(c, l, true, 0, 30000).rc); /* a re-entry */
+    CHECK_INT(psql_try(s, "sent-pairs"), ==, 'f');
+    CHECK_OK(sent_one(c, l, false, 0, 0).rc);
+    CHECK_INT(psql_try(s, "sent-pairs"), ==, 'f'); /* still held once */
+    CHECK_OK(sent_one(c, l, false, 0, 0).rc);
+    sent_call_t a = sent_one(c, f, true, 0, 30000);
+    CHECK_OK(a.rc);
+    CHECKF(a.value > last, "token %lld after %lld", (long long)a.value,
+           (long long)last);
+    last = a.value;
+    CHECK_OK(sent_one(c, f, false, 0, 0).rc);
+  }
+  int after = threads_now();
+  CHECKF(after == before,
+         "%d threads before %d async pairs, %d after: they took a pool "
+         "thread",
+         before, PAIRS * 3, after);
+  CHECK_INT(psql_try(s, "sent-pairs"), ==, 't'); /* free after */
+  CHECK_INT(psql_try(s, "sent-fenced"), ==, 't');
+  printf("%d async pairs (re-entries and fenced tokens included), no thread "
+         "started (%d before and after)\n",
+         PAIRS * 3, before);
+  dlock_lock_free(f);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_pg_stop(s);
+}
+
+/* Ends every dlock session of the server (psql's own spared), waiting for
+ * each to end: "n" of them. */
+static void terminate_sessions(th_pg_t *s, char *out, int cap) {
+  const char *cmds[] = {
+      "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM "
+      "pg_stat_activity WHERE backend_type = 'client backend' AND pid <> "
+      "pg_backend_pid()",
+      NULL};
+  CHECK_INT(th_pg_psql(s, cmds, out, cap), ==, 0);
+}
+
+/* Sent operations meet the server's faults as the blocking ones do: a
+ * stopped server fails the try in flight with DLOCK_EIOTIMEOUT (its
+ * session is closed, so it holds nothing once the server goes on); idle
+ * connections the server ended (terminated, a restart) are replaced; a
+ * hold whose session was ended is reported lost by its release; and
+ * after each the lock works and is free. */
+static void t_sent_faults(void) {
+  th_pg_t *s = th_pg_start();
+  CHECK(s != NULL);
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, 10000)); /* SCRAM, slowed */
+  CHECK_OK(dlock_options_set_command_timeout(o, 1000));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, th_pg_url(s), o));
+  dlock_options_free(o);
+  dlock_lock_t *l = NULL;
+  CHECK_OK(dlock_lock_new(c, "sent-faults", &l));
+  CHECK_OK(sent_one(c, l, true, 0, 30000).rc);
+  CHECK_OK(sent_one(c, l, false, 0, 0).rc);
+
+  /* the server stops with the try in flight */
+  CHECK_INT(th_pg_pause(s), ==, 0);
+  sent_call_t a = sent_one(c, l, true, 0, 30000);
+  CHECK_INT(th_pg_resume(s), ==, 0);
+  CHECKF(a.rc == DLOCK_EIOTIMEOUT, "a try on a stopped server: %s (%s)",
+         dlock_err_name(a.rc), a.detail);
+  printf("a try on a stopped server: %s (%s)\n", dlock_err_name(a.rc),
+         a.detail);
+  /* its session ends as the server goes on: the lock comes free */
+  CHECK_OK(sent_one(c, l, true, 20000, 30000).rc);
+  CHECK_OK(sent_one(c, l, false, 0, 0).rc);
+  CHECK_INT(psql_try(s, "sent-faults"), ==, 't');
+
+  /* idle connections terminated between operations */
+  char out[64];
+  terminate_sessions(s, out, sizeof out);
+  CHECKF(atoi(out) >= 1, "terminated: %s", out);
+  CHECK_OK(sent_one(c, l, true, 0, 30000).rc);
+  CHECK_INT(psql_try(s, "sent-faults"), ==, 'f');
+  /* and the holding one: its release says the lock was lost */
+  terminate_sessions(s, out, sizeof out);
+  CHECK_RC(sent_one(c, l, false, 0, 0).rc, DLOCK_ELOST);
+  CHECK_INT(psql_try(s, "sent-faults"), ==, 't');
+
+  /* a restart between operations */
+  CHECK_OK(sent_one(c, l, true, 0, 30000).rc);
+  CHECK_OK(sent_one(c, l, false, 0, 0).rc);
+  CHECK_INT(th_pg_kill9(s), ==, 0);
+  CHECK_INT(th_pg_up(s), ==, 0);
+  CHECK_OK(sent_one(c, l, true, 0, 30000).rc);
+  CHECK_INT(psql_try(s, "sent-faults"), ==, 'f');
+  CHECK_OK(sent_one(c, l, false, 0, 0).rc);
+  CHECK_INT(psql_try(s, "sent-faults"), ==, 't');
+  CHECK_INT(dlock_client_pending(c), ==, 0);
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_pg_stop(s);
+}
+
 static const check_case_t cases[] = {
     {"psql_excludes_dlock", t_psql_excludes_dlock},
     {"dlock_excludes_psql", t_dlock_excludes_psql},
@@ -875,6 +1022,8 @@ static const check_case_t cases[] = {
     {"permit_restart", t_permit_restart},
     {"permits_bound_processes", t_permits_bound_processes},
     {"cli_limit", t_cli_limit},
+    {"sent_no_pool_thread", t_sent_no_pool_thread},
+    {"sent_faults", t_sent_faults},
 };
 
 CHECK_MAIN(cases)

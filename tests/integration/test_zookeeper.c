@@ -8,15 +8,18 @@
  * (EBUSY, the queue in lock_state), the order in which waiters get the lock,
  * fencing tokens, the read-write rules, a session that expires (the lost
  * callback, DLOCK_ELOST, the next waiter served), a leader that dies while
- * a lock is held. The layout is read with libzookeeper itself, to check
- * that it is Curator's.
+ * a lock is held, the async calls' sent tries and releases (no pool
+ * thread; a silent server, a restart). The layout is read with
+ * libzookeeper itself, to check that it is Curator's.
  */
 #define _GNU_SOURCE
 #include "itest.h"
 #include "zk.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <regex.h>
 #include <sys/stat.h>
 #include <zookeeper/zookeeper.h>
@@ -1484,6 +1487,152 @@ static void t_waiter_survives_outage(void) {
   th_zk_stop(z);
 }
 
+/* ------------------------------------------------- sent async operations */
+
+/* An async try (wait 0) or release of l by owner tid: its rc. */
+static int async_try(dlock_client_t *c, dlock_lock_t *l, uint64_t tid,
+                     int64_t *token) {
+  it_op_out_t o = it_op_call(c, l, tid, true, DLOCK_LEASE_WATCHDOG);
+  if (token)
+    *token = o.value;
+  return o.rc;
+}
+
+static int async_release(dlock_client_t *c, dlock_lock_t *l, uint64_t tid) {
+  return it_op_call(c, l, tid, false, 0).rc;
+}
+
+static int thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n;
+}
+
+/* The async try and release of a reentrant or fenced lock are sent
+ * (backend.h lock_*_send): on a client warmed up by one blocking acquire
+ * and release, grants (with re-entries), refusals and releases all come
+ * without the async pool starting a thread. */
+static void t_sent_no_pool_thread(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  dlock_client_t *c = zk_client(z);
+  dlock_client_t *other = zk_client(z);
+  dlock_lock_t *l = zk_lock(c, "sent", DLOCK_FENCED);
+  dlock_lock_t *held = zk_lock(c, "sent-held", DLOCK_REENTRANT);
+  dlock_lock_t *held_o = zk_lock(other, "sent-held", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_acquire(held_o, 0, DLOCK_LEASE_WATCHDOG));
+  int before = thread_count();
+  int64_t last = 0;
+  for (int i = 0; i < 20; i++) {
+    uint64_t tid = 5000 + (uint64_t)i;
+    int64_t token = 0, again = 0;
+    CHECK_INT(async_try(c, l, tid, &token), ==, 0);
+    CHECK_INT(token, >, last); /* a fresh node's czxid each time */
+    last = token;
+    CHECK_INT(async_try(c, l, tid, &again), ==, 0); /* a re-entry */
+    CHECK_INT(again, ==, token);
+    CHECK_RC(async_try(c, held, tid, NULL), DLOCK_EBUSY);
+    CHECK_INT(async_release(c, l, tid), ==, 0);
+    CHECK_INT(async_release(c, l, tid), ==, 0);
+  }
+  int after = thread_count();
+  printf("threads: %d before 20 x (try, re-entry, refused try, 2 releases), "
+         "%d after\n",
+         before, after);
+  CHECKF(after <= before, "threads: %d before the async calls, %d after",
+         before, after);
+  /* nothing of ours stayed behind: free here, still held there */
+  bool locked = true;
+  CHECK_OK(dlock_lock_is_locked(l, &locked));
+  CHECK(!locked);
+  CHECK_INT(holders(held), ==, 1);
+  CHECK_INT(queued(held), ==, 0);
+  CHECK_OK(dlock_lock_release(held_o));
+  dlock_lock_free(l);
+  dlock_lock_free(held);
+  dlock_lock_free(held_o);
+  dlock_client_free(c);
+  dlock_client_free(other);
+  th_zk_stop(z);
+}
+
+/* A sent try meets a server that stopped answering (SIGSTOP): its
+ * callback gets DLOCK_EIOTIMEOUT (by the command timeout, kept by the
+ * event loop, well before the connection is declared lost). Once the
+ * server runs again, the owner's next acquire finds the node that create
+ * made (protected) and holds with it; released, the lock is free. */
+static void t_sent_server_stopped(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  zk_cfg_t cfg = {.session_ms = 30000, .command_ms = 1000};
+  dlock_client_t *c = zk_client_cfg(th_zk_url(z), &cfg);
+  dlock_client_t *other = zk_client(z);
+  dlock_lock_t *l = zk_lock(c, "sent-stop", DLOCK_REENTRANT);
+  dlock_lock_t *lo = zk_lock(other, "sent-stop", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_INT(th_zk_pause(z, 0), ==, 0);
+  int rc = async_try(c, l, 0, NULL);
+  CHECK_INT(th_zk_resume(z, 0), ==, 0);
+  CHECKF(rc == DLOCK_EIOTIMEOUT, "the try: %s (%s)", dlock_err_name(rc),
+         dlock_last_error());
+  bool ok;
+  TH_WAIT_FOR(ok, (rc = dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG)) == 0,
+              20000);
+  CHECKF(ok, "the next acquire: %s", dlock_err_name(rc));
+  CHECK_INT(holders(l), ==, 1);
+  CHECK_INT(queued(l), ==, 0);
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(dlock_lock_acquire(lo, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(lo));
+  CHECK_INT(async_try(c, l, 0, NULL), ==, 0);
+  CHECK_INT(async_release(c, l, 0), ==, 0);
+  dlock_lock_free(l);
+  dlock_lock_free(lo);
+  dlock_client_free(c);
+  dlock_client_free(other);
+  th_zk_stop(z);
+}
+
+/* The server restarts between sent operations (its connection gone): the
+ * next try still gets the lock (sent on the reconnected session, or
+ * handed to the blocking path while it reconnects), and its release
+ * leaves it free. */
+static void t_sent_after_restart(void) {
+  th_zk_t *z = th_zk_start(1);
+  CHECK(z);
+  zk_cfg_t cfg = {.session_ms = 30000};
+  dlock_client_t *c = zk_client_cfg(th_zk_url(z), &cfg);
+  dlock_lock_t *l = zk_lock(c, "sent-restart", DLOCK_FENCED);
+  CHECK_INT(async_try(c, l, 0, NULL), ==, 0);
+  CHECK_INT(async_release(c, l, 0), ==, 0);
+  CHECK_INT(th_zk_kill9(z, 0), ==, 0);
+  CHECK_INT(th_zk_up(z, 0), ==, 0);
+  int rc = async_try(c, l, 0, NULL);
+  CHECKF(rc == 0, "the try after the restart: %s (%s)", dlock_err_name(rc),
+         dlock_last_error());
+  CHECK_INT(async_release(c, l, 0), ==, 0);
+  CHECK_INT(async_try(c, l, 0, NULL), ==, 0);
+  CHECK_INT(async_release(c, l, 0), ==, 0);
+  dlock_client_t *other = zk_client(z);
+  dlock_lock_t *lo = zk_lock(other, "sent-restart", DLOCK_FENCED);
+  CHECK_OK(dlock_lock_acquire(lo, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(lo));
+  dlock_lock_free(l);
+  dlock_lock_free(lo);
+  dlock_client_free(c);
+  dlock_client_free(other);
+  th_zk_stop(z);
+}
+
 static const check_case_t cases[] = {
     {"harness_ensemble", t_harness_ensemble},
     {"bad_url", t_bad_url},
@@ -1505,6 +1654,9 @@ static const check_case_t cases[] = {
     {"quiet_and_unsupported", t_quiet_and_unsupported},
     {"multilock_opposite_orders", t_multilock_opposite_orders},
     {"multilock_all_or_nothing", t_multilock_all_or_nothing},
+    {"sent_no_pool_thread", t_sent_no_pool_thread},
+    {"sent_server_stopped", t_sent_server_stopped},
+    {"sent_after_restart", t_sent_after_restart},
 };
 
 int main(int argc, char **argv) {
