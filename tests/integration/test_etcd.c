@@ -883,18 +883,6 @@ static void t_member_paused(void) {
  * requests on the session thread (locks.c, "sent requests"): no pool
  * thread starts for them. */
 
-/* Threads of this process. */
-static int nthreads(void) {
-  DIR *d = opendir("/proc/self/task");
-  CHECK(d != NULL);
-  int n = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL)
-    n += de->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 /* An async try (wait 0) or release of l by this thread, run to its
  * callback: its rc, its detail printed on failure (*token: the try's
  * value). */
@@ -945,7 +933,7 @@ static void t_sent_no_pool_thread(void) {
   CHECK_RC(dlock_lock_acquire(busy, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
   int fd = -1;
   CHECK_OK(dlock_client_fd(c, &fd));
-  int before = nthreads();
+  int before = th_thread_count();
   int64_t last = 0;
   for (int i = 0; i < SENT_PAIRS; i++) {
     int64_t token = 0, again = 0;
@@ -963,7 +951,7 @@ static void t_sent_no_pool_thread(void) {
       th_async_one(c, busy, 0, true, 0, DLOCK_LEASE_WATCHDOG);
   CHECK_INT(o.rc, ==, DLOCK_EBUSY);
   CHECKF(strstr(o.detail, "held by another") != NULL, "%s", o.detail);
-  CHECK_INT(nthreads(), ==, before);
+  CHECK_INT(th_thread_count(), ==, before);
   /* the refused try left no key behind: no waiter on the holder */
   CHECK_INT(nwaiters(obusy), ==, 0);
   bool b = true;
