@@ -249,8 +249,7 @@ static int etcd_open(void **be, const char *url, const struct dlock_options *o,
   if (!rc) {
     int64_t lease = 0;
     rc = dlock__etcd_session_lease(e, &lease);
-    if (rc && strncmp(dlock_last_error(), e->display,
-                      strlen(e->display)) != 0)
+    if (rc && strncmp(dlock_last_error(), e->display, strlen(e->display)) != 0)
       dlock__preferr(rc, "%s", e->display); /* once */
   }
   if (rc) {
@@ -280,6 +279,8 @@ const dlock__backend_ops dlock__etcd_backend = {
     .lock_acquire = dlock__etcd_lock_acquire,
     .lock_leave = dlock__etcd_lock_leave,
     .lock_release = dlock__etcd_lock_release,
+    .lock_acquire_send = dlock__etcd_lock_acquire_send,
+    .lock_release_send = dlock__etcd_lock_release_send,
     .lock_force_release = dlock__etcd_lock_force_release,
     .lock_query = dlock__etcd_lock_query,
     .lock_state = dlock__etcd_lock_state,

@@ -24,6 +24,7 @@ typedef struct etcd_watch etcd_watch;
 typedef struct etcd_reg etcd_reg;
 typedef struct etcd_entry etcd_entry;
 typedef struct etcd_rw etcd_rw;
+typedef struct etcd_sent etcd_sent;
 
 #define ETCD_POOL_MAX 8
 
@@ -65,14 +66,15 @@ typedef struct dlock__etcd {
   /* --- guarded by mu --- */
   pthread_mutex_t mu;
   pthread_cond_t session_cv; /* a grant in progress ended */
-  int64_t lease;         /* the session's lease id, 0 before the first grant */
-  bool lease_live;       /* granted and not known to be gone */
-  bool granting;         /* a thread is granting a new lease */
-  int64_t lease_ttl_ms;  /* as granted */
+  int64_t lease;        /* the session's lease id, 0 before the first grant */
+  bool lease_live;      /* granted and not known to be gone */
+  bool granting;        /* a thread is granting a new lease */
+  int64_t lease_ttl_ms; /* as granted */
   int64_t next_keepalive;
   etcd_entry *entries; /* one per lock name this client uses */
   etcd_rw *rws;        /* read-write holds and waits (rw.c) */
   etcd_reg *regs;      /* live waits */
+  etcd_sent *sent_q;   /* sent requests for the session thread to start */
   bool stop;
 
   /* the session thread (session.c) */
@@ -127,6 +129,28 @@ void dlock__etcd_transport_free(dlock__etcd *e);
  * (idempotent); otherwise only a request never sent is retried. */
 int dlock__etcd_call(dlock__etcd *e, const char *path, json_object *req,
                      bool resend, json_object **out);
+/* A sent request's outcome (on the session thread, no mutex held): rc 0
+ * and rep (the reply, put after the call); DLOCK__SEND_BLOCKS when the
+ * blocking call is to go on (not sent, no leader, a connection that
+ * failed: what it would send again, fail over or renew); or an error
+ * with detail: DLOCK_EIOTIMEOUT (no answer in the command timeout, or a
+ * lost reply to a request that is not sent again), DLOCK_ESERVER (etcd
+ * refused it), DLOCK_ECLOSED (the client closes). */
+typedef void (*dlock__etcd_sent_fn)(dlock__etcd *e, void *arg, int rc,
+                                    json_object *rep);
+/* Sends req (consumed) to path on the endpoint in use without waiting:
+ * 0, and fn(e, arg, ...) runs exactly once on the session thread; or
+ * DLOCK__SEND_BLOCKS / DLOCK_ENOMEM, nothing sent, fn never runs. */
+int dlock__etcd_send(dlock__etcd *e, const char *path, json_object *req,
+                     bool resend, dlock__etcd_sent_fn fn, void *arg);
+/* The session thread's side: mu held, the queued requests join *list
+ * and e->multi; a transfer of e->multi that ended is one of *list's
+ * (then its handler ran: true); at stop, each of *list and the queue
+ * ends with DLOCK_ECLOSED. */
+void dlock__etcd_sends_take_locked(dlock__etcd *e, etcd_sent **list);
+bool dlock__etcd_sends_ended(dlock__etcd *e, etcd_sent **list, void *h,
+                             int result);
+void dlock__etcd_sends_close(dlock__etcd *e, etcd_sent **list);
 /* A reply's header.raft_term (JSON) raises e->term to it. */
 void dlock__etcd_saw_term(dlock__etcd *e, json_object *header);
 /* Lets an easy handle set up for e (URL of endpoint `idx`, timeouts, auth
@@ -178,6 +202,11 @@ int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
 int dlock__etcd_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
                            int64_t *token);
 int dlock__etcd_lock_release(void *be, const dlock__release *rel);
+/* backend.h's lock_acquire_send / lock_release_send */
+int dlock__etcd_lock_acquire_send(void *be, const dlock__acquire *a,
+                                  dlock__sent_fn done, void *arg);
+int dlock__etcd_lock_release_send(void *be, const dlock__release *rel,
+                                  dlock__sent_fn done, void *arg);
 int dlock__etcd_lock_force_release(void *be, dlock_lock_kind_t kind,
                                    const char *name, bool *deleted);
 int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
@@ -191,8 +220,7 @@ void dlock__etcd_session_expired(void *be, int64_t sid);
 /* The lease's granted TTL (backend.h, session_length). */
 int dlock__etcd_session_length(void *be, int64_t *ms);
 int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
-                              const char *name, const char *owner,
-                              char ***out);
+                              const char *name, const char *owner, char ***out);
 int dlock__etcd_wait_begin(void *be, struct dlock__wait *w);
 void dlock__etcd_wait_end(void *be, struct dlock__wait *w);
 void dlock__etcd_entries_free(dlock__etcd *e);

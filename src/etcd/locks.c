@@ -46,6 +46,10 @@
  * are reported lost and every wait attempts again under a new lease,
  * with a new key, so at the back of the queue.
  *
+ * The async calls' try and release (backend.h's lock_*_send) are the
+ * same requests on the session thread, with the same halves of the
+ * blocking functions: see "sent requests" below.
+ *
  * Release deletes the key (never sent twice: a second "deleted 0" would
  * read as a lost lock; the core retries once and reads "not owner" on its
  * retry as done). "deleted 0" on the first try means the key was gone:
@@ -157,8 +161,8 @@ static json_object *range_req(const char *key_b64, const char *end_b64,
 }
 
 typedef struct names {
-  char *key, *key_b64;      /* this owner's key */
-  char *pfx_b64, *end_b64;  /* the lock's range */
+  char *key, *key_b64;     /* this owner's key */
+  char *pfx_b64, *end_b64; /* the lock's range */
 } names_t;
 
 static void names_free(names_t *n) {
@@ -197,12 +201,19 @@ json_object *dlock__etcd_first_kv(json_object *range_resp) {
   return json_object_array_get_idx(kvs, 0);
 }
 
+/* The DeleteRange of one key (NULL: no memory). */
+static json_object *delete_req(const char *key_b64) {
+  json_object *req = json_object_new_object();
+  if (req)
+    dlock__etcd_set_str(req, "key", key_b64);
+  return req;
+}
+
 int dlock__etcd_delete(dlock__etcd *e, const char *key_b64, bool resend,
-                      int64_t *deleted) {
-  json_object *req = json_object_new_object(), *rep = NULL;
+                       int64_t *deleted) {
+  json_object *req = delete_req(key_b64), *rep = NULL;
   if (!req)
     return DLOCK_ENOMEM;
-  dlock__etcd_set_str(req, "key", key_b64);
   int rc = dlock__etcd_call(e, "/v3/kv/deleterange", req, resend, &rep);
   if (!rc && deleted)
     *deleted = dlock__etcd_i64(rep, "deleted");
@@ -211,46 +222,61 @@ int dlock__etcd_delete(dlock__etcd *e, const char *key_b64, bool resend,
 }
 
 /* ms left on a lease; -1 when it has none (or it is unknown). */
+static json_object *lease_left_req(int64_t lease) {
+  json_object *req = json_object_new_object();
+  if (req)
+    dlock__etcd_set_i64(req, "ID", lease);
+  return req;
+}
+
+/* A TimeToLive reply (NULL: none) in ms; -1 when none. */
+static int64_t lease_left_reply(json_object *rep) {
+  int64_t ttl = dlock__etcd_i64(rep, "TTL");
+  return ttl > 0 ? ttl * 1000 : -1;
+}
+
 int64_t dlock__etcd_lease_left(dlock__etcd *e, int64_t lease) {
-  if (!lease)
+  json_object *req = lease ? lease_left_req(lease) : NULL, *rep = NULL;
+  if (!req)
     return -1;
-  json_object *req = json_object_new_object(), *rep = NULL;
-  dlock__etcd_set_i64(req, "ID", lease);
   int64_t ms = -1;
-  if (dlock__etcd_call(e, "/v3/lease/timetolive", req, true, &rep) == 0) {
-    int64_t ttl = dlock__etcd_i64(rep, "TTL");
-    ms = ttl > 0 ? ttl * 1000 : -1;
-  }
+  if (dlock__etcd_call(e, "/v3/lease/timetolive", req, true, &rep) == 0)
+    ms = lease_left_reply(rep);
   json_object_put(rep);
   return ms;
 }
 
-/* The owner's unfinished attempt ends: deletes its key (while the entry
- * is still its own), then frees the entry and wakes the other local
- * waiters. */
-static void abandon(dlock__etcd *e, const char *name, const char *owner) {
+/* abandon's first half: 1 when the entry of name is owner's unfinished
+ * attempt, with *b64 its key to delete (NULL: no memory); else 0, and
+ * nothing is to be done. */
+static int abandon_key(dlock__etcd *e, const char *name, const char *owner,
+                       char **b64) {
+  *b64 = NULL;
   pthread_mutex_lock(&e->mu);
   etcd_entry *x = entry_find_locked(e, name);
   bool ours = x && strcmp(x->owner, owner) == 0 && !x->held;
   int64_t lease = ours ? x->lease : 0;
   pthread_mutex_unlock(&e->mu);
   if (!ours)
-    return;
-  /* the error being returned (if any) is kept */
-  char saved[512];
-  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+    return 0;
   char *key = dlock__etcd_key(name, lease);
-  char *b64 = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
-  if (!b64 || dlock__etcd_delete(e, b64, true, NULL) != 0)
+  *b64 = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
+  dlock__free(key);
+  return 1;
+}
+
+/* abandon's second half, after the delete (rc, its error detail): frees
+ * the entry and wakes the other local waiters. The error detail is left
+ * as the delete's. */
+static void abandon_end(dlock__etcd *e, const char *name, const char *owner,
+                        int rc) {
+  if (rc)
     dlock__log(e->core, DLOCK_LOG_INFO,
                "etcd: removing the key of an abandoned wait on '%.200s' "
                "failed (%s); it goes with the session's lease",
                name, dlock_last_error());
-  dlock__free(key);
-  dlock__free(b64);
-  dlock__seterr(0, "%s", saved);
   pthread_mutex_lock(&e->mu);
-  x = entry_find_locked(e, name);
+  etcd_entry *x = entry_find_locked(e, name);
   if (x && strcmp(x->owner, owner) == 0 && !x->held) {
     entry_clear(x);
     wake_local_locked(e, name, owner);
@@ -258,20 +284,33 @@ static void abandon(dlock__etcd *e, const char *name, const char *owner) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* The owner's unfinished attempt ends: deletes its key (while the entry
+ * is still its own), then frees the entry and wakes the other local
+ * waiters. */
+static void abandon(dlock__etcd *e, const char *name, const char *owner) {
+  char *b64 = NULL;
+  if (!abandon_key(e, name, owner, &b64))
+    return;
+  /* the error being returned (if any) is kept */
+  char saved[512];
+  snprintf(saved, sizeof saved, "%s", dlock_last_error());
+  int rc = b64 ? dlock__etcd_delete(e, b64, true, NULL) : DLOCK_ENOMEM;
+  dlock__free(b64);
+  abandon_end(e, name, owner, rc);
+  dlock__seterr(0, "%s", saved);
+}
+
 /* ---------------------------------------------------------------- acquire */
 
-/* One attempt under the session's lease (*used: its id); *regrant: the
- * lease was lost under it, attempt again. */
-static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
-                        int64_t *token, int64_t *used, bool *regrant) {
-  *pttl = -1;
-  int64_t lease = 0;
-  int rc = dlock__etcd_session_lease(e, &lease);
-  if (rc)
-    return rc;
-  *used = lease;
+/* What entry_claim found. */
+#define CLAIM_SEND 2 /* the entry is the owner's: the transaction is to go */
 
-  /* the name's local entry: reentry, or another thread of ours on it */
+/* An attempt's local half under `lease`: 0, another thread of this
+ * client uses the key (a try's *pttl: the lease's TTL); 1, re-entered
+ * (*token); CLAIM_SEND, the entry is the owner's now (*ttl_ms: the
+ * lease's TTL); or DLOCK_ENOMEM. */
+static int entry_claim(dlock__etcd *e, const dlock__acquire *a, int64_t lease,
+                       int64_t *pttl, int64_t *token, int64_t *ttl_ms) {
   pthread_mutex_lock(&e->mu);
   etcd_entry *x = entry_get_locked(e, a->name);
   if (!x) {
@@ -298,19 +337,19 @@ static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
     snprintf(x->owner, sizeof x->owner, "%s", a->owner);
     x->lease = lease;
   }
-  int64_t ttl_ms = e->lease_ttl_ms;
+  *ttl_ms = e->lease_ttl_ms;
   pthread_mutex_unlock(&e->mu);
+  return CLAIM_SEND;
+}
 
-  names_t n;
-  if ((rc = names_make(a->name, lease, &n)) != 0) {
-    abandon(e, a->name, a->owner);
-    return rc;
-  }
-  /* the transaction of concurrency.Mutex.tryAcquire */
+/* The transaction of concurrency.Mutex.tryAcquire for owner's key n->key
+ * under `lease` (NULL: no memory). */
+static json_object *try_txn(dlock__etcd *e, const dlock__acquire *a,
+                            int64_t lease, const names_t *n) {
   json_object *txn = json_object_new_object();
   json_object *cmp = json_object_new_object();
   dlock__etcd_set_str(cmp, "target", "CREATE");
-  dlock__etcd_set_str(cmp, "key", n.key_b64);
+  dlock__etcd_set_str(cmp, "key", n->key_b64);
   dlock__etcd_set_i64(cmp, "create_revision", 0);
   dlock__etcd_set_str(cmp, "result", "EQUAL");
   json_object *cmps = json_object_new_array();
@@ -322,7 +361,7 @@ static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
                       e->holder_info[0] ? "\n" : "", e->holder_info);
   char *val = dlock__etcd_b64(data, dlen > 0 ? (size_t)dlen : 0);
   json_object *put = json_object_new_object();
-  dlock__etcd_set_str(put, "key", n.key_b64);
+  dlock__etcd_set_str(put, "key", n->key_b64);
   dlock__etcd_set_str(put, "value", val ? val : "");
   dlock__etcd_set_i64(put, "lease", lease);
   dlock__free(val);
@@ -332,48 +371,114 @@ static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
   json_object_array_add(succ, op);
   op = json_object_new_object();
   json_object_object_add(op, "request_range",
-                         range_req(n.pfx_b64, n.end_b64, "ASCEND", 1, 0));
+                         range_req(n->pfx_b64, n->end_b64, "ASCEND", 1, 0));
   json_object_array_add(succ, op);
   op = json_object_new_object();
   json_object_object_add(op, "request_range",
-                         range_req(n.key_b64, NULL, NULL, 0, 0));
+                         range_req(n->key_b64, NULL, NULL, 0, 0));
   json_object_array_add(fail, op);
   op = json_object_new_object();
   json_object_object_add(op, "request_range",
-                         range_req(n.pfx_b64, n.end_b64, "ASCEND", 1, 0));
+                         range_req(n->pfx_b64, n->end_b64, "ASCEND", 1, 0));
   json_object_array_add(fail, op);
   json_object_object_add(txn, "success", succ);
   json_object_object_add(txn, "failure", fail);
+  return txn;
+}
 
-  json_object *rep = NULL;
-  rc = dlock__etcd_call(e, "/v3/kv/txn", txn, true, &rep);
-  int64_t my_rev = 0, owner_rev = 0, owner_lease = 0;
-  if (!rc) {
-    json_object *succeeded = dlock__etcd_get(rep, "succeeded");
-    json_object *resps = dlock__etcd_get(rep, "responses");
-    json_object *r0 = resps && json_object_array_length(resps) == 2
-                          ? json_object_array_get_idx(resps, 0)
-                          : NULL;
-    json_object *r1 = r0 ? json_object_array_get_idx(resps, 1) : NULL;
-    if (succeeded && json_object_get_boolean(succeeded))
-      my_rev = dlock__etcd_i64(dlock__etcd_get(rep, "header"), "revision");
-    else if (r0)
-      my_rev = dlock__etcd_i64(
-          dlock__etcd_first_kv(dlock__etcd_get(r0, "response_range")),
-          "create_revision");
-    json_object *okv =
-        r1 ? dlock__etcd_first_kv(dlock__etcd_get(r1, "response_range"))
-           : NULL;
-    owner_rev = dlock__etcd_i64(okv, "create_revision");
-    owner_lease = dlock__etcd_i64(okv, "lease");
-    if (my_rev <= 0 || owner_rev <= 0)
-      rc = dlock__seterr(DLOCK_EPROTO,
+/* The transaction's reply: *my_rev our key's create revision, *got
+ * whether it is the oldest, *owner_lease the oldest key's lease; or
+ * DLOCK_EPROTO. */
+static int txn_reply(dlock__etcd *e, const char *name, json_object *rep,
+                     int64_t *my_rev, bool *got, int64_t *owner_lease) {
+  json_object *succeeded = dlock__etcd_get(rep, "succeeded");
+  json_object *resps = dlock__etcd_get(rep, "responses");
+  json_object *r0 = resps && json_object_array_length(resps) == 2
+                        ? json_object_array_get_idx(resps, 0)
+                        : NULL;
+  json_object *r1 = r0 ? json_object_array_get_idx(resps, 1) : NULL;
+  *my_rev = 0;
+  if (succeeded && json_object_get_boolean(succeeded))
+    *my_rev = dlock__etcd_i64(dlock__etcd_get(rep, "header"), "revision");
+  else if (r0)
+    *my_rev = dlock__etcd_i64(
+        dlock__etcd_first_kv(dlock__etcd_get(r0, "response_range")),
+        "create_revision");
+  json_object *okv =
+      r1 ? dlock__etcd_first_kv(dlock__etcd_get(r1, "response_range")) : NULL;
+  int64_t owner_rev = dlock__etcd_i64(okv, "create_revision");
+  *owner_lease = dlock__etcd_i64(okv, "lease");
+  *got = owner_rev == *my_rev;
+  if (*my_rev <= 0 || owner_rev <= 0)
+    return dlock__seterr(DLOCK_EPROTO,
                          "%s: lock '%.200s': unexpected transaction reply",
+                         e->display, name);
+  return 0;
+}
+
+/* The grant of our key (create revision my_rev) under `lease` is
+ * recorded: 1 and *token; or an error: the lease was lost meanwhile
+ * (*regrant: attempt again under a new one), or the session ended. */
+static int grant_record(dlock__etcd *e, const dlock__acquire *a, int64_t lease,
+                        int64_t my_rev, int64_t *token, bool *regrant) {
+  pthread_mutex_lock(&e->mu);
+  etcd_entry *x = entry_find_locked(e, a->name);
+  bool still = x && strcmp(x->owner, a->owner) == 0 && x->lease == lease;
+  /* a lease lost meanwhile was reported before this hold was recorded:
+   * the grant is not used, and the caller attempts again */
+  bool live = e->lease_live && e->lease == lease;
+  if (still && live) {
+    x->held = true;
+    x->count = 1;
+    x->rev = my_rev;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (still && !live) {
+    *regrant = true;
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "%s: lock '%.200s': the session's lease was lost "
+                         "during the acquire",
                          e->display, a->name);
   }
+  if (!still)
+    return dlock__seterr(DLOCK_EUNAVAILABLE,
+                         "%s: lock '%.200s': the session ended during the "
+                         "acquire",
+                         e->display, a->name);
+  *token = my_rev;
+  return 1;
+}
+
+/* One attempt under the session's lease (*used: its id); *regrant: the
+ * lease was lost under it, attempt again. */
+static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
+                        int64_t *token, int64_t *used, bool *regrant) {
+  *pttl = -1;
+  int64_t lease = 0;
+  int rc = dlock__etcd_session_lease(e, &lease);
+  if (rc)
+    return rc;
+  *used = lease;
+
+  /* the name's local entry: reentry, or another thread of ours on it */
+  int64_t ttl_ms = 0;
+  rc = entry_claim(e, a, lease, pttl, token, &ttl_ms);
+  if (rc != CLAIM_SEND)
+    return rc;
+
+  names_t n;
+  if ((rc = names_make(a->name, lease, &n)) != 0) {
+    abandon(e, a->name, a->owner);
+    return rc;
+  }
+  json_object *rep = NULL;
+  rc = dlock__etcd_call(e, "/v3/kv/txn", try_txn(e, a, lease, &n), true, &rep);
+  int64_t my_rev = 0, owner_lease = 0;
+  bool got = false;
+  if (!rc)
+    rc = txn_reply(e, a->name, rep, &my_rev, &got, &owner_lease);
   json_object_put(rep);
   rep = NULL;
-  bool got = !rc && owner_rev == my_rev;
   if (!rc && !got && a->try_once) {
     /* concurrency.Mutex.TryLock (3.5): held by another, remove our key */
     int64_t left = dlock__etcd_lease_left(e, owner_lease);
@@ -384,16 +489,16 @@ static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
   }
   if (!rc && !got) {
     /* waitDeletes: the newest key created before ours */
-    json_object *get = range_req(n.pfx_b64, n.end_b64, "DESCEND", 1,
-                                 my_rev - 1);
+    json_object *get =
+        range_req(n.pfx_b64, n.end_b64, "DESCEND", 1, my_rev - 1);
     rc = dlock__etcd_call(e, "/v3/kv/range", get, true, &rep);
     json_object *pred = rc ? NULL : dlock__etcd_first_kv(rep);
     if (!rc && !pred) {
       got = true; /* every older key is gone */
     } else if (!rc) {
       const char *pkey = json_object_get_string(dlock__etcd_get(pred, "key"));
-      int64_t hrev = dlock__etcd_i64(dlock__etcd_get(rep, "header"),
-                                     "revision");
+      int64_t hrev =
+          dlock__etcd_i64(dlock__etcd_get(rep, "header"), "revision");
       pthread_mutex_lock(&e->mu);
       etcd_reg *r = dlock__etcd_reg_find_locked(e, a->name, a->owner);
       if (r && pkey) {
@@ -417,33 +522,10 @@ static int acquire_once(dlock__etcd *e, const dlock__acquire *a, int64_t *pttl,
   }
   if (!got)
     return 0;
-  pthread_mutex_lock(&e->mu);
-  x = entry_find_locked(e, a->name);
-  bool still = x && strcmp(x->owner, a->owner) == 0 && x->lease == lease;
-  /* a lease lost meanwhile was reported before this hold was recorded:
-   * the grant is not used, and the caller attempts again */
-  bool live = e->lease_live && e->lease == lease;
-  if (still && live) {
-    x->held = true;
-    x->count = 1;
-    x->rev = my_rev;
-  }
-  pthread_mutex_unlock(&e->mu);
-  if (still && !live) {
+  rc = grant_record(e, a, lease, my_rev, token, regrant);
+  if (*regrant)
     *used = 0;
-    *regrant = true;
-    return dlock__seterr(DLOCK_EUNAVAILABLE,
-                         "%s: lock '%.200s': the session's lease was lost "
-                         "during the acquire",
-                         e->display, a->name);
-  }
-  if (!still)
-    return dlock__seterr(DLOCK_EUNAVAILABLE,
-                         "%s: lock '%.200s': the session ended during the "
-                         "acquire",
-                         e->display, a->name);
-  *token = my_rev;
-  return 1;
+  return rc;
 }
 
 int dlock__etcd_lock_acquire(void *be, const dlock__acquire *a, int64_t *pttl,
@@ -487,17 +569,18 @@ int dlock__etcd_lock_leave(void *be, const dlock__acquire *a, uint64_t seq,
 
 /* ---------------------------------------------------------------- release */
 
-int dlock__etcd_lock_release(void *be, const dlock__release *rel) {
-  dlock__etcd *e = be;
+#define RELEASE_SEND 3 /* release_claim: the key is to be deleted */
+
+/* A release's local half: DLOCK__REL_NOTOWNER or DLOCK__REL_DOWN
+ * answered here, or RELEASE_SEND with *b64 the key to delete; or
+ * DLOCK_ENOMEM. */
+static int release_claim(dlock__etcd *e, const dlock__release *rel,
+                         char **b64) {
   /* no lease per hold (the session's lease keeps it) and no request id (a
    * retry finds the entry still held and deletes again) */
-  dlock_lock_kind_t kind = rel->kind;
-  const char *name = rel->name, *owner = rel->owner;
-  if (kind == DLOCK_READ || kind == DLOCK_WRITE)
-    return dlock__etcd_rw_release(e, kind, name, owner);
   pthread_mutex_lock(&e->mu);
-  etcd_entry *x = entry_find_locked(e, name);
-  if (!x || strcmp(x->owner, owner) != 0 || !x->held) {
+  etcd_entry *x = entry_find_locked(e, rel->name);
+  if (!x || strcmp(x->owner, rel->owner) != 0 || !x->held) {
     pthread_mutex_unlock(&e->mu);
     return DLOCK__REL_NOTOWNER;
   }
@@ -508,24 +591,40 @@ int dlock__etcd_lock_release(void *be, const dlock__release *rel) {
   }
   int64_t lease = x->lease;
   pthread_mutex_unlock(&e->mu);
-  char *key = dlock__etcd_key(name, lease);
-  char *b64 = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
+  char *key = dlock__etcd_key(rel->name, lease);
+  *b64 = key ? dlock__etcd_b64(key, strlen(key)) : NULL;
   dlock__free(key);
-  if (!b64)
-    return DLOCK_ENOMEM;
-  int64_t deleted = 0;
-  int rc = dlock__etcd_delete(e, b64, false, &deleted);
-  dlock__free(b64);
-  if (rc)
-    return rc; /* still held here: the core's retry deletes again */
+  return *b64 ? RELEASE_SEND : DLOCK_ENOMEM;
+}
+
+/* After the delete of the release's key (`deleted` keys): the entry is
+ * freed and the other local waiters woken. */
+static int release_end(dlock__etcd *e, const dlock__release *rel,
+                       int64_t deleted) {
   pthread_mutex_lock(&e->mu);
-  x = entry_find_locked(e, name);
-  if (x && strcmp(x->owner, owner) == 0) {
+  etcd_entry *x = entry_find_locked(e, rel->name);
+  if (x && strcmp(x->owner, rel->owner) == 0) {
     entry_clear(x);
-    wake_local_locked(e, name, owner);
+    wake_local_locked(e, rel->name, rel->owner);
   }
   pthread_mutex_unlock(&e->mu);
   return deleted > 0 ? DLOCK__REL_FREED : DLOCK__REL_NOTOWNER;
+}
+
+int dlock__etcd_lock_release(void *be, const dlock__release *rel) {
+  dlock__etcd *e = be;
+  if (rel->kind == DLOCK_READ || rel->kind == DLOCK_WRITE)
+    return dlock__etcd_rw_release(e, rel->kind, rel->name, rel->owner);
+  char *b64 = NULL;
+  int rc = release_claim(e, rel, &b64);
+  if (rc != RELEASE_SEND)
+    return rc;
+  int64_t deleted = 0;
+  rc = dlock__etcd_delete(e, b64, false, &deleted);
+  dlock__free(b64);
+  if (rc)
+    return rc; /* still held here: the core's retry deletes again */
+  return release_end(e, rel, deleted);
 }
 
 /* The oldest key of the lock (its owner), or NULL; *rep keeps it. */
@@ -577,8 +676,8 @@ int dlock__etcd_lock_query(void *be, dlock_lock_kind_t kind, const char *name,
   json_object_put(rep);
   pthread_mutex_lock(&e->mu);
   etcd_entry *x = entry_find_locked(e, name);
-  bool mine = kv && x && x->held && strcmp(x->owner, owner) == 0 &&
-              x->rev == rev;
+  bool mine =
+      kv && x && x->held && strcmp(x->owner, owner) == 0 && x->rev == rev;
   int64_t count = mine ? x->count : 0;
   pthread_mutex_unlock(&e->mu);
   switch (q) {
@@ -664,8 +763,8 @@ int dlock__etcd_lock_state(void *be, dlock_lock_kind_t kind, const char *name,
       st->holders[0].owner = d;
       st->holders[0].count = 1;
       st->nholders = 1;
-      st->token = kind == DLOCK_FENCED ? dlock__etcd_i64(k, "create_revision")
-                                       : 0;
+      st->token =
+          kind == DLOCK_FENCED ? dlock__etcd_i64(k, "create_revision") : 0;
       st->ttl_ms = dlock__etcd_lease_left(e, dlock__etcd_i64(k, "lease"));
     } else {
       st->waiters[st->nwaiters++] = d;
@@ -706,6 +805,223 @@ int dlock__etcd_lock_hold_env(void *be, dlock_lock_kind_t kind,
     return DLOCK_ENOMEM;
   }
   *out = env;
+  return 0;
+}
+
+/* ------------------------------------------ sent requests (async calls)
+ *
+ * lock_acquire_send / lock_release_send (backend.h): the try of a
+ * reentrant or fenced lock and the release of a reentrant, fair or
+ * fenced one, on the session thread's multi handle (transport.c's
+ * dlock__etcd_send), with the blocking operation's own halves: the local
+ * entry first (re-entry and a name another thread of this client uses
+ * are answered at once, without a request), the same transaction and the
+ * same reading of its reply; a refused try then asks the holder's lease
+ * for its TTL and deletes its own key, one request after the other, as
+ * the blocking try does. Only under a live lease (none, or a grant under
+ * way: the blocking operation grants). What the blocking operation
+ * would go on with (a request not sent, a failed connection, no leader,
+ * an expired token, a lease etcd no longer has) ends in
+ * DLOCK__SEND_BLOCKS: a try's entry is freed (a try the core cancels
+ * before its blocking run must not leave the name taken here), and the
+ * blocking acquire claims it anew and sends the transaction again (it is
+ * idempotent: a key the lost one put is found and taken, or removed on a
+ * refusal); a release's entry is still held, and the blocking release
+ * deletes the key. A silent endpoint
+ * ends in DLOCK_EIOTIMEOUT at the command timeout: a try then removes
+ * its key first, as the blocking try does after an error. */
+
+typedef struct sent_lock {
+  dlock__etcd *e;
+  char *name;
+  char owner[64];
+  int64_t lease;
+  int rc;        /* a try's outcome once its key is removed (0: refused) */
+  int64_t pttl;  /* a refused try's: the holder's lease's TTL */
+  char err[512]; /* rc's detail, kept across the delete */
+  dlock__sent_fn done;
+  void *arg;
+} sent_lock;
+
+static sent_lock *sent_new(dlock__etcd *e, const char *name, const char *owner,
+                           dlock__sent_fn done, void *arg) {
+  if (strlen(owner) >= sizeof((sent_lock *)0)->owner)
+    return NULL;
+  sent_lock *s = dlock__calloc(1, sizeof *s);
+  if (s && !(s->name = dlock__strdup(name))) {
+    dlock__free(s);
+    return NULL;
+  }
+  if (s) {
+    snprintf(s->owner, sizeof s->owner, "%s", owner);
+    s->e = e;
+    s->done = done;
+    s->arg = arg;
+  }
+  return s;
+}
+
+static void sent_free(sent_lock *s) {
+  dlock__free(s->name);
+  dlock__free(s);
+}
+
+/* done runs last: it may free what arg points to. */
+static void sent_finish(sent_lock *s, int rc, int64_t x, int64_t y) {
+  if (rc == DLOCK__SEND_BLOCKS) /* the blocking acquire claims it anew */
+    abandon_end(s->e, s->name, s->owner, 0);
+  dlock__sent_fn done = s->done;
+  void *arg = s->arg;
+  sent_free(s);
+  done(arg, rc, x, y);
+}
+
+static void try_removed(dlock__etcd *e, void *arg, int rc, json_object *rep) {
+  (void)rep;
+  sent_lock *s = arg;
+  abandon_end(e, s->name, s->owner, rc);
+  dlock__seterr(0, "%s", s->err);
+  sent_finish(s, s->rc, s->pttl, 0);
+}
+
+/* The try ends with s->rc (and its detail), its key removed first (the
+ * blocking try's abandon). */
+static void try_remove(dlock__etcd *e, sent_lock *s) {
+  snprintf(s->err, sizeof s->err, "%s", dlock_last_error());
+  char *b64 = NULL;
+  if (!abandon_key(e, s->name, s->owner, &b64)) {
+    sent_finish(s, s->rc, s->pttl, 0);
+    return;
+  }
+  json_object *req = b64 ? delete_req(b64) : NULL;
+  dlock__free(b64);
+  int rc =
+      req ? dlock__etcd_send(e, "/v3/kv/deleterange", req, true, try_removed, s)
+          : DLOCK_ENOMEM;
+  if (rc == DLOCK__SEND_BLOCKS) /* the blocking try removes it */
+    sent_finish(s, DLOCK__SEND_BLOCKS, 0, 0);
+  else if (rc)
+    try_removed(e, s, rc, NULL);
+}
+
+static void try_ttl_read(dlock__etcd *e, void *arg, int rc, json_object *rep) {
+  sent_lock *s = arg;
+  s->pttl = rc ? -1 : lease_left_reply(rep);
+  s->rc = 0;
+  try_remove(e, s);
+}
+
+static void try_answered(dlock__etcd *e, void *arg, int rc, json_object *rep) {
+  sent_lock *s = arg;
+  if (dlock__etcd_lease_refused(rc))
+    dlock__etcd_session_lost(e, s->lease, "etcd refused a request on it");
+  if (rc == DLOCK__SEND_BLOCKS || dlock__etcd_lease_refused(rc)) {
+    sent_finish(s, DLOCK__SEND_BLOCKS, 0, 0);
+    return;
+  }
+  int64_t my_rev = 0, owner_lease = 0;
+  bool got = false;
+  if (!rc)
+    rc = txn_reply(e, s->name, rep, &my_rev, &got, &owner_lease);
+  if (rc) {
+    s->rc = rc;
+    try_remove(e, s);
+    return;
+  }
+  if (got) {
+    const dlock__acquire a = {.name = s->name, .owner = s->owner};
+    int64_t token = 0;
+    bool regrant = false;
+    rc = grant_record(e, &a, s->lease, my_rev, &token, &regrant);
+    sent_finish(s, regrant ? DLOCK__SEND_BLOCKS : rc, -1, token);
+    return;
+  }
+  /* held by another: its lease's TTL, then our key goes */
+  json_object *req = owner_lease ? lease_left_req(owner_lease) : NULL;
+  rc = req ? dlock__etcd_send(e, "/v3/lease/timetolive", req, true,
+                              try_ttl_read, s)
+           : DLOCK_ENOMEM;
+  if (rc)
+    try_ttl_read(e, s, rc, NULL);
+}
+
+int dlock__etcd_lock_acquire_send(void *be, const dlock__acquire *a,
+                                  dlock__sent_fn done, void *arg) {
+  dlock__etcd *e = be;
+  if ((a->kind != DLOCK_REENTRANT && a->kind != DLOCK_FENCED) || a->q ||
+      !a->try_once)
+    return DLOCK__SEND_BLOCKS;
+  pthread_mutex_lock(&e->mu);
+  bool live = e->lease_live && !e->granting && !e->stop;
+  int64_t lease = e->lease;
+  pthread_mutex_unlock(&e->mu);
+  if (!live)
+    return DLOCK__SEND_BLOCKS; /* the blocking acquire grants one */
+  int64_t pttl = -1, token = 0, ttl_ms = 0;
+  int rc = entry_claim(e, a, lease, &pttl, &token, &ttl_ms);
+  if (rc == 0 || rc == 1) {
+    done(arg, rc, pttl, token);
+    return 0;
+  }
+  if (rc < 0)
+    return rc;
+  /* the entry is the owner's: a send that does not go out frees it for
+   * the blocking acquire, which claims it anew */
+  sent_lock *s = sent_new(e, a->name, a->owner, done, arg);
+  names_t n;
+  if (!s || names_make(a->name, lease, &n) != 0) {
+    if (s)
+      sent_free(s);
+    abandon_end(e, a->name, a->owner, 0);
+    return DLOCK__SEND_BLOCKS;
+  }
+  s->lease = lease;
+  json_object *txn = try_txn(e, a, lease, &n);
+  names_free(&n);
+  rc = dlock__etcd_send(e, "/v3/kv/txn", txn, true, try_answered, s);
+  if (rc) {
+    sent_free(s);
+    abandon_end(e, a->name, a->owner, 0);
+    return DLOCK__SEND_BLOCKS;
+  }
+  return 0;
+}
+
+static void release_answered(dlock__etcd *e, void *arg, int rc,
+                             json_object *rep) {
+  sent_lock *s = arg;
+  if (!rc) {
+    const dlock__release r = {.name = s->name, .owner = s->owner};
+    rc = release_end(e, &r, dlock__etcd_i64(rep, "deleted"));
+  }
+  sent_finish(s, rc, 0, 0);
+}
+
+int dlock__etcd_lock_release_send(void *be, const dlock__release *rel,
+                                  dlock__sent_fn done, void *arg) {
+  dlock__etcd *e = be;
+  if (rel->kind == DLOCK_READ || rel->kind == DLOCK_WRITE)
+    return DLOCK__SEND_BLOCKS;
+  char *b64 = NULL;
+  int rc = release_claim(e, rel, &b64);
+  if (rc != RELEASE_SEND) {
+    if (rc >= 0)
+      done(arg, rc, 0, 0);
+    return rc < 0 ? rc : 0;
+  }
+  /* still held here: a delete that does not go out is the blocking
+   * release's */
+  sent_lock *s = sent_new(e, rel->name, rel->owner, done, arg);
+  json_object *req = s ? delete_req(b64) : NULL;
+  dlock__free(b64);
+  rc = req ? dlock__etcd_send(e, "/v3/kv/deleterange", req, false,
+                              release_answered, s)
+           : DLOCK_ENOMEM;
+  if (rc) {
+    if (s)
+      sent_free(s);
+    return DLOCK__SEND_BLOCKS;
+  }
   return 0;
 }
 

@@ -42,12 +42,27 @@
  *   streams the same way, so a waiter whose predecessor's stream is on a
  *   stopped member learns of the release within about TTL/3 + 1 s, not
  *   at its TTL bound.
+ * - sent requests (transport.c's dlock__etcd_send, for the async calls'
+ *   tries and releases: locks.c): a caller queues an easy handle under
+ *   mu and wakes the thread, which adds it to its multi handle; when the
+ *   transfer ends (reply, failure, or CURLOPT_TIMEOUT_MS, the command
+ *   timeout, which libcurl's own timers enforce inside curl_multi_poll)
+ *   the thread runs its handler, with no mutex held; a handler never
+ *   waits (a follow-up request is sent the same way). At stop, each one
+ *   left ends with DLOCK_ECLOSED. This thread rather than the client's
+ *   event loop (loop_prepare / loop_dispatch with
+ *   curl_multi_socket_action): it already drives a multi handle, whose
+ *   connection cache the sent requests share with the keep-alives, and
+ *   libcurl keeps the deadline; the loop would need a second multi handle
+ *   with socket and timer callbacks mapped onto its few descriptors, for
+ *   no fewer thread hops (either way one thread of the library reads the
+ *   reply and queues the outcome for the program's thread).
  * The thread sleeps in curl_multi_poll until the next keep-alive; callers
  * interrupt it with curl_multi_wakeup.
  *
  * Locks: e->mu guards the lease fields, the registrations (and
- * reg->watch / watch->reg, the link between a wait and its stream) and
- * `stop`; the thread alone touches the multi handle, the easy handles of
+ * reg->watch / watch->reg, the link between a wait and its stream), the
+ * queue of sent requests and `stop`; the thread alone touches the multi handle, the easy handles of
  * streams and their buffers. The wait up-calls are made with e->mu held
  * (lock order: e->mu, then client->mu); dlock__holds_session_lost without.
  */
@@ -59,20 +74,20 @@
 #include "core/alloc.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "core/worker.h"
 #include "core/holds.h"
 #include "core/wait.h"
+#include "core/worker.h"
 #include "etcd/etcd.h"
 
 struct etcd_watch {
   etcd_reg *reg; /* NULL once the wait ended or moved on (under mu) */
   CURL *h;
-  int idx;      /* endpoint */
-  char *req;    /* the request body (kept for libcurl) */
-  char *buf;    /* bytes of a result line not complete yet */
+  int idx;   /* endpoint */
+  char *req; /* the request body (kept for libcurl) */
+  char *buf; /* bytes of a result line not complete yet */
   size_t n;
-  bool fired;   /* the key was deleted, or the stream is useless */
-  bool done;    /* the transfer ended */
+  bool fired; /* the key was deleted, or the stream is useless */
+  bool done;  /* the transfer ended */
   etcd_watch *next;
 };
 
@@ -357,6 +372,7 @@ static void *etcd_thread(void *arg) {
   memset(&ka, 0, sizeof ka);
   wprobe_t wp = {NULL, 0};
   etcd_watch *watches = NULL;
+  etcd_sent *sends = NULL; /* sent requests under way (transport.c) */
   for (;;) {
     int64_t now = dlock__now_ms();
     /* no timer of ours when idle: libcurl shortens the poll to its own
@@ -422,6 +438,7 @@ static void *etcd_thread(void *arg) {
       }
     }
     watches_sync_locked(e, &watches);
+    dlock__etcd_sends_take_locked(e, &sends);
     pthread_mutex_unlock(&e->mu);
 
     int running = 0;
@@ -433,12 +450,16 @@ static void *etcd_thread(void *arg) {
       if (m->msg != CURLMSG_DONE)
         continue;
       progressed = true;
+      /* m lives in its easy handle: read before a sent one is freed */
+      if (dlock__etcd_sends_ended(e, &sends, m->easy_handle,
+                                  (int)m->data.result))
+        continue;
       if (ka.h && m->easy_handle == ka.h) {
         CURLcode cc = m->data.result;
         long status = 0;
         curl_easy_getinfo(ka.h, CURLINFO_RESPONSE_CODE, &status);
-        json_object *j = cc == CURLE_OK && ka.buf ? json_tokener_parse(ka.buf)
-                                                  : NULL;
+        json_object *j =
+            cc == CURLE_OK && ka.buf ? json_tokener_parse(ka.buf) : NULL;
         json_object *res = dlock__etcd_get(j, "result");
         const char *err = json_object_get_string(dlock__etcd_get(j, "error"));
         bool gone = (res && dlock__etcd_i64(res, "TTL") <= 0) ||
@@ -524,6 +545,7 @@ static void *etcd_thread(void *arg) {
       wait = 0;
     curl_multi_poll(e->multi, NULL, 0, (int)wait, NULL);
   }
+  dlock__etcd_sends_close(e, &sends);
   ka_clear(e, &ka);
   if (wp.h) {
     curl_multi_remove_handle(e->multi, wp.h);

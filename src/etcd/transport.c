@@ -23,7 +23,8 @@
  * the gateway is the choice.
  *
  * Requests (caller threads; the session thread makes its keep-alive and
- * watch handles with dlock__etcd_easy_new and runs them itself): an easy
+ * watch handles with dlock__etcd_easy_new and runs them itself, and runs
+ * the sent requests of the async calls, see "sent requests" below): an easy
  * handle is borrowed from a small idle pool together with the multi
  * handle it runs in (pool_mu guards the arrays, the endpoint in use and
  * the auth token, never I/O), so each keeps its HTTP keep-alive
@@ -685,6 +686,67 @@ enum {
            * endpoint in use already moved to the leader */
 };
 
+/* What an exchange with endpoint idx that ended (cc, its HTTP status,
+ * its body, libcurl's detail, an alert the debug callback saw) gave:
+ * X_OK with *out the reply, or another X_* with `why` saying what
+ * happened. Shared by the blocking exchange and the sent requests. */
+static int outcome(dlock__etcd *e, CURLcode cc, long status, const char *body,
+                   char *detail, const char *alert, bool diagnose, int idx,
+                   json_object **out, char *why, size_t whylen) {
+  if (cc != CURLE_OK) {
+    if (!detail[0])
+      snprintf(detail, CURL_ERROR_SIZE, "%s", curl_easy_strerror(cc));
+    if (alert[0] && !strstr(detail, "alert"))
+      snprintf(detail, CURL_ERROR_SIZE, "%s", alert);
+    if (e->tls && tls_failure(cc, detail)) {
+      tls_why(cc, detail, e->hosts[idx], why, whylen);
+      return X_TLS;
+    }
+    /* a failure that may hide an alert (not a refused connection, a
+     * missing host or a timeout, which never come from TLS) */
+    if (e->tls && !diagnose && cc != CURLE_COULDNT_CONNECT &&
+        cc != CURLE_COULDNT_RESOLVE_HOST && cc != CURLE_OPERATION_TIMEDOUT)
+      atomic_store(&e->tls_diagnose, true);
+    snprintf(why, whylen, "%s: %s", e->hosts[idx], detail);
+    return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
+               ? X_UNSENT
+               : X_LOST;
+  }
+  if (diagnose) /* the handshake worked: nothing to diagnose */
+    atomic_store(&e->tls_diagnose, false);
+  json_object *j = body ? json_tokener_parse(body) : NULL;
+  if (status == 200 && j) {
+    dlock__etcd_saw_term(e, dlock__etcd_get(j, "header"));
+    *out = j;
+    return X_OK;
+  }
+  const char *msg =
+      j ? json_object_get_string(dlock__etcd_get(j, "error")) : NULL;
+  int64_t code = j ? dlock__etcd_i64(j, "code") : 0;
+  snprintf(why, whylen, "%s: %s", e->hosts[idx],
+           msg ? msg : "unreadable reply");
+  int x;
+  /* "timed out" and "leader changed": the proposal may still be applied
+   * (as a lost reply); "no leader": it was not */
+  if (msg && (strstr(msg, "timed out") || strstr(msg, "leader changed")))
+    x = X_LOST;
+  else if (code == 14 ||
+           (msg && (strstr(msg, "no leader") || strstr(msg, "not capable"))))
+    x = X_UNAVAILABLE;
+  else if (msg && strstr(msg, "invalid auth token") && e->user)
+    x = X_AUTH_EXPIRED;
+  else if ((msg && (strstr(msg, "user name is empty") ||
+                    strstr(msg, "permission denied") ||
+                    strstr(msg, "authentication failed") ||
+                    strstr(msg, "invalid auth token"))) ||
+           code == 16 || code == 7)
+    x = X_AUTH;
+  else
+    x = X_ERROR;
+  json_object_put(j);
+  return x;
+}
+
 static int exchange(dlock__etcd *e, const char *path, const char *req,
                     bool resend, int64_t timeout_ms, json_object **out,
                     int *idx, char *why, size_t whylen) {
@@ -744,62 +806,15 @@ static int exchange(dlock__etcd *e, const char *path, const char *req,
       pthread_mutex_unlock(&e->pool_mu);
       x = X_MOVED;
     }
-  } else if (cc != CURLE_OK) {
-    if (!detail[0])
-      snprintf(detail, sizeof detail, "%s", curl_easy_strerror(cc));
-    if (alert.text[0] && !strstr(detail, "alert"))
-      snprintf(detail, sizeof detail, "%s", alert.text);
-    if (e->tls && tls_failure(cc, detail)) {
-      tls_why(cc, detail, e->hosts[*idx], why, whylen);
-      x = X_TLS;
-    } else {
-      /* a failure that may hide an alert (not a refused connection, a
-       * missing host or a timeout, which never come from TLS) */
-      if (e->tls && !diagnose && cc != CURLE_COULDNT_CONNECT &&
-          cc != CURLE_COULDNT_RESOLVE_HOST && cc != CURLE_OPERATION_TIMEDOUT)
-        atomic_store(&e->tls_diagnose, true);
-      snprintf(why, whylen, "%s: %s", e->hosts[*idx], detail);
-      x = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST
-              ? X_UNSENT
-              : X_LOST;
-    }
-    curl_easy_cleanup(h); /* its connection is in an unknown state */
-    h = NULL;
-    if (m)
-      curl_multi_cleanup(m);
-    m = NULL;
   } else {
-    if (diagnose) /* the handshake worked: nothing to diagnose */
-      atomic_store(&e->tls_diagnose, false);
-    json_object *j = b.p ? json_tokener_parse(b.p) : NULL;
-    if (status == 200 && j) {
-      dlock__etcd_saw_term(e, dlock__etcd_get(j, "header"));
-      *out = j;
-      x = X_OK;
-    } else {
-      const char *msg =
-          j ? json_object_get_string(dlock__etcd_get(j, "error")) : NULL;
-      int64_t code = j ? dlock__etcd_i64(j, "code") : 0;
-      snprintf(why, whylen, "%s: %s", e->hosts[*idx],
-               msg ? msg : "unreadable reply");
-      /* "timed out" and "leader changed": the proposal may still be
-       * applied (as a lost reply); "no leader": it was not */
-      if (msg && (strstr(msg, "timed out") || strstr(msg, "leader changed")))
-        x = X_LOST;
-      else if (code == 14 || (msg && (strstr(msg, "no leader") ||
-                                      strstr(msg, "not capable"))))
-        x = X_UNAVAILABLE;
-      else if (msg && strstr(msg, "invalid auth token") && e->user)
-        x = X_AUTH_EXPIRED;
-      else if ((msg && (strstr(msg, "user name is empty") ||
-                        strstr(msg, "permission denied") ||
-                        strstr(msg, "authentication failed") ||
-                        strstr(msg, "invalid auth token"))) ||
-               code == 16 || code == 7)
-        x = X_AUTH;
-      else
-        x = X_ERROR;
-      json_object_put(j);
+    x = outcome(e, cc, status, b.p, detail, alert.text, diagnose, *idx, out,
+                why, whylen);
+    if (cc != CURLE_OK) {
+      curl_easy_cleanup(h); /* its connection is in an unknown state */
+      h = NULL;
+      if (m)
+        curl_multi_cleanup(m);
+      m = NULL;
     }
   }
   dlock__free(b.p);
@@ -946,4 +961,159 @@ int dlock__etcd_authenticate(dlock__etcd *e) {
   if (rc)
     dlock__scrub_error(e->password);
   return rc;
+}
+
+/* ------------------------------------------------------- sent requests
+ *
+ * dlock__etcd_send (the async calls' tries and releases, backend.h's
+ * lock_*_send): the request's easy handle is queued for the session
+ * thread, which adds it to its multi handle (the one that carries the
+ * keep-alive and the watch streams, and keeps their connections), and,
+ * when the transfer ends, runs its handler there with no mutex held. One
+ * POST to the endpoint in use, bounded by the command timeout; no
+ * failover, no election probes, no second send: what the blocking call
+ * would do about a failure is left to it (DLOCK__SEND_BLOCKS), but for a
+ * silent endpoint (DLOCK_EIOTIMEOUT at the command timeout) and a lost
+ * reply to a request that must not be sent twice (DLOCK_EIOTIMEOUT, as
+ * the blocking call says it), and etcd's own refusals (DLOCK_ESERVER). */
+
+struct etcd_sent {
+  CURL *h;
+  int idx; /* the endpoint */
+  const char *path;
+  bool resend;
+  char *req;
+  body_t b;
+  char detail[CURL_ERROR_SIZE];
+  dlock__etcd_sent_fn fn;
+  void *arg;
+  etcd_sent *next;
+};
+
+static void sent_free(etcd_sent *s) {
+  dlock__etcd_easy_free(s->h);
+  dlock__free(s->req);
+  dlock__free(s->b.p);
+  dlock__free(s);
+}
+
+int dlock__etcd_send(dlock__etcd *e, const char *path, json_object *req,
+                     bool resend, dlock__etcd_sent_fn fn, void *arg) {
+  etcd_sent *s = req ? dlock__calloc(1, sizeof *s) : NULL;
+  if (s)
+    s->req = dlock__strdup(
+        json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN));
+  json_object_put(req);
+  if (!s || !s->req) {
+    dlock__free(s);
+    return DLOCK_ENOMEM;
+  }
+  /* libcurl's diagnosis of a TLS failure is the blocking call's */
+  if (!e->thread_started || atomic_load(&e->tls_diagnose) ||
+      !(s->h = dlock__etcd_easy_new(e, path, &s->idx))) {
+    sent_free(s);
+    return DLOCK__SEND_BLOCKS;
+  }
+  s->path = path;
+  s->resend = resend;
+  s->fn = fn;
+  s->arg = arg;
+  curl_easy_setopt(s->h, CURLOPT_ERRORBUFFER, s->detail);
+  curl_easy_setopt(
+      s->h, CURLOPT_TIMEOUT_MS,
+      (long)(e->command_timeout_ms > 0 ? e->command_timeout_ms : 1));
+  curl_easy_setopt(s->h, CURLOPT_POSTFIELDS, s->req);
+  curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(s->h, CURLOPT_WRITEDATA, &s->b);
+  pthread_mutex_lock(&e->mu);
+  bool stop = e->stop;
+  if (!stop) {
+    s->next = e->sent_q;
+    e->sent_q = s;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (stop) {
+    sent_free(s);
+    return dlock__seterr(DLOCK_ECLOSED, "etcd %s: the client is closing", path);
+  }
+  dlock__etcd_session_poke(e);
+  return 0;
+}
+
+void dlock__etcd_sends_take_locked(dlock__etcd *e, etcd_sent **list) {
+  while (e->sent_q) {
+    etcd_sent *s = e->sent_q;
+    e->sent_q = s->next;
+    s->next = *list;
+    *list = s;
+    curl_multi_add_handle(e->multi, s->h);
+  }
+}
+
+/* s ended with cc (CURLE_ABORTED_BY_CALLBACK: the client closes): its
+ * outcome as the blocking call would give it, to its handler. */
+static void sent_end(dlock__etcd *e, etcd_sent *s, CURLcode cc) {
+  json_object *rep = NULL;
+  int rc = 0;
+  if (cc == CURLE_ABORTED_BY_CALLBACK) {
+    rc =
+        dlock__seterr(DLOCK_ECLOSED, "etcd %s: the client is closing", s->path);
+  } else {
+    long status = 0;
+    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &status);
+    char why[400] = "";
+    int x = outcome(e, cc, status, s->b.p, s->detail, "", false, s->idx, &rep,
+                    why, sizeof why);
+    bool lost = x == X_LOST && (!s->resend || cc == CURLE_OPERATION_TIMEDOUT);
+    if (x == X_ERROR)
+      rc = dlock__seterr(DLOCK_ESERVER, "etcd %s: %s", s->path, why);
+    else if (lost)
+      rc = dlock__seterr(DLOCK_EIOTIMEOUT,
+                         "etcd %s: no answer (%s); it may have been applied",
+                         s->path, why);
+    else if (x != X_OK)
+      rc = DLOCK__SEND_BLOCKS; /* the blocking call goes on from here */
+    if (x == X_UNSENT || x == X_LOST || x == X_UNAVAILABLE || x == X_TLS)
+      dlock__etcd_failover(e, s->idx);
+  }
+  s->fn(e, s->arg, rc, rep);
+  json_object_put(rep);
+}
+
+bool dlock__etcd_sends_ended(dlock__etcd *e, etcd_sent **list, void *h,
+                             int result) {
+  for (etcd_sent **p = list; *p; p = &(*p)->next) {
+    etcd_sent *s = *p;
+    if (s->h != h)
+      continue;
+    *p = s->next;
+    curl_multi_remove_handle(e->multi, s->h);
+    sent_end(e, s, (CURLcode)result);
+    sent_free(s);
+    return true;
+  }
+  return false;
+}
+
+void dlock__etcd_sends_close(dlock__etcd *e, etcd_sent **list) {
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    etcd_sent *q = e->sent_q; /* none comes after stop */
+    e->sent_q = NULL;
+    pthread_mutex_unlock(&e->mu);
+    while (q) {
+      etcd_sent *s = q;
+      q = s->next;
+      s->next = *list;
+      *list = s;
+      curl_multi_add_handle(e->multi, s->h);
+    }
+    if (!*list)
+      return;
+    etcd_sent *s = *list;
+    *list = s->next;
+    curl_multi_remove_handle(e->multi, s->h);
+    sent_end(e, s, CURLE_ABORTED_BY_CALLBACK);
+    sent_free(s);
+  }
 }

@@ -2,12 +2,14 @@
  * async_one.h - one async lock operation run to its callback by the
  * calling thread, as an event-loop program runs it (poll() on the
  * client's completion descriptor, dlock_client_process), for the tests of
- * sent operations. Header-only, as check.h, whose CHECK macros it uses:
- * include check.h and harness.h first. Every wait is bounded.
+ * sent operations, and the count of the process's threads they check.
+ * Header-only, as check.h, whose CHECK macros it uses: include check.h and
+ * harness.h first. Every wait is bounded.
  */
 #ifndef DLOCK_TEST_ASYNC_ONE_H
 #define DLOCK_TEST_ASYNC_ONE_H
 
+#include <dirent.h>
 #include <dlock/dlock.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -49,6 +51,18 @@ static inline th_async_outcome_t th_async_one(dlock_client_t *c,
   }
   CHECK_INT(o.calls, ==, 1);
   return o;
+}
+
+/* The threads of this process (entries of /proc/self/task): a sent
+ * operation starts none, where a pool thread would run it otherwise. */
+static inline int th_thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  CHECK(d != NULL);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
 }
 
 #endif

@@ -20,6 +20,9 @@
 #include "etcd.h"
 #include "harness.h"
 
+#include "async_one.h" /* after check.h and harness.h */
+
+#include <dirent.h>
 #include <dlock/dlock.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -112,10 +115,10 @@ static void *waiter_main(void *arg) {
   dlock_client_t *c = client_ttl(w->url, 0, w->lost ? on_lost : NULL, w->lost);
   dlock_lock_t *l = lock_kind(c, w->name, w->kind);
   int64_t tok = 0;
-  int rc = w->kind == DLOCK_FENCED
-               ? dlock_lock_acquire_fenced(l, w->wait_ms, DLOCK_LEASE_WATCHDOG,
-                                           &tok)
-               : dlock_lock_acquire(l, w->wait_ms, DLOCK_LEASE_WATCHDOG);
+  int rc =
+      w->kind == DLOCK_FENCED
+          ? dlock_lock_acquire_fenced(l, w->wait_ms, DLOCK_LEASE_WATCHDOG, &tok)
+          : dlock_lock_acquire(l, w->wait_ms, DLOCK_LEASE_WATCHDOG);
   if (rc == 0) {
     atomic_store(&w->got_at, th_now_ms());
     atomic_store(&w->token, tok);
@@ -385,8 +388,9 @@ static void t_processes(void) {
   snprintf(iters, sizeof iters, "%d", PROC_ITERS);
   pid_t pids[PROCS];
   for (int i = 0; i < PROCS; i++) {
-    char *argv[] = {(char *)g_exe, "--child-counter", (char *)th_etcd_url(e),
-                    file, iters, NULL};
+    char *argv[] = {
+        (char *)g_exe, "--child-counter", (char *)th_etcd_url(e), file, iters,
+        NULL};
     pids[i] = spawn_self(argv);
   }
   for (int i = 0; i < PROCS; i++)
@@ -431,8 +435,8 @@ static void t_fifo(void) {
     pthread_join(w[i].th, NULL);
     CHECK_INT(atomic_load(&w[i].rc), ==, 0);
     CHECK_INT(atomic_load(&w[i].order), ==, i + 1);
-    CHECK_INT(atomic_load(&w[i].token), >, i ? atomic_load(&w[i - 1].token)
-                                             : t0);
+    CHECK_INT(atomic_load(&w[i].token), >,
+              i ? atomic_load(&w[i - 1].token) : t0);
   }
   dlock_lock_free(l);
   dlock_client_free(c);
@@ -522,7 +526,7 @@ static void t_lease_expiry(void) {
   th_etcd_t *e = cluster(3);
   int fd = -1;
   char *argv[] = {(char *)g_exe, "--child-hold", (char *)th_etcd_url(e),
-                  "expiry", "2000", NULL};
+                  "expiry",      "2000",         NULL};
   pid_t child = spawn_self_out(argv, &fd);
   char line[128];
   CHECK(read_line(fd, line, sizeof line, 20000));
@@ -540,8 +544,7 @@ static void t_lease_expiry(void) {
   TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
               WAIT_MS);
   CHECK(ok);
-  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
-         atomic_load(&w.rc));
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d", atomic_load(&w.rc));
   printf("the waiter got it %lld ms after the holder stopped\n",
          (long long)(atomic_load(&w.got_at) - stopped));
   CHECK_INT(atomic_load(&w.token), >, held_tok);
@@ -769,8 +772,7 @@ static void t_leader_killed(void) {
   TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
               WAIT_MS + 5000);
   CHECK(ok);
-  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
-         atomic_load(&w.rc));
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d", atomic_load(&w.rc));
   CHECK_INT(atomic_load(&w.token), >, t1);
   CHECK_INT(waiter_join(&w), ==, 0);
   /* and the member comes back */
@@ -834,8 +836,7 @@ static void t_watch_member_paused(void) {
   TH_WAIT_FOR(ok, atomic_load(&w.got_at) != 0 || atomic_load(&w.rc) != 1,
               55000);
   CHECK(ok);
-  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d",
-         atomic_load(&w.rc));
+  CHECKF(atomic_load(&w.got_at) != 0, "waiter failed: %d", atomic_load(&w.rc));
   printf("the waiter got it %lld ms after the release\n",
          (long long)(atomic_load(&w.got_at) - t0));
   CHECK_INT(waiter_join(&w), ==, 0);
@@ -871,6 +872,196 @@ static void t_member_paused(void) {
   CHECK(ok && atomic_load(&w.got_at) != 0);
   CHECK_INT(waiter_join(&w), ==, 0);
   CHECK_OK(th_etcd_resume(e, 0));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* ----------------------------------------------- sent operations (async)
+ *
+ * An async try and release of a reentrant or fenced lock go out as sent
+ * requests on the session thread (locks.c, "sent requests"): no pool
+ * thread starts for them. */
+
+/* An async try (wait 0) or release of l by this thread, run to its
+ * callback: its rc, its detail printed on failure (*token: the try's
+ * value). */
+static int try_async(dlock_client_t *c, dlock_lock_t *l, int64_t *token) {
+  th_async_outcome_t o = th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  if (token)
+    *token = o.value;
+  if (o.rc)
+    fprintf(stderr, "try: %s: %s\n", dlock_err_name(o.rc), o.detail);
+  return o.rc;
+}
+
+static int release_async(dlock_client_t *c, dlock_lock_t *l) {
+  th_async_outcome_t o = th_async_one(c, l, 0, false, 0, 0);
+  if (o.rc)
+    fprintf(stderr, "release: %s: %s\n", dlock_err_name(o.rc), o.detail);
+  return o.rc;
+}
+
+static dlock_client_t *client_cmd(const char *url, int64_t command_ms) {
+  dlock_options_t *o = NULL;
+  CHECK_OK(dlock_options_new(&o));
+  CHECK_OK(dlock_options_set_connect_timeout(o, command_ms < 1000 ? command_ms
+                                                                  : 1000));
+  CHECK_OK(dlock_options_set_command_timeout(o, command_ms));
+  CHECK_OK(dlock_options_set_async_threads(o, 2));
+  dlock_client_t *c = NULL;
+  CHECK_OK(dlock_client_new(&c, url, o));
+  dlock_options_free(o);
+  return c;
+}
+
+#define SENT_PAIRS 40
+
+static void t_sent_no_pool_thread(void) {
+  /* warmed up by one blocking pair, a client's async tries (granted,
+   * re-entered, refused) and releases start no thread: no pool thread
+   * carries them */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 3000);
+  dlock_client_t *other = client_cmd(th_etcd_url(e), 3000);
+  dlock_lock_t *l = lock_kind(c, "sent", DLOCK_FENCED);
+  dlock_lock_t *busy = lock_kind(c, "sent-busy", DLOCK_REENTRANT);
+  dlock_lock_t *obusy = lock_kind(other, "sent-busy", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(obusy, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_RC(dlock_lock_acquire(busy, 0, DLOCK_LEASE_WATCHDOG), DLOCK_EBUSY);
+  int fd = -1;
+  CHECK_OK(dlock_client_fd(c, &fd));
+  int before = th_thread_count();
+  int64_t last = 0;
+  for (int i = 0; i < SENT_PAIRS; i++) {
+    int64_t token = 0, again = 0;
+    CHECK_OK(try_async(c, l, &token));
+    CHECKF(token > last, "token %lld after %lld", (long long)token,
+           (long long)last);
+    last = token;
+    CHECK_OK(try_async(c, l, &again)); /* re-entered: the same hold */
+    CHECK_INT(again, ==, token);
+    CHECK_OK(release_async(c, l));
+    CHECK_OK(release_async(c, l));
+  }
+  CHECK_RC(release_async(c, l), DLOCK_ENOTOWNER);
+  th_async_outcome_t o =
+      th_async_one(c, busy, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  CHECK_INT(o.rc, ==, DLOCK_EBUSY);
+  CHECKF(strstr(o.detail, "held by another") != NULL, "%s", o.detail);
+  CHECK_INT(th_thread_count(), ==, before);
+  /* the refused try left no key behind: no waiter on the holder */
+  CHECK_INT(nwaiters(obusy), ==, 0);
+  bool b = true;
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECK(!b);
+  CHECK_OK(dlock_lock_release(obusy));
+  dlock_lock_free(l);
+  dlock_lock_free(busy);
+  dlock_lock_free(obusy);
+  dlock_client_free(other);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+/* Another client finds `name` free, and takes and releases it (sent). */
+static void check_free(th_etcd_t *e, const char *name) {
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 3000);
+  dlock_lock_t *l = lock_kind(c, name, DLOCK_REENTRANT);
+  bool b = true;
+  CHECK_OK(dlock_lock_is_locked(l, &b));
+  CHECKF(!b, "'%s' is still locked", name);
+  CHECK_OK(try_async(c, l, NULL));
+  CHECK_OK(release_async(c, l));
+  dlock_lock_free(l);
+  dlock_client_free(c);
+}
+
+static void t_sent_server_paused(void) {
+  /* the server stops answering (SIGSTOP) while a sent try is under way:
+   * its callback says DLOCK_EIOTIMEOUT, after the command timeout; once
+   * the server runs again the lock works, and is free once the client
+   * is gone. The timed-out try's transaction and the delete of its key
+   * wait in the stopped server's sockets and may still be applied when
+   * it resumes, as the blocking try's would (docs/ETCD.md, "Async
+   * calls"): the delete, applied after the next grant, takes that hold's
+   * key (its release then says DLOCK_ELOST); the put, applied after the
+   * delete, leaves a key on the client's lease, which its close
+   * revokes. */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 1000);
+  dlock_lock_t *l = lock_kind(c, "sent-paused", DLOCK_REENTRANT);
+  CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
+  CHECK_OK(dlock_lock_release(l));
+  CHECK_OK(th_etcd_pause(e, 0));
+  th_async_outcome_t o = th_async_one(c, l, 0, true, 0, DLOCK_LEASE_WATCHDOG);
+  int rc = o.rc;
+  CHECK_OK(th_etcd_resume(e, 0));
+  CHECKF(rc == DLOCK_EIOTIMEOUT, "%s: %s", dlock_err_name(rc), o.detail);
+  CHECK_OK(dlock_client_ping(c)); /* the server answers again */
+  CHECK_OK(try_async(c, l, NULL));
+  rc = release_async(c, l);
+  CHECKF(rc == 0 || rc == DLOCK_ELOST, "%s: %s", dlock_err_name(rc),
+         dlock_last_error());
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  check_free(e, "sent-paused");
+  th_etcd_stop(e);
+}
+
+static void t_sent_server_restarted(void) {
+  /* the server restarts between sent operations (its connections gone):
+   * the next sent try and release still work, and leave the lock free */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 3000);
+  dlock_lock_t *l = lock_kind(c, "sent-restart", DLOCK_REENTRANT);
+  CHECK_OK(try_async(c, l, NULL));
+  CHECK_OK(release_async(c, l));
+  for (int round = 0; round < 2; round++) {
+    CHECK_OK(th_etcd_kill9(e, 0));
+    CHECK_OK(th_etcd_up(e, 0));
+    int rc = try_async(c, l, NULL);
+    CHECKF(rc == 0, "round %d: %s: %s", round, dlock_err_name(rc),
+           dlock_last_error());
+    /* and between the try and its release */
+    CHECK_OK(th_etcd_kill9(e, 0));
+    CHECK_OK(th_etcd_up(e, 0));
+    CHECK_OK(release_async(c, l));
+  }
+  check_free(e, "sent-restart"); /* while c lives: nothing lingers */
+  dlock_lock_free(l);
+  dlock_client_free(c);
+  th_etcd_stop(e);
+}
+
+static void t_sent_server_down(void) {
+  /* the server down (killed): a sent try and a sent release cannot
+   * connect and hand over to the blocking calls, whose answer
+   * (DLOCK_EUNAVAILABLE) they give; the hold is kept, and once the server
+   * is back its release and the try work */
+  th_etcd_t *e = cluster(1);
+  dlock_client_t *c = client_cmd(th_etcd_url(e), 500);
+  dlock_lock_t *held = lock_kind(c, "sent-down-held", DLOCK_REENTRANT);
+  dlock_lock_t *l = lock_kind(c, "sent-down", DLOCK_FENCED);
+  CHECK_OK(try_async(c, held, NULL));
+  CHECK_OK(th_etcd_kill9(e, 0));
+  int rc = release_async(c, held);
+  CHECKF(rc == DLOCK_EUNAVAILABLE, "release: %s", dlock_err_name(rc));
+  rc = try_async(c, l, NULL);
+  CHECKF(rc == DLOCK_EUNAVAILABLE, "try: %s", dlock_err_name(rc));
+  CHECK_OK(th_etcd_up(e, 0));
+  CHECK_OK(dlock_client_ping(c));
+  bool b = false;
+  CHECK_OK(dlock_lock_is_held_by_thread(held, &b));
+  CHECK(b);
+  CHECK_OK(release_async(c, held));
+  CHECK_OK(try_async(c, l, NULL));
+  CHECK_OK(release_async(c, l));
+  check_free(e, "sent-down-held");
+  check_free(e, "sent-down");
+  dlock_lock_free(held);
   dlock_lock_free(l);
   dlock_client_free(c);
   th_etcd_stop(e);
@@ -1021,12 +1212,12 @@ static void t_rw_shared_command(void) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
            DLOCK_CLI_PATH " -u '%s' -s job " DLOCK_CLI_PATH
-           " -u '%s' -s -n job true",
+                          " -u '%s' -s -n job true",
            th_etcd_url(e), th_etcd_url(e));
   CHECK_INT(system(cmd), ==, 0); /* a shared holder inside a shared one */
   snprintf(cmd, sizeof cmd,
            DLOCK_CLI_PATH " -u '%s' -s job " DLOCK_CLI_PATH
-           " -u '%s' -n job true 2>/dev/null",
+                          " -u '%s' -n job true 2>/dev/null",
            th_etcd_url(e), th_etcd_url(e));
   int st = system(cmd);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* exclusive refused */
@@ -1041,8 +1232,7 @@ static pid_t etcdctl_lock(th_etcd_t *e, const char *name, int *out_fd) {
   int p[2];
   CHECK(pipe2(p, O_CLOEXEC) == 0);
   char endpoints[300];
-  snprintf(endpoints, sizeof endpoints, "--endpoints=%s",
-           th_etcd_endpoints(e));
+  snprintf(endpoints, sizeof endpoints, "--endpoints=%s", th_etcd_endpoints(e));
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
@@ -1462,8 +1652,7 @@ static void t_command(void) {
   CHECK_INT(pclose(p), ==, 0);
   long long tok = 0, rev = 0;
   char key[256];
-  CHECKF(sscanf(out, "%lld %255s %lld", &tok, key, &rev) == 3, "got '%s'",
-         out);
+  CHECKF(sscanf(out, "%lld %255s %lld", &tok, key, &rev) == 3, "got '%s'", out);
   CHECK(tok > 0 && tok == rev);
   CHECKF(strncmp(key, "job/", 4) == 0, "key '%s'", key);
   /* etcdctl holds: -n gives up, --status names the holder */
@@ -1591,8 +1780,8 @@ static th_etcd_t *tls_cluster(int n, bool mutual) {
 }
 
 typedef struct tls_opts {
-  const char *ca;          /* a file under th_certs_dir(), or NULL */
-  const char *cert, *key;  /* likewise */
+  const char *ca;         /* a file under th_certs_dir(), or NULL */
+  const char *cert, *key; /* likewise */
   const char *sni;
   bool insecure;
   bool tls_switch;
@@ -1775,8 +1964,7 @@ static void t_tls_command(void) {
            WIFEXITED(st) ? WEXITSTATUS(st) : -1, all);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 69);
     CHECKF(strstr(all, "TLS") != NULL, "stderr: %s", all);
-    CHECKF(strchr(all, '\n') == all + strlen(all) - 1, "not one line: %s",
-           all);
+    CHECKF(strchr(all, '\n') == all + strlen(all) - 1, "not one line: %s", all);
     CHECKF(strstr(all, i ? "check the CA file" : "client certificate"),
            "stderr: %s", all);
   }
@@ -1802,6 +1990,10 @@ static const check_case_t cases[] = {
     {"member_paused", t_member_paused},
     {"watch_member_paused", t_watch_member_paused},
     {"bad_url", t_bad_url},
+    {"sent_no_pool_thread", t_sent_no_pool_thread},
+    {"sent_server_paused", t_sent_server_paused},
+    {"sent_server_restarted", t_sent_server_restarted},
+    {"sent_server_down", t_sent_server_down},
     {"rw", t_rw},
     {"rw_shared_command", t_rw_shared_command},
     {"rw_wait_lease_revoked", t_rw_wait_lease_revoked},

@@ -932,18 +932,6 @@ static void t_cli_limit(void) {
  * from the calling thread on pooled connections, their answers read by
  * the event loop (mysql.c "sent ops"). */
 
-/* The threads of this process (/proc/self/task). */
-static int thread_count(void) {
-  DIR *d = opendir("/proc/self/task");
-  CHECK(d != NULL);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 static dlock_client_t *client_timeout(const char *url, int64_t command_ms) {
   dlock_options_t *o = NULL;
   CHECK_OK(dlock_options_new(&o));
@@ -974,7 +962,7 @@ static void t_async_sent_no_pool(void) {
   th_my_session_t *q = client_holds(s, "sent-busy");
   dlock_lock_t *b = NULL;
   CHECK_OK(dlock_lock_new(c, "sent-busy", &b));
-  int before = thread_count();
+  int before = th_thread_count();
   enum { PAIRS = 40 };
   int64_t last = 0;
   for (int i = 0; i < PAIRS; i++) {
@@ -997,7 +985,7 @@ static void t_async_sent_no_pool(void) {
       th_async_one(c, b, 0, true, 0, DLOCK_LEASE_WATCHDOG);
   CHECKF(busy.rc == DLOCK_EBUSY, "a held lock's try: %s (%s)",
          dlock_err_name(busy.rc), busy.detail);
-  int after = thread_count();
+  int after = th_thread_count();
   CHECKF(after == before, "%d threads before %d sent pairs, %d after", before,
          PAIRS * 2, after);
   printf("%d async pairs (re-entered, fenced tokens up to %lld) and a "

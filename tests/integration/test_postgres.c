@@ -872,17 +872,6 @@ static sent_call_t sent_one(dlock_client_t *c, dlock_lock_t *l, bool acquire,
   return th_async_one(c, l, 77, acquire, wait_ms, lease_ms);
 }
 
-/* The process's threads (entries of /proc/self/task). */
-static int threads_now(void) {
-  DIR *d = opendir("/proc/self/task");
-  CHECK(d != NULL);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
 /* An event-loop program's tries and releases go out from its own thread
  * and their answers are read by the client's loop: on a client warmed up
  * by one blocking pair, async pairs (re-entries, fenced tokens included)
@@ -902,7 +891,7 @@ static void t_sent_no_pool_thread(void) {
   CHECK_OK(dlock_lock_release(f));
   int fd = -1;
   CHECK_OK(dlock_client_fd(c, &fd));
-  int before = threads_now();
+  int before = th_thread_count();
   enum { PAIRS = 20 };
   for (int i = 0; i < PAIRS; i++) {
     CHECK_OK(sent_one(c, l, true, 0, 30000).rc);
@@ -918,7 +907,7 @@ static void t_sent_no_pool_thread(void) {
     last = a.value;
     CHECK_OK(sent_one(c, f, false, 0, 0).rc);
   }
-  int after = threads_now();
+  int after = th_thread_count();
   CHECKF(after == before,
          "%d threads before %d async pairs, %d after: they took a pool "
          "thread",

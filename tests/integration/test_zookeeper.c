@@ -16,6 +16,8 @@
 #include "itest.h"
 #include "zk.h"
 
+#include "async_one.h" /* after check.h and harness.h (itest.h) */
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1502,18 +1504,6 @@ static int async_release(dlock_client_t *c, dlock_lock_t *l, uint64_t tid) {
   return it_op_call(c, l, tid, false, 0).rc;
 }
 
-static int thread_count(void) {
-  DIR *d = opendir("/proc/self/task");
-  CHECK(d);
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.')
-      n++;
-  closedir(d);
-  return n;
-}
-
 /* The async try and release of a reentrant or fenced lock are sent
  * (backend.h lock_*_send): on a client warmed up by one blocking acquire
  * and release, grants (with re-entries), refusals and releases all come
@@ -1529,7 +1519,7 @@ static void t_sent_no_pool_thread(void) {
   CHECK_OK(dlock_lock_acquire(l, 0, DLOCK_LEASE_WATCHDOG));
   CHECK_OK(dlock_lock_release(l));
   CHECK_OK(dlock_lock_acquire(held_o, 0, DLOCK_LEASE_WATCHDOG));
-  int before = thread_count();
+  int before = th_thread_count();
   int64_t last = 0;
   for (int i = 0; i < 20; i++) {
     uint64_t tid = 5000 + (uint64_t)i;
@@ -1543,7 +1533,7 @@ static void t_sent_no_pool_thread(void) {
     CHECK_INT(async_release(c, l, tid), ==, 0);
     CHECK_INT(async_release(c, l, tid), ==, 0);
   }
-  int after = thread_count();
+  int after = th_thread_count();
   printf("threads: %d before 20 x (try, re-entry, refused try, 2 releases), "
          "%d after\n",
          before, after);
