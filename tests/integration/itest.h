@@ -379,53 +379,6 @@ static inline int it_async_finish(it_async_t *a) {
   return a->release_rc;
 }
 
-/* ------------------------------------------------- one async operation */
-
-/* An async operation's outcome: its callback's arguments, and the detail
- * it was told. */
-typedef struct it_op_out {
-  int calls, rc;
-  int64_t value;
-  char detail[300];
-} it_op_out_t;
-
-static inline void it_op_done(void *ud, int rc, int64_t value) {
-  it_op_out_t *o = (it_op_out_t *)ud;
-  o->calls++;
-  o->rc = rc;
-  o->value = value;
-  snprintf(o->detail, sizeof o->detail, "%s", rc ? dlock_last_error() : "");
-}
-
-/* Runs c's callbacks, as an event-loop program does, until o's has run
- * (false after timeout_ms). */
-static inline bool it_op_wait(dlock_client_t *c, const it_op_out_t *o,
-                              int64_t timeout_ms) {
-  int fd = -1;
-  CHECK_OK(dlock_client_fd(c, &fd));
-  int64_t deadline = th_now_ms() + timeout_ms;
-  while (o->calls == 0 && th_now_ms() < deadline) {
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, 200) > 0)
-      CHECK(dlock_client_process(c) >= 0);
-  }
-  return o->calls > 0;
-}
-
-/* One async try (wait 0) or release of l by owner tid, run to its
- * callback. */
-static inline it_op_out_t it_op_call(dlock_client_t *c, dlock_lock_t *l,
-                                     uint64_t tid, bool acquire,
-                                     int64_t lease_ms) {
-  it_op_out_t o = {0};
-  CHECK_OK(acquire ? dlock_lock_acquire_async(l, tid, 0, lease_ms, it_op_done,
-                                              &o, NULL)
-                   : dlock_lock_release_async(l, tid, it_op_done, &o, NULL));
-  it_op_wait(c, &o, 60000);
-  CHECK_INT(o.calls, ==, 1);
-  return o;
-}
-
 /* ------------------------------------------------------ child processes */
 
 /* Waits (bounded) for a child of ours to exit, *st = its wait status;

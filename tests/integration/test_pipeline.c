@@ -21,6 +21,7 @@
 
 #include "itest.h"
 
+#include "async_one.h"
 
 #include <poll.h>
 #include <string.h>
@@ -368,34 +369,34 @@ static void t_async_sent_faults(void) {
   /* twice: the first may go through the pool while the shared
    * connection is dialled */
   for (int i = 0; i < 2; i++) {
-    CHECK_OK(it_op_call(c, l, 77, true, DLOCK_LEASE_WATCHDOG).rc);
-    CHECK_OK(it_op_call(c, l, 77, false, 0).rc);
+    CHECK_OK(th_async_one(c, l, 77, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+    CHECK_OK(th_async_one(c, l, 77, false, 0, 0).rc);
   }
   /* the server forgets its scripts: NOSCRIPT, then the body */
   th_redis_int(s, "SCRIPT FLUSH");
-  CHECK_OK(it_op_call(c, l, 77, true, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(th_async_one(c, l, 77, true, 0, DLOCK_LEASE_WATCHDOG).rc);
   bool locked = false;
   CHECK_OK(dlock_lock_is_locked(l, &locked));
   CHECK(locked);
-  CHECK_OK(it_op_call(c, l, 77, false, 0).rc);
+  CHECK_OK(th_async_one(c, l, 77, false, 0, 0).rc);
   /* every client connection is closed while idle */
   redisReply *r = th_redis_cmd(s, "CLIENT KILL TYPE normal");
   freeReplyObject(r);
-  CHECK_OK(it_op_call(c, l, 77, true, DLOCK_LEASE_WATCHDOG).rc);
-  CHECK_OK(it_op_call(c, l, 77, false, 0).rc);
+  CHECK_OK(th_async_one(c, l, 77, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(th_async_one(c, l, 77, false, 0, 0).rc);
   /* a stopped server: the try in flight fails at its deadline (500 ms),
    * with an error that says so; its outcome is unknown, so its lease is
    * short */
   CHECK(th_server_pause(s) == 0);
-  it_op_out_t o = it_op_call(c, l, 77, true, 1000);
+  th_async_outcome_t o = th_async_one(c, l, 77, true, 0, 1000);
   CHECK(th_server_resume(s) == 0);
   CHECKF(o.rc == DLOCK_EIOTIMEOUT || o.rc == DLOCK_EUNAVAILABLE,
          "a try on a stopped server: %d (%s)", o.rc, o.detail);
   printf("a try on a stopped server: %s (%s)\n", dlock_err_name(o.rc),
          o.detail);
   dlock_lock_t *l2 = it_lock(c, "sent-faults-after");
-  CHECK_OK(it_op_call(c, l2, 77, true, DLOCK_LEASE_WATCHDOG).rc);
-  CHECK_OK(it_op_call(c, l2, 77, false, 0).rc);
+  CHECK_OK(th_async_one(c, l2, 77, true, 0, DLOCK_LEASE_WATCHDOG).rc);
+  CHECK_OK(th_async_one(c, l2, 77, false, 0, 0).rc);
   /* a wait whose first attempt is sent to a stopped server rides the
    * outage out, as a blocking wait does: the attempt fails at its
    * deadline, the wait goes on, and it takes the lock once the server is
@@ -405,9 +406,9 @@ static void t_async_sent_faults(void) {
   dlock_lock_t *l3 = it_lock(c, "sent-faults-wait");
   CHECK(th_server_pause(s) == 0);
   int went_on = atomic_load(&g_wait_went_on);
-  it_op_out_t w = {0};
+  th_async_outcome_t w = {0};
   CHECK_OK(dlock_lock_acquire_async(l3, 78, 20000, DLOCK_LEASE_WATCHDOG,
-                                    it_op_done, &w, NULL));
+                                    th_async_note, &w, NULL));
   int64_t deadline = th_now_ms() + 15000;
   while (w.calls == 0 && atomic_load(&g_wait_went_on) == went_on &&
          th_now_ms() < deadline) {

@@ -1494,14 +1494,14 @@ static void t_waiter_survives_outage(void) {
 /* An async try (wait 0) or release of l by owner tid: its rc. */
 static int async_try(dlock_client_t *c, dlock_lock_t *l, uint64_t tid,
                      int64_t *token) {
-  it_op_out_t o = it_op_call(c, l, tid, true, DLOCK_LEASE_WATCHDOG);
+  th_async_outcome_t o = th_async_one(c, l, tid, true, 0, DLOCK_LEASE_WATCHDOG);
   if (token)
     *token = o.value;
   return o.rc;
 }
 
 static int async_release(dlock_client_t *c, dlock_lock_t *l, uint64_t tid) {
-  return it_op_call(c, l, tid, false, 0).rc;
+  return th_async_one(c, l, tid, false, 0, 0).rc;
 }
 
 /* The async try and release of a reentrant or fenced lock are sent
