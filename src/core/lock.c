@@ -1045,6 +1045,10 @@ typedef struct acq_op {
   bool sent_refused; /* its first attempt was sent and refused (or failed
                         in an outage): `sent` */
   bool reentry;      /* the thread held the lock at the send */
+  /* its sent part handed it to the pool (acq_sent): what went out is
+   * finished by acquire_begin there, even after a cancel (whose steps
+   * then leave), so that nothing the request did is left unknown */
+  bool handed;
   sent_try sent;
 } acq_op;
 
@@ -1081,7 +1085,7 @@ static void acq_run(dlock__aop *op) {
   wait_ctx *x = &o->a.x;
   wait_event ev;
   if (!o->stepping) {
-    int rc = atomic_load(&op->cancelled)
+    int rc = atomic_load(&op->cancelled) && !o->handed
                  ? dlock__seterr(DLOCK_ECANCELED,
                                  "the acquire of lock '%.200s' was cancelled",
                                  o->a.l->name)
@@ -1148,6 +1152,7 @@ static void acq_to_pool(acq_op *o) {
 static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
   acq_op *o = arg;
   if (rc == DLOCK__SEND_BLOCKS) { /* the blocking operation finishes it */
+    o->handed = true;
     acq_to_pool(o);
     return;
   }
@@ -1174,6 +1179,7 @@ static void acq_sent(void *arg, int rc, int64_t pttl, int64_t token) {
     o->sent.unsent = unsent;
     if (a->wait_ms != DLOCK_WAIT_FOREVER)
       a->wait_ms = left > 0 ? left : 1; /* a wait, not a try */
+    o->handed = true;
     acq_to_pool(o);
     return;
   }

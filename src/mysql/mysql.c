@@ -70,8 +70,9 @@
  *   it is in the socket's buffer: answer_in walks the packets with
  *   MSG_PEEK (an OK or ERR packet, or a result set through its final
  *   EOF; the connector asks for no CLIENT_DEPRECATE_EOF and the backend
- *   for no compression nor TLS, so the bytes on the socket are those
- *   packets), or once the server hung up; the connector's blocking read
+ *   for no compression, so the bytes on the socket are those packets; a
+ *   client whose connections speak TLS, whose records hide them, sends
+ *   nothing: p->tls), or once the server hung up; the connector's blocking read
  *   then finds every byte it asks for and returns without waiting. The
  *   answer is handled by the blocking path's code (try_answer,
  *   hold_record, release_answer), with no mutex held, on the loop
@@ -267,6 +268,10 @@ typedef struct my {
   char *host, *user, *password, *db, *socket;
   unsigned port;
   char where[200]; /* host:port/db, for messages */
+  /* the connections speak TLS (the connector's default or the server's
+   * demand): answer_in cannot see a sent statement's answer through it,
+   * so nothing is sent that way (the pool runs the blocking calls) */
+  bool tls;
   pthread_mutex_t mu;
   pthread_cond_t cond;
   /* idle connections, each with its wait_timeout (core/idle.h: one idle
@@ -2242,7 +2247,7 @@ static void dial_ahead(my *p, int64_t lease_ms) {
 static int my_lock_acquire_send(void *be, const dlock__acquire *a,
                                 dlock__sent_fn done, void *arg) {
   my *p = be;
-  if (a->q || !SHORT_NAME(a->name))
+  if (a->q || !SHORT_NAME(a->name) || p->tls)
     return DLOCK__SEND_BLOCKS;
   int rc = check_name(a->name);
   if (rc)
@@ -2310,7 +2315,7 @@ static int my_lock_acquire_send(void *be, const dlock__acquire *a,
 static int my_lock_release_send(void *be, const dlock__release *rel,
                                 dlock__sent_fn done, void *arg) {
   my *p = be;
-  if (!SHORT_NAME(rel->name))
+  if (!SHORT_NAME(rel->name) || p->tls)
     return DLOCK__SEND_BLOCKS;
   my_sent *s = dlock__calloc(1, sizeof *s);
   char *n = dlock__strdup(rel->name);
@@ -2615,6 +2620,7 @@ static int my_open(void **be, const char *url, const struct dlock_options *o,
     my_free(p);
     return rc;
   }
+  p->tls = mysql_get_ssl_cipher(c) != NULL;
   conn_put(p, c, 0);
   *be = p;
   return 0;

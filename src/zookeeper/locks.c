@@ -1050,7 +1050,7 @@ void dlock__zk_sent_report(dlock__zk *z) {
     if (o->rc == DLOCK_EIOTIMEOUT)
       dlock__zk_timeout_error(z, sent_what(o),
                               o->phase == SENT_LIST ? o->dir : o->path);
-    else
+    else if (o->rc != DLOCK__SEND_BLOCKS)
       dlock__seterr(o->rc, "%s", o->why);
     o->done(o->arg, o->rc, -1, 0);
     pthread_mutex_lock(&z->mu);
@@ -1079,7 +1079,12 @@ void dlock__zk_sent_expire(dlock__zk *z, int64_t now, int64_t *until) {
     zk_sent *o = z->sent_head;
     if (o->phase == SENT_CREATE && o->n)
       ext(o->n)->unsure = true; /* sent; the answer did not come */
-    sent_end_later_locked(z, o, DLOCK_EIOTIMEOUT);
+    /* a try's node may exist (its create, or its listing or delete,
+     * unanswered): the blocking try, run next, finds it by its prefix and
+     * deletes it or holds with it, as after its own timeout; a release
+     * stays `releasing`, for the core's second release */
+    sent_end_later_locked(z, o,
+                          o->release ? DLOCK_EIOTIMEOUT : DLOCK__SEND_BLOCKS);
   }
   /* the oldest's deadline; without one, a look at least every command
    * timeout, so that an operation sent meanwhile is seen by its own */
